@@ -1,0 +1,179 @@
+"""Pre-flight budget (`token-budget.json`): will the prompt plus the requested output fit the
+context and the device memory? Computed from config files and the tokenizer only, before any
+weights are loaded, so a run that cannot fit is refused in seconds instead of failing after hours.
+"""
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from schemas import DomainEstimate, Request, TokenBudget
+
+from .errors import BudgetRefused
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
+DEFAULT_MAX_LENGTH = 20  # transformers' GenerationConfig default: generate stops at prompt + 20
+
+
+class LengthLimit(NamedTuple):
+    """The length generate will stop at, and who set it."""
+
+    max_length: int
+    """Absolute length incl. the (padded) prompt."""
+    new_tokens: int
+    """max_length - prompt."""
+    source: str
+    """`request`, `model_generation_config` or `library_default`."""
+
+
+def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: dict[str, Any], context: int | None) -> LengthLimit:
+    """Mirror generate's length rules (transformers 5.x `_prepare_generated_length`).
+
+    Request values win, unset ones are filled from the checkpoint's generation_config;
+    `max_new_tokens` wins over `max_length`; with neither set, prompt + 20 capped at the context.
+    """
+    for key in ("max_new_tokens", "max_length"):
+        for source, table in (("request", overrides), ("model_generation_config", checkpoint)):
+            value = table.get(key)
+            if value is None:
+                continue
+            if key == "max_new_tokens":
+                return LengthLimit(prompt_tokens + value, value, source)
+            return LengthLimit(value, value - prompt_tokens, source)
+    limit = prompt_tokens + DEFAULT_MAX_LENGTH
+    if context is not None:
+        limit = min(limit, context)
+    return LengthLimit(limit, limit - prompt_tokens, "library_default")
+
+
+class ModelShape(NamedTuple):
+    """What the KV formula needs from the decoder's config."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context: int | None
+    """`max_position_embeddings`."""
+    dtype: str
+
+
+def model_shape(config: Any, requested_dtype: str) -> ModelShape:
+    """Read the decoder text config; `head_dim` from the config when present (Qwen3's differs from hidden/heads)."""
+    text = config.get_text_config(decoder=True)
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    stored_name = str(stored).removeprefix("torch.") if stored is not None else "float32"
+    dtype = stored_name if requested_dtype == "auto" else requested_dtype
+    return ModelShape(text.num_hidden_layers, kv_heads, head_dim, text.vocab_size,
+                      getattr(text, "max_position_embeddings", None), dtype)
+
+
+def kv_bytes_per_token(shape: ModelShape) -> int:
+    """2 (K and V) x layers x kv_heads x head_dim x dtype bytes, for one row."""
+    return 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES.get(shape.dtype, 4)
+
+
+def rows_per_request(request: Request, batch_size: int) -> int:
+    """Rows decoded in parallel: batch x return sequences x beams x CFG-style rows."""
+    gen = request.generation
+    return batch_size * int(gen.get("num_return_sequences") or 1) * int(gen.get("num_beams") or 1) * request.budget.rows_per_request
+
+
+def domain_estimate(request: Request, requested_units: int | None, prompt_tokens: int, context: int | None) -> DomainEstimate | None:
+    """Estimates from `[budget]` input seconds and `[units]` frames, when the request gives them."""
+    budget, units = request.budget, request.units
+    frames = round(units.per_second * units.requested_seconds) if units.name == "frame" and units.requested_seconds and units.per_second else None
+    if budget.input_seconds is None and frames is None:
+        return None
+
+    def scaled(density: float | None) -> int | None:
+        return round(budget.input_seconds * density) if budget.input_seconds and density else None
+
+    observed, conservative = scaled(budget.units_per_input_second), scaled(budget.conservative_units_per_input_second)
+
+    def fits(estimate: int | None) -> bool | None:
+        return None if estimate is None or requested_units is None else estimate <= requested_units
+
+    return DomainEstimate(
+        input_seconds=budget.input_seconds,
+        observed_units=observed,
+        conservative_units=conservative,
+        context_constrained_units=None if context is None else max(context - prompt_tokens, 0),
+        requested_frames=frames,
+        observed_fits_budget=fits(observed),
+        conservative_fits_budget=fits(conservative),
+    )
+
+
+class DeviceMemory(NamedTuple):
+    device: str
+    free_bytes: int | None
+    total_bytes: int | None
+
+
+def device_memory(device: str) -> DeviceMemory:
+    """Free/total memory of the run device: `cudaMemGetInfo` for CUDA, MemAvailable for CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        return DeviceMemory(device, free, total)
+    info = _meminfo()
+    return DeviceMemory("cpu", info.get("MemAvailable"), info.get("MemTotal"))
+
+
+def _meminfo() -> dict[str, int]:
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    values = {}
+    for line in lines:
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * 1024  # kB -> bytes
+    return values
+
+
+def resolve_device(device: str) -> str:
+    """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda` -> `cuda:0`."""
+    if device == "auto":
+        import torch
+
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        return "cuda:0"
+    return device
+
+
+def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tuple[str, ...]:
+    """Human reasons the plan must not run; empty when it fits."""
+    reasons = []
+    if budget.fits_context is False:
+        allowed = budget.context_limit - (budget.prompt_tokens or 0)
+        reasons.append(
+            f"prompt ({budget.prompt_tokens:,} tokens) + budget ({budget.requested_units:,}) = {budget.effective_max_length:,} "
+            f"exceeds the model's context limit {budget.context_limit:,}; lower [generation] {unit_word} to at most {max(allowed, 0):,}, "
+            "or pass --force to run anyway"
+        )
+    if budget.fits_memory is False:
+        reasons.append(
+            f"needs ~{_gib(budget.required_bytes)} (weights {_gib(budget.weight_bytes)} + KV {_gib(budget.kv_bytes_at_budget or 0)} "
+            f"for {budget.rows_per_request} row(s) x {budget.effective_max_length or 0:,} tokens + activations {_gib(budget.activation_bytes_estimate)} "
+            f"+ margin {_gib(budget.margin_bytes)}) but {budget.device} has {_gib(budget.device_memory_free_bytes or 0)} free; "
+            "lower the budget or the batch, use a smaller dtype, free memory, or pass --force"
+        )
+    return tuple(reasons)
+
+
+def enforce(budget: TokenBudget) -> None:
+    """Raise BudgetRefused (exit 3) naming the numbers, unless the plan was forced."""
+    if budget.refusals and not budget.forced:
+        raise BudgetRefused("pre-flight refused the plan:" + "".join(f"\n  - {r}" for r in budget.refusals))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"

@@ -1,0 +1,23 @@
+"""Output conventions: human text on stderr via rich, `--json` documents alone on stdout."""
+
+import sys
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+stderr_console = Console(stderr=True, highlight=False)
+"""Diagnostics, progress and human summaries."""
+stdout_console = Console(highlight=False)
+"""Human tables that a user may pipe (ls, verify, report)."""
+
+
+def print_error(message: str) -> None:
+    """`genrun: error: <message>` on stderr."""
+    stderr_console.print(f"[bold red]genrun: error:[/] {message}", markup=True, soft_wrap=True)
+
+
+def print_json(document: Any) -> None:
+    """One JSON document on stdout and nothing else there."""
+    sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()

@@ -1,0 +1,55 @@
+"""`genrun plan REQUEST`: freeze a request into a snapshot without running it."""
+
+import argparse
+
+from schemas import TokenBudget, layout
+from schemas.digests import plan_digest
+
+from ._output import print_json, stderr_console
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="validate and freeze a request (no generation)",
+        description="Validate REQUEST, hash code and weights, check the token/memory budget, and freeze a snapshot.",
+        epilog="example: genrun plan examples/tiny.toml\n  planned snapshots/20261129T101500Z-tiny-3fa2c1 (plan digest 9b1e…)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_plan_arguments(parser)
+    parser.set_defaults(handler=handle)
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by `plan` and `run`."""
+    parser.add_argument("request", help="request file (.toml or .json)")
+    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    parser.add_argument("--force", action="store_true", help="plan even if the pre-flight budget does not fit (recorded)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def handle(args: argparse.Namespace) -> int:
+    from runner.plan import plan_request
+
+    snapshot = plan_request(args.request, store=args.store, force=args.force)
+    budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
+    if args.json:
+        print_json({"snapshot": str(snapshot), "plan_digest": plan_digest(snapshot), "token_budget": budget.model_dump(mode="json")})
+    else:
+        print_plan_summary(snapshot, budget)
+    return 0
+
+
+def print_plan_summary(snapshot, budget: TokenBudget) -> None:
+    """Where the plan is, and the budget in one line."""
+    stderr_console.print(f"planned [bold]{snapshot}[/] (plan digest {plan_digest(snapshot)[:12]}…)")
+    limit = f"{budget.requested_units:,} {budget.units}s" if budget.requested_units is not None else "no length limit"
+    parts = [f"budget: {limit} ({budget.requested_units_source})"]
+    if budget.prompt_tokens is not None:
+        parts.append(f"prompt {budget.prompt_tokens:,} tokens")
+    if budget.context_limit is not None:
+        parts.append(f"context {budget.context_limit:,}")
+    parts.append(f"needs ~{budget.required_bytes / 2**20:,.0f} MiB of {budget.device}")
+    stderr_console.print("  " + ", ".join(parts))
+    for refusal in budget.refusals:
+        stderr_console.print(f"  [yellow]forced past:[/] {refusal}")

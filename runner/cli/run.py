@@ -1,0 +1,44 @@
+"""`genrun run REQUEST`: plan and execute in one go."""
+
+import argparse
+
+from schemas import TokenBudget, layout
+
+from ._output import print_json
+from .plan import add_plan_arguments, print_plan_summary
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="plan and execute a request",
+        description="Freeze REQUEST into a snapshot, run it with full instrumentation, and seal the snapshot.",
+        epilog=(
+            "example: genrun run examples/tiny.toml\n"
+            "  planned snapshots/20261129T101500Z-tiny-3fa2c1 ...\n"
+            "  succeeded: sequence 0 stopped by eos (id 1) after 8 tokens\n"
+            "exit codes: 0 success (any stop reason), 1 generation failed, 2 request refused,\n"
+            "            3 pre-flight budget refused, 130/143 interrupted (SIGINT/SIGTERM)"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_plan_arguments(parser)
+    parser.add_argument("--require-approval", action="store_true", help="refuse to run without a valid approve sign-off")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from runner.execute import execute_snapshot
+    from runner.plan import plan_request
+
+    from .execute import render_summary
+
+    snapshot = plan_request(args.request, store=args.store, force=args.force)
+    if not args.json:
+        print_plan_summary(snapshot, TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()))
+    result = execute_snapshot(snapshot, require_approval=args.require_approval, live=None if not args.json else False)
+    if args.json:
+        print_json({"snapshot": str(snapshot), "result": result.model_dump(mode="json")})
+    else:
+        render_summary(snapshot, result)
+    return result.exit_code

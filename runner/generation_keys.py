@@ -1,0 +1,107 @@
+"""Check `[generation]` against what the backend really accepts, at plan time.
+
+transformers' `GenerationConfig(**kwargs)` stores unknown kwargs as attributes without a word,
+and `generate(**kwargs)` forwards unknown ones to the model: a typo there is exactly the silent
+drop of incident 3. So keys are checked against the fields of a default `GenerationConfig`
+(or, for diffusers, the pipeline's `__call__` parameters), and a few common fields are type-checked.
+"""
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import RequestError
+from .request_loading import unknown_key_message
+
+# Types transformers does not enforce itself; a wrong type otherwise fails deep inside generate.
+_INT_FIELDS = {"max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams", "top_k",
+               "num_return_sequences", "no_repeat_ngram_size", "num_beam_groups"}
+_FLOAT_FIELDS = {"temperature", "top_p", "min_p", "typical_p", "max_time", "repetition_penalty", "length_penalty"}
+_BOOL_FIELDS = {"do_sample", "use_cache", "early_stopping", "return_dict_in_generate", "output_scores"}
+_POSITIVE_FIELDS = {"max_new_tokens", "max_length", "num_beams", "num_return_sequences"}
+# genrun captures outputs itself; these would change what generate returns.
+_RUNNER_OWNED = {"return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
+                 "output_hidden_states", "transformers_version"}
+
+
+def generation_config_fields() -> list[str]:
+    """Public fields of a default transformers GenerationConfig."""
+    from transformers import GenerationConfig
+
+    return sorted(k for k in GenerationConfig().to_dict() if not k.startswith("_"))
+
+
+def validate_generation(generation: dict[str, Any], backend: str, model_dir: Path) -> None:
+    """Raise RequestError listing every unknown or mistyped `[generation]` key."""
+    if backend == "diffusers":
+        valid = pipeline_call_parameters(model_dir)
+        problems = [unknown_key_message(("generation",), key, valid) for key in generation if key not in valid]
+    else:
+        problems = _transformers_problems(generation)
+    if problems:
+        suffix = "s" if len(problems) > 1 else ""
+        raise RequestError(f"[generation] refused ({len(problems)} problem{suffix}):" + "".join(f"\n  - {p}" for p in problems))
+
+
+def _transformers_problems(generation: dict[str, Any]) -> list[str]:
+    valid = generation_config_fields()
+    problems = []
+    for key, value in generation.items():
+        if key not in valid:
+            problems.append(unknown_key_message(("generation",), key, valid))
+        elif key in _RUNNER_OWNED:
+            problems.append(f"[generation] {key} is set by genrun itself (it records ids, scores are not kept); remove it")
+        elif (problem := _type_problem(key, value)) is not None:
+            problems.append(problem)
+    if not problems:
+        problems.extend(_library_validation(generation))
+    return problems
+
+
+def _type_problem(key: str, value: Any) -> str | None:
+    if key in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"[generation] {key} = {value!r} must be an integer, e.g. {key} = 256"
+    if key in _FLOAT_FIELDS and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return f"[generation] {key} = {value!r} must be a number"
+    if key in _BOOL_FIELDS and not isinstance(value, bool):
+        return f"[generation] {key} = {value!r} must be true or false"
+    if key in _POSITIVE_FIELDS and value < 1:
+        return f"[generation] {key} = {value!r} must be at least 1"
+    if key == "stop_strings" and not (
+        isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(s, str) and s for s in value))
+    ):
+        return f"[generation] stop_strings = {value!r} must be a non-empty string or a list of non-empty strings"
+    if key == "eos_token_id" and not (
+        isinstance(value, int) or (isinstance(value, list) and all(isinstance(i, int) for i in value))
+    ):
+        return f"[generation] eos_token_id = {value!r} must be an integer or a list of integers"
+    return None
+
+
+def _library_validation(generation: dict[str, Any]) -> list[str]:
+    """transformers' own strict validation of the values (e.g. temperature <= 0 with sampling)."""
+    from transformers import GenerationConfig
+
+    try:
+        GenerationConfig(**generation).validate(strict=True)
+    except ValueError as exc:
+        return [f"[generation] transformers refuses these values: {str(exc).strip()}"]
+    return []
+
+
+def pipeline_call_parameters(model_dir: Path) -> list[str]:
+    """Parameters of the diffusers pipeline class's `__call__`, named by `model_index.json`."""
+    index = Path(model_dir) / "model_index.json"
+    if not index.is_file():
+        raise RequestError(f"[model] backend = 'diffusers' but {model_dir} has no model_index.json; give a diffusers pipeline directory")
+    class_name = json.loads(index.read_text())["_class_name"]
+    try:
+        import diffusers
+    except ImportError:
+        raise RequestError("[model] backend = 'diffusers' needs the diffusers extra: pip install 'genrun[diffusers]'") from None
+    pipeline_class = getattr(diffusers, class_name, None)
+    if pipeline_class is None:
+        raise RequestError(f"model_index.json names pipeline class {class_name!r}, which diffusers {diffusers.__version__} does not have")
+    params = inspect.signature(pipeline_class.__call__).parameters
+    return sorted(name for name in params if name != "self" and params[name].kind is not inspect.Parameter.VAR_KEYWORD)

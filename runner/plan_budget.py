@@ -1,0 +1,87 @@
+"""Build `token-budget.json` for a transformers causal LM from its config files and tokenizer."""
+
+from pathlib import Path
+
+from schemas import Request, TokenBudget
+
+from .budget import (
+    DTYPE_BYTES,
+    device_memory,
+    domain_estimate,
+    effective_length,
+    kv_bytes_per_token,
+    model_shape,
+    refusals_for,
+    resolve_device,
+    rows_per_request,
+)
+from .prompts import encode_input
+
+LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
+
+
+def estimate_transformers_budget(request: Request, model_dir: Path, stored_weight_bytes: int, force: bool) -> TokenBudget:
+    """Context and memory pre-flight; loads config.json, generation_config.json and the tokenizer only."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    trust = request.model.trust_remote_code
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
+    shape = model_shape(config, request.model.dtype)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust)
+    encoded = encode_input(tokenizer, request.input)
+    batch_size, prompt_tokens = encoded["input_ids"].shape
+    context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
+    checkpoint = GenerationConfig.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
+    length = effective_length(prompt_tokens, request.generation, checkpoint, context)
+
+    rows = rows_per_request(request, batch_size)
+    per_token = kv_bytes_per_token(shape)
+    kv_total = per_token * length.max_length * rows
+    weights = _weights_at_run_dtype(stored_weight_bytes, config, shape.dtype)
+    activations = rows * shape.vocab_size * 4 * LOGITS_COPIES
+    memory = device_memory(resolve_device(request.model.device))
+    margin = round((memory.total_bytes or 0) * request.budget.memory_margin_fraction)
+    required = weights + kv_total + activations + margin
+    tokens_per_unit = request.units.tokens_per_frame if request.units.name == "frame" else 1
+    requested_units = length.new_tokens // tokens_per_unit
+
+    draft = TokenBudget(
+        units=request.units.name,
+        prompt_tokens=prompt_tokens,
+        batch_size=batch_size,
+        requested_units=requested_units,
+        requested_units_source=length.source,
+        effective_max_length=length.max_length,
+        context_limit=context,
+        fits_context=None if context is None else length.max_length <= context,
+        kv_bytes_per_token=per_token,
+        rows_per_request=rows,
+        kv_bytes_at_budget=kv_total,
+        weight_bytes=weights,
+        activation_bytes_estimate=activations,
+        margin_bytes=margin,
+        required_bytes=required,
+        device=memory.device,
+        device_memory_free_bytes=memory.free_bytes,
+        device_memory_total_bytes=memory.total_bytes,
+        fits_memory=None if memory.free_bytes is None else required <= memory.free_bytes,
+        domain=domain_estimate(request, requested_units, prompt_tokens, context),
+        refusals=(),
+        forced=False,
+    )
+    refusals = refusals_for(draft)
+    return draft.model_copy(update={"refusals": refusals, "forced": bool(refusals) and force})
+
+
+def _context_limit(positions: int | None, tokenizer_limit: int | None) -> int | None:
+    """The smaller of max_position_embeddings and a real tokenizer limit (transformers uses ~1e30 for 'none')."""
+    limits = [v for v in (positions, tokenizer_limit) if v is not None and v < 10**9]
+    return min(limits) if limits else None
+
+
+def _weights_at_run_dtype(stored_bytes: int, config, run_dtype: str) -> int:
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    stored_name = str(stored).removeprefix("torch.") if stored is not None else None
+    if stored_name in DTYPE_BYTES and run_dtype in DTYPE_BYTES:
+        return stored_bytes * DTYPE_BYTES[run_dtype] // DTYPE_BYTES[stored_name]
+    return stored_bytes

@@ -1,0 +1,24 @@
+"""Turn `[input]` into model inputs the same way at plan time (for the budget) and at execution."""
+
+from typing import Any
+
+from schemas import InputSpec
+
+
+def prepare_tokenizer(tokenizer: Any) -> Any:
+    """Left padding, so every row's new tokens start at the same column (what generate expects for decoders)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+        # Batches need a pad token to build the tensor; generate records the pad it really used.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def encode_input(tokenizer: Any, spec: InputSpec) -> Any:
+    """`BatchEncoding` with `input_ids` [batch, padded_prompt] and `attention_mask`, as PyTorch tensors."""
+    prepare_tokenizer(tokenizer)
+    if spec.messages is not None:
+        conversation = [m.model_dump() for m in spec.messages]
+        text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        return tokenizer([text], return_tensors="pt", padding=True, add_special_tokens=False)
+    return tokenizer(list(spec.texts()), return_tensors="pt", padding=True)

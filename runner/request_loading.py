@@ -1,0 +1,163 @@
+"""Load a request file strictly: every refusal names the table, the key, the value and the fix.
+
+Nothing here writes anything; a refused request leaves the store untouched (exit code 2).
+"""
+
+import difflib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ValidationError
+
+from schemas import Request
+
+from .errors import RequestError
+
+MAX_REQUEST_BYTES = 1 << 20  # a request is a few KiB; anything near a MiB is a mistake (a model file, a log)
+SUPPORTED_SUFFIXES = {".toml": "toml", ".json": "json"}
+
+
+class LoadedRequest(NamedTuple):
+    """A validated request and the bytes it came from."""
+
+    request: Request
+    source: bytes
+    """The file exactly as given."""
+    format: str
+    """`toml` or `json`: the extension of `request.source.<ext>`."""
+    path: Path
+    """Absolute path of the request file."""
+
+
+def load_request(path: str | Path) -> LoadedRequest:
+    """Read, decode, parse and validate a request file; raise RequestError on any problem."""
+    path = Path(path).absolute()
+    fmt = _format_of(path)
+    source = _read_source(path)
+    return LoadedRequest(parse_request(source, fmt, str(path)), source, fmt, path)
+
+
+def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
+    """Decode and validate request bytes (used by plan and by analysis' round-trip check)."""
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestError(
+            f"{where} is not UTF-8 text (invalid byte 0x{source[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+    data = _parse_text(text, fmt, where)
+    if not isinstance(data, dict):
+        raise RequestError(f"{where} must hold a table/object at the top level, not {type(data).__name__}")
+    try:
+        return Request.model_validate(data)
+    except ValidationError as exc:
+        raise RequestError(format_validation_error(exc, where)) from None
+
+
+def _format_of(path: Path) -> str:
+    fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise RequestError(f"request file {path} has extension {path.suffix!r}; use a .toml or .json file")
+    return fmt
+
+
+def _read_source(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise RequestError(f"request file {path} does not exist") from None
+    if not path.is_file():
+        raise RequestError(f"request {path} is not a file")
+    if size > MAX_REQUEST_BYTES:
+        raise RequestError(
+            f"request file {path} is {size:,} bytes; requests are at most {MAX_REQUEST_BYTES:,} bytes "
+            "(is this the right file? long inputs belong in files the request points to)"
+        )
+    return path.read_bytes()
+
+
+def _parse_text(text: str, fmt: str, where: str) -> Any:
+    try:
+        return tomllib.loads(text) if fmt == "toml" else json.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RequestError(f"{where} is not valid TOML: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def format_validation_error(exc: ValidationError, where: str) -> str:
+    """One line per problem, each naming the table, the key, the value and the fix."""
+    lines = [_describe_error(err) for err in exc.errors(include_url=False)]
+    header = f"{where} refused ({len(lines)} problem{'s' if len(lines) > 1 else ''}):" if len(lines) > 1 else f"{where} refused:"
+    return header + "".join(f"\n  - {line}" for line in lines)
+
+
+def _describe_error(err: dict) -> str:
+    loc = tuple(err["loc"])
+    if err["type"] == "extra_forbidden":
+        return unknown_key_message(loc[:-1], str(loc[-1]), _fields_at(loc[:-1]))
+    table, key = table_name(loc[:-1]), loc[-1] if loc else "?"
+    place = f"[{table}] {key}" if table else f"top-level key {key!r}"
+    if err["type"] == "missing":
+        return f"missing {place}; add it ({_field_doc(loc) or 'required'})"
+    value = err.get("input")
+    message = err["msg"].removeprefix("Value error, ")
+    if loc and loc[-1] in ("prompt", "prompts") or err["type"].startswith("string_too_short"):
+        message = f"{message} (an empty value is refused: give some text)"
+    shown = f" = {value!r}" if not isinstance(value, dict) else ""
+    return f"{place}{shown}: {message}"
+
+
+def table_name(loc: tuple) -> str:
+    """('input', 'messages', 0) -> 'input.messages[0]'; () -> ''."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name
+
+
+def unknown_key_message(table_loc: tuple, key: str, valid: list[str]) -> str:
+    """`unknown key 'max_new_token' in [generation]; did you mean 'max_new_tokens'?`"""
+    table = table_name(table_loc)
+    where = f"in [{table}]" if table else "at the top level"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {key!r} {where}; did you mean {close[0]!r}?"
+    return f"unknown key {key!r} {where}; valid keys are: {', '.join(sorted(valid))}"
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """Field names of the model at `loc` inside Request (for did-you-mean suggestions)."""
+    model: type[BaseModel] = Request
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields[part].annotation
+        model = _inner_model(annotation)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_doc(loc: tuple) -> str | None:
+    if not loc:
+        return None
+    model: type[BaseModel] | None = Request
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        model = _inner_model(model.model_fields[part].annotation)
+    field = model.model_fields.get(loc[-1]) if model is not None else None
+    return field.description if field is not None else None

@@ -1,0 +1,143 @@
+"""The snapshot store: create a snapshot atomically, seal it, find and list snapshots.
+
+A snapshot is frozen in a dot-prefixed temporary sibling and renamed into place, so a reader
+never sees a half-frozen plan. It is complete only once `manifest-sha256.txt` exists.
+"""
+
+import errno
+import os
+import secrets
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from schemas import layout
+from schemas.digests import manifest_candidates, render_sha256sum, sha256_file
+
+from ._io import DIR_MODE, fsync_dir, write_bytes_atomic
+from .errors import SnapshotError, StoreError
+
+DEFAULT_STORE = Path("snapshots")
+STORE_ENV = "GENRUN_STORE"
+READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH  # 0o444
+
+
+def resolve_store(store: str | Path | None) -> Path:
+    """`--store` wins, then `$GENRUN_STORE`, then `./snapshots`."""
+    if store is not None:
+        return Path(store)
+    if os.environ.get(STORE_ENV):
+        return Path(os.environ[STORE_ENV])
+    return DEFAULT_STORE
+
+
+def new_snapshot_id(name: str, now: datetime | None = None) -> str:
+    """`YYYYMMDDTHHMMSSZ-<name>-<6 hex>`; the random suffix keeps concurrent runs apart."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{name}-{secrets.token_hex(3)}"
+
+
+def describe_os_error(exc: OSError, where: Path) -> str:
+    """A message that says what is wrong with the store and what to do."""
+    reasons = {
+        errno.ENOSPC: "the filesystem is full; free space or choose another store with --store",
+        errno.EDQUOT: "the disk quota is exhausted; free space or choose another store with --store",
+        errno.EROFS: "the filesystem is read-only; choose a writable store with --store or GENRUN_STORE",
+        errno.EACCES: "permission denied; choose a writable store with --store or GENRUN_STORE",
+        errno.EPERM: "operation not permitted; choose a writable store with --store or GENRUN_STORE",
+    }
+    fix = reasons.get(exc.errno, f"{exc.strerror or exc}")
+    return f"cannot write the snapshot store at {where}: {fix}"
+
+
+def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> Path:
+    """Make `<store>/<id>/` by calling `freeze(tmp_dir)` in a temporary sibling, then renaming it into place.
+
+    On any failure the temporary directory is removed and nothing appears in the store.
+    """
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=store))
+        os.chmod(tmp, DIR_MODE)  # mkdtemp makes 0700; snapshots are meant to be shared read-only
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, store)) from exc
+    try:
+        freeze(tmp)
+        write_frozen_manifest(tmp)
+        final = _rename_into_place(tmp, store, name)
+        fsync_dir(store)
+        return final
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StoreError(describe_os_error(exc, store)) from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _rename_into_place(tmp: Path, store: Path, name: str) -> Path:
+    for _ in range(16):  # a collision needs the same second, name and 24 random bits
+        final = store / new_snapshot_id(name)
+        try:
+            os.rename(tmp, final)  # fails if `final` exists and is non-empty
+            return final
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    raise StoreError(f"could not find a free snapshot id in {store} for name {name!r}")
+
+
+def write_frozen_manifest(snapshot_dir: Path) -> None:
+    """`frozen-sha256.txt` over every file present at the end of planning; its sha256 is the plan digest."""
+    files = [rel for rel in manifest_candidates(snapshot_dir) if rel != layout.FROZEN_MANIFEST]
+    entries = [(rel, sha256_file(snapshot_dir / rel)) for rel in files]
+    write_bytes_atomic(snapshot_dir / layout.FROZEN_MANIFEST, render_sha256sum(entries))
+
+
+def seal_snapshot(snapshot_dir: Path) -> str:
+    """Write `manifest-sha256.txt` over every file but itself and `signoffs/`, then make the files read-only.
+
+    Returns the snapshot digest. Directories stay writable so `signoffs/` can grow and the
+    snapshot can be deleted by its owner; verify reports any file the manifest does not list.
+    """
+    snapshot_dir = Path(snapshot_dir)
+    files = manifest_candidates(snapshot_dir)
+    entries = [(rel, sha256_file(snapshot_dir / rel)) for rel in files]
+    write_bytes_atomic(snapshot_dir / layout.MANIFEST, render_sha256sum(entries))
+    (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)
+    for rel in [*files, layout.MANIFEST]:
+        os.chmod(snapshot_dir / rel, READ_ONLY)
+    fsync_dir(snapshot_dir)
+    return sha256_file(snapshot_dir / layout.MANIFEST)
+
+
+def is_sealed(snapshot_dir: Path) -> bool:
+    """Complete snapshots have a manifest."""
+    return (Path(snapshot_dir) / layout.MANIFEST).is_file()
+
+
+def is_planned(snapshot_dir: Path) -> bool:
+    """A plan has its frozen manifest."""
+    return (Path(snapshot_dir) / layout.FROZEN_MANIFEST).is_file()
+
+
+def open_snapshot(path: str | Path) -> Path:
+    """Check that `path` is a snapshot directory (has `frozen-sha256.txt`) and return it."""
+    snapshot_dir = Path(path)
+    if not snapshot_dir.is_dir():
+        raise SnapshotError(f"snapshot {snapshot_dir} does not exist; list snapshots with 'genrun ls --store DIR'")
+    if not is_planned(snapshot_dir):
+        raise SnapshotError(
+            f"{snapshot_dir} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun plan' or 'genrun run'"
+        )
+    return snapshot_dir
+
+
+def list_snapshots(store: Path) -> list[Path]:
+    """Snapshot directories in the store, oldest first (ids sort by time); temporary dirs are skipped."""
+    if not store.is_dir():
+        return []
+    return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and is_planned(p))

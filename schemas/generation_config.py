@@ -1,0 +1,42 @@
+"""`generation-config.before-generate.json`: the config exactly as generate used it."""
+
+from typing import Any, Literal
+
+from ._base import Strict
+
+LimitSource = Literal["request", "model_generation_config", "library_default", "entrypoint"]
+
+
+class GenerationConfigBeforeGenerate(Strict):
+    """Written inside generate, after its merge, before the first token."""
+
+    schema_version: Literal[1] = 1
+    """Version of this file's layout."""
+    call_index: int
+    """Which outermost generate call of the run this is (0 for the first)."""
+    model_class: str
+    """Class of the model generate ran on."""
+    model_generation_config: dict[str, Any]
+    """The checkpoint's own `generation_config` (non-default fields)."""
+    overrides: dict[str, Any]
+    """What the caller passed: `[generation]` overrides, or an entry point's own kwargs."""
+    effective: dict[str, Any]
+    """The merged config as generate used it, incl. derived `max_length` and `eos_token_id` as a list."""
+    limit_sources: dict[str, LimitSource]
+    """For `max_length`, `max_new_tokens`, `max_time`, `stop_strings`, `eos_token_id`: who set it."""
+    eos_token_ids: tuple[int, ...]
+    """The effective EOS id set (empty when none)."""
+    pad_token_id: int | None
+    """The effective pad id (generate defaults it to `eos[0]`)."""
+    pad_defaulted_to_eos: bool
+    """The pad id was not set anywhere and generate used `eos[0]`."""
+    prompt_length: int
+    """Padded prompt length in tokens."""
+    batch_rows: int
+    """Rows decoded (batch x return sequences)."""
+    context_limit: int | None
+    """`max_position_embeddings` of the model, when known."""
+    dtype: str
+    """Model parameter dtype."""
+    device: str
+    """Model device."""

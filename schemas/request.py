@@ -1,0 +1,166 @@
+"""The request a user writes (TOML or JSON), validated strictly: no key is ever dropped silently.
+
+`[generation]` keys are checked against transformers' `GenerationConfig` (or, for diffusers,
+the pipeline's call signature) by the runner at plan time; this module cannot import either,
+so the table is typed as plain JSON values here and what the runner accepted is frozen.
+"""
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ._base import Strict
+
+Backend = Literal["transformers", "diffusers"]
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+UnitName = Literal["token", "frame"]
+
+_CALLABLE_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+
+
+class ModelSpec(Strict):
+    """`[model]`: which weights, how to load them and where to run them."""
+
+    path: str = Field(min_length=1)
+    """Local directory, or a hub id resolved from the local Hugging Face cache only (offline)."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) when `path` is a hub id; `None` means `main`."""
+    backend: Backend = "transformers"
+    """`transformers` for causal LMs, `diffusers` for diffusion pipelines."""
+    dtype: DType = "auto"
+    """Weight dtype; `auto` keeps what the checkpoint declares."""
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
+    """`auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`."""
+    trust_remote_code: bool = False
+    """Allow the checkpoint's own Python code (it is hashed into `code.json`)."""
+    loader: str | None = Field(default=None, pattern=_CALLABLE_PATTERN)
+    """`module:function` called as `fn(path, dtype, device, **loader_kwargs)` -> `(model, tokenizer_or_processor)`."""
+    loader_kwargs: dict[str, Any] = {}
+    """Keyword arguments for `loader`."""
+
+
+class ChatMessage(Strict):
+    """One chat turn, rendered with the tokenizer's chat template."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    """Who speaks."""
+    content: str = Field(min_length=1)
+    """What is said; must not be empty."""
+
+
+class InputSpec(Strict):
+    """`[input]`: exactly one of `prompt`, `prompts` (a batch) or `messages`."""
+
+    prompt: str | None = Field(default=None, min_length=1)
+    """A single prompt."""
+    prompts: tuple[str, ...] | None = Field(default=None, min_length=1)
+    """A batch of prompts (left-padded together for causal LMs)."""
+    messages: tuple[ChatMessage, ...] | None = Field(default=None, min_length=1)
+    """A conversation rendered with the chat template."""
+
+    @field_validator("prompts")
+    @classmethod
+    def _no_empty_prompt_in_batch(cls, prompts: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if prompts is not None:
+            for i, p in enumerate(prompts):
+                if not p:
+                    raise ValueError(f"prompts[{i}] is empty; give every prompt some text")
+        return prompts
+
+    @model_validator(mode="after")
+    def _exactly_one_input(self) -> "InputSpec":
+        given = [k for k in ("prompt", "prompts", "messages") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = " and ".join(repr(g) for g in given) if given else "none"
+            raise ValueError(f"give exactly one of 'prompt', 'prompts' or 'messages' (found {found})")
+        return self
+
+    def texts(self) -> tuple[str, ...] | None:
+        """The prompts as a batch, or `None` when the input is a conversation."""
+        if self.prompt is not None:
+            return (self.prompt,)
+        return self.prompts
+
+
+class EntrypointSpec(Strict):
+    """`[entrypoint]`: user code that calls `model.generate()` itself."""
+
+    callable: str = Field(pattern=_CALLABLE_PATTERN)
+    """`module:function`, called as `fn(model, tokenizer_or_processor, inputs, generation, **kwargs)`."""
+    kwargs: dict[str, Any] = {}
+    """Extra keyword arguments passed to the callable."""
+
+
+class ProgressSpec(Strict):
+    """`[progress]`: how often a `progress` record is appended."""
+
+    every_units: int = Field(default=256, ge=1)
+    """A record every this many generated units (tokens, frames or steps)."""
+    every_seconds: float = Field(default=30.0, gt=0)
+    """...or every this many seconds, whichever comes first."""
+
+
+class BudgetSpec(Strict):
+    """`[budget]`: optional domain hints for the pre-flight estimate."""
+
+    input_seconds: float | None = Field(default=None, gt=0)
+    """Duration of the input media (e.g. audio to transcribe), in seconds."""
+    units_per_input_second: float | None = Field(default=None, gt=0)
+    """Observed output density: units produced per second of input."""
+    conservative_units_per_input_second: float | None = Field(default=None, gt=0)
+    """A pessimistic density used for the conservative estimate."""
+    rows_per_request: int = Field(default=1, ge=1)
+    """Decoded rows per prompt besides return sequences, e.g. 2 for classifier-free guidance pairs."""
+    memory_margin_fraction: float = Field(default=0.10, ge=0, lt=1)
+    """Fraction of device memory kept free as a safety margin in the memory pre-flight."""
+
+
+class UnitsSpec(Strict):
+    """`[units]`: what one unit of progress is, and how long the output should be."""
+
+    name: UnitName = "token"
+    """`token`, or `frame` for media models that emit frames at a fixed rate."""
+    per_second: float | None = Field(default=None, gt=0)
+    """Frames per second of output (required for `frame`)."""
+    requested_seconds: float | None = Field(default=None, gt=0)
+    """Requested output duration; produced duration is compared against it."""
+    tokens_per_frame: int = Field(default=1, ge=1)
+    """Generated tokens that make one frame."""
+
+    @model_validator(mode="after")
+    def _frames_need_a_rate(self) -> "UnitsSpec":
+        if self.name == "frame" and self.per_second is None:
+            raise ValueError("[units] name = 'frame' needs 'per_second' (frames per second of output, e.g. 25)")
+        return self
+
+
+class PolicySpec(Strict):
+    """`[policy]`: what must be true before the run may start."""
+
+    require_approval: bool = False
+    """Refuse to execute without a valid `approve` sign-off for the current plan digest."""
+
+
+class Request(Strict):
+    """A whole request file, every default explicit once normalised."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    """Short run name; part of the snapshot id."""
+    seed: int = Field(default=0, ge=0)
+    """Seed for torch's generators."""
+    model: ModelSpec
+    """Which model to run."""
+    input: InputSpec
+    """What to feed it."""
+    generation: dict[str, Any] = {}
+    """Overrides of the generation config (transformers) or pipeline call arguments (diffusers)."""
+    entrypoint: EntrypointSpec | None = None
+    """User code that calls generate itself; `None` runs generate directly."""
+    progress: ProgressSpec = ProgressSpec()
+    """Progress record cadence."""
+    budget: BudgetSpec = BudgetSpec()
+    """Pre-flight hints."""
+    units: UnitsSpec = UnitsSpec()
+    """Unit of progress and requested duration."""
+    policy: PolicySpec = PolicySpec()
+    """Run preconditions."""

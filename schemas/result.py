@@ -1,0 +1,80 @@
+"""`result.json`: how the run ended, how long each phase took, how much memory it used."""
+
+from typing import Literal
+
+from ._base import Strict
+from .stop import ExceptionInfo
+
+RunStatus = Literal["succeeded", "failed", "interrupted"]
+
+
+class Timings(Strict):
+    """Wall-clock phases, seconds."""
+
+    load_s: float | None
+    """Loading weights and tokenizer."""
+    first_token_s: float | None
+    """From the start of generation to the first unit."""
+    decode_s: float | None
+    """From the first unit to the end of generation."""
+    total_s: float
+    """The whole execution."""
+
+
+class PeakMemory(Strict):
+    """Peaks over the run."""
+
+    rss_bytes: int | None
+    """Peak resident set size of the process (`ru_maxrss`)."""
+    cuda_allocated_bytes: int | None
+    """Peak CUDA allocation."""
+    cuda_reserved_bytes: int | None
+    """Peak CUDA reservation."""
+
+
+class ExecutionIdentity(Strict):
+    """Identities re-computed at execution, compared with the frozen ones."""
+
+    code_digest: str
+    """`code.json` genrun digest at execution."""
+    model_digest: str
+    """`model.json` digest at execution."""
+    plan_digest: str
+    """sha256 of `frozen-sha256.txt` when execution started."""
+
+
+class Result(Strict):
+    """`result.json`."""
+
+    schema_version: Literal[1] = 1
+    """Version of this file's layout."""
+    status: RunStatus
+    """`succeeded` whatever the stop reason, `failed` on an exception, `interrupted` on a signal."""
+    exit_code: int
+    """Process exit code genrun returns."""
+    unit: Literal["token", "frame", "step"]
+    """Unit of `generated`."""
+    generated: int
+    """Units generated over all rows."""
+    generated_tokens: int
+    """Tokens generated over all rows (equals `generated` for token units)."""
+    units_per_s: float | None
+    """generated / decode time."""
+    produced_seconds: float | None
+    """Frame units: produced duration of the longest row."""
+    requested_seconds: float | None
+    """Frame units: requested duration."""
+    timings: Timings
+    """Phase timings."""
+    peak_memory: PeakMemory
+    """Memory peaks."""
+    exception: ExceptionInfo | None
+    """The exception that failed the run."""
+    signal: str | None
+    """The signal that interrupted the run."""
+    execution_identity: ExecutionIdentity
+    """Identities at execution."""
+    outputs: tuple[str, ...]
+    """Files written under `outputs/`."""
+    forced: bool
+    """Pre-flight refusals were overridden."""

@@ -1,0 +1,35 @@
+"""`signoffs/*.json`: an owner's decision bound to a digest."""
+
+from typing import Literal
+
+from ._base import Strict
+
+Decision = Literal["approve", "accept", "reject"]
+DigestKind = Literal["plan", "snapshot"]
+
+
+class Signoff(Strict):
+    """One append-only sign-off record (its signature, if any, is `<file>.sig`)."""
+
+    schema_version: Literal[1] = 1
+    """Version of this file's layout."""
+    decision: Decision
+    """`approve` a plan; `accept` or `reject` a sealed snapshot."""
+    digest_kind: DigestKind
+    """`plan` (sha256 of frozen-sha256.txt) or `snapshot` (sha256 of manifest-sha256.txt)."""
+    digest: str
+    """The digest the decision is bound to."""
+    snapshot_id: str
+    """Snapshot directory name."""
+    by: str
+    """Who decided (e.g. an e-mail)."""
+    at: str
+    """UTC ISO-8601 time."""
+    note: str | None
+    """Free text."""
+    accepted_gaps: tuple[str, ...]
+    """Known gaps the owner accepts."""
+    genrun_version: str
+    """genrun version that wrote the record."""
+    signed: bool
+    """A `<file>.sig` SSH signature was made with namespace `<decision>@genrun`."""
