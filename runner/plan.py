@@ -10,7 +10,7 @@ from schemas import TokenBudget, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
 from .budget import enforce
-from .code_identity import identify_code
+from .code_identity import code_refs, identify_code
 from .environment import capture_environment
 from .generation_keys import validate_generation
 from .model_identity import identify_model, resolve_model_dir
@@ -28,8 +28,8 @@ def plan_request(request_path: str | Path, store: str | Path | None = None, forc
     request, base_dir = loaded.request, loaded.path.parent
     resolved = resolve_model_dir(request.model, base_dir)
     validate_generation(request.generation, request.model.backend, resolved.path)
-    user_modules = [m for m in (request.entrypoint.callable if request.entrypoint else None, request.model.loader) if m]
-    code = identify_code(user_modules, [base_dir], resolved.path, request.model.trust_remote_code)
+    user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
+    code = identify_code(user_code, [base_dir], resolved.path, request.model.trust_remote_code)
     model = identify_model(request.model, base_dir)
     budget = estimate_budget(loaded, resolved.path, model.weight_bytes, force)
     enforce(budget)

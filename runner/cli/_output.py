@@ -5,6 +5,7 @@ from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 
 stderr_console = Console(stderr=True, highlight=False)
 """Diagnostics, progress and human summaries."""
@@ -14,7 +15,8 @@ stdout_console = Console(highlight=False)
 
 def print_error(message: str) -> None:
     """`genrun: error: <message>` on stderr."""
-    stderr_console.print(f"[bold red]genrun: error:[/] {message}", markup=True, soft_wrap=True)
+    # escape(): messages quote request tables like "[generation]", which rich would eat as markup.
+    stderr_console.print(f"[bold red]genrun: error:[/] {escape(message)}", soft_wrap=True)
 
 
 def print_json(document: Any) -> None:

@@ -2,6 +2,8 @@
 
 import argparse
 
+from rich.markup import escape
+
 from schemas import TokenBudget, layout
 from schemas.digests import plan_digest
 
@@ -52,4 +54,4 @@ def print_plan_summary(snapshot, budget: TokenBudget) -> None:
     parts.append(f"needs ~{budget.required_bytes / 2**20:,.0f} MiB of {budget.device}")
     stderr_console.print("  " + ", ".join(parts))
     for refusal in budget.refusals:
-        stderr_console.print(f"  [yellow]forced past:[/] {refusal}")
+        stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}")

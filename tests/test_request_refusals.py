@@ -1,0 +1,140 @@
+"""Every refusal of a bad request: exit code 2, a message naming table/key/value/fix, and an untouched store.
+
+Each case runs the real `genrun plan` CLI in a subprocess against a store directory that must stay
+exactly as it was (here: never created).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, tiny_request, write_request
+
+CASES = {
+    "generation typo": (
+        dict(generation="max_new_token = 5"),
+        "unknown key 'max_new_token' in [generation]; did you mean 'max_new_tokens'?",
+    ),
+    "top-level typo from incident 3": (
+        dict(top="audio_duration_s = 0.1"),
+        "unknown key 'audio_duration_s' at the top level",
+    ),
+    "unknown table": (
+        dict(tables="[progres]\nevery_units = 4"),
+        "unknown key 'progres' at the top level; did you mean 'progress'?",
+    ),
+    "nested typo": (
+        dict(tables="[budget]\nrows_per_reqest = 2"),
+        "unknown key 'rows_per_reqest' in [budget]; did you mean 'rows_per_request'?",
+    ),
+    "generation wrong type": (
+        dict(generation='max_new_tokens = "lots"'),
+        "[generation] max_new_tokens = 'lots' must be an integer",
+    ),
+    "empty prompt": (
+        dict(prompt=""),
+        "[input] prompt = '': String should have at least 1 character",
+    ),
+    "progress cadence zero": (
+        dict(tables="[progress]\nevery_units = 0"),
+        "[progress] every_units = 0: Input should be greater than or equal to 1",
+    ),
+    "frame units without a rate": (
+        dict(tables='[units]\nname = "frame"'),
+        "needs 'per_second'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_refused_with_exit_2_and_store_untouched(case: str, tmp_path: Path, tiny_lm: Path) -> None:
+    overrides, expected = CASES[case]
+    request = write_request(tmp_path, tiny_request(tiny_lm, **overrides))
+    store = tmp_path / "store"
+    proc = run_cli("plan", request, "--store", store)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert not store.exists()
+
+
+def _assert_refused(request: Path, store: Path, *fragments: str) -> str:
+    proc = run_cli("plan", request, "--store", store)
+    assert proc.returncode == 2, proc.stderr
+    message = " ".join(proc.stderr.split())  # rich wraps long lines on stderr
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not store.exists()
+    return message
+
+
+def test_both_prompt_and_prompts(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm).replace("[input]\n", '[input]\nprompts = ["count down from 2 :"]\n')
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "exactly one of 'prompt', 'prompts' or 'messages'",
+                    "found 'prompt' and 'prompts'")
+
+
+def test_wrong_top_level_type(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm).replace("seed = 0", 'seed = "zero"')
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "top-level key 'seed' = 'zero'", "valid integer")
+
+
+def test_empty_prompt_in_batch(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm).replace('prompt = "count down from 5 :"', 'prompts = ["count down from 2 :", ""]')
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "prompts[1] is empty")
+
+
+def test_missing_model_path(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tmp_path / "no-such-model")
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "[model] path", "does not exist")
+
+
+def test_hub_id_not_in_local_cache(tmp_path: Path) -> None:
+    text = tiny_request(Path("no-org/no-such-model"))
+    message = _assert_refused(write_request(tmp_path, text), tmp_path / "store", "no-org/no-such-model",
+                              "local Hugging Face cache")
+    assert "never downloads" in message
+
+
+def test_not_utf8(tmp_path: Path, tiny_lm: Path) -> None:
+    path = tmp_path / "request.toml"
+    path.write_bytes(tiny_request(tiny_lm).replace("count down", "co\xe9unt").encode("latin-1"))
+    _assert_refused(path, tmp_path / "store", "is not UTF-8 text", "0xe9", "save it as UTF-8")
+
+
+def test_not_toml(tmp_path: Path) -> None:
+    _assert_refused(write_request(tmp_path, "name = \n[model"), tmp_path / "store", "is not valid TOML")
+
+
+def test_not_json(tmp_path: Path) -> None:
+    _assert_refused(write_request(tmp_path, '{"name": "x",', name="request.json"), tmp_path / "store", "is not valid JSON")
+
+
+def test_json_request_with_unknown_key(tmp_path: Path, tiny_lm: Path) -> None:
+    text = ('{"name": "j", "model": {"path": "%s"}, "input": {"prompt": "count down from 3 :"},'
+            ' "generation": {"max_new_tokns": 4}}' % tiny_lm)
+    _assert_refused(write_request(tmp_path, text, name="request.json"), tmp_path / "store",
+                    "unknown key 'max_new_tokns' in [generation]; did you mean 'max_new_tokens'?")
+
+
+def test_absurdly_large(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm) + "# " + "x" * (2 << 20) + "\n"
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "requests are at most 1,048,576 bytes")
+
+
+def test_wrong_extension(tmp_path: Path, tiny_lm: Path) -> None:
+    _assert_refused(write_request(tmp_path, tiny_request(tiny_lm), name="request.yaml"), tmp_path / "store",
+                    "extension '.yaml'", "use a .toml or .json file")
+
+
+def test_missing_request_file(tmp_path: Path) -> None:
+    _assert_refused(tmp_path / "absent.toml", tmp_path / "store", "does not exist")
+
+
+def test_entrypoint_module_not_found(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm, tables='[entrypoint]\ncallable = "no_such_module_xyz:run"')
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "[entrypoint] callable", "no_such_module_xyz")
+
+
+def test_several_problems_reported_together(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm, generation="max_new_token = 5\ntemprature = 0.5")
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "2 problems", "'max_new_tokens'", "'temperature'")
