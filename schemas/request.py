@@ -49,7 +49,10 @@ class ChatMessage(Strict):
 
 
 class InputSpec(Strict):
-    """`[input]`: exactly one of `prompt`, `prompts` (a batch) or `messages`."""
+    """`[input]`: at most one of `prompt`, `prompts` (a batch) or `messages`.
+
+    Causal LMs need exactly one (checked at plan time); an unconditional diffusion pipeline takes none.
+    """
 
     prompt: str | None = Field(default=None, min_length=1)
     """A single prompt."""
@@ -68,12 +71,16 @@ class InputSpec(Strict):
         return prompts
 
     @model_validator(mode="after")
-    def _exactly_one_input(self) -> "InputSpec":
+    def _at_most_one_input(self) -> "InputSpec":
         given = [k for k in ("prompt", "prompts", "messages") if getattr(self, k) is not None]
-        if len(given) != 1:
-            found = " and ".join(repr(g) for g in given) if given else "none"
+        if len(given) > 1:
+            found = " and ".join(repr(g) for g in given)
             raise ValueError(f"give exactly one of 'prompt', 'prompts' or 'messages' (found {found})")
         return self
+
+    def is_empty(self) -> bool:
+        """No prompt at all (unconditional generation)."""
+        return self.prompt is None and self.prompts is None and self.messages is None
 
     def texts(self) -> tuple[str, ...] | None:
         """The prompts as a batch, or `None` when the input is a conversation."""
@@ -150,7 +157,7 @@ class Request(Strict):
     """Seed for torch's generators."""
     model: ModelSpec
     """Which model to run."""
-    input: InputSpec
+    input: InputSpec = InputSpec()
     """What to feed it."""
     generation: dict[str, Any] = {}
     """Overrides of the generation config (transformers) or pipeline call arguments (diffusers)."""

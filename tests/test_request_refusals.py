@@ -138,3 +138,8 @@ def test_entrypoint_module_not_found(tmp_path: Path, tiny_lm: Path) -> None:
 def test_several_problems_reported_together(tmp_path: Path, tiny_lm: Path) -> None:
     text = tiny_request(tiny_lm, generation="max_new_token = 5\ntemprature = 0.5")
     _assert_refused(write_request(tmp_path, text), tmp_path / "store", "2 problems", "'max_new_tokens'", "'temperature'")
+
+
+def test_causal_lm_needs_an_input(tmp_path: Path, tiny_lm: Path) -> None:
+    text = tiny_request(tiny_lm).replace('prompt = "count down from 5 :"\n', "")
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "[input] is empty", "'prompt', 'prompts' or 'messages'")

@@ -1,0 +1,135 @@
+"""Schema models: JSON round trips, refusal of unknown keys in every artifact, and no drift
+between the pydantic models and the committed `schemas/json/*.schema.json` files."""
+
+from pathlib import Path
+
+import orjson
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from conftest import run_cli, tiny_request, write_request
+from runner.plan import plan_request
+from schemas import (
+    EVENT_ADAPTER,
+    CodeIdentity,
+    Environment,
+    ExceptionInfo,
+    ExecutionIdentity,
+    GeneratedTokenIds,
+    GenerationConfigBeforeGenerate,
+    GenerationStop,
+    ModelIdentity,
+    PeakMemory,
+    Request,
+    Result,
+    SequenceStop,
+    Signoff,
+    Timings,
+    TokenBudget,
+    TokenSequenceSummary,
+    layout,
+)
+from schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
+
+FROZEN_MODELS = {
+    layout.REQUEST: Request,
+    layout.ENVIRONMENT: Environment,
+    layout.CODE: CodeIdentity,
+    layout.MODEL: ModelIdentity,
+    layout.TOKEN_BUDGET: TokenBudget,
+}
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Path:
+    directory = tmp_path_factory.mktemp("planned")
+    return plan_request(write_request(directory, tiny_request(tiny_lm)), store=directory / "store")
+
+
+def _hand_made() -> list[BaseModel]:
+    """One instance of each execution-time artifact, filled the way the runner fills them."""
+    stop = SequenceStop(index=0, call_index=0, reason="eos", generated=3, last_token_id=2, fired=("EosTokenCriteria",),
+                        eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6, evidence={"eos_token_id": 2})
+    return [
+        GenerationStop(sequences=(stop, stop.model_copy(update={"index": 1, "reason": "exception",
+                       "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb")}))),
+        GeneratedTokenIds(prompt_length=6, eos_token_ids=(2,), pad_token_id=0, sequences=(TokenSequenceSummary(
+            index=0, call_index=0, count=3, last_ids=(9, 8, 2), eos_positions=(2,), text="1 0", text_with_special="1 0 <eos>"),)),
+        GenerationConfigBeforeGenerate(call_index=0, model_class="LlamaForCausalLM", model_generation_config={"eos_token_id": 2},
+                                       overrides={"max_new_tokens": 16}, effective={"max_length": 22, "eos_token_id": [2]},
+                                       limit_sources={"max_length": "request"}, eos_token_ids=(2,), pad_token_id=0,
+                                       pad_defaulted_to_eos=False, prompt_length=6, batch_rows=1, context_limit=256,
+                                       dtype="float32", device="cpu"),
+        Result(status="succeeded", exit_code=0, unit="token", generated=3, generated_tokens=3, units_per_s=100.0,
+               produced_seconds=None, requested_seconds=None,
+               timings=Timings(load_s=0.1, first_token_s=0.01, decode_s=0.02, total_s=0.2),
+               peak_memory=PeakMemory(rss_bytes=1, cuda_allocated_bytes=None, cuda_reserved_bytes=None),
+               exception=None, signal=None, execution_identity=ExecutionIdentity(code_digest="a", model_digest="b", plan_digest="c"),
+               outputs=("outputs/sequence_0.txt",), forced=False),
+        Signoff(decision="accept", digest_kind="snapshot", digest="0" * 64, snapshot_id="x", by="a@b", at="2026-11-29T00:00:00Z",
+                note=None, accepted_gaps=("no scores",), genrun_version="0.1.0", signed=False),
+    ]
+
+
+def test_frozen_artifacts_round_trip(planned: Path) -> None:
+    for name, model in FROZEN_MODELS.items():
+        raw = (planned / name).read_bytes()
+        loaded = model.model_validate_json(raw)
+        assert model.model_validate_json(orjson.dumps(loaded.model_dump(mode="json"))) == loaded
+        assert orjson.loads(raw) == loaded.model_dump(mode="json"), f"{name} is not in normalised form"
+
+
+@pytest.mark.parametrize("instance", _hand_made(), ids=lambda m: type(m).__name__)
+def test_execution_artifacts_round_trip(instance: BaseModel) -> None:
+    again = type(instance).model_validate_json(orjson.dumps(instance.model_dump(mode="json")))
+    assert again == instance
+
+
+@pytest.mark.parametrize("instance", _hand_made(), ids=lambda m: type(m).__name__)
+def test_unknown_key_in_an_artifact_is_refused(instance: BaseModel) -> None:
+    data = instance.model_dump(mode="json") | {"surprise": 1}
+    with pytest.raises(ValidationError, match="surprise"):
+        type(instance).model_validate(data)
+
+
+def test_frozen_artifact_with_unknown_key_is_refused(planned: Path) -> None:
+    for name, model in FROZEN_MODELS.items():
+        data = orjson.loads((planned / name).read_bytes()) | {"surprise": 1}
+        with pytest.raises(ValidationError, match="surprise"):
+            model.model_validate(data)
+
+
+def test_progress_events_parse_by_tag() -> None:
+    line = b'{"seq": 3, "event": "progress", "t": 1.5, "generated": 8, "units_per_s": 5.0, "window_units_per_s": 6.0}'
+    event = EVENT_ADAPTER.validate_json(line)
+    assert type(event).__name__ == "ProgressEvent" and event.generated == 8
+    with pytest.raises(ValidationError):
+        EVENT_ADAPTER.validate_json(b'{"seq": 0, "event": "progres", "t": 0, "generated": 0}')
+
+
+def test_loaded_models_are_immutable(planned: Path) -> None:
+    budget = TokenBudget.model_validate_json((planned / layout.TOKEN_BUDGET).read_bytes())
+    with pytest.raises(ValidationError):
+        budget.fits_context = False  # type: ignore[misc]
+
+
+def test_committed_json_schemas_match_the_models() -> None:
+    rendered = render_json_schemas()
+    on_disk = {p.name: p.read_bytes() for p in JSON_DIR.glob("*.schema.json")}
+    stale = sorted(name for name in rendered.keys() | on_disk.keys() if rendered.get(name) != on_disk.get(name))
+    assert not stale, f"schemas/json drifted from the models: {stale}; run 'genrun schema' and commit the result"
+    assert len(rendered) == len(SCHEMA_SOURCES)
+
+
+def test_schema_command_writes_every_file(tmp_path: Path) -> None:
+    proc = run_cli("schema", "--out", tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    written = orjson.loads(proc.stdout)
+    assert sorted(Path(p).name for p in written) == sorted(render_json_schemas())
+    assert all(Path(p).read_bytes() == render_json_schemas()[Path(p).name] for p in written)
+
+
+def test_field_docstrings_become_schema_descriptions() -> None:
+    schema = orjson.loads((JSON_DIR / "generation-stop.schema.json").read_bytes())
+    stop = schema["$defs"]["SequenceStop"]["properties"]["reason"]
+    assert "never guessed" in stop["description"] or "unknown" in stop["description"]
