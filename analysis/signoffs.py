@@ -1,0 +1,290 @@
+"""Read-only evaluation of owner sign-offs (`signoffs/*.json` + `.sig`): valid, unsigned or invalid, and why.
+
+A record is judged against the snapshot as it is *now*: its digest must still equal the current
+plan digest (`approve`) or snapshot digest (`accept`, `reject`), and when it is signed its
+SSH signature must verify with `ssh-keygen -Y verify` against an allowed-signers file, for the
+record's `by` as principal and the namespace `<decision>@genrun` (git's SSH signing scheme).
+
+This module checks the digests a record binds; it does not re-hash the files a manifest lists.
+That a sealed file still matches `manifest-sha256.txt` is verify's manifest check: together
+they make any change to a signed snapshot visible.
+
+Imports only the standard library, pydantic and `schemas` (no torch, transformers or runner).
+"""
+
+import base64
+import binascii
+import re
+import shutil
+import struct
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from pydantic import ValidationError
+
+from schemas import layout
+from schemas.digests import plan_digest, snapshot_digest
+from schemas.signoff import Decision, DigestKind, Signoff
+
+SignoffState = Literal["valid", "unsigned", "invalid"]
+
+NAMESPACE_SUFFIX = "@genrun"
+SIGNATURE_SUFFIX = ".sig"
+DIGEST_KIND_OF: dict[str, DigestKind] = {"approve": "plan", "accept": "snapshot", "reject": "snapshot"}
+"""Which digest each decision binds: a plan is approved before it runs, results are judged after sealing."""
+
+SSH_KEYGEN = "ssh-keygen"
+SSH_KEYGEN_MISSING = "ssh-keygen not found: install the 'openssh-client' package (Debian/Ubuntu: apt-get install openssh-client)"
+NO_ALLOWED_SIGNERS = "no allowed-signers file: pass --allowed-signers FILE or set git's gpg.ssh.allowedSignersFile"
+SSH_KEYGEN_TIMEOUT = 60  # seconds; verification of one small file takes milliseconds
+DIGEST_SHOWN = 12  # hex characters of a digest in messages
+
+
+class SignoffStatus(NamedTuple):
+    """One sign-off record as judged now. Fields from the record are None when it does not parse."""
+
+    file: str
+    """Record file name under `signoffs/`."""
+    decision: Decision | None
+    by: str | None
+    digest_kind: DigestKind | None
+    digest: str | None
+    at: str | None
+    state: SignoffState
+    reason: str
+    """Why it is invalid; "no signature" when unsigned; "signed by <principal> (<key>)" when valid."""
+
+
+def namespace_for(decision: str) -> str:
+    """`approve` -> `approve@genrun`: one namespace per decision, so a signature cannot change its meaning."""
+    return f"{decision}{NAMESPACE_SUFFIX}"
+
+
+def default_allowed_signers() -> Path | None:
+    """git's `gpg.ssh.allowedSignersFile` (with `~` expanded), or None when it is unset or git is missing."""
+    value = git_config("gpg.ssh.allowedSignersFile")
+    return Path(value).expanduser() if value else None
+
+
+def git_config(key: str) -> str | None:
+    """`git config --get KEY` as git resolves it from the current directory; None when unset or no git."""
+    try:
+        done = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True, timeout=SSH_KEYGEN_TIMEOUT)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    value = done.stdout.strip()
+    return value if done.returncode == 0 and value else None
+
+
+def record_files(snapshot_dir: Path) -> list[Path]:
+    """Sign-off records, oldest first (names start with the UTC time); staging files (dot-prefixed) are skipped."""
+    directory = Path(snapshot_dir) / layout.SIGNOFFS_DIR
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.json") if not p.name.startswith(".") and p.is_file())
+
+
+def evaluate_signoffs(snapshot_dir: Path, allowed_signers: Path | None) -> list[SignoffStatus]:
+    """Judge every record under `signoffs/` against the snapshot's current digests and signatures, oldest first.
+
+    `allowed_signers` None means git's `gpg.ssh.allowedSignersFile`; without one, signed records
+    cannot be verified and are reported invalid with the fix.
+    """
+    snapshot_dir = Path(snapshot_dir)
+    if allowed_signers is None:
+        allowed_signers = default_allowed_signers()
+    current = CurrentDigests.of(snapshot_dir)
+    statuses = [evaluate_record(path, snapshot_dir.name, current, allowed_signers) for path in record_files(snapshot_dir)]
+    return sorted(statuses, key=lambda s: (s.at or "", s.file))  # names have whole seconds; `at` has microseconds
+
+
+class CurrentDigests(NamedTuple):
+    """The snapshot's digests now; None where the file they hash is missing."""
+
+    plan: str | None
+    snapshot: str | None
+
+    @classmethod
+    def of(cls, snapshot_dir: Path) -> "CurrentDigests":
+        plan = plan_digest(snapshot_dir) if (snapshot_dir / layout.FROZEN_MANIFEST).is_file() else None
+        sealed = snapshot_digest(snapshot_dir) if (snapshot_dir / layout.MANIFEST).is_file() else None
+        return cls(plan=plan, snapshot=sealed)
+
+
+def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allowed_signers: Path | None) -> SignoffStatus:
+    """One record: parse it, check what it binds, then its signature. Every problem found is reported."""
+    try:
+        record = Signoff.model_validate_json(path.read_bytes())
+    except (ValidationError, ValueError, OSError) as exc:
+        reason = f"record does not parse as a Signoff ({_parse_error(exc)})"
+        return SignoffStatus(path.name, None, None, None, None, None, "invalid", reason)
+    problems = binding_problems(record, snapshot_id, current)
+    sig = path.with_name(path.name + SIGNATURE_SUFFIX)
+    if not record.signed:
+        if sig.exists():
+            problems.append(f"record says signed=false but {sig.name} exists")
+        state: SignoffState = "invalid" if problems else "unsigned"
+        return _status(path, record, state, "; ".join(problems) or "no signature")
+    verdict = verify_signature(path, sig, record.by, namespace_for(record.decision), allowed_signers)
+    if verdict.ok and not problems:
+        return _status(path, record, "valid", verdict.message)
+    if not verdict.ok:
+        problems.append(verdict.message)
+    return _status(path, record, "invalid", "; ".join(problems))
+
+
+def binding_problems(record: Signoff, snapshot_id: str, current: CurrentDigests) -> list[str]:
+    """What is wrong with the digest a record binds: wrong kind for its decision, other snapshot, changed digest."""
+    expected_kind = DIGEST_KIND_OF[record.decision]
+    if record.digest_kind != expected_kind:
+        return [f"{record.decision} must bind the {expected_kind} digest, record binds the {record.digest_kind} digest"]
+    problems = []
+    if record.snapshot_id != snapshot_id:
+        problems.append(f"record is for snapshot {record.snapshot_id}, not {snapshot_id}")
+    now = current.plan if record.digest_kind == "plan" else current.snapshot
+    bound = f"record binds {record.digest_kind} digest {short(record.digest)}"
+    if now is None:
+        missing = layout.FROZEN_MANIFEST if record.digest_kind == "plan" else layout.MANIFEST
+        problems.append(f"digest no longer matches: {bound}, but {missing} is missing")
+    elif now != record.digest:
+        problems.append(f"digest no longer matches: {bound}, current is {short(now)}")
+    return problems
+
+
+class Verdict(NamedTuple):
+    """Outcome of checking one signature: ok, and a message saying who signed or why it fails."""
+
+    ok: bool
+    message: str
+
+
+def verify_signature(record: Path, sig: Path, principal: str, namespace: str, allowed_signers: Path | None) -> Verdict:
+    """`ssh-keygen -Y verify`; on failure, find out why (namespace, signature, signer) for the report."""
+    if not sig.is_file():
+        return Verdict(False, f"record says signed but {sig.name} is missing")
+    if allowed_signers is None:
+        return Verdict(False, NO_ALLOWED_SIGNERS)
+    if not allowed_signers.is_file():
+        fix = "pass --allowed-signers FILE or fix git's gpg.ssh.allowedSignersFile"
+        return Verdict(False, f"allowed-signers file {allowed_signers} does not exist: {fix}")
+    if shutil.which(SSH_KEYGEN) is None:
+        return Verdict(False, f"{SSH_KEYGEN_MISSING}; the signature cannot be checked")
+    verify = _ssh_keygen(["-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", namespace, "-s", str(sig)], record)
+    if verify.returncode == 0:
+        return Verdict(True, f"signed by {principal} ({_key_description(verify.stdout)})")
+    return Verdict(False, diagnose_failure(record, sig, principal, namespace, allowed_signers, verify.stderr))
+
+
+def diagnose_failure(record: Path, sig: Path, principal: str, namespace: str, allowed_signers: Path, verify_stderr: str) -> str:
+    """Name the first reason a verification failed: not a signature, wrong namespace, bad signature, unknown signer."""
+    try:
+        header = read_sshsig(sig.read_bytes())
+    except (ValueError, OSError) as exc:
+        return f"bad signature: {sig.name} is not an SSH signature ({exc})"
+    if header.namespace != namespace:
+        return f"signature namespace is not {namespace} (the signature was made for {header.namespace})"
+    check = _ssh_keygen(["-Y", "check-novalidate", "-n", namespace, "-s", str(sig)], record)
+    if check.returncode != 0:
+        return "bad signature: the record does not match its signature (changed after signing, or signed by another file)"
+    found = _ssh_keygen(["-Y", "find-principals", "-f", str(allowed_signers), "-s", str(sig)], None)
+    principals = found.stdout.split() if found.returncode == 0 else []
+    if principal in principals:  # the key is listed for this principal, but not for this namespace or time
+        detail = _first_line_text(verify_stderr) or "restricted by namespaces= or valid-before/valid-after"
+        return f"signer {principal} not allowed for {namespace} in allowed signers {allowed_signers} ({detail})"
+    listed = f" (the signing key is listed for {', '.join(principals)})" if principals else ""
+    return f"signer {principal} not in allowed signers {allowed_signers}{listed}"
+
+
+class SshSigHeader(NamedTuple):
+    """The readable part of an SSHSIG blob (PROTOCOL.sshsig in OpenSSH)."""
+
+    key_type: str
+    namespace: str
+
+
+def read_sshsig(armored: bytes) -> SshSigHeader:
+    """Key type and namespace of an armored `-----BEGIN SSH SIGNATURE-----` file; ValueError if malformed."""
+    lines = armored.decode("ascii", errors="replace").strip().splitlines()
+    if len(lines) < 3 or lines[0] != "-----BEGIN SSH SIGNATURE-----" or lines[-1] != "-----END SSH SIGNATURE-----":
+        raise ValueError("missing the SSH SIGNATURE armor lines")
+    try:
+        blob = base64.b64decode("".join(lines[1:-1]), validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"base64: {exc}") from exc
+    if blob[:6] != b"SSHSIG":
+        raise ValueError("missing the SSHSIG magic")
+    offset = 6 + 4  # magic, uint32 version
+    public_key, offset = _ssh_string(blob, offset)
+    namespace, offset = _ssh_string(blob, offset)
+    key_type, _ = _ssh_string(public_key, 0)
+    return SshSigHeader(key_type=key_type.decode(errors="replace"), namespace=namespace.decode(errors="replace"))
+
+
+def _ssh_string(blob: bytes, offset: int) -> tuple[bytes, int]:
+    """RFC 4251 `string`: uint32 length then the bytes."""
+    if offset + 4 > len(blob):
+        raise ValueError("truncated")
+    (length,) = struct.unpack_from(">I", blob, offset)
+    end = offset + 4 + length
+    if end > len(blob):
+        raise ValueError("truncated")
+    return blob[offset + 4 : end], end
+
+
+def summarize_signoffs(statuses: Iterable[SignoffStatus]) -> str:
+    """One line for `ls`/`verify`: "approve valid (alice@x), accept invalid: digest no longer matches"."""
+    parts = []
+    for status in statuses:
+        label = f"{status.decision or status.file} {status.state}"
+        if status.state == "invalid":
+            parts.append(f"{label}: {_short_reason(status.reason)}")
+        else:
+            parts.append(f"{label} ({status.by})")
+    return ", ".join(parts) or "no sign-offs"
+
+
+def short(digest: str) -> str:
+    """First hex characters of a digest, for messages."""
+    return f"{digest[:DIGEST_SHOWN]}…" if len(digest) > DIGEST_SHOWN else digest
+
+
+def _short_reason(reason: str) -> str:
+    """The head of each problem: "digest no longer matches: record binds …" -> "digest no longer matches"."""
+    return "; ".join(problem.split(":")[0].split(" (")[0] for problem in reason.split("; "))
+
+
+def _status(path: Path, record: Signoff, state: SignoffState, reason: str) -> SignoffStatus:
+    return SignoffStatus(path.name, record.decision, record.by, record.digest_kind, record.digest, record.at, state, reason)
+
+
+def _ssh_keygen(args: Sequence[str], stdin_file: Path | None) -> subprocess.CompletedProcess[str]:
+    """Run ssh-keygen with the record on stdin (never a terminal: it must not prompt)."""
+    if stdin_file is None:
+        return subprocess.run([SSH_KEYGEN, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SSH_KEYGEN_TIMEOUT)
+    with open(stdin_file, "rb") as data:
+        return subprocess.run([SSH_KEYGEN, *args], stdin=data, capture_output=True, text=True, timeout=SSH_KEYGEN_TIMEOUT)
+
+
+_GOOD_SIGNATURE = re.compile(r"with (\S+) key (\S+)")
+
+
+def _key_description(verify_stdout: str) -> str:
+    """`Good "x" signature for p with ED25519 key SHA256:…` -> `ED25519 key SHA256:…`."""
+    match = _GOOD_SIGNATURE.search(verify_stdout)
+    return f"{match.group(1)} key {match.group(2)}" if match else "SSH key"
+
+
+def _parse_error(exc: Exception) -> str:
+    """The first problem pydantic (or the OS) found, with the field it concerns."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "file"
+        return f"{where}: {first['msg']}"
+    return _first_line_text(str(exc)) or type(exc).__name__
+
+
+def _first_line_text(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""

@@ -1,0 +1,286 @@
+"""Owner sign-offs: append a record bound to a digest, sign it as git signs with SSH, and gate execution.
+
+Records. Each sign-off is a new file `signoffs/<UTC time>-<decision>-<8 hex>.json` (a
+`schemas.Signoff`); an existing record is never modified or replaced. The record is written
+atomically to a dot-prefixed staging file, signed there, and then hard-linked to its final name
+(signature first, record last; `link` fails if the name exists, like `O_EXCL`), so two concurrent
+sign-offs both survive and a reader never sees a signed record without its signature. Records and
+signatures are made read-only (0o444) like sealed files. `signoffs/` is outside the manifest, so
+records never change the snapshot digest.
+
+Binding. `approve` binds the plan digest (sha256 of `frozen-sha256.txt`; works before execution);
+`accept` and `reject` bind the snapshot digest (sha256 of `manifest-sha256.txt`) and need a sealed
+snapshot.
+
+Signatures. `ssh-keygen -Y sign -f KEY -n <decision>@genrun RECORD` writes `RECORD.sig`; the
+namespace per decision means an `accept` signature can never pass as an `approve`. The key is
+`--key`, else git's `user.signingkey` when `gpg.format = ssh` (a literal `ssh-ed25519 AAAA…` value
+is used through ssh-agent, as git does); with neither the record is unsigned, and says so.
+
+Approval gate (`check_approval`, used by `genrun execute --require-approval` and
+`[policy] require_approval = true`). A plan may run when at least one `approve` record is not
+invalid: its digest equals the *current* plan digest, it is for this snapshot, and, if it is
+signed, its signature verifies against the allowed-signers file for its `by` and the
+`approve@genrun` namespace. Signed-and-verified approvals are preferred; an unsigned approval
+also opens the gate (it records intent, not identity), and the returned status says "unsigned"
+so the executor can show it. A signed approval that cannot be verified (bad signature, unknown
+signer, no allowed-signers file) is invalid and never opens the gate: an unverifiable signature
+is treated as a failed one, not as "unsigned".
+"""
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+from analysis.signoffs import (
+    DIGEST_KIND_OF,
+    SIGNATURE_SUFFIX,
+    SSH_KEYGEN,
+    SSH_KEYGEN_MISSING,
+    SignoffStatus,
+    evaluate_signoffs,
+    git_config,
+    namespace_for,
+    short,
+)
+from schemas import layout
+from schemas.digests import plan_digest, snapshot_digest
+from schemas.signoff import Signoff
+
+from . import __version__
+from ._io import fsync_dir, write_model_atomic
+from .errors import ApprovalRequired, SignoffError, StoreError
+from .store import describe_os_error, is_sealed, open_snapshot
+
+DECISIONS = tuple(DIGEST_KIND_OF)
+"""approve, accept, reject."""
+READ_ONLY = 0o444
+SIGN_TIMEOUT = 300  # seconds; a passphrase may be typed at the terminal
+NAME_ATTEMPTS = 16  # a name collision needs the same second, decision and 32 random bits
+_LITERAL_KEY = re.compile(r"^(key::)?(ssh-[a-z0-9-]+|ecdsa-[a-z0-9-]+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+")
+
+
+class SigningKey(NamedTuple):
+    """What `ssh-keygen -Y sign -f` gets, and where it came from (for error messages)."""
+
+    path: Path | None
+    """A private key file (or a public one whose private half is in ssh-agent); None for `literal`."""
+    origin: str
+    """`--key` or `git's user.signingkey`."""
+    literal: str | None = None
+    """A public key written in git's config: signed through ssh-agent (`-U`), as git does."""
+
+
+def make_signoff(
+    snapshot_dir: Path,
+    decision: str,
+    by: str | None,
+    key: Path | None,
+    note: str | None,
+    accepted_gaps: Sequence[str],
+) -> Path:
+    """Write a new sign-off record (signed when a key is given or configured in git); return its path.
+
+    `by` None means git's `user.email`; `key` None means git's `user.signingkey` if `gpg.format`
+    is `ssh`, else an unsigned record.
+    """
+    snapshot_dir = open_snapshot(snapshot_dir)
+    if decision not in DIGEST_KIND_OF:
+        raise SignoffError(f"unknown decision {decision!r}: choose one of {', '.join(DECISIONS)}")
+    kind = DIGEST_KIND_OF[decision]
+    if kind == "snapshot" and not is_sealed(snapshot_dir):
+        raise SignoffError(
+            f"{decision} needs a sealed snapshot: {snapshot_dir} has no {layout.MANIFEST} (the run has not finished, "
+            "or was killed); run 'genrun execute' or 'genrun verify' first"
+        )
+    signer = resolve_signer(by)
+    signing_key = resolve_key(key)
+    if signing_key is not None and shutil.which(SSH_KEYGEN) is None:
+        raise SignoffError(SSH_KEYGEN_MISSING)  # before anything is written
+    now = datetime.now(timezone.utc)
+    record = Signoff(
+        decision=decision,  # type: ignore[arg-type]  # checked against DIGEST_KIND_OF above
+        digest_kind=kind,
+        digest=plan_digest(snapshot_dir) if kind == "plan" else snapshot_digest(snapshot_dir),
+        snapshot_id=snapshot_dir.name,
+        by=signer,
+        at=now.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        note=note,
+        accepted_gaps=tuple(accepted_gaps),
+        genrun_version=__version__,
+        signed=signing_key is not None,
+    )
+    return write_record(snapshot_dir / layout.SIGNOFFS_DIR, record, signing_key, now)
+
+
+def resolve_signer(by: str | None) -> str:
+    """`--by`, else git's `user.email`; the principal looked up in the allowed-signers file."""
+    signer = by if by is not None else git_config("user.email")
+    if signer is None:
+        raise SignoffError(
+            "no signer: pass --by NAME (e.g. your e-mail) or set git's user.email (git config --global user.email you@example.com)"
+        )
+    if not signer.strip() or any(c.isspace() for c in signer):
+        raise SignoffError(f"--by {signer!r} is not a valid principal: use one word without spaces, e.g. an e-mail address")
+    return signer
+
+
+def resolve_key(key: Path | None) -> SigningKey | None:
+    """`--key PATH`, else git's `user.signingkey` when `gpg.format = ssh`, else None (unsigned)."""
+    if key is not None:
+        return _existing_key(Path(key).expanduser(), "--key", "pass the path of an SSH private key, e.g. --key ~/.ssh/id_ed25519")
+    if git_config("gpg.format") != "ssh":
+        return None
+    configured = git_config("user.signingkey")
+    if configured is None:
+        return None
+    if _LITERAL_KEY.match(configured):
+        return _literal_key(configured)
+    return _existing_key(
+        Path(configured).expanduser(), "git's user.signingkey", "fix it with 'git config user.signingkey PATH' or pass --key PATH"
+    )
+
+
+def _existing_key(path: Path, origin: str, fix: str) -> SigningKey:
+    if not path.is_file():
+        raise SignoffError(f"key file {path} does not exist ({origin}); {fix}")
+    return SigningKey(path=path, origin=origin)
+
+
+def _literal_key(value: str) -> SigningKey:
+    """git allows `user.signingkey = ssh-ed25519 AAAA…`: sign with `-U` through ssh-agent, as git does."""
+    if not os.environ.get("SSH_AUTH_SOCK"):
+        raise SignoffError(
+            "git's user.signingkey is a public key, not a file: its private half must be in ssh-agent, "
+            "but SSH_AUTH_SOCK is not set; start ssh-agent and 'ssh-add' the key, or pass --key PATH"
+        )
+    return SigningKey(path=None, origin="git's user.signingkey", literal=value.removeprefix("key::"))
+
+
+def write_record(directory: Path, record: Signoff, key: SigningKey | None, now: datetime) -> Path:
+    """Stage, sign, then link the record under a fresh name; nothing existing is touched."""
+    try:
+        directory.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, directory)) from exc
+    staging = directory / f".staging-{secrets.token_hex(8)}.json"
+    staged_sig = _sig_path(staging)
+    try:
+        write_model_atomic(staging, record)
+        os.chmod(staging, READ_ONLY)
+        if key is not None:
+            sign_file(staging, key, namespace_for(record.decision))
+            os.chmod(staged_sig, READ_ONLY)
+        final = _link_new_name(directory, staging, staged_sig if key is not None else None, record.decision, now)
+        fsync_dir(directory)
+        return final
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, directory)) from exc
+    finally:
+        for leftover in (staging, staged_sig):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def sign_file(path: Path, key: SigningKey, namespace: str) -> Path:
+    """`ssh-keygen -Y sign -f KEY -n NAMESPACE FILE` -> `FILE.sig`; errors name the key and ssh-keygen's reason."""
+    executable = shutil.which(SSH_KEYGEN)
+    if executable is None:
+        raise SignoffError(SSH_KEYGEN_MISSING)
+    with tempfile.TemporaryDirectory(prefix="genrun-signingkey-") as scratch:
+        key_file, agent = key.path, []
+        if key.literal is not None:  # ssh-keygen wants a file: the public key, with -U for "private half in the agent"
+            key_file, agent = Path(scratch) / "key.pub", ["-U"]
+            key_file.write_text(key.literal + "\n")
+        args = [executable, "-Y", "sign", "-f", str(key_file), "-n", namespace, *agent, str(path)]
+        # stdin is never the terminal: ssh-keygen must not wait on a question; a passphrase is read from /dev/tty.
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SIGN_TIMEOUT)
+    if done.returncode != 0:
+        reason = done.stderr.strip().replace("\n", "; ") or f"exit status {done.returncode}"
+        hint = " (a passphrase-protected key needs a terminal, or load it into ssh-agent with 'ssh-add')"
+        raise SignoffError(f"ssh-keygen could not sign with {key.path or key.literal} ({key.origin}): {reason}{hint}")
+    return _sig_path(path)
+
+
+def _link_new_name(directory: Path, staging: Path, staged_sig: Path | None, decision: str, now: datetime) -> Path:
+    """Hard-link the signature, then the record, to a name no one has; `link` refuses an existing name."""
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    for _ in range(NAME_ATTEMPTS):
+        final = directory / f"{stamp}-{decision}-{secrets.token_hex(4)}.json"
+        if staged_sig is not None and not _place_exclusive(staged_sig, _sig_path(final)):
+            continue
+        if _place_exclusive(staging, final):
+            return final
+        if staged_sig is not None:  # ours: the link above succeeded
+            os.unlink(_sig_path(final))
+    raise SignoffError(f"could not find a free sign-off record name in {directory} after {NAME_ATTEMPTS} attempts")
+
+
+def _place_exclusive(source: Path, target: Path) -> bool:
+    """Put `source`'s bytes at `target` only if `target` does not exist; False if it does."""
+    try:
+        os.link(source, target)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+            raise
+    # Filesystems without hard links: an exclusive create still never replaces another record.
+    try:
+        with open(target, "xb") as out:
+            out.write(source.read_bytes())
+            out.flush()
+            os.fsync(out.fileno())
+    except FileExistsError:
+        return False
+    os.chmod(target, READ_ONLY)
+    return True
+
+
+def _sig_path(record: Path) -> Path:
+    return record.with_name(record.name + SIGNATURE_SUFFIX)
+
+
+def check_approval(snapshot_dir: Path, allowed_signers: Path | None = None) -> SignoffStatus:
+    """The approval that lets this plan run (valid preferred, else unsigned); ApprovalRequired if none.
+
+    `allowed_signers` None means git's `gpg.ssh.allowedSignersFile`.
+    """
+    snapshot_dir = open_snapshot(snapshot_dir)
+    approvals = [s for s in evaluate_signoffs(snapshot_dir, allowed_signers) if s.decision == "approve"]
+    for state in ("valid", "unsigned"):
+        usable = [s for s in approvals if s.state == state]
+        if usable:
+            return usable[-1]  # the most recent
+    raise ApprovalRequired(_approval_refusal(snapshot_dir, approvals))
+
+
+def describe_approval(status: SignoffStatus) -> str:
+    """One line for the executor: who approved, signed or not, and in which record."""
+    if status.state == "valid":
+        return f"plan approved: {status.reason} at {status.at} ({layout.SIGNOFFS_DIR}/{status.file})"
+    return f"plan approved by {status.by} at {status.at}, UNSIGNED ({layout.SIGNOFFS_DIR}/{status.file})"
+
+
+def _approval_refusal(snapshot_dir: Path, approvals: list[SignoffStatus]) -> str:
+    found = (
+        "approve records found, none usable: " + "; ".join(f"{s.file}: {s.reason}" for s in approvals)
+        if approvals
+        else f"there is no approve record in {snapshot_dir / layout.SIGNOFFS_DIR}"
+    )
+    return (
+        f"{snapshot_dir.name} may not run without an approve sign-off for its current plan digest "
+        f"{short(plan_digest(snapshot_dir))} (--require-approval or [policy] require_approval = true); {found}. "
+        f"Review the plan, then run 'genrun signoff {snapshot_dir} --decision approve --key ~/.ssh/id_ed25519' "
+        "(and list the key in the allowed-signers file)"
+    )

@@ -1,0 +1,32 @@
+"""Minimal snapshot directories built with the real store functions (create_snapshot, seal_snapshot).
+
+For tests of code that only needs the snapshot *container* (digests, sign-offs, listing), not a
+real model run. The file contents are small stand-ins; the layout, the frozen manifest, the seal
+and the read-only bits all come from `runner.store`.
+"""
+
+from pathlib import Path
+
+import orjson
+
+from runner.store import create_snapshot, seal_snapshot
+from schemas import layout
+
+
+def make_planned_snapshot(store: Path, name: str = "factory", request: dict | None = None) -> Path:
+    """A planned (frozen, not executed) snapshot whose `request.json` holds `request`."""
+    body = request if request is not None else {"name": name, "note": "stand-in request for tests"}
+
+    def freeze(tmp: Path) -> None:
+        (tmp / layout.REQUEST).write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+        (tmp / f"{layout.REQUEST_SOURCE_PREFIX}.json").write_bytes(orjson.dumps(body))
+
+    return create_snapshot(Path(store), name, freeze)
+
+
+def make_sealed_snapshot(store: Path, name: str = "factory", result: dict | None = None) -> Path:
+    """A planned snapshot with a stand-in result file, sealed (manifest written, files 0o444)."""
+    snapshot = make_planned_snapshot(store, name)
+    (snapshot / layout.RESULT).write_bytes(orjson.dumps(result if result is not None else {"status": "succeeded"}))
+    seal_snapshot(snapshot)
+    return snapshot
