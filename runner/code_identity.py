@@ -1,0 +1,172 @@
+"""`code.json`: sha256 of the code that will run — genrun itself, the user's entry points, the model's remote code.
+
+Nothing here imports the code it identifies: user modules are located with the import system's
+path finder only, so planning never executes user code.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from schemas import CodeIdentity, CodeSet, FileDigest
+from schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+
+from .errors import RequestError
+
+GENRUN_PACKAGES = ("runner", "analysis", "schemas")
+"""genrun's own top-level packages, hashed into `code.json`'s `genrun` set."""
+
+
+class CodeRef(NamedTuple):
+    """A `module:function` reference and the request field it came from (for error messages)."""
+
+    field: str
+    """E.g. `[entrypoint] callable` or `[model] loader`."""
+    value: str
+    """`module:function` as written."""
+
+
+class _ModuleSource(NamedTuple):
+    """A located module: the directory its paths are shown relative to, and its source files."""
+
+    anchor: Path
+    files: list[Path]
+
+
+def genrun_code_set() -> CodeSet:
+    """Every `*.py` of genrun's packages plus `schemas/json/*.json`, relative to their common parent.
+
+    Cheap on purpose (a few dozen small files, nothing cached across processes): it runs at plan
+    time and again at execute time to detect code that changed in between.
+    """
+    package_dirs = [d for name in GENRUN_PACKAGES if (d := _package_dir(name)) is not None]
+    files: list[Path] = []
+    for directory in package_dirs:
+        files.extend(_python_files(directory))
+        if directory.name == "schemas":
+            files.extend(sorted((directory / "json").glob("*.json")))
+    return code_set(Path(os.path.commonpath([d.parent for d in package_dirs])), files)
+
+
+def identify_code(
+    entrypoint_modules: Sequence[str | CodeRef],
+    search_path: Sequence[Path],
+    model_dir: Path | None,
+    trust_remote_code: bool,
+) -> CodeIdentity:
+    """Hash genrun, the modules of the `module:function` entry points/loaders, and the model directory's `*.py`.
+
+    `search_path` is where the runner will look for user modules before `sys.path` (e.g. the
+    request file's directory). A plain string in `entrypoint_modules` is reported as
+    `[entrypoint] callable` in errors; pass `code_refs(...)` to name `[model] loader` too.
+    Remote code is recorded whenever the model directory has Python files, whatever
+    `trust_remote_code` says: with it off they are not run, but they are part of the checkpoint,
+    and a later run with it on must be comparable.
+    """
+    del trust_remote_code  # it is frozen in request.json; the files are hashed either way (see above)
+    refs = [r if isinstance(r, CodeRef) else CodeRef("[entrypoint] callable", r) for r in entrypoint_modules]
+    sources = [module_source(ref, search_path) for ref in refs]
+    entry_files = sorted({f for s in sources for f in s.files})
+    entrypoint = None
+    if entry_files:
+        entrypoint = code_set(Path(os.path.commonpath([s.anchor for s in sources if s.files])), entry_files)
+    remote_code = None
+    if model_dir is not None:
+        remote = _python_files(Path(model_dir))
+        if remote:
+            remote_code = code_set(Path(model_dir), remote)
+    return CodeIdentity(genrun=genrun_code_set(), entrypoint=entrypoint, remote_code=remote_code)
+
+
+def code_refs(entrypoint_callable: str | None, loader: str | None) -> list[CodeRef]:
+    """The request's `[entrypoint] callable` and `[model] loader` (either may be `None`), labelled for errors."""
+    refs = []
+    if entrypoint_callable is not None:
+        refs.append(CodeRef("[entrypoint] callable", entrypoint_callable))
+    if loader is not None:
+        refs.append(CodeRef("[model] loader", loader))
+    return refs
+
+
+def module_source(ref: CodeRef, search_path: Sequence[Path]) -> _ModuleSource:
+    """Locate `ref`'s module without importing it: its top-level package's `*.py`, or its one file.
+
+    A module inside a package counts the whole top-level package, since importing it runs the
+    package's `__init__.py` and usually its siblings.
+    """
+    module = ref.value.partition(":")[0]
+    path = [os.path.abspath(p) for p in search_path]
+    spec = _find_spec_without_import(module, path)
+    if spec is None:
+        searched = ", ".join(path) + " and sys.path" if path else "sys.path"
+        raise RequestError(
+            f"{ref.field} {ref.value!r}: module {module!r} cannot be found (searched {searched}); "
+            "put the module beside the request file, install it, or correct the module name"
+        )
+    top = spec if "." not in module else _find_spec_without_import(module.split(".")[0], path)
+    if top is not None and top.submodule_search_locations:
+        locations = [Path(os.path.abspath(p)) for p in top.submodule_search_locations]
+        return _ModuleSource(Path(os.path.commonpath([p.parent for p in locations])), [f for p in locations for f in _python_files(p)])
+    if spec.has_location and spec.origin and os.path.isfile(spec.origin):
+        origin = Path(os.path.abspath(spec.origin))
+        return _ModuleSource(origin.parent, [origin])
+    return _ModuleSource(Path("/"), [])  # built-in or frozen module: no source file to hash
+
+
+def code_set(root: Path, files: Iterable[Path]) -> CodeSet:
+    """Hash `files` (all under `root`) into a `CodeSet`: paths relative to `root`, sorted, one aggregate digest."""
+    root = Path(os.path.abspath(root))
+    digests = sorted(
+        (
+            FileDigest(path=Path(os.path.abspath(f)).relative_to(root).as_posix(), size=os.stat(f).st_size, sha256=sha256_file(Path(f)))
+            for f in files
+        ),
+        key=lambda d: d.path,
+    )
+    return CodeSet(root=str(root), files=tuple(digests), digest=sha256_bytes(render_sha256sum((d.path, d.sha256) for d in digests)))
+
+
+def _find_spec_without_import(module: str, search_path: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """Locate `a.b.c` one level at a time with the path finder, so no parent `__init__.py` runs.
+
+    (`importlib.util.find_spec("a.b")` would import `a`.) Only top-level names fall back to
+    `importlib.util.find_spec`, which imports nothing for them, to see built-in modules.
+    """
+    parts = module.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [*search_path, *(p or os.getcwd() for p in sys.path)])
+    if spec is None and len(parts) == 1:
+        spec = importlib.util.find_spec(parts[0])
+    for depth in range(2, len(parts) + 1):
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]), list(spec.submodule_search_locations))
+    return spec
+
+
+def _package_dir(name: str) -> Path | None:
+    """Directory of one of genrun's own packages, from its `__path__`, or `None` when not installed.
+
+    Only a location beside `runner/` counts: an unrelated `analysis/` directory on `sys.path`
+    (e.g. in the CWD, while genrun's own is still a namespace package) must not be hashed.
+    """
+    home = Path(os.path.abspath(__file__)).parent.parent
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        if Path(os.path.abspath(location)).parent == home:
+            return Path(os.path.abspath(location))
+    return None
+
+
+def _python_files(directory: Path) -> list[Path]:
+    """Every `*.py` under `directory` (symlinked files included), skipping dot-directories and `__pycache__`, sorted."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        found.extend(Path(dirpath) / n for n in sorted(filenames) if n.endswith(".py"))
+    return found

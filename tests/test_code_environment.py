@@ -1,0 +1,193 @@
+"""Code identity (`code.json`) and environment capture (`environment.json`) on real files and real git."""
+
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.code_identity import code_refs, genrun_code_set, identify_code
+from runner.environment import capture_environment, git_state, is_credential_name, relevant_env_vars
+from runner.errors import RequestError
+from schemas import CodeIdentity, Environment
+from schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+
+# --- genrun's own code ----------------------------------------------------------------------------
+
+
+def test_genrun_code_set_covers_its_packages_and_is_stable() -> None:
+    first, second = genrun_code_set(), genrun_code_set()
+    assert first == second
+    root = Path(first.root)
+    paths = [f.path for f in first.files]
+    assert paths == sorted(paths)
+    assert "runner/code_identity.py" in paths and "schemas/identity.py" in paths
+    assert {p for p in paths if p.startswith("schemas/json/")} == {
+        f"schemas/json/{p.name}" for p in (root / "schemas" / "json").glob("*.json")
+    }
+    assert not any("__pycache__" in p for p in paths)
+    assert all(f.sha256 == sha256_file(root / f.path) for f in first.files)
+    assert first.digest == sha256_bytes(render_sha256sum((f.path, f.sha256) for f in first.files))
+
+
+# --- user entry points ----------------------------------------------------------------------------
+
+
+def test_entrypoint_module_identity_is_stable_and_follows_edits(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    user.mkdir()
+    module = user / "my_entry.py"
+    module.write_text("def run(model, tok, inputs, generation):\n    return 1\n")
+
+    first = identify_code(["my_entry:run"], [user], None, trust_remote_code=False)
+    assert first == identify_code(["my_entry:run"], [user], None, trust_remote_code=False)
+    assert first.entrypoint is not None
+    assert first.entrypoint.root == str(user)
+    assert [(f.path, f.sha256) for f in first.entrypoint.files] == [("my_entry.py", sha256_file(module))]
+    assert first.remote_code is None
+
+    module.write_text("def run(model, tok, inputs, generation):\n    return 2\n")
+    edited = identify_code(["my_entry:run"], [user], None, trust_remote_code=False)
+    assert edited.entrypoint is not None and edited.entrypoint.digest != first.entrypoint.digest
+    assert edited.genrun == first.genrun
+    CodeIdentity.model_validate_json(edited.model_dump_json())  # what code.json will hold round-trips
+
+
+def test_package_entrypoint_is_hashed_whole_and_never_imported(tmp_path: Path) -> None:
+    pkg = tmp_path / "user" / "gen_pkg_never_imported"
+    (pkg / "inner").mkdir(parents=True)
+    marker = tmp_path / "imported.marker"
+    # If planning imported the package, this would leave the marker file behind.
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (pkg / "inner" / "__init__.py").write_text("")
+    (pkg / "inner" / "loader.py").write_text("def load(path, dtype, device):\n    pass\n")
+    (pkg / "helpers.py").write_text("X = 1\n")
+
+    refs = code_refs(None, "gen_pkg_never_imported.inner.loader:load")
+    identity = identify_code(refs, [tmp_path / "user"], None, trust_remote_code=False)
+    assert identity.entrypoint is not None
+    assert [f.path for f in identity.entrypoint.files] == [
+        "gen_pkg_never_imported/__init__.py",
+        "gen_pkg_never_imported/helpers.py",
+        "gen_pkg_never_imported/inner/__init__.py",
+        "gen_pkg_never_imported/inner/loader.py",
+    ]
+    assert not marker.exists()
+    assert "gen_pkg_never_imported" not in sys.modules
+
+
+def test_entrypoint_and_loader_from_two_places(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "entry_a.py").write_text("def run(*a): pass\n")
+    (tmp_path / "b" / "loader_b.py").write_text("def load(*a): pass\n")
+    identity = identify_code(code_refs("entry_a:run", "loader_b:load"), [tmp_path / "a", tmp_path / "b"], None, False)
+    assert identity.entrypoint is not None
+    assert identity.entrypoint.root == str(tmp_path)
+    assert [f.path for f in identity.entrypoint.files] == ["a/entry_a.py", "b/loader_b.py"]
+
+
+def test_unknown_entrypoint_module_names_the_field_value_and_fix(tmp_path: Path) -> None:
+    with pytest.raises(RequestError) as entry:
+        identify_code(["no_such_module_xyz.sub:run"], [tmp_path], None, trust_remote_code=False)
+    assert entry.value.exit_code == 2
+    assert str(entry.value) == (
+        f"[entrypoint] callable 'no_such_module_xyz.sub:run': module 'no_such_module_xyz.sub' cannot be found "
+        f"(searched {tmp_path} and sys.path); put the module beside the request file, install it, "
+        "or correct the module name"
+    )
+    (tmp_path / "real_pkg_for_test").mkdir()
+    (tmp_path / "real_pkg_for_test" / "__init__.py").write_text("")
+    with pytest.raises(RequestError, match=r"^\[model\] loader 'real_pkg_for_test.missing:load': module 'real_pkg_for_test.missing'"):
+        identify_code(code_refs(None, "real_pkg_for_test.missing:load"), [tmp_path], None, trust_remote_code=False)
+
+
+def test_remote_code_is_recorded_whenever_the_model_dir_has_python(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert identify_code([], [], model, trust_remote_code=True).remote_code is None
+
+    (model / "modeling_custom.py").write_text("class Custom: pass\n")
+    for trust in (False, True):  # hashed either way: it is part of the checkpoint
+        remote = identify_code([], [], model, trust_remote_code=trust).remote_code
+        assert remote is not None
+        assert [(f.path, f.sha256) for f in remote.files] == [("modeling_custom.py", sha256_file(model / "modeling_custom.py"))]
+
+
+# --- environment ----------------------------------------------------------------------------------
+
+
+def test_capture_environment_records_packages_host_and_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # tmp_path is outside any repository
+    env = capture_environment(cwd=tmp_path)
+    assert (env.git.commit, env.git.dirty, env.git.diff_sha256) == (None, None, None)
+    assert Environment.model_validate_json(env.model_dump_json()) == env
+    assert env.packages["torch"] == importlib.metadata.version("torch")
+    assert env.packages["transformers"] == importlib.metadata.version("transformers")
+    assert set(env.packages) >= {"torch", "transformers", "diffusers", "tokenizers", "safetensors", "numpy", "accelerate"}
+    assert env.cpu.logical_cores is not None and env.cpu.logical_cores >= 1
+    assert env.cpu.memory_total_bytes is not None and env.cpu.memory_total_bytes > 1 << 28
+    assert env.python == sys.version
+    assert env.env_vars["HF_HUB_OFFLINE"] == "1"
+    assert "HF_TOKEN" not in env.env_vars and "hf_secret_value" not in env.model_dump_json()
+
+    import torch  # compared with torch's own view, whatever machine the test runs on
+
+    assert env.cuda is not None
+    assert env.cuda.available == torch.cuda.is_available()
+    assert env.cuda.version == torch.version.cuda
+    assert len(env.cuda.devices) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_env_vars_keep_behaviour_and_drop_credentials() -> None:
+    environ = {
+        "CUDA_VISIBLE_DEVICES": "0", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2",
+        "GENRUN_STORE": "/s", "HF_TOKEN": "x", "HF_API_KEY": "x", "GENRUN_SECRET": "x", "TOKENIZERS_TOKEN": "x",
+        "PATH": "/bin", "HOME": "/root",
+    }
+    assert relevant_env_vars(environ) == {
+        "CUDA_VISIBLE_DEVICES": "0", "GENRUN_STORE": "/s", "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false",
+    }
+    assert is_credential_name("HUGGING_FACE_HUB_TOKEN") and not is_credential_name("TOKENIZERS_PARALLELISM")
+
+
+def run_git(repo: Path, *args: str) -> str:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    return subprocess.run(["git", *identity, *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed here; the no-git path is tested below")
+def test_git_state_of_a_real_repository(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    run_git(repo, "init", "-q")
+    (repo / "f.txt").write_text("one\n")
+    run_git(repo, "add", "f.txt")
+    run_git(repo, "commit", "-q", "-m", "first")
+    head = run_git(repo, "rev-parse", "HEAD").strip()
+
+    clean = git_state(repo)
+    assert (clean.commit, clean.dirty) == (head, False)
+    assert clean.diff_sha256 == sha256_bytes(b"")
+
+    (repo / "f.txt").write_text("two\n")
+    dirty = git_state(repo)
+    assert (dirty.commit, dirty.dirty) == (head, True)
+    assert dirty.diff_sha256 not in (None, clean.diff_sha256)
+
+
+def test_git_state_is_none_outside_a_repository_or_without_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git must not find a repo above tmp
+    state = git_state(outside)
+    assert (state.commit, state.dirty, state.diff_sha256) == (None, None, None)
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no git executable can be found
+    state = git_state(outside)
+    assert (state.commit, state.dirty, state.diff_sha256) == (None, None, None)
