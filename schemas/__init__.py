@@ -3,6 +3,7 @@
 from .budget import DomainEstimate, TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
 from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
+from .pipeline_call import PipelineCallBeforeCall
 from .progress import (
     EVENT_ADAPTER,
     AnyEvent,
@@ -24,7 +25,7 @@ __all__ = [
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",
-    "ModelFile", "ModelIdentity", "ModelSpec", "PeakMemory", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
+    "ModelFile", "ModelIdentity", "ModelSpec", "PeakMemory", "PipelineCallBeforeCall", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
     "Result", "RunStatus", "SequenceStop", "Signoff", "StartEvent", "StopReason", "Timings", "TokenBudget",
     "TokenSequenceSummary", "UnitsSpec",
 ]

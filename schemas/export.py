@@ -8,6 +8,7 @@ from pydantic import BaseModel, TypeAdapter
 from .budget import TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
+from .pipeline_call import PipelineCallBeforeCall
 from .progress import EVENT_ADAPTER
 from .request import Request
 from .result import Result
@@ -24,6 +25,7 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "model": ModelIdentity,
     "token-budget": TokenBudget,
     "generation-config.before-generate": GenerationConfigBeforeGenerate,
+    "pipeline-call.before-call": PipelineCallBeforeCall,
     "progress-event": EVENT_ADAPTER,
     "generated-token-ids": GeneratedTokenIds,
     "generation-stop": GenerationStop,

@@ -9,6 +9,7 @@ TOKEN_BUDGET = "token-budget.json"
 FROZEN_MANIFEST = "frozen-sha256.txt"
 
 GENERATION_CONFIG = "generation-config.before-generate.json"
+PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made
 PROGRESS = "progress.ndjson"
 TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"

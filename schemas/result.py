@@ -78,3 +78,5 @@ class Result(Strict):
     """Files written under `outputs/`."""
     forced: bool
     """Pre-flight refusals were overridden."""
+    notes: tuple[str, ...] = ()
+    """Remarks the backend recorded (nested generate calls seen, signals after the first, ...)."""
