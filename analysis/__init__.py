@@ -1,0 +1,35 @@
+"""Read-only post-mortem analysis of genrun snapshots: verify, report and diff.
+
+Never writes inside a snapshot and never imports torch, transformers or diffusers (nor numpy),
+so it runs on a laptop weeks later. Token ids are decoded with the `tokenizers` library when the
+model's `tokenizer.json` is still where `model.json` says and still has the frozen sha256.
+
+Names are imported on first use (PEP 562), so `genrun verify` does not pay for report and diff.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._finding import Examined, Finding, Status
+    from ._load import Snapshot, SnapshotNotFound, read_snapshot
+    from .diff import SnapshotDiff, diff_snapshots
+    from .report import Report, report_snapshot
+    from .verify import Verification, summary_line, verify_snapshot
+
+_HOME = {
+    "Examined": "._finding", "Finding": "._finding", "Status": "._finding",
+    "Snapshot": "._load", "SnapshotNotFound": "._load", "read_snapshot": "._load",
+    "SnapshotDiff": ".diff", "diff_snapshots": ".diff",
+    "Report": ".report", "report_snapshot": ".report",
+    "Verification": ".verify", "summary_line": ".verify", "verify_snapshot": ".verify",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

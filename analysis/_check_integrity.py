@@ -1,0 +1,179 @@
+"""Integrity checks: is the snapshot complete, do its files still match what was hashed?"""
+
+from schemas import layout
+
+from ._context import CheckContext
+from ._finding import Examined, Finding, skip
+from ._load import Snapshot
+
+INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
+_EXECUTION_FILES = (layout.GENERATION_CONFIG, layout.PIPELINE_CALL, layout.PROGRESS, layout.TOKEN_IDS, layout.TOKEN_IDS_SUMMARY,
+                    layout.STOP, layout.RESULT)
+_ARTIFACTS = (layout.REQUEST, layout.ENVIRONMENT, layout.CODE, layout.MODEL, layout.TOKEN_BUDGET, layout.FROZEN_MANIFEST,
+              *_EXECUTION_FILES, layout.MANIFEST)
+
+
+def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """A finished run has `result.json` and `manifest-sha256.txt`; anything less is a FAIL that says how far it got."""
+    name = "completeness"
+    records = len(snap.progress.events) if snap.progress else 0
+    examined = Examined(files=2, progress_records=records)
+    has_result = layout.RESULT in snap.files
+    if has_result and snap.is_sealed:
+        result = snap.result
+        status = result.status if result is not None else "unreadable"
+        evidence = {"result_status": status}
+        if result is not None and result.status != "succeeded":  # sealed and consistent, but the outputs are partial
+            why = f"was interrupted by {result.signal}" if result.status == "interrupted" else (
+                f"failed with {result.exception.type}: {result.exception.message}" if result.exception else "failed")
+            return Finding(name=name, status="WARN", message=f"sealed, but the run {why} after {result.generated} {result.unit}s: "
+                           "the outputs are partial", evidence=evidence, examined=examined)
+        return Finding(name=name, status="PASS", message=f"sealed: result.json (status {status}) and manifest-sha256.txt are present",
+                       evidence=evidence, examined=examined)
+    evidence: dict = {"has_result": has_result, "sealed": snap.is_sealed, "progress_records": records}
+    if not has_result:
+        message = INCOMPLETE
+        if snap.progress is None:
+            present = [f for f in _EXECUTION_FILES if f in snap.files]
+            if present:
+                message += f"; no progress.ndjson: it died before generation started (execution files present: {', '.join(present)})"
+            else:
+                message += ("; nothing was executed: this is a plan only (run 'genrun execute SNAPSHOT'), "
+                            "or the process died before generation started")
+        else:
+            last = snap.progress.last
+            if last is None:
+                message += "; progress.ndjson holds no complete record"
+            else:
+                message += f"; last progress record: seq {last.seq} '{last.event}' at t={last.t:.3f} s, generated {last.generated} {snap.unit}s"
+                evidence.update(last_event=last.event, last_seq=last.seq, last_t=last.t, last_generated=last.generated)
+            if snap.progress.truncated_tail:
+                message += f"; the final line of progress.ndjson is cut off ({snap.progress.truncated_tail})"
+                evidence["truncated_tail"] = snap.progress.truncated_tail
+    else:
+        message = "incomplete: result.json exists but the snapshot was never sealed (no manifest-sha256.txt); its files are not protected"
+    return Finding(name=name, status="FAIL", message=message, evidence=evidence, examined=examined)
+
+
+def check_artifacts_valid(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """Every artifact present parses with its schema model (one pydantic model per file)."""
+    name = "artifacts_valid"
+    present = [f for f in snap.files if f in _ARTIFACTS or f.startswith(layout.REQUEST_SOURCE_PREFIX)
+               or f.startswith("generation-config.before-generate.")]
+    examined = Examined(files=len(present))
+    problems = {f: why for f, why in snap.problems.items()}
+    if problems:
+        listed = "; ".join(f"{f}: {why}" for f, why in sorted(problems.items()))
+        return Finding(name=name, status="FAIL", message=f"{len(problems)} file(s) do not load: {listed}",
+                       evidence={"problems": problems}, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{len(present)} artifact files parse with their schemas",
+                   evidence={"files": sorted(present)}, examined=examined)
+
+
+def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """Every file is listed in `manifest-sha256.txt` with its current sha256; none missing, none extra (`signoffs/` excluded)."""
+    name = "manifest_integrity"
+    if not snap.is_sealed:
+        return skip(name, "no manifest-sha256.txt: the snapshot is not sealed (see completeness)")
+    if snap.manifest is None:
+        why = snap.problems.get(layout.MANIFEST, "unreadable")
+        return Finding(name=name, status="FAIL", message=f"manifest-sha256.txt cannot be used: {why}", examined=Examined(files=1))
+    present = {rel: fact for rel, fact in snap.files.items() if rel != layout.MANIFEST}
+    missing = sorted(set(snap.manifest) - set(present))
+    extra = sorted(set(present) - set(snap.manifest))
+    changed = sorted(rel for rel, digest in snap.manifest.items() if rel in present and present[rel].sha256 != digest)
+    unhashed = sorted(rel for rel in present if present[rel].sha256 is None)
+    examined = Examined(files=len(set(snap.manifest) | set(present)) + 1)  # + the manifest itself
+    evidence = {"listed": len(snap.manifest), "present": len(present), "missing": missing, "extra": extra, "changed": changed,
+                "snapshot_digest": snap.snapshot_digest}
+    if unhashed:
+        return skip(name, "files were loaded without hashing (read_snapshot(hash_files=False))", unhashed=unhashed)
+    problems = []
+    if changed:
+        problems.append(f"{len(changed)} file(s) changed since sealing: {', '.join(changed)}")
+    if missing:
+        problems.append(f"{len(missing)} listed file(s) missing: {', '.join(missing)}")
+    if extra:
+        problems.append(f"{len(extra)} file(s) not in the manifest (added after sealing): {', '.join(extra)}")
+    if problems:
+        return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{len(snap.manifest)} files hashed, all match the manifest; none missing, none extra",
+                   evidence=evidence, examined=examined)
+
+
+def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """`frozen-sha256.txt` covers the frozen files and each still matches; the manifest binds the same frozen manifest."""
+    name = "plan_digest_chain"
+    if snap.frozen_manifest is None:
+        why = snap.problems.get(layout.FROZEN_MANIFEST, "missing")
+        return Finding(name=name, status="FAIL", message=f"frozen-sha256.txt cannot be used: {why}", examined=Examined(files=1))
+    expected = set(layout.FROZEN_FILES) | ({snap.request_source_name} if snap.request_source_name else set())
+    frozen = snap.frozen_manifest
+    not_frozen = sorted(expected - set(frozen))
+    gone = sorted(rel for rel in frozen if rel not in snap.files)
+    changed = sorted(rel for rel, digest in frozen.items() if rel in snap.files and snap.files[rel].sha256 not in (None, digest))
+    problems = []
+    if snap.request_source_name is None:
+        problems.append("no request.source.<ext> (the request bytes as given) in the snapshot")
+    if not_frozen:
+        problems.append(f"not covered by frozen-sha256.txt: {', '.join(not_frozen)}")
+    if gone:
+        problems.append(f"frozen file(s) missing: {', '.join(gone)}")
+    if changed:
+        problems.append(f"frozen file(s) changed after planning: {', '.join(changed)}")
+    if snap.manifest is not None:
+        sealed_plan = snap.manifest.get(layout.FROZEN_MANIFEST)
+        if sealed_plan is None:
+            problems.append("manifest-sha256.txt does not list frozen-sha256.txt, so the plan is not bound to the snapshot digest")
+        elif sealed_plan != snap.plan_digest:
+            problems.append(f"manifest-sha256.txt binds plan digest {sealed_plan[:12]}…, "
+                            f"but frozen-sha256.txt now hashes to {snap.plan_digest[:12]}…")
+    evidence = {"plan_digest": snap.plan_digest, "frozen_files": sorted(frozen), "missing": gone, "changed": changed, "not_frozen": not_frozen}
+    examined = Examined(files=len(frozen) + 1)
+    if problems:
+        return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{len(frozen)} frozen files match frozen-sha256.txt (plan digest {snap.plan_digest[:12]}…)",
+                   evidence=evidence, examined=examined)
+
+
+def check_execution_identity(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """The code, model and plan digests recorded at execution (`result.json`) equal the frozen ones."""
+    name = "execution_identity"
+    if snap.result is None:
+        return skip(name, "no valid result.json: nothing recorded at execution to compare")
+    at_run = snap.result.execution_identity
+    pairs = {
+        "code_digest": (snap.code.genrun.digest if snap.code else None, at_run.code_digest, layout.CODE),
+        "model_digest": (snap.model.digest if snap.model else None, at_run.model_digest, layout.MODEL),
+        "plan_digest": (snap.plan_digest, at_run.plan_digest, layout.FROZEN_MANIFEST),
+    }
+    evidence = {key: {"frozen": frozen, "at_execution": run} for key, (frozen, run, _) in pairs.items()}
+    problems = []
+    for key, (frozen, run, source) in pairs.items():
+        if frozen is None:
+            problems.append(f"{key}: {source} is missing or invalid, so the frozen value is unknown")
+        elif frozen != run:
+            problems.append(f"{key} at execution {run[:12]}… differs from the frozen {frozen[:12]}… ({source})")
+    examined = Examined(files=4)
+    if problems:
+        return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message="code, model and plan digests at execution equal the frozen ones",
+                   evidence=evidence, examined=examined)
+
+
+def check_outputs_listed(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """`result.json` `outputs` names exactly the files under `outputs/`."""
+    name = "outputs_listed"
+    if snap.result is None:
+        return skip(name, "no valid result.json")
+    prefix = layout.OUTPUTS_DIR + "/"
+    on_disk = {rel for rel in snap.files if rel.startswith(prefix)}
+    listed = {rel if rel.startswith(prefix) else prefix + rel for rel in snap.result.outputs}
+    missing, unlisted = sorted(listed - on_disk), sorted(on_disk - listed)
+    evidence = {"listed": sorted(listed), "missing": missing, "unlisted": unlisted}
+    examined = Examined(files=len(listed | on_disk))
+    if missing or unlisted:
+        parts = ([f"listed in result.json but absent: {', '.join(missing)}"] if missing else []) + (
+            [f"present but not listed in result.json: {', '.join(unlisted)}"] if unlisted else [])
+        return Finding(name=name, status="FAIL", message="; ".join(parts), evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{len(listed)} output file(s), all listed in result.json", evidence=evidence, examined=examined)

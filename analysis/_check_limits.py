@@ -1,0 +1,209 @@
+"""Limit checks: suspected hidden caps, library defaults, truncation by the budget, frame outputs cut short."""
+
+from typing import Any
+
+from schemas import GenerationConfigBeforeGenerate, SequenceStop
+
+from ._context import CheckContext
+from ._finding import Examined, Finding, skip
+from ._load import Snapshot
+from ._rows import eos_positions, rows_of, total_ids
+from ._check_tokens import DIFFUSION_SKIP
+
+COMMON_BUDGETS = frozenset({16, 20, 100, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384, 32768, 65536})
+"""Budgets seen as hidden caps in clients and servers (../shared/notes/anchors.md)."""
+MIN_POWER_OF_TWO = 16
+"""Powers of two below this (1..8) are ordinary short outputs, not flagged."""
+EARLY_STOP_FRACTION = 0.95
+"""Frame outputs shorter than 95 % of the requested duration raise `early_stop`."""
+_LENGTH_REASONS = ("max_new_tokens", "max_length")
+
+
+def is_suspicious_count(count: int) -> bool:
+    """A power of two (>= 16) or a common default budget."""
+    power_of_two = count >= MIN_POWER_OF_TWO and count & (count - 1) == 0
+    return power_of_two or count in COMMON_BUDGETS
+
+
+def _config_of(snap: Snapshot, stop: SequenceStop) -> GenerationConfigBeforeGenerate | None:
+    return next((c for c in snap.generation_configs if c.call_index == stop.call_index), None)
+
+
+def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """No EOS evidence and a count that is a power of two or a common default budget: WARN, unless the request's own limit explains it.
+
+    Explained means: the recorded reason is `max_new_tokens`/`max_length`, the count equals that
+    limit, and the limit came from the request (`limit_sources`). Then the cap is not hidden (it is
+    the user's own number; `budget_truncation` still warns that the output was cut). A limit from
+    the model's generation_config, a library default, an entry point, `unknown` or any other reason
+    is a WARN: that is what the 16,384-token incident looked like.
+    """
+    name = "hidden_cap"
+    if snap.is_diffusion:
+        return skip(name, DIFFUSION_SKIP)
+    if snap.stop is None:
+        return skip(name, "no generation-stop.json (the run did not finish)")
+    warns, notes, evidence = [], [], {}
+    for row in rows_of(snap):
+        stop = row.stop
+        if stop is None:
+            continue
+        count = len(row.ids) if row.ids is not None else stop.generated
+        has_eos = stop.reason == "eos" or (row.ids is not None and bool(eos_positions(row.ids, stop.eos_token_ids)))
+        if has_eos or not is_suspicious_count(count):
+            continue
+        explanation = _request_limit_explains(snap, stop, count)
+        evidence[f"sequence_{row.index}"] = {"count": count, "reason": stop.reason, "explained_by_request": explanation is not None}
+        if explanation is not None:
+            notes.append(f"sequence {row.index}: {count} tokens is {_kind(count)} without EOS, but it is {explanation}")
+        else:
+            warns.append(f"suspected hidden cap: sequence {row.index} stopped at {count:,} tokens ({_kind(count)}) without EOS; "
+                         f"recorded reason {stop.reason!r}{_limit_origin(snap, stop)}. Nothing the request set explains this count")
+    examined = Examined(files=2, token_ids=total_ids(snap))
+    if warns:
+        return Finding(name=name, status="WARN", message="; ".join(warns + notes), evidence=evidence, examined=examined)
+    message = "; ".join(notes) if notes else "no row stopped at a power-of-two or common-budget count without EOS"
+    return Finding(name=name, status="PASS", message=message, evidence=evidence, examined=examined)
+
+
+def _kind(count: int) -> str:
+    return "a power of two" if count & (count - 1) == 0 else "a common default budget"
+
+
+def _request_limit_explains(snap: Snapshot, stop: SequenceStop, count: int) -> str | None:
+    """'the request's own max_new_tokens=16 (recorded stop)' when the request's limit explains the count."""
+    config = _config_of(snap, stop)
+    if stop.reason not in _LENGTH_REASONS or config is None or config.limit_sources.get(stop.reason) != "request":
+        return None
+    if stop.reason == "max_new_tokens" and stop.max_new_tokens == count:
+        return f"the request's own max_new_tokens={count} (recorded stop max_new_tokens)"
+    if stop.reason == "max_length" and stop.prompt_length is not None and stop.max_length == stop.prompt_length + count:
+        return f"the request's own max_length={stop.max_length} (prompt {stop.prompt_length} + {count}; recorded stop max_length)"
+    return None
+
+
+def _limit_origin(snap: Snapshot, stop: SequenceStop) -> str:
+    config = _config_of(snap, stop)
+    if config is None:
+        return ""
+    parts = [f"{k}={config.effective.get(k)} from {config.limit_sources.get(k, '?')}" for k in _LENGTH_REASONS if config.effective.get(k) is not None]
+    return f"; effective {', '.join(parts)}" if parts else ""
+
+
+def check_library_default_limit(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """A row cut by a length nobody set (transformers 5.x: `max_length` = prompt + 20) is a WARN."""
+    name = "library_default_limit"
+    if snap.is_diffusion:
+        return skip(name, DIFFUSION_SKIP)
+    if not snap.generation_configs:
+        return skip(name, "no generation-config.before-generate.json")
+    defaults = {c.call_index: c for c in snap.generation_configs if "library_default" in (c.limit_sources.get(k) for k in _LENGTH_REASONS)}
+    cut = [s for s in (snap.stop.sequences if snap.stop else ()) if s.call_index in defaults and s.reason in _LENGTH_REASONS]
+    evidence: dict[str, Any] = {f"call_{i}": {"max_length": c.effective.get("max_length"), "prompt_length": c.prompt_length,
+                                             "limit_sources": c.limit_sources} for i, c in defaults.items()}
+    examined = Examined(files=len(snap.generation_configs) + 1)
+    if cut:
+        parts = []
+        for stop in cut:
+            config = defaults[stop.call_index]
+            length = config.effective.get("max_length")
+            parts.append(f"sequence {stop.index} was cut at {stop.generated} tokens by the library default max_length={length} "
+                         f"(prompt {config.prompt_length} + {length - config.prompt_length if isinstance(length, int) else '?'})")
+        return Finding(name=name, status="WARN", message="; ".join(parts) + ". Nobody set a length: set [generation] max_new_tokens",
+                       evidence=evidence, examined=examined)
+    if defaults:
+        lengths = ", ".join(str(c.effective.get("max_length")) for c in defaults.values())
+        return Finding(name=name, status="PASS", message=f"a library-default max_length ({lengths}) was in effect but no row reached it",
+                       evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message="no length limit came from a library default", evidence=evidence, examined=examined)
+
+
+def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """A row that reached `max_new_tokens`/`max_length` was cut by the budget: WARN with the numbers and the plan's estimate."""
+    name = "budget_truncation"
+    if snap.is_diffusion:
+        return skip(name, DIFFUSION_SKIP)
+    if snap.stop is None:
+        return skip(name, "no generation-stop.json (the run did not finish)")
+    cut = [s for s in snap.stop.sequences if s.reason in _LENGTH_REASONS]
+    budget = snap.budget
+    estimate: dict[str, Any] = {}
+    if budget is not None:
+        estimate = {"requested_units": budget.requested_units, "requested_units_source": budget.requested_units_source,
+                    "effective_max_length": budget.effective_max_length, "context_limit": budget.context_limit,
+                    "fits_context": budget.fits_context}
+        if budget.domain is not None:
+            estimate["domain"] = budget.domain.model_dump(mode="json")
+    evidence: dict[str, Any] = {"budget_estimate": estimate, "cut": {f"sequence_{s.index}": {
+        "reason": s.reason, "generated": s.generated, "max_new_tokens": s.max_new_tokens, "max_length": s.max_length,
+        "prompt_length": s.prompt_length} for s in cut}}
+    examined = Examined(files=2)
+    if not cut:
+        return Finding(name=name, status="PASS", message=f"no row was cut by a length limit ({len(snap.stop.sequences)} row(s))",
+                       evidence=evidence, examined=examined)
+    parts = [f"sequence {s.index} was cut by max_new_tokens: {s.generated} of {s.max_new_tokens} new tokens (prompt {s.prompt_length}, "
+             f"max_length {s.max_length})" if s.reason == "max_new_tokens" else
+             f"sequence {s.index} was cut by max_length: prompt {s.prompt_length} + {s.generated} new tokens = max_length {s.max_length}"
+             for s in cut]
+    message = "output truncated by the budget: " + "; ".join(parts) + f". {_describe_estimate(budget)}"
+    return Finding(name=name, status="WARN", message=message, evidence=evidence, examined=examined)
+
+
+def _describe_estimate(budget: Any) -> str:
+    if budget is None:
+        return "No token-budget.json estimate to compare."
+    text = (f"Plan estimate: {budget.requested_units} {budget.units}s requested (from {budget.requested_units_source}), "
+            f"max length {budget.effective_max_length}, context {budget.context_limit}")
+    domain = budget.domain
+    if domain is not None and (domain.observed_units or domain.conservative_units):
+        text += f"; domain estimate {domain.observed_units} observed / {domain.conservative_units} conservative units"
+    return text + ". Raise max_new_tokens if the output should be complete."
+
+
+def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """Frame units: produced seconds below 95 % of the requested seconds is a WARN `early_stop` naming the cause."""
+    name = "early_stop"
+    request = snap.request
+    if request is None or request.units.name != "frame":
+        return skip(name, "token units: no requested duration to compare")
+    if request.units.requested_seconds is None:
+        return skip(name, "[units] requested_seconds is not set: nothing to compare the produced duration with")
+    if snap.result is None or snap.token_ids is None:
+        return skip(name, "no result.json or saved ids (the run did not finish)")
+    units = request.units
+    per_second, tokens_per_frame = units.per_second or 1.0, units.tokens_per_frame
+    frames = {i: len(ids) // tokens_per_frame for i, ids in snap.token_ids.items()}
+    longest = max(frames, key=frames.__getitem__, default=0)
+    computed = frames.get(longest, 0) / per_second
+    recorded = snap.result.produced_seconds
+    requested = units.requested_seconds
+    evidence = {"requested_seconds": requested, "produced_seconds": recorded, "computed_seconds": computed,
+                "frames": {f"sequence_{i}": f for i, f in frames.items()}, "per_second": per_second, "tokens_per_frame": tokens_per_frame}
+    examined = Examined(files=2, token_ids=total_ids(snap))
+    if recorded is None or abs(recorded - computed) > 1.0 / per_second:
+        return Finding(name=name, status="FAIL", message=f"result.json produced_seconds {recorded} != {computed:.3f} s from the saved ids "
+                       f"({frames.get(longest, 0)} frames at {per_second}/s)", evidence=evidence, examined=examined)
+    share = recorded / requested
+    evidence["fraction"] = share
+    if share >= EARLY_STOP_FRACTION:
+        return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested ({share:.0%})",
+                       evidence=evidence, examined=examined)
+    cause = _early_stop_cause(snap, longest, tokens_per_frame)
+    evidence["cause"] = cause
+    return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "
+                   f"more than 5 % short); {cause}", evidence=evidence, examined=examined)
+
+
+def _early_stop_cause(snap: Snapshot, index: int, tokens_per_frame: int) -> str:
+    stop = next((s for s in snap.stop.sequences if s.index == index), None) if snap.stop else None
+    if stop is None:
+        return "the stop reason is not recorded"
+    if stop.reason == "eos":
+        ids = snap.token_ids[index] if snap.token_ids else None
+        found = eos_positions(ids, stop.eos_token_ids) if ids is not None else []
+        position = found[0] if found else stop.generated - 1
+        return f"the model emitted EOS (id {stop.last_token_id}) at frame {position // tokens_per_frame}"
+    if stop.reason in _LENGTH_REASONS:
+        limit = stop.max_new_tokens if stop.reason == "max_new_tokens" else stop.max_length
+        return f"the {stop.reason} limit ({limit}) was reached at frame {stop.generated // tokens_per_frame}"
+    return f"generation stopped with reason {stop.reason!r} at frame {stop.generated // tokens_per_frame}"

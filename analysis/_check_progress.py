@@ -1,0 +1,73 @@
+"""The progress stream: contiguous, monotonic, opened by `start`, closed by the event that matches result.json."""
+
+from schemas import layout
+
+from ._context import CheckContext
+from ._finding import Examined, Finding, skip
+from ._load import Snapshot
+
+TERMINAL_STATUS = {"end": "succeeded", "exception": "failed", "interrupted": "interrupted"}
+"""The last event a finished run writes, and the result status it means."""
+
+
+def check_progress_stream(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """`seq` contiguous from 0; `t` and `generated` never decrease; one `start` first; a terminal event last that agrees with result.json."""
+    name = "progress_stream"
+    log = snap.progress
+    if log is None:
+        if layout.RESULT in snap.files or layout.PROGRESS in snap.problems:
+            return Finding(name=name, status="FAIL", message=f"progress.ndjson is {snap.problems.get(layout.PROGRESS, 'missing')}",
+                           examined=Examined(files=1))
+        return skip(name, "no progress.ndjson (generation never started)")
+    events = log.events
+    problems: list[str] = []
+    warns: list[str] = []
+    if log.invalid_lines:
+        shown = "; ".join(f"line {n}: {why}" for n, why in log.invalid_lines[:3])
+        problems.append(f"{len(log.invalid_lines)} line(s) do not parse ({shown})")
+    problems += _order_problems(events)
+    if events and events[0].event != "start":
+        problems.append(f"the first record is '{events[0].event}', not 'start'")
+    starts = sum(1 for e in events if e.event == "start")
+    if starts > 1:
+        problems.append(f"{starts} 'start' records; a run has one")
+    unit = next((e.unit for e in events if e.event == "start"), None)
+    if unit is not None and snap.result is not None and unit != snap.result.unit:
+        problems.append(f"progress counts {unit}s, result.json counts {snap.result.unit}s")
+    terminals = [(i, e) for i, e in enumerate(events) if e.event in TERMINAL_STATUS]
+    if snap.result is not None:
+        if not terminals:
+            problems.append("no 'end', 'exception' or 'interrupted' record, yet result.json exists")
+        else:
+            index, last = terminals[-1]
+            if len(terminals) > 1 or index != len(events) - 1:
+                problems.append(f"the terminal '{last.event}' record (seq {last.seq}) is not the single last record")
+            if TERMINAL_STATUS[last.event] != snap.result.status:
+                problems.append(f"the stream ends with '{last.event}' but result.json status is {snap.result.status!r}")
+    elif terminals:
+        warns.append(f"the stream ends with '{terminals[-1][1].event}' but no result.json was written")
+    if log.truncated_tail:
+        warns.append(f"the last line was cut off mid-write: {log.truncated_tail}")
+    evidence = {"records": len(events), "lines": log.lines, "invalid_lines": [list(x) for x in log.invalid_lines],
+                "truncated_tail": log.truncated_tail, "unit": unit,
+                "last": events[-1].model_dump(mode="json", include={"seq", "event", "t", "generated"}) if events else None}
+    examined = Examined(files=1, progress_records=log.lines)
+    if problems or warns:
+        return Finding(name=name, status="FAIL" if problems else "WARN", message="; ".join(problems + warns), evidence=evidence, examined=examined)
+    last = events[-1] if events else None
+    tail = f", last '{last.event}' at t={last.t:.3f} s with {last.generated} {unit or 'unit'}s" if last else ""
+    return Finding(name=name, status="PASS", message=f"{len(events)} records, seq contiguous, t and generated monotonic{tail}",
+                   evidence=evidence, examined=examined)
+
+
+def _order_problems(events: tuple) -> list[str]:
+    """The first break in `seq`, `t` and `generated` (one message each, with where it happens)."""
+    problems = []
+    seq_break = next((i for i, e in enumerate(events) if e.seq != i), None)
+    if seq_break is not None:
+        problems.append(f"seq is not contiguous: record {seq_break} has seq {events[seq_break].seq}")
+    for field in ("t", "generated"):
+        back = next((i for i in range(1, len(events)) if getattr(events[i], field) < getattr(events[i - 1], field)), None)
+        if back is not None:
+            problems.append(f"{field} goes backwards at seq {events[back].seq}: {getattr(events[back - 1], field)} -> {getattr(events[back], field)}")
+    return problems

@@ -1,0 +1,48 @@
+"""Sign-offs: every record under `signoffs/` is still bound to the current digests (and its signature verifies).
+
+The one check that is not pure: judging a signature runs `ssh-keygen -Y verify` (through
+`analysis.signoffs`, imported lazily so verify works where that module or ssh-keygen is absent).
+
+Policy: `invalid` is a FAIL. `unsigned` (bound to the current digest, no signature) is a PASS
+with a note, because the binding holds and signing is the owner's choice; but when the user
+passed `--allowed-signers`, they asked for signatures, so an unsigned record is a WARN.
+A valid `reject` is a WARN: the owner judged the results unusable.
+"""
+
+from schemas import layout
+
+from ._context import CheckContext
+from ._finding import Examined, Finding, skip
+from ._load import Snapshot
+
+
+def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """Each sign-off record is valid for the snapshot's current plan/snapshot digest."""
+    name = "signoffs"
+    directory = snap.path / layout.SIGNOFFS_DIR
+    records = sorted(p.name for p in directory.glob("*.json") if not p.name.startswith(".")) if directory.is_dir() else []
+    if not records:
+        return skip(name, "no sign-offs")
+    try:
+        from .signoffs import evaluate_signoffs
+    except ImportError as exc:
+        return Finding(name=name, status="WARN", message=f"{len(records)} sign-off record(s) present but cannot be evaluated: {exc}",
+                       evidence={"records": records}, examined=Examined(files=len(records)))
+    statuses = evaluate_signoffs(snap.path, ctx.allowed_signers)
+    evidence = {"records": [s._asdict() for s in statuses]}
+    examined = Examined(files=len(statuses))
+    invalid = [s for s in statuses if s.state == "invalid"]
+    unsigned = [s for s in statuses if s.state == "unsigned"]
+    rejected = [s for s in statuses if s.state == "valid" and s.decision == "reject"]
+    described = ", ".join(f"{s.decision or s.file} {s.state} ({s.by})" for s in statuses)
+    if invalid:
+        why = "; ".join(f"{s.file}: {s.reason}" for s in invalid)
+        return Finding(name=name, status="FAIL", message=f"{len(invalid)} invalid sign-off(s): {why}", evidence=evidence, examined=examined)
+    if rejected:
+        return Finding(name=name, status="WARN", message=f"the owner rejected this snapshot: {described}", evidence=evidence, examined=examined)
+    if unsigned and ctx.allowed_signers is not None:
+        return Finding(name=name, status="WARN", message=f"{len(unsigned)} sign-off(s) carry no signature although --allowed-signers was "
+                       f"given: {described}", evidence=evidence, examined=examined)
+    note = " (unsigned records bind the current digest but prove nothing about who wrote them)" if unsigned else ""
+    return Finding(name=name, status="PASS", message=f"{len(statuses)} sign-off(s) bound to the current digests: {described}{note}",
+                   evidence=evidence, examined=examined)

@@ -1,0 +1,350 @@
+"""Read-only loading of a snapshot directory through the schema models.
+
+Nothing here writes, creates, renames or changes the mode of anything: every file is opened
+for reading only, so a sealed snapshot owned by someone else (or on a read-only mount) loads
+the same way. A file that is missing is `None`; a file that does not parse is `None` too, with
+the reason in `Snapshot.problems`, so that a damaged or killed snapshot is reported, not fatal.
+"""
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from array import array
+
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from schemas import (
+    EVENT_ADAPTER,
+    AnyEvent,
+    CodeIdentity,
+    Environment,
+    GeneratedTokenIds,
+    GenerationConfigBeforeGenerate,
+    GenerationStop,
+    ModelIdentity,
+    PipelineCallBeforeCall,
+    Request,
+    Result,
+    TokenBudget,
+    layout,
+)
+from ._safetensors import SafetensorsError, read_int_tensors
+from schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
+
+_M = TypeVar("_M", bound=BaseModel)
+_EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
+_SEQUENCE_TENSOR = re.compile(r"^sequence_(\d+)$")
+_EXTRA_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
+
+
+class SnapshotNotFound(ValueError):
+    """The path is not a genrun snapshot directory."""
+
+
+@dataclass(frozen=True)
+class FileFact:
+    """One regular file of the snapshot (paths relative to its root, `/`-separated)."""
+
+    size: int
+    """Bytes."""
+    sha256: str | None
+    """Hex digest; `None` when loaded without hashing (report, diff)."""
+
+
+@dataclass(frozen=True)
+class ProgressLog:
+    """`progress.ndjson` as read: parsed events plus whatever did not parse."""
+
+    events: tuple[AnyEvent, ...]
+    """Every line that parsed, in file order."""
+    lines: int
+    """Lines in the file, including a truncated last one."""
+    invalid_lines: tuple[tuple[int, str], ...]
+    """(1-based line number, why) for complete lines that do not parse: damage, not a crash."""
+    truncated_tail: str | None
+    """A last line without a newline that does not parse (the process died mid-write), shown shortened."""
+
+    @property
+    def last(self) -> AnyEvent | None:
+        """The last event that parsed."""
+        return self.events[-1] if self.events else None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything in a snapshot directory, loaded through the schemas; `None` where absent or invalid."""
+
+    path: Path
+    """The snapshot directory."""
+    files: Mapping[str, FileFact]
+    """Every regular file except `signoffs/` (the manifest included when present)."""
+    problems: Mapping[str, str]
+    """file -> why it could not be loaded (present but unreadable or invalid)."""
+    request_source_name: str | None = None
+    """`request.source.toml` or `request.source.json`."""
+    request_source: bytes | None = None
+    """The request bytes exactly as given."""
+    request_json: dict[str, Any] | None = None
+    """`request.json` as plain JSON (for key-by-key comparison)."""
+    request: Request | None = None
+    environment: Environment | None = None
+    code: CodeIdentity | None = None
+    model: ModelIdentity | None = None
+    budget: TokenBudget | None = None
+    frozen_manifest: Mapping[str, str] | None = None
+    """`frozen-sha256.txt` entries: path -> sha256."""
+    plan_digest: str | None = None
+    """sha256 of `frozen-sha256.txt`."""
+    generation_configs: tuple[GenerationConfigBeforeGenerate, ...] = ()
+    """Call 0 (`generation-config.before-generate.json`) then any further outermost calls."""
+    pipeline_call: PipelineCallBeforeCall | None = None
+    """Diffusers: the pipeline call as made (`pipeline-call.before-call.json`)."""
+    progress: ProgressLog | None = None
+    token_ids: Mapping[int, array] | None = None
+    """Row index -> generated ids, new tokens only. # ids: array('q') [count]"""
+    token_summary: GeneratedTokenIds | None = None
+    stop: GenerationStop | None = None
+    result: Result | None = None
+    manifest: Mapping[str, str] | None = None
+    """`manifest-sha256.txt` entries: path -> sha256."""
+    snapshot_digest: str | None = None
+    """sha256 of `manifest-sha256.txt`."""
+    outputs: Mapping[str, bytes] = field(default_factory=dict)
+    """Small text outputs (`outputs/*.txt`, `*.json`): relative path -> bytes."""
+
+    @property
+    def id(self) -> str:
+        """The snapshot id (directory name)."""
+        return self.path.name
+
+    @property
+    def backend(self) -> str | None:
+        """`transformers` or `diffusers` (from the request)."""
+        return self.request.model.backend if self.request is not None else None
+
+    @property
+    def is_diffusion(self) -> bool:
+        """Diffusion pipelines count steps, not tokens."""
+        if self.backend is not None:
+            return self.backend == "diffusers"
+        return self.result is not None and self.result.unit == "step"
+
+    @property
+    def is_sealed(self) -> bool:
+        """Complete: `manifest-sha256.txt` exists."""
+        return layout.MANIFEST in self.files
+
+    @property
+    def unit(self) -> str:
+        """`token`, `frame` or `step`."""
+        if self.is_diffusion:
+            return "step"
+        if self.request is not None:
+            return self.request.units.name
+        return self.result.unit if self.result is not None else "token"
+
+
+def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
+    """Load a snapshot read-only. Raises `SnapshotNotFound` when `path` is not one.
+
+    `hash_files=False` skips hashing (report and diff do not need it; verify does).
+    """
+    root = Path(path)
+    try:
+        os.stat(root)
+    except FileNotFoundError:
+        pass  # reported just below
+    except OSError as exc:
+        raise SnapshotNotFound(f"cannot read snapshot {root}: {exc.strerror or exc}; analysis needs read access to it and its parents") from None
+    if not root.is_dir():
+        raise SnapshotNotFound(f"snapshot {root} does not exist or is not a directory; list snapshots with 'genrun ls --store DIR'")
+    if not (root / layout.FROZEN_MANIFEST).is_file():
+        raise SnapshotNotFound(
+            f"{root} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun plan' or 'genrun run'"
+        )
+    problems: dict[str, str] = {}
+    files = _inventory(root, hash_files, problems)
+    loaded: dict[str, Any] = {}
+    source_name = _request_source_name(files)
+    if source_name is not None:
+        loaded["request_source_name"] = source_name
+        loaded["request_source"] = _read(root, source_name, problems)
+    loaded["request_json"] = _read_json(root, layout.REQUEST, files, problems)
+    loaded["request"] = _validate(Request, loaded["request_json"], layout.REQUEST, problems)
+    loaded["environment"] = _read_model(root, layout.ENVIRONMENT, Environment, files, problems)
+    loaded["code"] = _read_model(root, layout.CODE, CodeIdentity, files, problems)
+    loaded["model"] = _read_model(root, layout.MODEL, ModelIdentity, files, problems)
+    loaded["budget"] = _read_model(root, layout.TOKEN_BUDGET, TokenBudget, files, problems)
+    loaded["frozen_manifest"], loaded["plan_digest"] = _read_manifest(root, layout.FROZEN_MANIFEST, problems)
+    loaded["generation_configs"] = _read_generation_configs(root, files, problems)
+    loaded["pipeline_call"] = _read_model(root, layout.PIPELINE_CALL, PipelineCallBeforeCall, files, problems)
+    if layout.PROGRESS in files:
+        loaded["progress"] = _read_progress(root, problems)
+    if layout.TOKEN_IDS in files:
+        loaded["token_ids"] = _read_token_ids(root, problems)
+    loaded["token_summary"] = _read_model(root, layout.TOKEN_IDS_SUMMARY, GeneratedTokenIds, files, problems)
+    loaded["stop"] = _read_model(root, layout.STOP, GenerationStop, files, problems)
+    loaded["result"] = _read_model(root, layout.RESULT, Result, files, problems)
+    if layout.MANIFEST in files:
+        loaded["manifest"], loaded["snapshot_digest"] = _read_manifest(root, layout.MANIFEST, problems)
+    loaded["outputs"] = _read_text_outputs(root, files, problems)
+    return Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
+
+
+def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[str, FileFact]:
+    """The same file set the sealer hashed (`manifest_candidates`), plus the manifest itself."""
+    names = manifest_candidates(root)
+    if (root / layout.MANIFEST).is_file():
+        names.append(layout.MANIFEST)
+    files: dict[str, FileFact] = {}
+    for rel in names:
+        try:
+            size = os.stat(root / rel).st_size
+            digest = sha256_file(root / rel) if hash_files else None
+        except OSError as exc:
+            problems[rel] = f"cannot read: {exc.strerror or exc}"
+            continue
+        files[rel] = FileFact(size=size, sha256=digest)
+    return files
+
+
+def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
+    names = sorted(n for n in files if n.startswith(layout.REQUEST_SOURCE_PREFIX + "."))
+    return names[0] if names else None
+
+
+def _read(root: Path, rel: str, problems: dict[str, str]) -> bytes | None:
+    try:
+        with open(root / rel, "rb") as f:  # read-only open: never 'r+', never touch mtimes
+            return f.read()
+    except OSError as exc:
+        problems[rel] = f"cannot read: {exc.strerror or exc}"
+        return None
+
+
+def _read_json(root: Path, rel: str, files: Mapping[str, FileFact], problems: dict[str, str]) -> Any:
+    if rel not in files:
+        return None
+    data = _read(root, rel, problems)
+    if data is None:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        problems[rel] = f"not valid JSON: {exc}"
+        return None
+
+
+def _validate(model: type[_M], data: Any, rel: str, problems: dict[str, str]) -> _M | None:
+    if data is None or rel in problems:
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems[rel] = _short_validation_error(exc)
+        return None
+
+
+def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileFact], problems: dict[str, str]) -> _M | None:
+    return _validate(model, _read_json(root, rel, files, problems), rel, problems)
+
+
+def _short_validation_error(exc: ValidationError) -> str:
+    """`field.path: message` for the first few errors; enough to find the damage."""
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    return "does not match its schema: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapping[str, str] | None, str | None]:
+    data = _read(root, rel, problems)
+    if data is None:
+        return None, None
+    digest = sha256_bytes(data)
+    try:
+        return MappingProxyType(parse_sha256sum(data)), digest
+    except (ValueError, UnicodeDecodeError) as exc:
+        problems[rel] = f"not sha256sum format: {exc}"
+        return None, digest
+
+
+def _read_generation_configs(
+    root: Path, files: Mapping[str, FileFact], problems: dict[str, str]
+) -> tuple[GenerationConfigBeforeGenerate, ...]:
+    names = [layout.GENERATION_CONFIG] if layout.GENERATION_CONFIG in files else []
+    extra = sorted((int(m.group(1)), n) for n in files if (m := _EXTRA_CONFIG.match(n)))
+    names += [n for _, n in extra]
+    configs = (_read_model(root, n, GenerationConfigBeforeGenerate, files, problems) for n in names)
+    return tuple(c for c in configs if c is not None)
+
+
+def _read_progress(root: Path, problems: dict[str, str]) -> ProgressLog | None:
+    data = _read(root, layout.PROGRESS, problems)
+    if data is None:
+        return None
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # `tail` is b"" when the file ends with a newline
+    events, invalid = _parse_lines(complete)
+    truncated = None
+    if tail.strip():
+        tail_events, tail_invalid = _parse_lines([tail], first_number=len(complete) + 1)
+        if tail_invalid:
+            shown = tail[:60].decode("utf-8", "replace") + ("…" if len(tail) > 60 else "")
+            truncated = f"line {len(complete) + 1} is cut off after {len(tail)} bytes (no newline): {shown!r}"
+        events += tail_events
+    return ProgressLog(events=tuple(events), lines=len(complete) + (1 if tail.strip() else 0), invalid_lines=tuple(invalid), truncated_tail=truncated)
+
+
+def _parse_lines(lines: list[bytes], first_number: int = 1) -> tuple[list[AnyEvent], list[tuple[int, str]]]:
+    """Fast path: one orjson array parse and one pydantic list validation; line by line only on error."""
+    try:
+        return _EVENTS_ADAPTER.validate_python(orjson.loads(b"[" + b",".join(lines) + b"]")), []
+    except (orjson.JSONDecodeError, ValidationError):
+        pass
+    events: list[AnyEvent] = []
+    invalid: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=first_number):
+        if not line.strip():
+            invalid.append((number, "empty line"))
+            continue
+        try:
+            events.append(EVENT_ADAPTER.validate_json(line))
+        except ValidationError as exc:
+            invalid.append((number, _short_validation_error(exc)))
+    return events, invalid
+
+
+def _read_token_ids(root: Path, problems: dict[str, str]) -> Mapping[int, array] | None:
+    data = _read(root, layout.TOKEN_IDS, problems)
+    if data is None:
+        return None
+    try:
+        tensors = read_int_tensors(data)
+    except SafetensorsError as exc:
+        problems[layout.TOKEN_IDS] = f"not a valid safetensors file of integer tensors: {exc}"
+        return None
+    rows: dict[int, array] = {}
+    for name, values in tensors.items():
+        match = _SEQUENCE_TENSOR.match(name)
+        if match is None:
+            problems[layout.TOKEN_IDS] = f"tensor {name!r} is not named 'sequence_<i>'"
+            return None
+        rows[int(match.group(1))] = values
+    return MappingProxyType(dict(sorted(rows.items())))
+
+
+def _read_text_outputs(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> Mapping[str, bytes]:
+    """Small textual outputs, for the saved-text comparison; binary media stays on disk (hashed only)."""
+    prefix = layout.OUTPUTS_DIR + "/"
+    wanted = [n for n, f in files.items() if n.startswith(prefix) and n.endswith(".txt") and f.size <= 16 << 20]
+    found = {n: data for n in sorted(wanted) if (data := _read(root, n, problems)) is not None}
+    return MappingProxyType(found)

@@ -1,0 +1,208 @@
+"""Render a `Report` with rich: short tables and unicode sparklines for the terminal."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .report import Report
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 48
+_STATUS_STYLE = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow", None: "bold red"}
+
+
+def render_report(report: Report, console: Console) -> None:
+    """Print the post-mortem, most important first: how it ended, why, limits, time, budget, last tokens, charts."""
+    console.rule(Text(f"genrun report · {report.snapshot_id}"))
+    console.print(Text(report.headline, style=_STATUS_STYLE.get(report.status, "bold")))
+    for note in report.notes:
+        console.print(Text(f"! {note}", style="yellow"))
+    console.print(_request_table(report))
+    if report.limits:
+        console.print(_limits_table(report))
+    if report.pipeline:
+        console.print(_kv_table("Pipeline call (as made)", list(report.pipeline.items())))
+    if report.sequences:
+        console.print(_stops_table(report))
+    console.print(_timings_line(report))
+    console.print(_budget_table(report))
+    _print_last_tokens(report, console)
+    _print_charts(report, console)
+
+
+def _kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, Text(_fmt(value)))  # Text: values are data, never rich markup ("[generation]" must survive)
+    return table
+
+
+def _request_table(report: Report) -> Table:
+    rows = [(k, v) for k, v in report.request.items() if k != "input"]
+    shown = report.request.get("input")
+    if isinstance(shown, str):
+        rows.insert(1, ("input", _cut(shown, 160)))
+    elif isinstance(shown, list):
+        rows.insert(1, ("input", f"{len(shown)} prompts/messages; first: {_cut(str(shown[0]), 120)}" if shown else "(none)"))
+    identity = report.identity
+    if identity.get("model_digest"):
+        rows.append(("model digest", f"{identity['model_digest'][:16]}…  {identity.get('model_path', '')}"))
+    if identity.get("packages"):
+        rows.append(("packages", ", ".join(f"{k} {v}" for k, v in identity["packages"].items() if v)))
+    if identity.get("host"):
+        rows.append(("host", identity["host"] + (f"; {identity['cuda']}" if identity.get("cuda") else "")))
+    return _kv_table("Request", rows)
+
+
+def _limits_table(report: Report) -> Table:
+    table = Table(title="Effective limits (as generate used them)", title_justify="left")
+    for column in ("call", "limit", "value", "set by"):
+        table.add_column(column)
+    for line in report.limits:
+        style = "yellow" if line.source == "library_default" else None
+        table.add_row(str(line.call_index), Text(line.name), Text(_fmt(line.value)), Text(line.source, style=style or ""))
+    table.caption = Text(f"prompt {report.prompt_length} tokens · context {report.context_limit} · EOS {list(report.eos_token_ids)} · "
+                     f"pad {report.pad_token_id}")
+    table.caption_justify = "left"
+    return table
+
+
+def _stops_table(report: Report) -> Table:
+    table = Table(title="Why each sequence stopped", title_justify="left")
+    for column in ("seq", "reason", "steps" if report.unit == "step" else "tokens", "last id", "EOS at", "evidence"):
+        table.add_column(column, overflow="fold")
+    for s in report.sequences:
+        last = s.last_tokens[-1].token if s.last_tokens and s.last_tokens[-1].token else None
+        last_id = "—" if s.last_token_id is None else f"{s.last_token_id}" + (f" {last!r}" if last else "")
+        evidence = ", ".join(f"{k}={_fmt(v)}" for k, v in s.evidence.items())
+        if s.fired:
+            evidence = f"fired {', '.join(s.fired)}" + (f"; {evidence}" if evidence else "")
+        if s.exception:
+            evidence = f"{s.exception}; {evidence}"
+        generated = f"{s.generated}/{s.steps_planned}" if s.steps_planned is not None else str(s.generated)
+        style = "green" if s.reason in ("eos", "completed", "stop_string") else "red" if s.reason in ("exception", "unknown") else "yellow"
+        eos_at = _fmt(list(s.eos_positions)) if s.eos_positions else "—"
+        table.add_row(str(s.index), Text(s.reason, style=style), generated, Text(last_id), eos_at, Text(evidence))
+    return table
+
+
+def _timings_line(report: Report) -> Text:
+    t = report.timings
+    parts = [f"{label} {_seconds(t.get(key))}" for key, label in
+             (("load_s", "load"), ("first_token_s", "first token"), ("decode_s", "decode"), ("total_s", "total"))]
+    rate = t.get("units_per_s")
+    if rate:
+        parts.append(f"{rate:,.1f} {report.unit}s/s")
+    return Text("Timings: " + " · ".join(parts))
+
+
+def _budget_table(report: Report) -> Table:
+    b = report.budget
+    rows: list[tuple[str, Any]] = []
+    if "requested_units" in b:
+        used = b.get("used_fraction")
+        rows.append((f"{b.get('units', report.unit)}s",
+                     f"{b.get('generated_max', '—')} of {b['requested_units']} requested (from {b.get('requested_units_source')})"
+                     + (f" = {used:.0%}" if used is not None else "")))
+        if b.get("effective_max_length") is not None:
+            rows.append(("length", f"max {b['effective_max_length']} of context {b.get('context_limit')} (fits: {b.get('fits_context')})"))
+        rows.append(("memory", f"estimate {_bytes(b.get('required_bytes'))} (weights {_bytes(b.get('weight_bytes'))}, KV at budget "
+                               f"{_bytes(b.get('kv_bytes_at_budget'))}); free at plan {_bytes(b.get('device_memory_free_bytes'))} "
+                               f"(fits: {b.get('fits_memory')}){' FORCED' if b.get('forced') else ''}"))
+    elif "generated_max" in b:
+        rows.append((f"{report.unit}s", str(b["generated_max"])))
+    if b.get("peak_rss_bytes") or b.get("peak_cuda_allocated_bytes"):
+        rows.append(("peak", f"RSS {_bytes(b.get('peak_rss_bytes'))}" + (
+            f", CUDA allocated {_bytes(b['peak_cuda_allocated_bytes'])}" if b.get("peak_cuda_allocated_bytes") else "")))
+    if b.get("requested_seconds"):
+        rows.append(("duration", f"{b.get('produced_seconds')} s produced of {b['requested_seconds']} s requested"))
+    if report.outputs:
+        rows.append(("outputs", ", ".join(report.outputs)))
+    if b.get("domain"):
+        d = b["domain"]
+        rows.append(("domain", ", ".join(f"{k}={v}" for k, v in d.items() if v is not None)))
+    return _kv_table("Budget vs actual", rows)
+
+
+def _print_last_tokens(report: Report, console: Console) -> None:
+    if not report.sequences and report.last_progress_ids:  # a killed run: the stream's last ids are the latest evidence
+        ids = " ".join(f"{t.id}" + (f"({t.token})" if t.token is not None else "") for t in report.last_progress_ids)
+        console.print(Text("Last ids in progress.ndjson (row 0): ", style="bold") + Text(ids))
+        if report.last_progress_text is not None:
+            console.print(Text(f"  decoded: {_cut(report.last_progress_text, 200)!r}"))
+    for s in report.sequences:
+        if not s.last_tokens and not s.last_text:
+            continue
+        ids = " ".join(f"{t.id}" + (f"({t.token})" if t.token is not None else "") for t in s.last_tokens)
+        console.print(Text(f"Last tokens of sequence {s.index}: ", style="bold") + Text(ids))
+        if s.last_text is not None:
+            console.print(Text(f"  decoded: {_cut(s.last_text, 200)!r}"))
+
+
+def _print_charts(report: Report, console: Console) -> None:
+    samples = report.samples
+    if not samples:
+        console.print(Text("No progress records: no throughput or memory over time.", style="dim"))
+        return
+    span = f"t = {samples[0].t:.2f} … {samples[-1].t:.2f} s, {report.progress_records} records"
+    console.print(Text(f"Over time ({span})", style="bold"))
+    series = {
+        f"{report.unit}s/s (window)": [s.window_units_per_s for s in samples if s.window_units_per_s is not None],
+        f"{report.unit}s generated": [float(s.generated) for s in samples],
+        "RSS MiB": [s.rss_bytes / 2**20 for s in samples if s.rss_bytes is not None],
+        "CUDA alloc MiB": [s.cuda_allocated_bytes / 2**20 for s in samples if s.cuda_allocated_bytes is not None],
+    }
+    for label, values in series.items():
+        if values:
+            console.print(Text(f"  {label:<22}") + Text(sparkline(values), style="cyan") + Text(f"  {min(values):,.1f} … {max(values):,.1f}"))
+
+
+def sparkline(values: Sequence[float], width: int = SPARK_WIDTH) -> str:
+    """Unicode block sparkline of `values`, averaged into at most `width` buckets."""
+    if not values:
+        return ""
+    buckets = min(width, len(values))
+    sums = [0.0] * buckets
+    counts = [0] * buckets
+    for i, v in enumerate(values):
+        b = i * buckets // len(values)
+        sums[b] += v
+        counts[b] += 1
+    means = [s / c for s, c in zip(sums, counts)]
+    low, high = min(means), max(means)
+    if high == low:
+        return SPARK[len(SPARK) // 2] * buckets
+    return "".join(SPARK[round((m - low) / (high - low) * (len(SPARK) - 1))] for m in means)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list, tuple)):
+        return _cut(str(value), 120)
+    return str(value)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} s"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return str(value)

@@ -1,0 +1,83 @@
+"""The registry of verify's checks: each a small function `(Snapshot, CheckContext) -> Finding`.
+
+Every check is pure (it reads only the loaded snapshot and the context), except `signoffs`,
+which runs `ssh-keygen` to judge signatures. Order is the order of the report: integrity first,
+then the request, the tokens and why generation stopped, then the stream, text and sign-offs.
+"""
+
+import traceback
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from ._check_diffusion import check_diffusion_steps
+from ._check_integrity import (
+    check_artifacts_valid,
+    check_completeness,
+    check_execution_identity,
+    check_manifest_integrity,
+    check_outputs_listed,
+    check_plan_digest_chain,
+)
+from ._check_limits import check_budget_truncation, check_early_stop, check_hidden_cap, check_library_default_limit, is_suspicious_count
+from ._check_progress import check_progress_stream
+from ._check_request import check_limits_reached_config, check_request_round_trip
+from ._check_signoffs import check_signoffs
+from ._check_tokens import check_saved_text, check_stop_reasons, check_token_counts, check_token_summary
+from ._context import CheckContext
+from ._finding import Examined, Finding
+from ._load import Snapshot
+
+Check = Callable[[Snapshot, CheckContext], Finding]
+
+
+class CheckSpec(NamedTuple):
+    """A registered check."""
+
+    name: str
+    """The finding name it reports."""
+    run: Check
+
+    @property
+    def contract(self) -> str:
+        """First line of the check's docstring: what it guarantees when it passes."""
+        return (self.run.__doc__ or "").strip().splitlines()[0]
+
+
+CHECKS: tuple[CheckSpec, ...] = (
+    CheckSpec("completeness", check_completeness),
+    CheckSpec("artifacts_valid", check_artifacts_valid),
+    CheckSpec("manifest_integrity", check_manifest_integrity),
+    CheckSpec("plan_digest_chain", check_plan_digest_chain),
+    CheckSpec("execution_identity", check_execution_identity),
+    CheckSpec("request_round_trip", check_request_round_trip),
+    CheckSpec("limits_reached_config", check_limits_reached_config),
+    CheckSpec("token_counts", check_token_counts),
+    CheckSpec("token_summary", check_token_summary),
+    CheckSpec("stop_reasons", check_stop_reasons),
+    CheckSpec("hidden_cap", check_hidden_cap),
+    CheckSpec("library_default_limit", check_library_default_limit),
+    CheckSpec("budget_truncation", check_budget_truncation),
+    CheckSpec("early_stop", check_early_stop),
+    CheckSpec("diffusion_steps", check_diffusion_steps),
+    CheckSpec("progress_stream", check_progress_stream),
+    CheckSpec("saved_text", check_saved_text),
+    CheckSpec("outputs_listed", check_outputs_listed),
+    CheckSpec("signoffs", check_signoffs),
+)
+"""Every check verify runs, in report order."""
+
+
+def run_checks(snap: Snapshot, ctx: CheckContext, checks: Sequence[CheckSpec] = CHECKS) -> list[Finding]:
+    """Run each check; a check that raises on a damaged snapshot becomes a FAIL naming the exception (never a crash, never hidden)."""
+    findings = []
+    for spec in checks:
+        try:
+            finding = spec.run(snap, ctx)
+        except Exception as exc:  # a damaged snapshot must produce a report, not a traceback; the FAIL carries the traceback
+            finding = Finding(name=spec.name, status="FAIL", message=f"the check could not run on this snapshot: {type(exc).__name__}: {exc}",
+                              evidence={"traceback": traceback.format_exc()}, examined=Examined())
+        findings.append(finding if finding.name == spec.name else finding.model_copy(update={"name": spec.name}))
+    return findings
+
+
+__all__ = ["CHECKS", "Check", "CheckContext", "CheckSpec", "is_suspicious_count", "run_checks"]

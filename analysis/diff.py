@@ -1,0 +1,186 @@
+"""`diff`: what differs between two snapshots — request, effective config, environment, code and
+model identities, stop reasons, counts, and the first diverging token of each sequence."""
+
+from array import array
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas import CodeSet, layout
+
+from ._diffing import Change, diff_values
+from ._load import Snapshot, read_snapshot
+
+_RESULT_FIELDS = ("status", "exit_code", "unit", "generated", "generated_tokens", "produced_seconds", "requested_seconds", "forced")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class FieldChange(_Model):
+    """One differing value; `*_absent` when a side lacks the key."""
+
+    path: str
+    a: Any
+    b: Any
+    a_absent: bool = False
+    b_absent: bool = False
+
+
+class FileSetChange(_Model):
+    """Differences between two hashed file sets (code, model, outputs)."""
+
+    digest_a: str | None
+    digest_b: str | None
+    added: tuple[str, ...]
+    """In B only."""
+    removed: tuple[str, ...]
+    """In A only."""
+    changed: tuple[str, ...]
+    """In both, with different sha256."""
+
+    @property
+    def differs(self) -> bool:
+        """Any difference at all."""
+        return self.digest_a != self.digest_b or bool(self.added or self.removed or self.changed)
+
+
+class SequenceDiff(_Model):
+    """One row compared across the two snapshots."""
+
+    index: int
+    reason_a: str | None
+    reason_b: str | None
+    count_a: int | None
+    count_b: int | None
+    first_divergence: int | None
+    """Index of the first differing generated token (a prefix ends where the shorter row ends); `None` when identical or unknown."""
+    identical: bool
+    """Same ids, same length."""
+
+
+class SnapshotDiff(_Model):
+    """Everything `genrun diff A B` reports."""
+
+    a: str
+    b: str
+    request: tuple[FieldChange, ...]
+    effective_config: tuple[FieldChange, ...]
+    """Per generate call: `call_<i>.effective.*`, `call_<i>.limit_sources.*`, prompt length, EOS, pad; diffusers: `pipeline_call.*`."""
+    environment: tuple[FieldChange, ...]
+    code: dict[str, FileSetChange]
+    """`genrun`, `entrypoint`, `remote_code` sets that differ."""
+    model: FileSetChange | None
+    """`None` when both models are identical."""
+    result: tuple[FieldChange, ...]
+    sequences: tuple[SequenceDiff, ...]
+    outputs: FileSetChange | None
+    """Files under `outputs/` (digests from each manifest); `None` when identical or unsealed."""
+
+    @property
+    def identical(self) -> bool:
+        """Nothing differs in any section (timings are not compared)."""
+        return not (self.request or self.effective_config or self.environment or self.code or self.model or self.result
+                    or self.outputs or any(not s.identical or s.reason_a != s.reason_b for s in self.sequences))
+
+
+def diff_snapshots(a: str | Path, b: str | Path) -> SnapshotDiff:
+    """Compare two snapshots (read-only, no hashing: identities come from the frozen files)."""
+    return diff_loaded(read_snapshot(a, hash_files=False), read_snapshot(b, hash_files=False))
+
+
+def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
+    """The differences between two loaded snapshots."""
+    return SnapshotDiff(
+        a=str(a.path), b=str(b.path),
+        request=_changes(a.request_json, b.request_json),
+        effective_config=_changes(_configs(a), _configs(b)),
+        environment=_changes(_dump(a.environment), _dump(b.environment)),
+        code=_code_changes(a, b),
+        model=_fileset(a.model.digest if a.model else None, b.model.digest if b.model else None,
+                       _files_of(a.model.files if a.model else ()), _files_of(b.model.files if b.model else ())),
+        result=_changes(_result_fields(a), _result_fields(b)),
+        sequences=tuple(_sequences(a, b)),
+        outputs=_outputs(a, b),
+    )
+
+
+def _changes(a: Any, b: Any) -> tuple[FieldChange, ...]:
+    return tuple(FieldChange(**c.as_json()) for c in diff_values(a if a is not None else {}, b if b is not None else {}))
+
+
+def _dump(model: BaseModel | None) -> dict[str, Any]:
+    return model.model_dump(mode="json") if model is not None else {}
+
+
+def _configs(snap: Snapshot) -> dict[str, Any]:
+    keep = ("model_class", "overrides", "effective", "limit_sources", "eos_token_ids", "pad_token_id", "pad_defaulted_to_eos",
+            "prompt_length", "batch_rows", "context_limit", "dtype", "device", "model_generation_config")
+    configs = {f"call_{c.call_index}": c.model_dump(mode="json", include=set(keep)) for c in snap.generation_configs}
+    if snap.pipeline_call is not None:
+        configs["pipeline_call"] = snap.pipeline_call.model_dump(mode="json")
+    return configs
+
+
+def _result_fields(snap: Snapshot) -> dict[str, Any]:
+    if snap.result is None:
+        return {"status": "no result (incomplete)"}
+    return snap.result.model_dump(mode="json", include=set(_RESULT_FIELDS))
+
+
+def _files_of(files: Any) -> dict[str, str]:
+    return {f.path: f.sha256 for f in files}
+
+
+def _fileset(digest_a: str | None, digest_b: str | None, a: dict[str, str], b: dict[str, str]) -> FileSetChange | None:
+    change = FileSetChange(digest_a=digest_a, digest_b=digest_b, added=tuple(sorted(set(b) - set(a))), removed=tuple(sorted(set(a) - set(b))),
+                           changed=tuple(sorted(p for p in set(a) & set(b) if a[p] != b[p])))
+    return change if change.differs else None
+
+
+def _code_changes(a: Snapshot, b: Snapshot) -> dict[str, FileSetChange]:
+    found = {}
+    for name in ("genrun", "entrypoint", "remote_code"):
+        set_a: CodeSet | None = getattr(a.code, name) if a.code else None
+        set_b: CodeSet | None = getattr(b.code, name) if b.code else None
+        change = _fileset(set_a.digest if set_a else None, set_b.digest if set_b else None,
+                          _files_of(set_a.files if set_a else ()), _files_of(set_b.files if set_b else ()))
+        if change is not None:
+            found[name] = change
+    return found
+
+
+def _outputs(a: Snapshot, b: Snapshot) -> FileSetChange | None:
+    if a.manifest is None or b.manifest is None:
+        return None
+    prefix = layout.OUTPUTS_DIR + "/"
+    pick = lambda m: {p: d for p, d in m.items() if p.startswith(prefix)}  # noqa: E731
+    return _fileset(None, None, pick(a.manifest), pick(b.manifest))
+
+
+def _sequences(a: Snapshot, b: Snapshot) -> list[SequenceDiff]:
+    stops_a = {s.index: s for s in a.stop.sequences} if a.stop else {}
+    stops_b = {s.index: s for s in b.stop.sequences} if b.stop else {}
+    ids_a, ids_b = a.token_ids or {}, b.token_ids or {}
+    rows = []
+    for index in sorted(set(stops_a) | set(stops_b) | set(ids_a) | set(ids_b)):
+        x, y = ids_a.get(index), ids_b.get(index)
+        first = first_divergence(x, y) if x is not None and y is not None else None
+        identical = x is not None and y is not None and first is None
+        if x is None and y is None and index in stops_a and index in stops_b:  # diffusion: compare what was recorded
+            identical = stops_a[index].generated == stops_b[index].generated
+        count = lambda ids, stops: len(ids) if ids is not None else (stops[index].generated if index in stops else None)  # noqa: E731
+        rows.append(SequenceDiff(index=index, reason_a=stops_a[index].reason if index in stops_a else None,
+                                 reason_b=stops_b[index].reason if index in stops_b else None, count_a=count(x, stops_a),
+                                 count_b=count(y, stops_b), first_divergence=first, identical=identical))
+    return rows
+
+
+def first_divergence(a: array, b: array) -> int | None:
+    """First index where the ids differ; where the shorter ends if one is a prefix; `None` when identical. # a, b: [n] int"""
+    n = min(len(a), len(b))
+    if a[:n] != b[:n]:  # array comparison runs in C; the loop below only runs when they differ
+        return next(i for i in range(n) if a[i] != b[i])
+    return None if len(a) == len(b) else n

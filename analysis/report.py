@@ -1,0 +1,313 @@
+"""`report`: a post-mortem a person can read in a minute, built read-only from a snapshot.
+
+`report_snapshot` returns a typed `Report` (also the `--json` document); `_report_render` turns it
+into rich text and `_plot` into a PNG. Works on incomplete snapshots: whatever exists is shown.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas import GenerationConfigBeforeGenerate
+
+from ._check_integrity import INCOMPLETE
+from ._load import Snapshot, read_snapshot
+from ._rows import eos_positions, rows_of
+from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
+
+LAST_TOKENS_SHOWN = 16
+SEQUENCES_SHOWN = 8
+MAX_SAMPLES = 1000  # progress records kept for charts; every_units = 1 on 65k tokens would otherwise be 65k points
+LIMIT_KEYS = ("max_new_tokens", "max_length", "max_time", "stop_strings", "eos_token_id")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class LimitLine(_Model):
+    """One effective limit and who set it."""
+
+    call_index: int
+    name: str
+    value: Any
+    source: str
+    """`request`, `model_generation_config`, `library_default`, `entrypoint`, or `derived`/`not set`."""
+
+
+class TokenLine(_Model):
+    """One generated id and its vocabulary entry."""
+
+    id: int
+    token: str | None
+
+
+class SequenceLine(_Model):
+    """Why one row stopped, with its evidence and its last tokens."""
+
+    index: int
+    call_index: int
+    reason: str
+    generated: int
+    last_token_id: int | None
+    fired: tuple[str, ...]
+    evidence: dict[str, Any]
+    eos_positions: tuple[int, ...]
+    """First EOS positions found in the saved ids (at most 8)."""
+    last_tokens: tuple[TokenLine, ...]
+    last_text: str | None
+    """Decode (special tokens kept) of the last tokens."""
+    steps_planned: int | None = None
+    exception: str | None = None
+
+
+class Sample(_Model):
+    """One progress record, for throughput and memory over time."""
+
+    t: float
+    event: str
+    generated: int
+    units_per_s: float | None
+    window_units_per_s: float | None
+    rss_bytes: int | None
+    cuda_allocated_bytes: int | None
+    cuda_reserved_bytes: int | None
+
+
+class Report(_Model):
+    """Everything `genrun report` shows."""
+
+    snapshot: str
+    snapshot_id: str
+    complete: bool
+    """result.json and the manifest exist."""
+    status: str | None
+    """result.json status (`None` when the run ended without a result)."""
+    headline: str
+    """One sentence: how the run ended and why."""
+    request: dict[str, Any]
+    """Name, model, backend, dtype, device, input, `[generation]`, units."""
+    identity: dict[str, Any]
+    """Model digest and path, genrun code digest, key package versions, device."""
+    limits: tuple[LimitLine, ...]
+    prompt_length: int | None
+    context_limit: int | None
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int | None
+    sequences: tuple[SequenceLine, ...]
+    unit: str
+    timings: dict[str, float | None]
+    """load_s, first_token_s, decode_s, total_s, units_per_s (from result.json, else from progress)."""
+    budget: dict[str, Any]
+    """Plan estimate next to what happened."""
+    samples: tuple[Sample, ...]
+    """Progress records over time (throughput and memory), thinned evenly to at most 1,000."""
+    progress_records: int
+    """Progress records in the file (before thinning)."""
+    pipeline: dict[str, Any]
+    """Diffusers: pipeline and scheduler classes, steps, timesteps planned, guidance, size (empty for LMs)."""
+    outputs: tuple[str, ...]
+    """Files under `outputs/` named by result.json."""
+    last_progress_ids: tuple[TokenLine, ...]
+    """`last_ids` of the last progress record (row 0): the latest evidence when a killed run saved no ids file."""
+    last_progress_text: str | None
+    """Their decode (special tokens kept), when a tokenizer is available."""
+    notes: tuple[str, ...]
+    """Things a reader must know (incomplete, truncated progress line, undecodable ids)."""
+
+
+def report_snapshot(path: str | Path) -> Report:
+    """Build the post-mortem of a snapshot (read-only; no hashing of files)."""
+    snap = read_snapshot(path, hash_files=False)
+    has_ids = snap.token_ids is not None or (snap.progress is not None and any(getattr(e, "last_ids", ()) for e in snap.progress.events[-1:]))
+    decoder = load_decoder(snap.model) if has_ids and not snap.is_diffusion else DecoderUnavailable("no ids")
+    return build_report(snap, decoder)
+
+
+def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> Report:
+    """The report of a loaded snapshot."""
+    notes = _notes(snap, decoder)
+    configs = snap.generation_configs
+    first = configs[0] if configs else None
+    return Report(
+        snapshot=str(snap.path), snapshot_id=snap.id, complete=snap.result is not None and snap.is_sealed,
+        status=snap.result.status if snap.result else None, headline=_headline(snap), request=_request_essentials(snap),
+        identity=_identity(snap), limits=tuple(line for cfg in configs for line in _limit_lines(cfg)),
+        prompt_length=first.prompt_length if first else None, context_limit=first.context_limit if first else None,
+        eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
+        sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
+        samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
+        pipeline=_pipeline(snap), outputs=snap.result.outputs if snap.result else (),
+        **_last_progress_ids(snap, decoder),
+    )
+
+
+def _headline(snap: Snapshot) -> str:
+    if snap.result is None:
+        last = snap.progress.last if snap.progress else None
+        where = f"; last record '{last.event}' at t={last.t:.2f} s with {last.generated} {snap.unit}s" if last else ""
+        return INCOMPLETE + where
+    stops = snap.stop.sequences if snap.stop else ()
+    reasons: dict[str, int] = {}
+    for s in stops:
+        reasons[s.reason] = reasons.get(s.reason, 0) + 1
+    why = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in reasons.items()) or "no stop record"
+    return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}"
+
+
+def _request_essentials(snap: Snapshot) -> dict[str, Any]:
+    request = snap.request
+    if request is None:
+        return {}
+    inputs = request.input
+    if inputs.prompt is not None:
+        shown: Any = inputs.prompt
+    elif inputs.prompts is not None:
+        shown = list(inputs.prompts)
+    else:
+        shown = [f"{m.role}: {m.content}" for m in inputs.messages or ()]
+    essentials = {"name": request.name, "model": request.model.path, "backend": request.model.backend, "dtype": request.model.dtype,
+                  "device": request.model.device, "input": shown, "generation": request.generation, "seed": request.seed}
+    if request.entrypoint is not None:
+        essentials["entrypoint"] = request.entrypoint.callable
+    if request.units.name == "frame":
+        essentials["units"] = request.units.model_dump(mode="json")
+    return essentials
+
+
+def _identity(snap: Snapshot) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if snap.model is not None:
+        found.update(model_path=snap.model.resolved_path, model_digest=snap.model.digest, weight_bytes=snap.model.weight_bytes)
+    if snap.code is not None:
+        found["genrun_code_digest"] = snap.code.genrun.digest
+    if snap.environment is not None:
+        env = snap.environment
+        found["packages"] = {k: v for k, v in env.packages.items() if k in ("torch", "transformers", "diffusers", "tokenizers")}
+        found["host"] = f"{env.hostname} ({env.cpu.model or 'cpu'}, {env.cpu.logical_cores} cores)"
+        if env.cuda is not None and env.cuda.devices:
+            found["cuda"] = ", ".join(d.name for d in env.cuda.devices)
+    if snap.generation_configs:
+        found["dtype"], found["device"] = snap.generation_configs[0].dtype, snap.generation_configs[0].device
+    return found
+
+
+def _limit_lines(cfg: GenerationConfigBeforeGenerate) -> list[LimitLine]:
+    lines = []
+    for key in LIMIT_KEYS:
+        value = cfg.effective.get(key)
+        source = cfg.limit_sources.get(key) or ("not set" if value is None else "derived")
+        lines.append(LimitLine(call_index=cfg.call_index, name=key, value=value, source=source))
+    return lines
+
+
+def _sequence_lines(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> list[SequenceLine]:
+    lines = []
+    for row in rows_of(snap)[:SEQUENCES_SHOWN]:
+        stop = row.stop
+        if row.ids is not None:
+            tail = row.ids[-LAST_TOKENS_SHOWN:].tolist()
+        else:
+            tail = list(row.summary.last_ids[-LAST_TOKENS_SHOWN:]) if row.summary else []
+        decodable = not isinstance(decoder, DecoderUnavailable)
+        tokens = tuple(TokenLine(id=i, token=decoder.token(i) if decodable else None) for i in tail)  # type: ignore[union-attr]
+        if decodable:
+            text = decoder.decode(tail, skip_special_tokens=False)  # type: ignore[union-attr]
+        else:
+            text = row.summary.text_with_special[-200:] if row.summary and row.summary.text_with_special else None
+        eos = stop.eos_token_ids if stop else (snap.token_summary.eos_token_ids if snap.token_summary else ())
+        positions = tuple(eos_positions(row.ids, eos)[:8]) if row.ids is not None else ()
+        lines.append(SequenceLine(
+            index=row.index, call_index=stop.call_index if stop else 0, reason=stop.reason if stop else "not recorded",
+            generated=stop.generated if stop else (len(row.ids) if row.ids is not None else 0),
+            last_token_id=stop.last_token_id if stop else (tail[-1] if tail else None), fired=stop.fired if stop else (),
+            evidence=stop.evidence if stop else {}, eos_positions=positions, last_tokens=tokens, last_text=text,
+            steps_planned=stop.steps_planned if stop else None,
+            exception=f"{stop.exception.type}: {stop.exception.message}" if stop and stop.exception else None))
+    return lines
+
+
+def _pipeline(snap: Snapshot) -> dict[str, Any]:
+    call = snap.pipeline_call
+    if call is None:
+        return {}
+    found = call.model_dump(mode="json", include={"pipeline_class", "scheduler_class", "num_inference_steps", "num_inference_steps_source",
+                                                  "timesteps_planned", "guidance_scale", "height", "width", "num_frames", "duration_s",
+                                                  "seed", "step_observation"})
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _last_progress_ids(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> dict[str, Any]:
+    last = snap.progress.last if snap.progress else None
+    ids = tuple(getattr(last, "last_ids", ())) if last is not None else ()
+    decodable = not isinstance(decoder, DecoderUnavailable)
+    tokens = tuple(TokenLine(id=i, token=decoder.token(i) if decodable else None) for i in ids)  # type: ignore[union-attr]
+    text = decoder.decode(list(ids), skip_special_tokens=False) if decodable and ids else None  # type: ignore[union-attr]
+    return {"last_progress_ids": tokens, "last_progress_text": text}
+
+
+def _timings(snap: Snapshot) -> dict[str, float | None]:
+    if snap.result is not None:
+        t = snap.result.timings
+        return {"load_s": t.load_s, "first_token_s": t.first_token_s, "decode_s": t.decode_s, "total_s": t.total_s,
+                "units_per_s": snap.result.units_per_s}
+    events = snap.progress.events if snap.progress else ()
+    start = next((e.t for e in events if e.event == "start"), None)
+    first = next((e.t for e in events if e.event == "first_token"), None)
+    last = events[-1].t if events else None
+    return {"load_s": None, "first_token_s": None if first is None or start is None else first - start,
+            "decode_s": None if first is None or last is None else last - first, "total_s": last, "units_per_s": None}
+
+
+def _budget(snap: Snapshot) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    budget = snap.budget
+    if budget is not None:
+        found.update(units=budget.units, requested_units=budget.requested_units, requested_units_source=budget.requested_units_source,
+                     prompt_tokens=budget.prompt_tokens, effective_max_length=budget.effective_max_length,
+                     context_limit=budget.context_limit, fits_context=budget.fits_context, kv_bytes_at_budget=budget.kv_bytes_at_budget,
+                     weight_bytes=budget.weight_bytes, required_bytes=budget.required_bytes,
+                     device_memory_free_bytes=budget.device_memory_free_bytes, fits_memory=budget.fits_memory, forced=budget.forced)
+        if budget.domain is not None:
+            found["domain"] = budget.domain.model_dump(mode="json")
+    counts = [len(a) for a in snap.token_ids.values()] if snap.token_ids else [s.generated for s in (snap.stop.sequences if snap.stop else ())]
+    if not counts and snap.progress is not None and snap.progress.last is not None:  # killed: the stream is the only count
+        counts = [snap.progress.last.generated]
+    if counts:
+        found["generated_max"] = max(counts)
+        if budget is not None and budget.requested_units:
+            found["used_fraction"] = max(counts) / budget.requested_units
+    if snap.result is not None:
+        found.update(peak_rss_bytes=snap.result.peak_memory.rss_bytes, peak_cuda_allocated_bytes=snap.result.peak_memory.cuda_allocated_bytes,
+                     produced_seconds=snap.result.produced_seconds, requested_seconds=snap.result.requested_seconds)
+    return found
+
+
+def _samples(snap: Snapshot) -> list[Sample]:
+    """Progress records, thinned evenly to at most MAX_SAMPLES (first and last always kept)."""
+    if snap.progress is None:
+        return []
+    events = snap.progress.events
+    if len(events) > MAX_SAMPLES:
+        stride = len(events) / (MAX_SAMPLES - 1)
+        events = tuple(events[min(round(i * stride), len(events) - 1)] for i in range(MAX_SAMPLES - 1)) + (events[-1],)
+    samples = []
+    for e in events:
+        samples.append(Sample(t=e.t, event=e.event, generated=e.generated, units_per_s=getattr(e, "units_per_s", None),
+                              window_units_per_s=getattr(e, "window_units_per_s", None), rss_bytes=e.rss_bytes,
+                              cuda_allocated_bytes=e.cuda_allocated_bytes, cuda_reserved_bytes=e.cuda_reserved_bytes))
+    return samples
+
+
+def _notes(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> list[str]:
+    notes = []
+    if not snap.is_sealed:
+        notes.append("not sealed: no manifest-sha256.txt, so these files are not protected (run 'genrun verify')")
+    if snap.progress is not None and snap.progress.truncated_tail:
+        notes.append(f"progress.ndjson: {snap.progress.truncated_tail}")
+    for file, why in sorted(snap.problems.items()):
+        notes.append(f"{file}: {why}")
+    if isinstance(decoder, DecoderUnavailable) and snap.token_ids is not None:
+        notes.append(f"last tokens shown as ids only: {decoder.reason}")
+    return notes

@@ -1,0 +1,54 @@
+"""`genrun report SNAPSHOT`: a one-minute post-mortem (why it stopped, limits, timings, budget, last tokens, charts)."""
+
+import argparse
+from pathlib import Path
+
+from ._output import print_json, stderr_console, stdout_console
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="post-mortem summary of a snapshot",
+        description="Summarise SNAPSHOT read-only: request, effective limits and their sources, stop reason per sequence "
+                    "with evidence, timings, budget vs actual, last tokens decoded, throughput and memory over time.",
+        epilog=(
+            "example: genrun report snapshots/20261129T101500Z-tiny-3fa2c1 --plot /tmp/tiny.png\n"
+            "  succeeded: 13 tokens in 0.41 s; stopped by eos\n"
+            "  ...\n"
+            "  wrote /tmp/tiny.png"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png",
+                        help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]')")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from analysis import SnapshotNotFound, report_snapshot
+    from analysis._plot import PlotError, write_plot
+    from analysis._report_render import render_report
+    from runner.errors import GenrunError, SnapshotError
+
+    try:
+        report = report_snapshot(args.snapshot)
+    except SnapshotNotFound as exc:
+        raise SnapshotError(str(exc)) from None
+    if args.plot is not None:
+        try:
+            written = write_plot(report, args.plot)
+        except PlotError as exc:
+            raise GenrunError(str(exc)) from None
+    if args.json:
+        document = report.model_dump(mode="json")
+        if args.plot is not None:
+            document["plot"] = str(written)
+        print_json(document)
+    else:
+        render_report(report, stdout_console)
+    if args.plot is not None:
+        stderr_console.print(f"wrote {written}", markup=False, highlight=False)
+    return 0
