@@ -1,0 +1,71 @@
+"""User code named by the request: `[entrypoint] callable` and `[model] loader` (`module:function`).
+
+Modules are looked up first in the directories planning searched (the request file's directory,
+recorded as `code.json` `entrypoint.root`), then on `sys.path`. Those directories are on
+`sys.path` only while the run imports and calls user code.
+
+The entry point's return value is saved as `outputs/entrypoint-result.json`: orjson for plain
+values (numpy arrays included); tensors become nested lists; any other object becomes its
+`str()` (so a return value never fails the run, and the file says what was returned). A `str`
+return value is also saved verbatim as `outputs/entrypoint-result.txt`.
+"""
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .._io import write_bytes_atomic
+from ..errors import RequestError
+
+RESULT_JSON = "entrypoint-result.json"
+RESULT_TEXT = "entrypoint-result.txt"
+
+
+@contextlib.contextmanager
+def user_import_paths(paths: Sequence[Path]) -> Iterator[None]:
+    """Put `paths` at the front of `sys.path` for the block (the entries are removed afterwards)."""
+    added = [str(p) for p in paths if str(p) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for entry in added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(entry)
+
+
+def resolve_callable(reference: str, field: str) -> Callable[..., Any]:
+    """Import `module` and return `function` from `module:function`; errors name the request field."""
+    module_name, _, function_name = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RequestError(f"{field} {reference!r}: cannot import module {module_name!r} ({exc}); check the module name and its location") from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise RequestError(f"{field} {reference!r}: module {module_name!r} has no callable {function_name!r}; check the function name")
+    return function
+
+
+def _fallback(value: Any) -> Any:
+    """orjson's `default`: tensors to lists, everything else to `str()`."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    return str(value)
+
+
+def save_entrypoint_result(outputs_dir: Path, value: Any) -> tuple[str, ...]:
+    """Write the return value under `outputs/`; returns the file names written."""
+    data = orjson.dumps(value, default=_fallback, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    write_bytes_atomic(outputs_dir / RESULT_JSON, data + b"\n")
+    written = [RESULT_JSON]
+    if isinstance(value, str):
+        write_bytes_atomic(outputs_dir / RESULT_TEXT, value.encode())
+        written.append(RESULT_TEXT)
+    return tuple(written)

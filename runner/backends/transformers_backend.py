@@ -1,0 +1,201 @@
+"""Causal LMs through transformers: load, generate (or call the user's entry point) with every generate call instrumented.
+
+Plain requests run `model.generate(**inputs, tokenizer=tokenizer, **[generation])` on the
+left-padded prompts (or the chat-templated messages). `[entrypoint]` requests call
+`fn(model, tokenizer_or_processor, inputs, generation, **kwargs)`; whatever generate calls it
+makes are instrumented the same way (`runner.instrument`).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from schemas import layout
+
+from .. import interrupts
+from .._io import write_model_atomic
+from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, instrument_generate, stop_records
+from ..interrupts import RunInterrupted
+from ..prompts import encode_input
+from ..token_artifacts import summarise, write_sequence_texts, write_token_ids, write_token_summary
+from . import BackendOutcome, ExecutionContext, exception_info
+from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+
+
+@dataclass
+class _RunState:
+    """What one run accumulated, however far it got."""
+
+    tokenizer: Any = None
+    load_s: float | None = None
+    generation_started: float | None = None
+    generation_ended: float | None = None
+    session: CaptureSession | None = None
+    value: Any = None
+    returned: bool = False
+    exception: BaseException | None = None
+    signal: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class TransformersBackend:
+    """`[model] backend = "transformers"`."""
+
+    name = "transformers"
+
+    def run(self, ctx: ExecutionContext) -> BackendOutcome:
+        """Load, generate with instrumentation, write token artifacts and outputs; failures are returned, not raised."""
+        state = _RunState()
+        try:
+            with user_import_paths(ctx.import_paths):
+                self._load_and_generate(ctx, state)
+        except RunInterrupted as exc:
+            state.exception, state.signal = exc, exc.signal_name
+        except KeyboardInterrupt as exc:  # only when genrun's handler is not installed (not the main thread)
+            state.exception, state.signal = exc, "SIGINT"
+        except BaseException as exc:  # the model's or the user's failure is evidence, not a crash
+            state.exception = exc
+        finally:
+            if state.generation_started is not None and state.generation_ended is None:
+                state.generation_ended = time.monotonic()
+        interrupts.disarm()  # generation is over: a signal now must not cut the evidence short
+        return self._finish(ctx, state)
+
+    # -- phases ---------------------------------------------------------------------------------
+
+    def _load_and_generate(self, ctx: ExecutionContext, state: _RunState) -> None:
+        started = time.monotonic()
+        model, tokenizer = load_model(ctx)
+        state.tokenizer = tokenizer
+        state.load_s = time.monotonic() - started
+        import torch
+
+        torch.manual_seed(ctx.request.seed)
+        state.session = CaptureSession(
+            caller="entrypoint" if ctx.request.entrypoint else "request",
+            on_step=ctx.recorder.step,
+            on_config=partial(write_effective_config, ctx),
+            on_call_start=lambda call: ctx.recorder.set_last_ids(call.stream.last_ids if call.stream else tuple),
+        )
+        run_generation = self._prepare_call(ctx, model, tokenizer)
+        state.generation_started = time.monotonic()
+        with instrument_generate(state.session):
+            state.value = run_generation()
+        state.generation_ended = time.monotonic()
+        ctx.recorder.mark_generation_end()
+        state.returned = True
+
+    @staticmethod
+    def _prepare_call(ctx: ExecutionContext, model: Any, tokenizer: Any) -> Callable[[], Any]:
+        """Tokenise (plain requests) or resolve the entry point, write `start`, and return the call to make."""
+        entrypoint = ctx.request.entrypoint
+        if entrypoint is not None:
+            function = resolve_callable(entrypoint.callable, "[entrypoint] callable")
+            inputs = ctx.request.input.model_dump(mode="json", exclude_none=True)
+            ctx.recorder.start(ctx.planned_units, None)
+            return partial(function, model, tokenizer, inputs, dict(ctx.request.generation), **entrypoint.kwargs)
+        encoded = encode_input(tokenizer, ctx.request.input).to(model.device)
+        generation = dict(ctx.request.generation)
+        ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, encoded["input_ids"].shape[0]))
+
+        def call() -> Any:  # looks `generate` up inside the patch: a bound method taken earlier would bypass it
+            return model.generate(**encoded, tokenizer=tokenizer, **generation)
+
+        return call
+
+    def _finish(self, ctx: ExecutionContext, state: _RunState) -> BackendOutcome:
+        calls = state.session.calls if state.session is not None else []
+        rows = classify_calls(calls, state.tokenizer, exception_info)
+        first = _first_config(calls)
+        summary = summarise(
+            rows,
+            state.tokenizer,
+            calls[0].prompt_length if calls else None,
+            first.eos_token_ids if first else (),
+            first.pad_token_id if first else None,
+        )
+        write_token_ids(ctx.snapshot_dir, rows)
+        write_token_summary(ctx.snapshot_dir, summary)
+        ctx.outputs_dir.mkdir(exist_ok=True)
+        outputs = write_sequence_texts(ctx.outputs_dir, summary)
+        if state.returned and ctx.request.entrypoint is not None:
+            outputs += save_entrypoint_result(ctx.outputs_dir, state.value)
+        ctx.recorder.sync_steps(sum(call.steps for call in calls))
+        if state.session is not None and state.session.nested_calls:
+            state.notes.append(f"{state.session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
+        if state.returned and not calls:
+            state.notes.append("the entry point returned without calling generate")
+        return self._outcome(ctx, state, rows, outputs)
+
+    def _outcome(self, ctx: ExecutionContext, state: _RunState, rows: tuple[ClassifiedRow, ...], outputs: tuple[str, ...]) -> BackendOutcome:
+        units = ctx.request.units
+        per_unit = units.tokens_per_frame if units.name == "frame" else 1
+        counts = [int(r.tokens.ids.shape[0]) for r in rows]
+        first_unit_at = ctx.recorder.first_unit_at
+        first_unit_s = decode_s = None
+        if first_unit_at is not None and state.generation_started is not None:
+            first_unit_s = first_unit_at - state.generation_started
+            decode_s = (state.generation_ended or time.monotonic()) - first_unit_at
+        produced = None
+        if units.name == "frame" and units.per_second:
+            produced = max((c // per_unit for c in counts), default=0) / units.per_second
+        failed = state.exception is not None and state.signal is None
+        return BackendOutcome(
+            unit=units.name,
+            generated=sum(c // per_unit for c in counts),
+            generated_tokens=sum(counts),
+            load_s=state.load_s,
+            first_unit_s=first_unit_s,
+            decode_s=decode_s,
+            stops=stop_records(rows),
+            outputs=outputs,
+            exception=exception_info(state.exception) if failed else None,
+            signal=state.signal,
+            produced_seconds=produced,
+            notes=tuple(state.notes),
+        )
+
+
+def create_backend() -> TransformersBackend:
+    """Registered in `runner.backends.BACKEND_MODULES`."""
+    return TransformersBackend()
+
+
+def load_model(ctx: ExecutionContext) -> tuple[Any, Any]:
+    """`[model] loader` when given, else `AutoModelForCausalLM` + `AutoTokenizer` from the frozen directory (offline)."""
+    spec = ctx.request.model
+    path = str(ctx.model_dir)
+    if spec.loader is not None:
+        loader = resolve_callable(spec.loader, "[model] loader")
+        loaded = loader(path, spec.dtype, ctx.device, **spec.loader_kwargs)
+        if not (isinstance(loaded, tuple) and len(loaded) == 2):
+            raise TypeError(f"[model] loader {spec.loader!r} returned {type(loaded).__name__}; it must return (model, tokenizer_or_processor)")
+        return loaded
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
+    options = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **options)
+    model.to(ctx.device)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, **options)
+    return model, tokenizer
+
+
+def write_effective_config(ctx: ExecutionContext, call: CallCapture) -> None:
+    """Inside generate, before the first token: `generation-config.before-generate[.<i>].json`."""
+    name = layout.GENERATION_CONFIG if call.index == 0 else layout.extra_generation_config_name(call.index)
+    with interrupts.deferred():  # the file is complete or absent, never interrupted half-way
+        write_model_atomic(ctx.snapshot_dir / name, call.config)
+
+
+def _planned_rows(model: Any, ctx: ExecutionContext, batch: int) -> int:
+    sequences = ctx.request.generation.get("num_return_sequences") or getattr(model.generation_config, "num_return_sequences", None) or 1
+    return batch * int(sequences)
+
+
+def _first_config(calls: list[CallCapture]) -> Any:
+    return next((c.config for c in calls if c.config is not None), None)

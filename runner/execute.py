@@ -1,0 +1,321 @@
+"""`genrun execute`: run a planned snapshot with full instrumentation, then seal it.
+
+Order:
+1. before anything is loaded, refuse a snapshot that was already executed, verify every frozen
+   file against `frozen-sha256.txt` (the plan digest), and check that genrun's code, the
+   entry-point modules, the model's remote code and the model files still hash to what
+   `code.json` / `model.json` froze (`FrozenMismatch` names what differs);
+2. with `--require-approval` or `[policy] require_approval`, require an `approve` sign-off;
+3. install SIGINT/SIGTERM handlers (`runner.interrupts`) and run the backend once;
+4. write the terminal progress event, `generation-stop.json`, `result.json`;
+5. seal the snapshot — always, also after an exception or a signal.
+"""
+
+import contextlib
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
+from schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
+
+from ._io import write_model_atomic
+from .backends import Backend, BackendOutcome, ExecutionContext, exception_info, get_backend, progress_unit
+from .budget import resolve_device
+from .code_identity import code_set, genrun_code_set
+from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
+from .interrupts import EXIT_CODES, RunInterrupted, disarm, interrupt_gate, later_signals
+from .live_progress import LiveProgress, wants_live
+from .memory import MemoryProbe
+from .recorder import ProgressRecorder
+from .store import describe_os_error, open_snapshot, seal_snapshot
+
+FSYNC_EVERY_S = 5.0
+"""Seconds between fsyncs of `progress.ndjson` (and one at the end)."""
+
+
+class FrozenPlan(NamedTuple):
+    """The frozen files execution reads."""
+
+    request: Request
+    code: CodeIdentity
+    model: ModelIdentity
+    budget: TokenBudget
+
+
+class VerifiedIdentity(NamedTuple):
+    """Digests recomputed before loading anything."""
+
+    plan_digest: str
+    code_digest: str
+    model_digest: str
+
+
+def execute_snapshot(snapshot_dir: Path, *, require_approval: bool = False, live: bool | None = None) -> Result:
+    """Run a planned snapshot and seal it; returns `result.json`'s content.
+
+    Refusals (already executed, frozen files or code changed, approval missing) raise a
+    `GenrunError` before anything is written. Once execution starts, failures of the model or of
+    user code and SIGINT/SIGTERM are recorded, not raised: the result says `failed` (exit 1) or
+    `interrupted` (exit 130/143). `live=None` shows the progress bar only when stderr is a TTY.
+    """
+    origin = time.monotonic()
+    snapshot_dir = open_snapshot(snapshot_dir)
+    plan, identity = verify_before_loading(snapshot_dir)
+    if require_approval or plan.request.policy.require_approval:
+        from .signoff import check_approval
+
+        check_approval(snapshot_dir)
+    backend = get_backend(plan.request.model.backend)
+    bar = LiveProgress(progress_unit(plan.request)[0], plan.budget.requested_units) if wants_live(live) else None
+    device = resolve_device(plan.request.model.device)
+    recorder = open_recorder(snapshot_dir, plan, origin, bar, MemoryProbe(device if device.startswith("cuda") else None))
+    try:
+        ctx = ExecutionContext(
+            request=plan.request,
+            snapshot_dir=snapshot_dir,
+            model=plan.model,
+            code=plan.code,
+            device=device,
+            recorder=recorder,
+            planned_units=plan.budget.requested_units,
+            import_paths=entrypoint_paths(plan.code),
+        )
+        with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
+            outcome = run_backend(backend, ctx)
+            write_terminal_event(recorder, outcome)
+        write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
+        result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin)
+        write_model_atomic(snapshot_dir / layout.RESULT, result)
+    finally:
+        recorder.close()
+        seal_snapshot(snapshot_dir)
+    return result
+
+
+# -- refusals, before anything is loaded ----------------------------------------------------------
+
+
+def verify_before_loading(snapshot_dir: Path) -> tuple[FrozenPlan, VerifiedIdentity]:
+    """Not executed yet, frozen files intact, then code and model unchanged; the frozen plan and the digests."""
+    refuse_executed(snapshot_dir)
+    digest = verify_plan_files(snapshot_dir)
+    plan = load_frozen(snapshot_dir)
+    return plan, VerifiedIdentity(digest, verify_code(plan.code), verify_model(plan.model))
+
+
+def refuse_executed(snapshot_dir: Path) -> None:
+    """A snapshot runs once: its progress and result are evidence and are never overwritten."""
+    for name in (layout.RESULT, layout.PROGRESS, layout.MANIFEST):
+        if (snapshot_dir / name).exists():
+            raise SnapshotError(
+                f"snapshot {snapshot_dir} was already executed ({name} exists); a snapshot runs once: "
+                "plan a new one with 'genrun plan REQUEST' or 'genrun run REQUEST'"
+            )
+
+
+def load_frozen(snapshot_dir: Path) -> FrozenPlan:
+    """Parse the frozen files (a file that no longer parses is a changed plan)."""
+    models = ((layout.REQUEST, Request), (layout.CODE, CodeIdentity), (layout.MODEL, ModelIdentity), (layout.TOKEN_BUDGET, TokenBudget))
+    loaded = []
+    for name, model in models:
+        try:
+            loaded.append(model.model_validate_json((snapshot_dir / name).read_bytes()))
+        except (OSError, ValueError) as exc:
+            raise FrozenMismatch(f"frozen file {name} in {snapshot_dir} cannot be read as planned ({exc}); plan the request again") from None
+    return FrozenPlan(*loaded)
+
+
+def verify_plan_files(snapshot_dir: Path) -> str:
+    """Recompute every `frozen-sha256.txt` entry; returns the plan digest."""
+    manifest = snapshot_dir / layout.FROZEN_MANIFEST
+    try:
+        entries = parse_sha256sum(manifest.read_bytes())
+    except ValueError as exc:
+        raise FrozenMismatch(f"{manifest} is malformed ({exc}); the plan cannot be trusted: plan the request again") from None
+    required = [*layout.FROZEN_FILES, *(p.name for p in snapshot_dir.glob(f"{layout.REQUEST_SOURCE_PREFIX}.*"))]
+    unlisted = [name for name in required if name not in entries]
+    if unlisted:
+        raise FrozenMismatch(f"{layout.FROZEN_MANIFEST} does not list {', '.join(unlisted)}; the plan was altered: plan the request again")
+    for rel, frozen in sorted(entries.items()):
+        path = snapshot_dir / rel
+        if not path.is_file():
+            raise FrozenMismatch(f"frozen file {rel} is missing from {snapshot_dir}; the plan was altered: plan the request again")
+        actual = sha256_file(path)
+        if actual != frozen:
+            raise FrozenMismatch(
+                f"frozen file {rel} changed since planning (sha256 {actual[:12]}… != frozen {frozen[:12]}…); "
+                "a plan is never edited: plan the request again"
+            )
+    return plan_digest(snapshot_dir)
+
+
+def verify_code(code: CodeIdentity) -> str:
+    """genrun's code digest now, which must equal the frozen one; entry-point and remote code are checked too."""
+    current = genrun_code_set()
+    _compare_code("genrun's own code", code.genrun, current, "run the genrun version that planned it, or plan again with this one")
+    for label, frozen in (("the entry-point code", code.entrypoint), ("the model's remote code", code.remote_code)):
+        if frozen is not None:
+            _compare_code(label, frozen, _rehash(frozen), "restore it, or plan the request again")
+    return current.digest
+
+
+def _rehash(frozen: CodeSet) -> CodeSet:
+    root = Path(frozen.root)
+    present = [root / f.path for f in frozen.files if (root / f.path).is_file()]
+    return code_set(root, present)
+
+
+def _compare_code(label: str, frozen: CodeSet, current: CodeSet, fix: str) -> None:
+    if current.digest == frozen.digest:
+        return
+    raise FrozenMismatch(f"{label} changed since planning ({describe_differences(frozen.files, current.files)}); {fix}")
+
+
+def describe_differences(frozen: tuple, current: tuple) -> str:
+    """`changed: a, b; added: c; removed: d` from two `FileDigest` lists."""
+    before = {f.path: f.sha256 for f in frozen}
+    after = {f.path: f.sha256 for f in current}
+    parts = []
+    for word, names in (
+        ("changed", sorted(p for p in before.keys() & after.keys() if before[p] != after[p])),
+        ("added", sorted(after.keys() - before.keys())),
+        ("removed", sorted(before.keys() - after.keys())),
+    ):
+        if names:
+            parts.append(f"{word}: {', '.join(names)}")
+    return "; ".join(parts) or "same files, different root"
+
+
+def verify_model(model: ModelIdentity) -> str:
+    """Re-digest the frozen model directory (cheap through the hash cache); it must match `model.json`."""
+    from .model_identity import digest_model_files
+
+    root = Path(model.resolved_path)
+    if not root.is_dir():
+        raise FrozenMismatch(f"model directory {root} (model.json resolved_path) no longer exists; restore it or plan again")
+    try:
+        files = digest_model_files(root)
+    except GenrunError as exc:
+        raise FrozenMismatch(f"model directory {root} can no longer be identified: {exc}") from None
+    digest = sha256_bytes(render_sha256sum((f.path, f.sha256) for f in files))
+    if digest != model.digest:
+        raise FrozenMismatch(
+            f"the model files in {root} changed since planning ({describe_differences(model.files, files)}); restore them or plan again"
+        )
+    return digest
+
+
+def entrypoint_paths(code: CodeIdentity) -> tuple[Path, ...]:
+    """Where planning found the entry-point/loader modules (the request file's directory for local modules)."""
+    if code.entrypoint is None:
+        return ()
+    return (Path(code.entrypoint.root),)
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def open_recorder(snapshot_dir: Path, plan: FrozenPlan, origin: float, bar: LiveProgress | None, memory: MemoryProbe) -> ProgressRecorder:
+    """`progress.ndjson` at the request's cadence; an unwritable store is a StoreError (nothing written yet)."""
+    unit, per_unit = progress_unit(plan.request)
+    try:
+        return ProgressRecorder(
+            snapshot_dir / layout.PROGRESS,
+            origin=origin,
+            unit=unit,
+            tokens_per_unit=per_unit,
+            every_units=plan.request.progress.every_units,
+            every_seconds=plan.request.progress.every_seconds,
+            fsync_every_s=FSYNC_EVERY_S,
+            memory=memory,
+            live=bar,
+        )
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, snapshot_dir)) from exc
+
+
+def run_backend(backend: Backend, ctx: ExecutionContext) -> BackendOutcome:
+    """`backend.run(ctx)` with the signal handlers installed; whatever escapes it is recorded as a failure."""
+    with interrupt_gate():
+        try:
+            return backend.run(ctx)
+        except RunInterrupted as exc:  # landed outside the backend's own handling
+            return _bare_outcome(ctx, signal=exc.signal_name)
+        except BaseException as exc:  # a bug in genrun's backend: still a sealed, failed snapshot
+            return _bare_outcome(ctx, exception=exc)
+        finally:
+            disarm()
+
+
+def _bare_outcome(ctx: ExecutionContext, *, signal: str | None = None, exception: BaseException | None = None) -> BackendOutcome:
+    unit, _ = progress_unit(ctx.request)
+    return BackendOutcome(
+        unit=unit,
+        generated=ctx.recorder.generated,
+        generated_tokens=ctx.recorder.steps,
+        load_s=None,
+        first_unit_s=None,
+        decode_s=None,
+        stops=(),
+        exception=exception_info(exception) if exception is not None else None,
+        signal=signal,
+    )
+
+
+def write_terminal_event(recorder: ProgressRecorder, outcome: BackendOutcome) -> None:
+    """`interrupted`, `exception` or `end`, unless the stream is already closed."""
+    if recorder.closed:
+        return
+    if outcome.signal is not None:
+        recorder.interrupted(outcome.signal)
+    elif outcome.exception is not None:
+        recorder.exception(outcome.exception.type, outcome.exception.message)
+    else:
+        recorder.end()
+
+
+def build_result(plan: FrozenPlan, identity: VerifiedIdentity, outcome: BackendOutcome, memory: MemoryProbe, total_s: float) -> Result:
+    """`result.json` from the outcome: status and exit code, timings, rates, peaks, identities."""
+    if outcome.signal is not None:
+        status, exit_code = "interrupted", EXIT_CODES.get(outcome.signal, 130)
+    elif outcome.exception is not None:
+        status, exit_code = "failed", 1
+    else:
+        status, exit_code = "succeeded", 0
+    rate = outcome.generated / outcome.decode_s if outcome.decode_s else None
+    cuda = memory.cuda()
+    units = plan.request.units
+    return Result(
+        status=status,
+        exit_code=exit_code,
+        unit=outcome.unit,
+        generated=outcome.generated,
+        generated_tokens=outcome.generated_tokens,
+        units_per_s=rate,
+        produced_seconds=outcome.produced_seconds,
+        requested_seconds=units.requested_seconds if outcome.unit == "frame" else None,
+        timings=Timings(load_s=outcome.load_s, first_token_s=outcome.first_unit_s, decode_s=outcome.decode_s, total_s=total_s),
+        peak_memory=PeakMemory(
+            rss_bytes=memory.peak_rss_bytes(),
+            cuda_allocated_bytes=cuda.peak_allocated if cuda else None,
+            cuda_reserved_bytes=cuda.peak_reserved if cuda else None,
+        ),
+        exception=outcome.exception,
+        signal=outcome.signal,
+        execution_identity=ExecutionIdentity(code_digest=identity.code_digest, model_digest=identity.model_digest, plan_digest=identity.plan_digest),
+        outputs=outcome.outputs,
+        forced=plan.budget.forced,
+        notes=(*outcome.notes, *_signal_notes(outcome)),
+    )
+
+
+def _signal_notes(outcome: BackendOutcome) -> tuple[str, ...]:
+    later = later_signals()
+    if not later:
+        return ()
+    first = f" after {outcome.signal}" if outcome.signal else " after generation ended"
+    return (f"received {', '.join(later)}{first}; counted, not acted on, so the evidence could be written and sealed",)
+
+
+__all__ = ["execute_snapshot", "refuse_executed", "verify_code", "verify_model", "verify_plan_files"]

@@ -1,0 +1,133 @@
+"""Typed records of the generate calls made during a run, and the per-row results derived from them."""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+
+from schemas import GenerationConfigBeforeGenerate, LimitSource
+
+from .criteria import RecordingCriteriaList, RowCriteria
+from .effective_config import CallArguments
+from .streamer import TeeStreamer
+
+
+class RowTokens(NamedTuple):
+    """One generated row of one outermost call."""
+
+    call_index: int
+    """Outermost call it belongs to."""
+    row: int
+    """Row within that call."""
+    ids: torch.Tensor
+    """New ids kept for the row, `[count]` int64 on the CPU (no prompt, nothing after the stop)."""
+    criteria: RowCriteria | None
+    """What the criteria list saw; `None` if generate never built it."""
+    stop_within_ids: bool
+    """The recorded stop step is among the kept ids (False: the run ended before that step's id arrived)."""
+
+
+@dataclass
+class CallCapture:
+    """Everything recorded about one outermost generate call."""
+
+    index: int
+    """0 for the first outermost call of the run."""
+    model: Any
+    """The model generate ran on."""
+    arguments: CallArguments
+    """What the caller passed."""
+    caller: LimitSource
+    """`request` (genrun's own call) or `entrypoint` (user code)."""
+    stream: TeeStreamer | None
+    """The tee (absent for beam search, which refuses streamers)."""
+    input_rows: int | None
+    """Rows of the input tensor the caller passed, when one was passed."""
+    started_at: float = field(default_factory=time.monotonic)
+    """`time.monotonic()` when the call began."""
+    ended_at: float | None = None
+    """`time.monotonic()` when it returned or raised."""
+    prompt_length: int | None = None
+    """Padded prompt length generate used (`input_ids_length` of `_prepare_generated_length`)."""
+    batch_rows: int | None = None
+    """Rows decoded (input rows x max(num_beams, num_return_sequences))."""
+    has_default_max_length: bool | None = None
+    """generate's own flag: no `max_length` anywhere before the merge."""
+    criteria: RecordingCriteriaList | None = None
+    """The recording criteria list generate decoded with."""
+    config: GenerationConfigBeforeGenerate | None = None
+    """The effective config artifact (written before the first token)."""
+    returned: torch.Tensor | None = None
+    """`sequences` generate returned (`[rows, prompt + new]`), when it returned."""
+    exception: BaseException | None = None
+    """What generate raised, if it did."""
+
+    @property
+    def rows(self) -> int:
+        """Rows this call decoded (or would have): prompt put, else generate's own count, else the input."""
+        if self.returned is not None:
+            return int(self.returned.shape[0])
+        if self.stream is not None and self.stream.prompt is not None:
+            return int(self.stream.prompt.shape[0])
+        if self.batch_rows is not None:
+            return self.batch_rows
+        return self.input_rows or 0
+
+    def new_ids(self) -> torch.Tensor:
+        """`[rows, steps]` of new ids: what generate returned when it did, else what was streamed."""
+        if self.returned is not None and self.prompt_length is not None:
+            return self.returned[:, self.prompt_length :].to("cpu", torch.long)
+        if self.stream is not None:
+            return self.stream.tokens().T
+        return torch.zeros((self.rows, 0), dtype=torch.long)
+
+    def row_tokens(self) -> tuple[RowTokens, ...]:
+        """Per row: ids up to and including the recorded stop step (trailing pads and post-stop ids dropped)."""
+        ids = self.new_ids()
+        states = self.criteria.row_states() if self.criteria is not None else ()
+        if self.stream is None:  # beam search: the criteria's rows are beams, not the returned sequences
+            states = ()
+        available = ids.shape[1]
+        rows = []
+        for row in range(ids.shape[0]):
+            state = states[row] if row < len(states) else None
+            count, within = available, False
+            if state is not None and state.finished and self.prompt_length is not None:
+                needed = state.stop_length - self.prompt_length
+                if needed <= available:
+                    count, within = needed, True
+            rows.append(RowTokens(self.index, row, ids[row, :count].clone(), state, within))
+        return tuple(rows)
+
+    @property
+    def steps(self) -> int:
+        """Decoding steps of the furthest row (what `progress.ndjson` counts for this call)."""
+        return max((int(r.ids.shape[0]) for r in self.row_tokens()), default=0)
+
+
+def returned_sequences(result: Any) -> torch.Tensor | None:
+    """`sequences` of a generate result (a tensor, or a `GenerateOutput` with `.sequences`)."""
+    if isinstance(result, torch.Tensor):
+        return result
+    sequences = getattr(result, "sequences", None)
+    return sequences if isinstance(sequences, torch.Tensor) else None
+
+
+@dataclass
+class CaptureSession:
+    """The run-wide collector the patched generate reports to."""
+
+    caller: LimitSource
+    """Who the outermost calls come from: `request` or `entrypoint`."""
+    on_step: Callable[[int], None]
+    """Called with the number of new ids per decoding step (the recorder's `step`)."""
+    on_config: Callable[[CallCapture], None]
+    """Called inside generate once the effective config exists (writes the artifact)."""
+    on_call_start: Callable[[CallCapture], None] = lambda call: None
+    """Called when an outermost call begins (e.g. to point the recorder's `last_ids` at its stream)."""
+    calls: list[CallCapture] = field(default_factory=list)
+    """Outermost calls, in order."""
+    nested_calls: int = 0
+    """generate calls made from inside another (assistant models, deprecated modes); not recorded separately."""

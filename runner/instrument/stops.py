@@ -1,0 +1,130 @@
+"""Per-row stop records (`generation-stop.json`) from what the criteria list recorded live.
+
+Rules (DESIGN.md vocabulary), per row of every outermost call:
+- the row finished and its stop step is among the kept ids: the criteria that fired at that step,
+  attributed by `KIND_PRIORITY` (eos > stop_string > max_new_tokens > max_length > max_time);
+- only criteria genrun does not know fired (a user's own `StoppingCriteria`): `unknown`, with
+  the class names in `fired` and `evidence.custom_criteria` — the vocabulary has no `custom`,
+  and genrun does not guess what a user criterion means;
+- the row did not finish: `interrupted` (a signal), `exception` (generate raised), or
+  `unknown` (generate returned without any criterion firing for the row, e.g. beam search or a
+  callable `custom_generate`, whose rows the criteria list does not map to).
+"""
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from schemas import ExceptionInfo, SequenceStop
+
+from ..interrupts import RunInterrupted
+from .capture import CallCapture, RowTokens
+from .criteria import primary_kind
+
+STOP_STRING_WINDOW = 32  # tokens decoded from the end to find which stop string matched
+
+
+class ClassifiedRow(NamedTuple):
+    """A row's kept ids and its stop record; `index` is the row's number over the whole run."""
+
+    index: int
+    tokens: RowTokens
+    stop: SequenceStop
+
+
+def classify_calls(calls: Sequence[CallCapture], tokenizer: Any, exception_info: Any) -> tuple[ClassifiedRow, ...]:
+    """Every row of every outermost call, numbered in call order; `exception_info(exc)` formats exceptions."""
+    classified: list[ClassifiedRow] = []
+    for call in calls:
+        for tokens in call.row_tokens():
+            stop = classify_row(call, tokens, len(classified), tokenizer, exception_info)
+            classified.append(ClassifiedRow(len(classified), tokens, stop))
+    return tuple(classified)
+
+
+def stop_records(rows: Sequence[ClassifiedRow]) -> tuple[SequenceStop, ...]:
+    """The `sequences` of `generation-stop.json`."""
+    return tuple(r.stop for r in rows)
+
+
+def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: Any, exception_info: Any) -> SequenceStop:
+    """One row's reason, criteria fired, limits and evidence."""
+    config = call.config
+    ids = tokens.ids
+    base: dict[str, Any] = dict(
+        index=index,
+        call_index=call.index,
+        generated=int(ids.shape[0]),
+        last_token_id=int(ids[-1]) if ids.shape[0] else None,
+        eos_token_ids=config.eos_token_ids if config else (),
+        max_new_tokens=config.effective.get("max_new_tokens") if config else None,
+        max_length=config.effective.get("max_length") if config else None,
+        prompt_length=call.prompt_length,
+    )
+    state = tokens.criteria
+    if state is not None and state.finished and tokens.stop_within_ids:
+        reason, evidence = _finished(call, tokens, tokenizer)
+        return SequenceStop(reason=reason, fired=state.fired, evidence=evidence, **base)
+    if call.exception is not None:
+        return _unfinished(call.exception, base, exception_info)
+    note = "generate returned but no recorded stopping criterion fired for this row"
+    if call.criteria is None:
+        note = "generate returned without building its stopping criteria (e.g. custom_generate)"
+    elif call.stream is None:
+        note = "beam search: the criteria see beams, not the returned sequences"
+    return SequenceStop(reason="unknown", fired=(), evidence={"note": note}, **base)
+
+
+def _unfinished(exc: BaseException, base: dict[str, Any], exception_info: Any) -> SequenceStop:
+    if isinstance(exc, RunInterrupted | KeyboardInterrupt):
+        signal = exc.signal_name if isinstance(exc, RunInterrupted) else "SIGINT"
+        return SequenceStop(reason="interrupted", fired=(), evidence={"signal": signal}, **base)
+    info: ExceptionInfo = exception_info(exc)
+    return SequenceStop(reason="exception", fired=(), exception=info, evidence={"type": info.type, "message": info.message}, **base)
+
+
+def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> tuple[str, dict[str, Any]]:
+    state = tokens.criteria
+    config = call.config
+    kind = primary_kind(state.kinds)
+    custom = [name for name, k in zip(state.fired, state.kinds) if k == "custom"]
+    evidence: dict[str, Any] = {"stop_length": state.stop_length}
+    if custom:
+        evidence["custom_criteria"] = custom
+    sources = config.limit_sources if config else {}
+    effective = config.effective if config else {}
+    if kind is None:
+        evidence["note"] = "only criteria genrun does not know fired; see fired / custom_criteria"
+        return "unknown", evidence
+    if kind == "eos":
+        evidence["eos_token_id"] = state.last_token_id
+        evidence["source"] = sources.get("eos_token_id")
+    elif kind == "stop_string":
+        configured = effective.get("stop_strings")
+        configured = [configured] if isinstance(configured, str) else list(configured or [])
+        evidence["stop_strings"] = configured
+        evidence["stop_string"] = matched_stop_string(tokens.ids.tolist(), configured, tokenizer)
+        evidence["source"] = sources.get("stop_strings")
+    elif kind == "max_new_tokens":
+        evidence["limit"] = effective.get("max_new_tokens")
+        evidence["source"] = sources.get("max_new_tokens")
+    elif kind == "max_length":
+        evidence["limit"] = effective.get("max_length")
+        evidence["source"] = sources.get("max_length")
+    elif kind == "max_time":
+        evidence["max_time"] = effective.get("max_time")
+        evidence["source"] = sources.get("max_time")
+    return kind, evidence
+
+
+def matched_stop_string(ids: list[int], stop_strings: list[str], tokenizer: Any) -> str | None:
+    """The configured stop string that ends latest in the decoded tail of the row (`None` if none is found)."""
+    decode = getattr(tokenizer, "decode", None)
+    if decode is None or not stop_strings:
+        return None
+    tail = decode(ids[-STOP_STRING_WINDOW:], skip_special_tokens=False)
+    best, best_end = None, -1
+    for candidate in stop_strings:
+        position = tail.rfind(candidate)
+        if position >= 0 and position + len(candidate) > best_end:
+            best, best_end = candidate, position + len(candidate)
+    return best

@@ -1,0 +1,103 @@
+"""SIGINT/SIGTERM during a run: unwind generate with an exception, keep the evidence, never lose the seal.
+
+The handler raises `RunInterrupted` **once** (the first signal), so generate unwinds through
+every `finally` and the backend records partial ids and an `interrupted` stop. Later signals
+are counted, not raised: the short cleanup that writes artifacts and seals the snapshot must
+finish (SIGKILL still stops a hung process). Small critical sections (one progress line) can
+defer the exception to their end, so a record is never half-counted.
+"""
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM)
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+"""Conventional 128 + signal number."""
+
+
+class RunInterrupted(BaseException):
+    """Raised by genrun's SIGINT/SIGTERM handler so generate unwinds through every `finally`.
+
+    A `BaseException` (like `KeyboardInterrupt`) so user code's `except Exception:` does not swallow it.
+    """
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        """`SIGINT` or `SIGTERM`."""
+
+
+class _GateState:
+    """Process-wide state: signals are process-wide too."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.fired: str | None = None
+        self.later: list[str] = []
+        self.critical_depth = 0
+        self.pending = False
+
+
+_state = _GateState()
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    if _state.fired is not None or not _state.armed:
+        _state.later.append(name)
+        return
+    _state.fired = name
+    if _state.critical_depth:
+        _state.pending = True
+        return
+    raise RunInterrupted(name)
+
+
+@contextlib.contextmanager
+def interrupt_gate() -> Iterator[_GateState]:
+    """Install the handlers (main thread only; elsewhere signals are left alone) and restore the previous ones."""
+    if threading.current_thread() is not threading.main_thread():
+        yield _state
+        return
+    previous = {sig: signal.getsignal(sig) for sig in _HANDLED}
+    _state.__init__()
+    _state.armed = True
+    for sig in _HANDLED:
+        signal.signal(sig, _handler)
+    try:
+        yield _state
+    finally:
+        _state.armed = False
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def disarm() -> None:
+    """From now on signals are only counted: generation is over and the evidence is being written."""
+    _state.armed = False
+
+
+def first_signal() -> str | None:
+    """The signal that interrupted the run, if any."""
+    return _state.fired
+
+
+def later_signals() -> tuple[str, ...]:
+    """Signals received after the first one (or after disarming), in order."""
+    return tuple(_state.later)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a signal that arrives inside the block and raise it at the block's end."""
+    _state.critical_depth += 1
+    try:
+        yield
+    finally:
+        _state.critical_depth -= 1
+        if not _state.critical_depth and _state.pending:
+            _state.pending = False
+            raise RunInterrupted(_state.fired or "SIGINT")

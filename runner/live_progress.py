@@ -1,0 +1,63 @@
+"""A rich progress bar on stderr while a run generates: units, units/s, memory, ETA against the budget.
+
+Only on a terminal (or when asked); never on stdout, so `--json` output is unaffected. It is
+refreshed by the recorder at most every `recorder.LIVE_REFRESH_S` seconds, with rich's own
+refresh thread off so nothing competes with generation for the CPU between updates.
+"""
+
+import sys
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "mem ?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class LiveProgress:
+    """The bar; a `recorder.LiveSink`. Use as a context manager around generation."""
+
+    def __init__(self, unit: str, planned_units: int | None, console: Console | None = None) -> None:
+        self._unit = unit
+        self._progress = Progress(
+            TextColumn("[bold]generating[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}s"),
+            TextColumn("{task.fields[rate]:.1f} {task.fields[unit]}/s"),
+            TextColumn("{task.fields[memory]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True),
+            auto_refresh=False,
+            transient=False,
+        )
+        self._task = self._progress.add_task("generate", total=planned_units, unit=unit, rate=0.0, memory=_human_bytes(None))
+
+    def update(self, generated: int, units_per_s: float, rss_bytes: int | None) -> None:
+        """Show the current count, rate and resident memory."""
+        self._progress.update(self._task, completed=generated, rate=units_per_s, memory=_human_bytes(rss_bytes))
+        self._progress.refresh()
+
+    def __enter__(self) -> "LiveProgress":
+        self._progress.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._progress.stop()
+
+
+def wants_live(live: bool | None) -> bool:
+    """`None`: show the bar only when stderr is a terminal."""
+    if live is not None:
+        return live
+    return sys.stderr.isatty()

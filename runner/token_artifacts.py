@@ -1,0 +1,76 @@
+"""`generated-token-ids.safetensors`, `generated-token-ids.json` and `outputs/sequence_<i>.txt` from the classified rows.
+
+The ids are the new tokens of each row (no prompt) up to and including the step the row
+stopped at; ids generate kept emitting after a row finished (pads, or real tokens when no EOS
+criterion exists) are not kept. Partial rows of an interrupted or failed run are kept as far
+as they got.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+
+from schemas import GeneratedTokenIds, TokenSequenceSummary, layout
+
+from ._io import write_bytes_atomic, write_model_atomic
+from .instrument import ClassifiedRow
+
+LAST_IDS_KEPT = 64
+
+
+def tensor_name(index: int) -> str:
+    """`sequence_<index>`: the safetensors key of a row."""
+    return f"sequence_{index}"
+
+
+def write_token_ids(snapshot_dir: Path, rows: Sequence[ClassifiedRow]) -> None:
+    """One int64 tensor per row, written atomically (an empty file when no row exists)."""
+    tensors = {tensor_name(r.index): r.tokens.ids.contiguous() for r in rows}
+    write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
+
+
+def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int | None, eos_ids: tuple[int, ...], pad_id: int | None) -> GeneratedTokenIds:
+    """Per-row count, last 64 ids, EOS positions and both decodes."""
+    sequences = []
+    for r in rows:
+        ids = r.tokens.ids.tolist()
+        eos_set = set(r.stop.eos_token_ids)
+        sequences.append(
+            TokenSequenceSummary(
+                index=r.index,
+                call_index=r.tokens.call_index,
+                count=len(ids),
+                last_ids=tuple(ids[-LAST_IDS_KEPT:]),
+                eos_positions=tuple(i for i, t in enumerate(ids) if t in eos_set),
+                text=decode(tokenizer, ids, skip_special_tokens=True),
+                text_with_special=decode(tokenizer, ids, skip_special_tokens=False),
+            )
+        )
+    return GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_ids, pad_token_id=pad_id, sequences=tuple(sequences))
+
+
+def write_token_summary(snapshot_dir: Path, summary: GeneratedTokenIds) -> None:
+    """`generated-token-ids.json`."""
+    write_model_atomic(snapshot_dir / layout.TOKEN_IDS_SUMMARY, summary)
+
+
+def write_sequence_texts(outputs_dir: Path, summary: GeneratedTokenIds) -> tuple[str, ...]:
+    """`outputs/sequence_<i>.txt` (decoded without special tokens) for rows a tokenizer could decode."""
+    written = []
+    for seq in summary.sequences:
+        if seq.text is None:
+            continue
+        name = f"{tensor_name(seq.index)}.txt"
+        write_bytes_atomic(outputs_dir / name, seq.text.encode())
+        written.append(name)
+    return tuple(written)
+
+
+def decode(tokenizer: Any, ids: list[int], *, skip_special_tokens: bool) -> str | None:
+    """`tokenizer.decode` (processors forward it too); `None` when there is nothing that decodes."""
+    fn = getattr(tokenizer, "decode", None)
+    if fn is None:
+        return None
+    return fn(ids, skip_special_tokens=skip_special_tokens)

@@ -1,0 +1,104 @@
+"""Frozen means frozen: `execute` refuses, before loading anything, a plan whose files, genrun code,
+entry-point code or model files changed, a snapshot that already ran, and a missing approval."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from _lm_helpers import REPO, plan, request_text, tiny_lm_variant, write_entry_module
+from runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
+from runner.execute import execute_snapshot
+from runner.store import is_sealed
+from schemas import layout
+
+
+def _nothing_written(snapshot: Path) -> None:
+    for name in (layout.PROGRESS, layout.RESULT, layout.MANIFEST, layout.GENERATION_CONFIG):
+        assert not (snapshot / name).exists(), name
+
+
+def test_a_changed_frozen_file_is_refused_through_the_cli(tmp_path: Path, tiny_lm: Path) -> None:
+    snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}))
+    (snapshot / layout.REQUEST).write_bytes((snapshot / layout.REQUEST).read_bytes() + b"\n")  # still valid JSON
+    proc = subprocess.run([sys.executable, "-m", "runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "frozen file request.json changed since planning" in proc.stderr and "plan the request again" in proc.stderr
+    _nothing_written(snapshot)
+
+
+def test_an_edited_code_json_changes_the_plan_digest(tmp_path: Path, tiny_lm: Path) -> None:
+    snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}))
+    code = orjson.loads((snapshot / layout.CODE).read_bytes())
+    code["genrun"]["digest"] = "0" * 64
+    (snapshot / layout.CODE).write_bytes(orjson.dumps(code))
+    with pytest.raises(FrozenMismatch, match="frozen file code.json changed since planning"):
+        execute_snapshot(snapshot, live=False)
+    _nothing_written(snapshot)
+
+
+def test_changed_genrun_code_is_refused_naming_the_file(tmp_path: Path, tiny_lm: Path) -> None:
+    """A copy of genrun plans, then one of its source files changes; the copy's execute refuses."""
+    source = tmp_path / "genrun-copy"
+    for package in ("runner", "schemas", "analysis"):
+        if (REPO / package).is_dir():
+            shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    request = tmp_path / "r.toml"
+    request.write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
+    cli = [sys.executable, "-m", "runner.cli"]
+    planned = subprocess.run([*cli, "plan", str(request), "--store", str(tmp_path / "store"), "--json"], cwd=source, capture_output=True, text=True)
+    assert planned.returncode == 0, planned.stderr
+    snapshot = Path(orjson.loads(planned.stdout)["snapshot"])
+    code = orjson.loads((snapshot / layout.CODE).read_bytes())
+    assert code["genrun"]["root"] == str(source)  # the copy planned it
+    with open(source / "runner" / "live_progress.py", "a") as f:
+        f.write("# an edit after planning\n")
+    proc = subprocess.run([*cli, "execute", str(snapshot)], cwd=source, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "genrun's own code changed since planning" in proc.stderr and "runner/live_progress.py" in proc.stderr
+    _nothing_written(snapshot)
+
+
+def test_changed_model_files_are_refused(tmp_path: Path) -> None:
+    model = tiny_lm_variant(tmp_path / "model", {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0})
+    snapshot = plan(tmp_path, request_text(model, generation={"max_new_tokens": 8}))
+    (model / "generation_config.json").write_text('{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "max_length": 5}')
+    with pytest.raises(FrozenMismatch, match=r"model files .* changed since planning \(changed: generation_config.json\)"):
+        execute_snapshot(snapshot, live=False)
+    _nothing_written(snapshot)
+
+
+def test_changed_entrypoint_code_is_refused(tmp_path: Path, tiny_lm: Path) -> None:
+    module = write_entry_module(tmp_path, "entries_frozen")
+    snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}, entrypoint=f"{module}:decode_only"))
+    with open(tmp_path / f"{module}.py", "a") as f:
+        f.write("\n# edited after planning\n")
+    with pytest.raises(FrozenMismatch, match=rf"entry-point code changed since planning \(changed: {module}.py\)"):
+        execute_snapshot(snapshot, live=False)
+
+
+def test_a_snapshot_runs_once(tmp_path: Path, tiny_lm: Path) -> None:
+    snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}))
+    assert execute_snapshot(snapshot, live=False).status == "succeeded"
+    with pytest.raises(SnapshotError, match="was already executed"):
+        execute_snapshot(snapshot, live=False)
+
+
+def test_approval_is_required_before_anything_runs(tmp_path: Path, tiny_lm: Path) -> None:
+    snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}))
+    with pytest.raises(ApprovalRequired):
+        execute_snapshot(snapshot, require_approval=True, live=False)
+    _nothing_written(snapshot)
+    assert not is_sealed(snapshot)
+
+
+def test_policy_requires_approval_too(tmp_path: Path, tiny_lm: Path) -> None:
+    text = request_text(tiny_lm, generation={"max_new_tokens": 8}) + "[policy]\nrequire_approval = true\n"
+    snapshot = plan(tmp_path, text)
+    proc = subprocess.run([sys.executable, "-m", "runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == ApprovalRequired.exit_code and "approv" in proc.stderr
+    _nothing_written(snapshot)
+
