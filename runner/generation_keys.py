@@ -7,7 +7,6 @@ drop of incident 3. So keys are checked against the fields of a default `Generat
 """
 
 import inspect
-import json
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +91,7 @@ def _library_validation(generation: dict[str, Any]) -> list[str]:
 
 def pipeline_call_parameters(model_dir: Path) -> list[str]:
     """Parameters of the diffusers pipeline class's `__call__`, named by `model_index.json`."""
-    index = Path(model_dir) / "model_index.json"
-    if not index.is_file():
-        raise RequestError(f"[model] backend = 'diffusers' but {model_dir} has no model_index.json; give a diffusers pipeline directory")
-    class_name = json.loads(index.read_text())["_class_name"]
-    try:
-        import diffusers
-    except ImportError:
-        raise RequestError("[model] backend = 'diffusers' needs the diffusers extra: pip install 'genrun[diffusers]'") from None
-    pipeline_class = getattr(diffusers, class_name, None)
-    if pipeline_class is None:
-        raise RequestError(f"model_index.json names pipeline class {class_name!r}, which diffusers {diffusers.__version__} does not have")
-    params = inspect.signature(pipeline_class.__call__).parameters
+    from .backends._diffusers_files import pipeline_class
+
+    params = inspect.signature(pipeline_class(model_dir).__call__).parameters
     return sorted(name for name in params if name != "self" and params[name].kind is not inspect.Parameter.VAR_KEYWORD)
