@@ -26,7 +26,7 @@ def check_progress_stream(snap: Snapshot, ctx: CheckContext) -> Finding:
         shown = "; ".join(f"line {n}: {why}" for n, why in log.invalid_lines[:3])
         problems.append(f"{len(log.invalid_lines)} line(s) do not parse ({shown})")
     problems += _order_problems(events)
-    if events and events[0].event != "start":
+    if events and events[0].event != "start" and not _ended_while_loading(events):
         problems.append(f"the first record is '{events[0].event}', not 'start'")
     starts = sum(1 for e in events if e.event == "start")
     if starts > 1:
@@ -71,3 +71,8 @@ def _order_problems(events: tuple) -> list[str]:
         if back is not None:
             problems.append(f"{field} goes backwards at seq {events[back].seq}: {getattr(events[back - 1], field)} -> {getattr(events[back], field)}")
     return problems
+
+
+def _ended_while_loading(events: list) -> bool:
+    """A run that failed or was interrupted while loading writes only its terminal record (no `start`)."""
+    return len(events) == 1 and events[0].event in ("exception", "interrupted") and events[0].generated == 0

@@ -431,3 +431,13 @@ def test_transformers_path_runs_without_diffusers(tmp_path: Path) -> None:
     plan = blocked("plan", EXAMPLE, "--store", tmp_path / "diffusion")
     assert plan.returncode == 2 and "pip install 'genrun[diffusers]'" in plan.stderr
     assert not (tmp_path / "diffusion").exists()
+
+
+def test_human_summary_speaks_in_steps(example_run, capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli.execute import render_summary
+
+    _, snapshot = example_run
+    render_summary(snapshot, Result.model_validate_json((snapshot / layout.RESULT).read_bytes()))
+    summary = " ".join(capsys.readouterr().err.split())
+    assert "pipeline call 0: completed after 10 of 10 steps" in summary
+    assert "generated 10 steps" in summary and "first step" in summary and "tokens" not in summary

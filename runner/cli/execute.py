@@ -53,21 +53,23 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     out = stderr_console
     out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}")
     for seq in _stops(snapshot_dir):
-        out.print(f"  sequence {seq.index}: {escape(_describe_stop(seq))} after {seq.generated:,} tokens")
+        out.print(f"  {escape(_describe_row(seq))}")
     rate = f", {result.units_per_s:,.1f} {result.unit}s/s" if result.units_per_s is not None else ""
     out.print(f"  generated {result.generated:,} {result.unit}s{rate}")
     if result.produced_seconds is not None:
         requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
         out.print(f"  produced {result.produced_seconds:.2f} s{requested}")
     t = result.timings
-    phases = [("load", t.load_s), ("first token", t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
+    first = "first step" if result.unit == "step" else f"first {result.unit}"
+    phases = [("load", t.load_s), (first, t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
     out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None))
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {result.peak_memory.rss_bytes / 2**20:,.0f} MiB")
     if result.exception is not None:
         out.print(f"  [red]exception[/] {escape(result.exception.type)}: {escape(result.exception.message)}")
     if result.signal is not None:
-        out.print(f"  [yellow]interrupted by {result.signal}[/]; partial ids and progress are kept")
+        kept = "partial outputs" if result.unit == "step" else "partial ids"
+        out.print(f"  [yellow]interrupted by {result.signal}[/]; {kept} and progress are kept")
     for note in result.notes:
         out.print(f"  note: {escape(note)}")
 
@@ -77,6 +79,13 @@ def _stops(snapshot_dir: Path) -> tuple:
     if not path.is_file():
         return ()
     return GenerationStop.model_validate_json(path.read_bytes()).sequences
+
+
+def _describe_row(seq) -> str:
+    """`sequence 0: eos (id 2) after 13 tokens`, or for a pipeline `pipeline call 0: completed after 10 of 10 steps`."""
+    if seq.steps_planned is not None:
+        return f"pipeline call {seq.index}: {_describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
+    return f"sequence {seq.index}: {_describe_stop(seq)} after {seq.generated:,} tokens"
 
 
 def _describe_stop(seq) -> str:
