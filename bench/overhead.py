@@ -3,7 +3,8 @@
 Same model, prompt and seed; greedy, 512 new tokens (`eos_token_id=None`, so every run really
 makes 512), batch 1, `torch.set_num_threads(2)`. Pairs are interleaved (bare/instrumented, then
 instrumented/bare, ...) so drift in machine load hits both sides; the figure is the median over
-pairs of (instrumented tokens/s / bare tokens/s).
+pairs of (instrumented tokens/s / bare tokens/s). Each pair also times a second bare run: the
+bare/bare (A/A) ratios show how far the machine's own noise moves a ratio that should be 1.
 
 The instrumented side is what `genrun execute` runs: `GenerationMixin.generate` patched by
 `instrument_generate`, the per-instance hooks, the effective config written to disk inside
@@ -46,10 +47,16 @@ TARGETS = {"tiny": 0.95, "20m": 0.98}
 class Pair(NamedTuple):
     bare_tps: float
     instrumented_tps: float
+    control_tps: float
+    """A second bare run in the same pair: bare/bare (A/A) shows the machine's noise floor."""
 
     @property
     def ratio(self) -> float:
         return self.instrumented_tps / self.bare_tps
+
+    @property
+    def control_ratio(self) -> float:
+        return self.control_tps / self.bare_tps
 
 
 def load(name: str) -> tuple[Any, Any, str]:
@@ -121,9 +128,10 @@ def measure(name: str, pairs: int, tokens: int, every_units: int) -> tuple[str, 
             else:
                 s, a = instrumented(model, tokenizer, kwargs, every_units, Path(tmp) / f"run{i}")
                 b = bare(model, kwargs)
-            results.append(Pair(b, s))
+            c = bare(model, kwargs)
+            results.append(Pair(b, s, c))
             artifacts.append(a)
-            print(f"  {name} pair {i}: bare {b:8.1f} tok/s  instrumented {s:8.1f} tok/s  ratio {s / b:.3f}", flush=True)
+            print(f"  {name} pair {i}: bare {b:8.1f} tok/s  instrumented {s:8.1f} tok/s  ratio {s / b:.3f}  (A/A {c / b:.3f})", flush=True)
     return label, results, artifacts
 
 
@@ -183,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         label, results, artifacts = measure(name, args.pairs, args.tokens, args.every_units)
         ratio = statistics.median(p.ratio for p in results)
+        control = [p.control_ratio for p in results]
         summary.append((name, label, statistics.median(p.bare_tps for p in results), statistics.median(p.instrumented_tps for p in results), ratio, statistics.median(artifacts)))
+        print(f"  {name} A/A control (bare/bare in the same pairs): median {statistics.median(control):.3f}, range {min(control):.3f}..{max(control):.3f}")
     print(f"\ngreedy, {args.tokens} new tokens, batch 1, {args.threads} thread(s), {args.pairs} interleaved pairs, progress every {args.every_units} tokens")
     print(f"{'model':<24} {'bare tok/s':>11} {'instr tok/s':>12} {'median ratio':>13} {'target':>7} {'artifacts':>10} {'ratio from µs':>14}")
     failed = False
