@@ -8,6 +8,7 @@ from runner.execute import execute_snapshot
 from runner.plan import plan_request
 from schemas import EVENT_ADAPTER, GenerationStop, layout
 
+# A module name of its own: tests run in one process, and another test already imported a "failing_loader".
 LOADER = '''
 def load(path, dtype, device, **kwargs):
     raise RuntimeError("cannot place the weights on the device")
@@ -15,8 +16,8 @@ def load(path, dtype, device, **kwargs):
 
 
 def test_loader_failure_is_a_sealed_failed_run_that_verifies(tmp_path: Path, tiny_lm: Path) -> None:
-    (tmp_path / "failing_loader.py").write_text(LOADER)
-    text = tiny_request(tiny_lm).replace('device = "cpu"\n', 'device = "cpu"\nloader = "failing_loader:load"\n')
+    (tmp_path / "raising_lm_loader.py").write_text(LOADER)
+    text = tiny_request(tiny_lm).replace('device = "cpu"\n', 'device = "cpu"\nloader = "raising_lm_loader:load"\n')
     snapshot = plan_request(write_request(tmp_path, text), store=tmp_path / "store")
     result = execute_snapshot(snapshot, live=False)
     assert (result.status, result.exit_code, result.exception.type) == ("failed", 1, "RuntimeError")
