@@ -138,6 +138,31 @@ def _meminfo() -> dict[str, int]:
     return values
 
 
+class MemoryFit(NamedTuple):
+    """The memory half of `token-budget.json`, shared by every backend's estimate."""
+
+    margin_bytes: int
+    required_bytes: int
+    device: str
+    device_memory_free_bytes: int | None
+    device_memory_total_bytes: int | None
+    fits_memory: bool | None
+
+
+def memory_fit(device: str, margin_fraction: float, needed_bytes: int) -> MemoryFit:
+    """needed (weights + KV or latents + activations) + a margin of the device's total, vs its free memory."""
+    memory = device_memory(resolve_device(device))
+    margin = round((memory.total_bytes or 0) * margin_fraction)
+    required = needed_bytes + margin
+    fits = None if memory.free_bytes is None else required <= memory.free_bytes
+    return MemoryFit(margin, required, memory.device, memory.free_bytes, memory.total_bytes, fits)
+
+
+def with_refusals(draft: TokenBudget, refusals: tuple[str, ...], force: bool) -> TokenBudget:
+    """Record the refusals, and whether `--force` overrode them (plan enforces them before writing anything)."""
+    return draft.model_copy(update={"refusals": refusals, "forced": bool(refusals) and force})
+
+
 def resolve_device(device: str) -> str:
     """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda` -> `cuda:0`."""
     if device == "auto":

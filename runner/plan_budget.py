@@ -6,14 +6,14 @@ from schemas import Request, TokenBudget
 
 from .budget import (
     DTYPE_BYTES,
-    device_memory,
     domain_estimate,
     effective_length,
     kv_bytes_per_token,
+    memory_fit,
     model_shape,
     refusals_for,
-    resolve_device,
     rows_per_request,
+    with_refusals,
 )
 from .prompts import encode_input
 
@@ -39,9 +39,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     kv_total = per_token * length.max_length * rows
     weights = _weights_at_run_dtype(stored_weight_bytes, config, shape.dtype)
     activations = rows * shape.vocab_size * 4 * LOGITS_COPIES
-    memory = device_memory(resolve_device(request.model.device))
-    margin = round((memory.total_bytes or 0) * request.budget.memory_margin_fraction)
-    required = weights + kv_total + activations + margin
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + kv_total + activations)
     tokens_per_unit = request.units.tokens_per_frame if request.units.name == "frame" else 1
     requested_units = length.new_tokens // tokens_per_unit
 
@@ -59,18 +57,12 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         kv_bytes_at_budget=kv_total,
         weight_bytes=weights,
         activation_bytes_estimate=activations,
-        margin_bytes=margin,
-        required_bytes=required,
-        device=memory.device,
-        device_memory_free_bytes=memory.free_bytes,
-        device_memory_total_bytes=memory.total_bytes,
-        fits_memory=None if memory.free_bytes is None else required <= memory.free_bytes,
+        **memory._asdict(),
         domain=domain_estimate(request, requested_units, prompt_tokens, context),
         refusals=(),
         forced=False,
     )
-    refusals = refusals_for(draft)
-    return draft.model_copy(update={"refusals": refusals, "forced": bool(refusals) and force})
+    return with_refusals(draft, refusals_for(draft), force)
 
 
 def _context_limit(positions: int | None, tokenizer_limit: int | None) -> int | None:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from schemas import Request, TokenBudget
 
-from ..budget import DTYPE_BYTES, device_memory, resolve_device
+from ..budget import DTYPE_BYTES, memory_fit, with_refusals
 from ..errors import RequestError
 from . import _diffusers_files as files
 
@@ -84,9 +84,7 @@ def estimate_diffusers_budget(request: Request, model_dir: Path, weight_bytes: i
         dtype_bytes = DTYPE_BYTES.get(stored or "float32", 4)
     latents = latent_bytes(request, plan, denoiser[1] if denoiser else None, files.vae_scale_factor(model_dir, index), dtype_bytes)
     activations = latents * activation_multiplier(denoiser[1] if denoiser else None)
-    memory = device_memory(resolve_device(request.model.device))
-    margin = round((memory.total_bytes or 0) * request.budget.memory_margin_fraction)
-    required = weights + latents + activations + margin
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + latents + activations)
     draft = TokenBudget(
         units="step",
         prompt_tokens=None,
@@ -101,19 +99,13 @@ def estimate_diffusers_budget(request: Request, model_dir: Path, weight_bytes: i
         kv_bytes_at_budget=None,
         weight_bytes=weights,
         activation_bytes_estimate=latents + activations,
-        margin_bytes=margin,
-        required_bytes=required,
-        device=memory.device,
-        device_memory_free_bytes=memory.free_bytes,
-        device_memory_total_bytes=memory.total_bytes,
-        fits_memory=None if memory.free_bytes is None else required <= memory.free_bytes,
+        **memory._asdict(),
         domain=None,
         refusals=(),
         forced=False,
     )
     refusals = memory_refusals(draft, latents, activations, request.budget.memory_margin_fraction)
-    # plan_request enforces the refusals (exit 3) unless forced, before anything is written
-    return draft.model_copy(update={"refusals": refusals, "forced": bool(refusals) and force})
+    return with_refusals(draft, refusals, force)
 
 
 def plan_call(request: Request, cls: type) -> CallPlan:
