@@ -1,6 +1,6 @@
 """Integrity checks: is the snapshot complete, do its files still match what was hashed?"""
 
-from schemas import layout
+from genrun.schemas import layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip

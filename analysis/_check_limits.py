@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from schemas import GenerationConfigBeforeGenerate, SequenceStop
+from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip

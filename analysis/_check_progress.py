@@ -1,6 +1,6 @@
 """The progress stream: contiguous, monotonic, opened by `start`, closed by the event that matches result.json."""
 
-from schemas import layout
+from genrun.schemas import layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip

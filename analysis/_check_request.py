@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas import GenerationConfigBeforeGenerate, Request, layout
+from genrun.schemas import GenerationConfigBeforeGenerate, Request, layout
 
 from ._context import CheckContext
 from ._diffing import ABSENT, Change, diff_values, same_json, short_value

@@ -1,7 +1,7 @@
 """Sign-offs: every record under `signoffs/` is still bound to the current digests (and its signature verifies).
 
 The one check that is not pure: judging a signature runs `ssh-keygen -Y verify` (through
-`analysis.signoffs`, imported lazily so verify works where that module or ssh-keygen is absent).
+`genrun.analysis.signoffs`, imported lazily so verify works where that module or ssh-keygen is absent).
 
 Policy: `invalid` is a FAIL. `unsigned` (bound to the current digest, no signature) is a PASS
 with a note, because the binding holds and signing is the owner's choice; but when the user
@@ -9,7 +9,7 @@ passed `--allowed-signers`, they asked for signatures, so an unsigned record is 
 A valid `reject` is a WARN: the owner judged the results unusable.
 """
 
-from schemas import layout
+from genrun.schemas import layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip

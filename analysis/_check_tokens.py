@@ -3,7 +3,7 @@
 from array import array
 from typing import Any
 
-from schemas import SequenceStop, layout
+from genrun.schemas import SequenceStop, layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, Status, skip, worst

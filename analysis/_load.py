@@ -19,7 +19,7 @@ from array import array
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from schemas import (
+from genrun.schemas import (
     EVENT_ADAPTER,
     AnyEvent,
     CodeIdentity,
@@ -35,7 +35,7 @@ from schemas import (
     layout,
 )
 from ._safetensors import SafetensorsError, read_int_tensors
-from schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
 
 _M = TypeVar("_M", bound=BaseModel)
 _EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])

@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 from array import array
 
-from schemas import SequenceStop, TokenSequenceSummary
+from genrun.schemas import SequenceStop, TokenSequenceSummary
 
 from ._load import Snapshot
 

@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import orjson
 
-from schemas import ModelIdentity
-from schemas.digests import sha256_file
+from genrun.schemas import ModelIdentity
+from genrun.schemas.digests import sha256_file
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -92,7 +92,7 @@ def _clean_up_spaces(model_dir: Path, listed: dict, tokenizer: object) -> bool |
         data = path.read_bytes()
     except OSError as exc:
         return DecoderUnavailable(f"cannot read {path} ({exc.strerror or exc})")
-    from schemas.digests import sha256_bytes
+    from genrun.schemas.digests import sha256_bytes
 
     if sha256_bytes(data) != entry.sha256:
         return DecoderUnavailable(f"{path} differs from the sha256 frozen in model.json; the tokenizer changed since the run")

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas import CodeSet, layout
+from genrun.schemas import CodeSet, layout
 
 from ._diffing import Change, diff_values
 from ._load import Snapshot, read_snapshot

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas import GenerationConfigBeforeGenerate
+from genrun.schemas import GenerationConfigBeforeGenerate
 
 from ._check_integrity import INCOMPLETE
 from ._load import Snapshot, read_snapshot

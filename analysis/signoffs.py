@@ -24,9 +24,9 @@ from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
-from schemas import layout
-from schemas.digests import plan_digest, snapshot_digest
-from schemas.signoff import Decision, DigestKind, Signoff
+from genrun.schemas import layout
+from genrun.schemas.digests import plan_digest, snapshot_digest
+from genrun.schemas.signoff import Decision, DigestKind, Signoff
 
 SignoffState = Literal["valid", "unsigned", "invalid"]
 

@@ -3,7 +3,7 @@
 Builds (once) a small random Llama whose context holds 65,536 new tokens and which has no EOS
 configured, runs it for real with `genrun run` (`max_new_tokens = 65536`, greedy, progress every
 256 tokens), then times `genrun verify SNAPSHOT` and `genrun report SNAPSHOT` as separate
-processes (`python -m runner.cli ...`, output discarded), `--rounds` times each, interleaved,
+processes (`python -m genrun.runner.cli ...`, output discarded), `--rounds` times each, interleaved,
 and prints the medians. Targets: verify < 1 s, report < 2 s (median of 5). Exits 1 when missed.
 
 The generation itself takes several minutes on a 2-core CPU (one torch thread); the snapshot is
@@ -83,7 +83,7 @@ def make_snapshot(work: Path, new_tokens: int, fresh: bool) -> Path:
     started = time.perf_counter()
     # One intra-op thread: for a model this small, two threads on a 2-core machine that is busy
     # with anything else spin against each other and run ~6x slower (measured: 255 vs 39 tokens/s).
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(request), "--store", str(store), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store), "--json"],
                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         sys.exit(f"genrun run failed with exit code {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -97,7 +97,7 @@ def make_snapshot(work: Path, new_tokens: int, fresh: bool) -> Path:
 def time_command(args: list[str]) -> tuple[float, int]:
     """Wall seconds of one whole process, and its exit code."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.run([sys.executable, "-m", "genrun.runner.cli", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           env={**os.environ, "COLUMNS": "120"})
     elapsed = time.perf_counter() - started
     if proc.returncode not in (0, 1):
@@ -117,7 +117,7 @@ def main() -> int:
     snapshot = args.snapshot or make_snapshot(args.work, args.tokens, args.fresh)
 
     sys.path.insert(0, str(REPO))
-    from analysis import read_snapshot
+    from genrun.analysis import read_snapshot
 
     snap = read_snapshot(snapshot, hash_files=False)
     ids = sum(len(a) for a in (snap.token_ids or {}).values())

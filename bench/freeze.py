@@ -38,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from runner.model_identity import identify_model  # noqa: E402
-from schemas import ModelIdentity, ModelSpec  # noqa: E402
+from genrun.runner.model_identity import identify_model  # noqa: E402
+from genrun.schemas import ModelIdentity, ModelSpec  # noqa: E402
 
 CHUNK = 64 << 20  # bytes written per write() call
 RATIO_TARGET = 0.90

@@ -6,7 +6,7 @@ weights are loaded, so a run that cannot fit is refused in seconds instead of fa
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schemas import DomainEstimate, Request, TokenBudget
+from genrun.schemas import DomainEstimate, Request, TokenBudget
 
 from .errors import BudgetRefused
 

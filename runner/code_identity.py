@@ -12,13 +12,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from schemas import CodeIdentity, CodeSet, FileDigest
-from schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas import CodeIdentity, CodeSet, FileDigest
+from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+
+import genrun.analysis
+import genrun.runner
+import genrun.schemas
 
 from .errors import RequestError
 
-GENRUN_PACKAGES = ("runner", "analysis", "schemas")
-"""genrun's own top-level packages, hashed into `code.json`'s `genrun` set."""
+GENRUN_PACKAGES = ("genrun", "genrun.runner", "genrun.analysis", "genrun.schemas")
+"""genrun's own packages, hashed into `code.json`'s `genrun` set (the last three are the
+repository's top-level folders, mapped into `genrun` by the build configuration)."""
 
 
 class CodeRef(NamedTuple):
@@ -43,13 +48,13 @@ def genrun_code_set() -> CodeSet:
     Cheap on purpose (a few dozen small files, nothing cached across processes): it runs at plan
     time and again at execute time to detect code that changed in between.
     """
-    package_dirs = [d for name in GENRUN_PACKAGES if (d := _package_dir(name)) is not None]
-    files: list[Path] = []
+    package_dirs = [_package_dir(name) for name in GENRUN_PACKAGES]
+    files: set[Path] = set()  # a set: in a wheel the subpackages lie inside genrun/ as well
     for directory in package_dirs:
-        files.extend(_python_files(directory))
+        files.update(_python_files(directory))
         if directory.name == "schemas":
-            files.extend(sorted((directory / "json").glob("*.json")))
-    return code_set(Path(os.path.commonpath([d.parent for d in package_dirs])), files)
+            files.update((directory / "json").glob("*.json"))
+    return code_set(Path(os.path.commonpath([d.parent for d in package_dirs])), sorted(files))
 
 
 def identify_code(
@@ -147,20 +152,9 @@ def _find_spec_without_import(module: str, search_path: list[str]) -> importlib.
     return spec
 
 
-def _package_dir(name: str) -> Path | None:
-    """Directory of one of genrun's own packages, from its `__path__`, or `None` when not installed.
-
-    Only a location beside `runner/` counts: an unrelated `analysis/` directory on `sys.path`
-    (e.g. in the CWD, while genrun's own is still a namespace package) must not be hashed.
-    """
-    home = Path(os.path.abspath(__file__)).parent.parent
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        if Path(os.path.abspath(location)).parent == home:
-            return Path(os.path.abspath(location))
-    return None
+def _package_dir(name: str) -> Path:
+    """Directory of one of genrun's own (already imported) packages."""
+    return Path(os.path.abspath(sys.modules[name].__path__[0]))
 
 
 def _python_files(directory: Path) -> list[Path]:

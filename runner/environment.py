@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from schemas import CpuInfo, CudaDevice, CudaInfo, Environment, GitState
-from schemas.digests import sha256_bytes
+from genrun.schemas import CpuInfo, CudaDevice, CudaInfo, Environment, GitState
+from genrun.schemas.digests import sha256_bytes
 
 from . import __version__
 

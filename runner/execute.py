@@ -6,7 +6,7 @@ Order:
    entry-point modules, the model's remote code and the model files still hash to what
    `code.json` / `model.json` froze (`FrozenMismatch` names what differs);
 2. with `--require-approval` or `[policy] require_approval`, require an `approve` sign-off;
-3. install SIGINT/SIGTERM handlers (`runner.interrupts`) and run the backend once;
+3. install SIGINT/SIGTERM handlers (`genrun.runner.interrupts`) and run the backend once;
 4. write the terminal progress event, `generation-stop.json`, `result.json`;
 5. seal the snapshot — always, also after an exception or a signal.
 """
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
-from schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
+from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
 
 from ._io import write_model_atomic
 from .backends import Backend, BackendOutcome, ExecutionContext, exception_info, get_backend, progress_unit

@@ -2,7 +2,7 @@
 
 Hub ids resolve through the local Hugging Face cache only; genrun never downloads. Digests
 come, cheapest first, from the HF cache blob name (for LFS files it is the content sha256),
-from the local hash cache (`runner._hash_cache`), or from hashing the file, several files at
+from the local hash cache (`genrun.runner._hash_cache`), or from hashing the file, several files at
 once across cores.
 """
 
@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from schemas import ModelFile, ModelIdentity, ModelSpec
-from schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas import ModelFile, ModelIdentity, ModelSpec
+from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
 
 from . import _hash_cache
 from .errors import RequestError

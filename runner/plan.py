@@ -6,7 +6,7 @@ before hashing gigabytes of weights, and nothing touches the store until everyth
 
 from pathlib import Path
 
-from schemas import TokenBudget, layout
+from genrun.schemas import Request, TokenBudget, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
 from .budget import enforce
@@ -15,17 +15,17 @@ from .environment import capture_environment
 from .errors import RequestError
 from .generation_keys import validate_generation
 from .model_identity import identify_model, resolve_model_dir
-from .request_loading import LoadedRequest, load_request
+from .request_loading import LoadedRequest, load_request, request_from_model
 from .store import create_snapshot, resolve_store
 
 
-def plan_request(request_path: str | Path, store: str | Path | None = None, force: bool = False) -> Path:
-    """Freeze a request into a new snapshot directory and return its path.
+def plan_request(request_path: str | Path | Request, store: str | Path | None = None, force: bool = False) -> Path:
+    """Freeze a request (a file, or a `Request` built in Python) into a new snapshot directory and return its path.
 
     Raises RequestError (exit 2) for a bad request and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written.
     """
-    loaded = load_request(request_path)
+    loaded = request_from_model(request_path, Path.cwd()) if isinstance(request_path, Request) else load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
     if request.model.backend == "transformers" and request.input.is_empty() and request.entrypoint is None:
         raise RequestError("[input] is empty; a causal LM needs one of 'prompt', 'prompts' or 'messages'")

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from schemas import Request, TokenBudget
+from genrun.schemas import Request, TokenBudget
 
 from .budget import (
     DTYPE_BYTES,

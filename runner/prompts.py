@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from schemas import InputSpec
+from genrun.schemas import InputSpec
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:

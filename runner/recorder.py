@@ -17,8 +17,8 @@ from typing import Protocol
 
 import orjson
 
-from schemas import EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
-from schemas.progress import Unit, _Event
+from genrun.schemas import EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
+from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
 from .memory import MemoryProbe

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from schemas import Request
+from genrun.schemas import Request
 
 from .errors import RequestError
 
@@ -37,6 +37,15 @@ def load_request(path: str | Path) -> LoadedRequest:
     fmt = _format_of(path)
     source = _read_source(path)
     return LoadedRequest(parse_request(source, fmt, str(path)), source, fmt, path)
+
+
+def request_from_model(request: Request, base_dir: Path) -> LoadedRequest:
+    """A request built in Python (library API): its source is its own JSON, re-validated strictly.
+
+    Relative paths in it resolve against `base_dir` (the caller's current directory).
+    """
+    source = request.model_dump_json(indent=2).encode() + b"\n"
+    return LoadedRequest(parse_request(source, "json", "request"), source, "json", Path(base_dir).absolute() / "request.json")
 
 
 def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from analysis.signoffs import (
+from genrun.analysis.signoffs import (
     DIGEST_KIND_OF,
     SIGNATURE_SUFFIX,
     SSH_KEYGEN,
@@ -52,9 +52,9 @@ from analysis.signoffs import (
     namespace_for,
     short,
 )
-from schemas import layout
-from schemas.digests import plan_digest, snapshot_digest
-from schemas.signoff import Signoff
+from genrun.schemas import layout
+from genrun.schemas.digests import plan_digest, snapshot_digest
+from genrun.schemas.signoff import Signoff
 
 from . import __version__
 from ._io import fsync_dir, write_model_atomic

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from schemas import layout
-from schemas.digests import manifest_candidates, render_sha256sum, sha256_file
+from genrun.schemas import layout
+from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
 
 from ._io import DIR_MODE, fsync_dir, write_bytes_atomic
 from .errors import SnapshotError, StoreError

@@ -12,7 +12,7 @@ from typing import Any
 
 import safetensors.torch
 
-from schemas import GeneratedTokenIds, TokenSequenceSummary, layout
+from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
 from .instrument import ClassifiedRow

@@ -1,6 +1,6 @@
 """Real snapshots for the analysis tests, made once per session by the real runner, and ways to damage copies.
 
-Every snapshot here comes from `runner.plan.plan_request` + `runner.execute.execute_snapshot`
+Every snapshot here comes from `genrun.runner.plan.plan_request` + `genrun.runner.execute.execute_snapshot`
 (in-process, so torch loads once) or from the real CLI in a subprocess (the SIGKILLed run).
 Failing cases are made by changing a *copy* of a real snapshot, the way a person or a bad disk
 would (chmod u+w, then edit), never by writing snapshot files from scratch.
@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from schemas import layout
+from genrun.schemas import layout
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_LM = REPO / "examples" / "models" / "tiny-lm"
@@ -122,8 +122,8 @@ class SnapshotFactory:
         return self._made[name]
 
     def _make(self, name: str) -> Path:
-        from runner.execute import execute_snapshot
-        from runner.plan import plan_request
+        from genrun.runner.execute import execute_snapshot
+        from genrun.runner.plan import plan_request
 
         prompt, generation, tables, model_kind = VARIANTS[name]
         if "suppress_tokens" in generation:
@@ -163,8 +163,8 @@ class SnapshotFactory:
     def json_request(self) -> Path:
         """The 'eos' variant written as a JSON request (the round trip through json.loads)."""
         if "json" not in self._made:
-            from runner.execute import execute_snapshot
-            from runner.plan import plan_request
+            from genrun.runner.execute import execute_snapshot
+            from genrun.runner.plan import plan_request
 
             work = self.root / "json"
             work.mkdir()
@@ -179,7 +179,7 @@ class SnapshotFactory:
     def planned_only(self) -> Path:
         """A snapshot that was planned and never executed."""
         if "planned" not in self._made:
-            from runner.plan import plan_request
+            from genrun.runner.plan import plan_request
 
             work = self.root / "planned"
             work.mkdir()
@@ -235,7 +235,7 @@ def _start_slow_run(work: Path) -> tuple[subprocess.Popen, Path]:
     request.write_text(request_toml(work.name, TINY_LM, "count down from 63 :", {"max_new_tokens": 64, "do_sample": False},
                                     entrypoint={"callable": "slow_entry:generate_slowly"}, progress={"every_units": 1}))
     store = work / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(request), "--store", str(store)], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return proc, store
 
@@ -285,7 +285,7 @@ def edit_json(snapshot: Path, rel: str, change: Callable[[dict], None]) -> None:
 
 def run_genrun(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "runner.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 

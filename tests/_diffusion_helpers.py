@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from schemas import EVENT_ADAPTER, layout
+from genrun.schemas import EVENT_ADAPTER, layout
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_DDIM = REPO / "examples" / "models" / "tiny-ddim"

@@ -117,7 +117,7 @@ def request_text(
 
 def plan(directory: Path, text: str, *, store: Path | None = None, filename: str = "request.toml", force: bool = False) -> Path:
     """Write the request into `directory` and freeze it with the real `plan_request`; returns the snapshot."""
-    from runner.plan import plan_request
+    from genrun.runner.plan import plan_request
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / filename

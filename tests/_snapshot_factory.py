@@ -2,15 +2,15 @@
 
 For tests of code that only needs the snapshot *container* (digests, sign-offs, listing), not a
 real model run. The file contents are small stand-ins; the layout, the frozen manifest, the seal
-and the read-only bits all come from `runner.store`.
+and the read-only bits all come from `genrun.runner.store`.
 """
 
 from pathlib import Path
 
 import orjson
 
-from runner.store import create_snapshot, seal_snapshot
-from schemas import layout
+from genrun.runner.store import create_snapshot, seal_snapshot
+from genrun.schemas import layout
 
 
 def make_planned_snapshot(store: Path, name: str = "factory", request: dict | None = None) -> Path:

@@ -31,10 +31,10 @@ def tiny_lm() -> Path:
 
 def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run the real `genrun` CLI in a subprocess (`python -m runner.cli`), capturing text output."""
+    """Run the real `genrun` CLI in a subprocess (`python -m genrun.runner.cli`), capturing text output."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *map(str, args)],
+        [sys.executable, "-m", "genrun.runner.cli", *map(str, args)],
         cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
     )
 

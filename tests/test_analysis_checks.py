@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from _analysis_helpers import copy_snapshot, edit_bytes, edit_json, finding, run_genrun, snapshots  # noqa: F401
-from analysis import verify_snapshot
-from analysis._check_integrity import INCOMPLETE
-from analysis.checks import CHECKS
-from schemas import layout
+from genrun.analysis import verify_snapshot
+from genrun.analysis._check_integrity import INCOMPLETE
+from genrun.analysis.checks import CHECKS
+from genrun.schemas import layout
 
 
 def check(path: Path, name: str):
@@ -106,7 +106,7 @@ def test_changing_a_frozen_file_breaks_the_plan_chain_even_when_rehashed(snapsho
     found = check(copy, "plan_digest_chain")
     assert found.status == "FAIL" and found.evidence["changed"] == [layout.TOKEN_BUDGET]
     # Re-hashing frozen-sha256.txt to hide it moves the plan digest: the seal and result.json give it away.
-    from schemas.digests import parse_sha256sum, render_sha256sum, sha256_file
+    from genrun.schemas.digests import parse_sha256sum, render_sha256sum, sha256_file
 
     entries = parse_sha256sum((copy / layout.FROZEN_MANIFEST).read_bytes())
     entries[layout.TOKEN_BUDGET] = sha256_file(copy / layout.TOKEN_BUDGET)
@@ -392,7 +392,7 @@ def test_signoffs_absent_skip_unsigned_pass_and_a_resealed_snapshot_fails(snapsh
     strict = finding(verify_snapshot(copy, allowed_signers=allowed), "signoffs")
     assert strict.status == "WARN" and "carry no signature" in strict.message
     # Change a file and re-seal the manifest over it: the manifest check passes again, the sign-off cannot.
-    from runner.store import seal_snapshot
+    from genrun.runner.store import seal_snapshot
 
     edit_bytes(copy, "outputs/sequence_0.txt", lambda b: b.replace(b"5", b"6", 1))
     for path in [copy / layout.MANIFEST]:

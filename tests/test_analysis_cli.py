@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 
 from _analysis_helpers import copy_snapshot, edit_bytes, run_genrun, snapshots, tree_state  # noqa: F401
-from analysis.checks import CHECKS
-from schemas import layout
+from genrun.analysis.checks import CHECKS
+from genrun.schemas import layout
 
 SUMMARY_LINE = re.compile(r"^(\d+) checks: (\d+) passed, (\d+) warnings, (\d+) failed, (\d+) skipped; "
                           r"examined (\d+) files, (\d+) token ids, (\d+) progress records$")
@@ -137,7 +137,7 @@ def test_report_plot_without_matplotlib_names_the_extra(snapshots, tmp_path: Pat
         "        if name.split('.')[0] == 'matplotlib':\n"
         "            raise ImportError('No module named matplotlib')\n"
         "sys.meta_path.insert(0, NoMatplotlib())\n"
-        "from runner.cli import main\n"
+        "from genrun.runner.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     import subprocess

@@ -39,7 +39,7 @@ class BlockHeavyImports:
 if {block!r}:
     sys.meta_path.insert(0, BlockHeavyImports())
 
-from runner.cli import main
+from genrun.runner.cli import main
 
 def run_all(commands):
     codes = []
@@ -71,7 +71,7 @@ print("RESULT " + json.dumps({{"codes": codes, "uid": os.getuid(), "heavy_module
 
 def run_cli_commands(commands: list[list[str]], *, block: bool, drop_to: int | None = None,
                      warmup: list[list[str]] | None = None) -> dict:
-    """Run `commands` through `runner.cli.main` in one subprocess and return its RESULT line."""
+    """Run `commands` through `genrun.runner.cli.main` in one subprocess and return its RESULT line."""
     script = CLI_RUNNER.format(blocked=BLOCKED, block=block, drop_to=drop_to)
     proc = subprocess.run([sys.executable, "-c", script, json.dumps(commands), json.dumps(warmup or [])], cwd=REPO,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})

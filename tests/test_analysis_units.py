@@ -5,15 +5,15 @@ from array import array
 import pytest
 
 from _analysis_helpers import snapshots  # noqa: F401
-from analysis import read_snapshot, summary_line
-from analysis._context import CheckContext
-from analysis._diffing import ABSENT, Change, diff_values, same_json
-from analysis._finding import Examined, Finding, worst
-from analysis._report_render import sparkline
-from analysis._tokenizer import DecoderUnavailable
-from analysis.checks import CHECKS, CheckSpec, is_suspicious_count, run_checks
-from analysis.diff import first_divergence
-from analysis.verify import summarise
+from genrun.analysis import read_snapshot, summary_line
+from genrun.analysis._context import CheckContext
+from genrun.analysis._diffing import ABSENT, Change, diff_values, same_json
+from genrun.analysis._finding import Examined, Finding, worst
+from genrun.analysis._report_render import sparkline
+from genrun.analysis._tokenizer import DecoderUnavailable
+from genrun.analysis.checks import CHECKS, CheckSpec, is_suspicious_count, run_checks
+from genrun.analysis.diff import first_divergence
+from genrun.analysis.verify import summarise
 
 
 @pytest.mark.parametrize("count", [16, 20, 32, 100, 256, 1000, 1024, 4096, 16384, 65536, 131072])
@@ -90,8 +90,8 @@ def test_safetensors_reader_matches_the_reference_library(snapshots) -> None:
     """The stdlib reader returns what `safetensors.numpy` returns, and refuses a truncated file."""
     from safetensors.numpy import load
 
-    from analysis._safetensors import SafetensorsError, read_int_tensors
-    from schemas import layout
+    from genrun.analysis._safetensors import SafetensorsError, read_int_tensors
+    from genrun.schemas import layout
 
     data = (snapshots.get("batch") / layout.TOKEN_IDS).read_bytes()
     reference = {name: values.tolist() for name, values in load(data).items()}

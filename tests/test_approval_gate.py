@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 
 from conftest import run_cli, tiny_request, write_request
-from runner.store import write_frozen_manifest
-from schemas import layout
+from genrun.runner.store import write_frozen_manifest
+from genrun.schemas import layout
 
 
 def _plan(tmp_path: Path, tiny_lm: Path) -> Path:

@@ -8,9 +8,9 @@ import pytest
 from transformers import Qwen3Config
 
 from conftest import run_cli, tiny_request, write_request
-from runner.budget import kv_bytes_per_token, model_shape
-from runner.plan import plan_request
-from schemas import TokenBudget, layout
+from genrun.runner.budget import kv_bytes_per_token, model_shape
+from genrun.runner.plan import plan_request
+from genrun.schemas import TokenBudget, layout
 
 
 def _budget(snapshot: Path) -> TokenBudget:

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from conftest import EXAMPLES, REPO, run_cli
-from schemas import layout
+from genrun.schemas import layout
 
 
 def _only_snapshot(store: Path) -> Path:
@@ -43,7 +43,7 @@ def test_tiny_budget_example_is_cut_by_max_new_tokens(tmp_path: Path) -> None:
 def test_four_concurrent_runs_make_four_complete_snapshots(tmp_path: Path) -> None:
     store = tmp_path / "store"
     procs = [
-        subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(EXAMPLES / "tiny.toml"), "--store", str(store), "--json"],
+        subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(EXAMPLES / "tiny.toml"), "--store", str(store), "--json"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)
     ]

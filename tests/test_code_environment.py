@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.code_identity import code_refs, genrun_code_set, identify_code
-from runner.environment import capture_environment, git_state, is_credential_name, relevant_env_vars
-from runner.errors import RequestError
-from schemas import CodeIdentity, Environment
-from schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+from genrun.runner.code_identity import code_refs, genrun_code_set, identify_code
+from genrun.runner.environment import capture_environment, git_state, is_credential_name, relevant_env_vars
+from genrun.runner.errors import RequestError
+from genrun.schemas import CodeIdentity, Environment
+from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
 
 # --- genrun's own code ----------------------------------------------------------------------------
 

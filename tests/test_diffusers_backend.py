@@ -32,11 +32,11 @@ from _diffusion_helpers import (
     unit_records,
 )
 from conftest import run_cli, write_request
-from runner.errors import BudgetRefused, RequestError
-from runner.execute import execute_snapshot
-from runner.plan import plan_request
-from runner.store import is_sealed
-from schemas import PipelineCallBeforeCall, Result, TokenBudget, layout
+from genrun.runner.errors import BudgetRefused, RequestError
+from genrun.runner.execute import execute_snapshot
+from genrun.runner.plan import plan_request
+from genrun.runner.store import is_sealed
+from genrun.schemas import PipelineCallBeforeCall, Result, TokenBudget, layout
 
 EXAMPLE = REPO / "examples" / "tiny-diffusion.toml"
 
@@ -174,7 +174,7 @@ def test_output_kinds_are_saved_as_files(tmp_path: Path) -> None:
     from diffusers.pipelines.pipeline_utils import AudioPipelineOutput, ImagePipelineOutput
     from PIL import Image
 
-    from runner.backends._media import OTHER_FIELDS_FILE, save_pipeline_output
+    from genrun.runner.backends._media import OTHER_FIELDS_FILE, save_pipeline_output
 
     rng = np.random.default_rng(0)
     images = ImagePipelineOutput(images=rng.random((2, 8, 8, 3), dtype=np.float32))
@@ -219,8 +219,8 @@ def test_progress_bar_total_form_counts_updates(tmp_path: Path) -> None:
     (StableAudio, AudioLDM2, PixArt): the real pipeline method and tqdm, driven the way those loops drive it."""
     from diffusers import DiffusionPipeline
 
-    from runner.backends.diffusers_backend import StepObserver
-    from runner.recorder import ProgressRecorder
+    from genrun.runner.backends.diffusers_backend import StepObserver
+    from genrun.runner.recorder import ProgressRecorder
 
     pipe = DiffusionPipeline.from_pretrained(TINY_DDIM, local_files_only=True)
     recorder = ProgressRecorder(tmp_path / layout.PROGRESS, origin=time.monotonic(), unit="step", every_units=1, every_seconds=30.0)
@@ -246,7 +246,7 @@ def _run_and_interrupt(tmp_path: Path, text: str) -> tuple[int, Path]:
     store = tmp_path / "store"
     request = write_request(tmp_path, text)
     with open(tmp_path / "stderr.txt", "w") as err:  # a file, not a pipe: a full pipe would block the child
-        proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(request), "--store", str(store)],
+        proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 240
         snapshot = None
@@ -356,8 +356,8 @@ def test_weights_in_the_budget_equal_the_loaded_state_dict(tmp_path: Path) -> No
     import torch
     from diffusers import DiffusionPipeline
 
-    from runner.backends.diffusers_budget import estimate_diffusers_budget
-    from runner.request_loading import load_request
+    from genrun.runner.backends.diffusers_budget import estimate_diffusers_budget
+    from genrun.runner.request_loading import load_request
 
     for dtype, torch_dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         request = load_request(write_request(tmp_path, diffusion_request(TINY_DDIM, dtype=dtype), name=f"{dtype}.toml")).request
@@ -369,8 +369,8 @@ def test_weights_in_the_budget_equal_the_loaded_state_dict(tmp_path: Path) -> No
 
 
 def test_guidance_doubles_rows_and_latents(tmp_path: Path, tiny_sd: Path) -> None:
-    from runner.backends.diffusers_budget import estimate_diffusers_budget
-    from runner.request_loading import load_request
+    from genrun.runner.backends.diffusers_budget import estimate_diffusers_budget
+    from genrun.runner.request_loading import load_request
 
     def budget(generation: str) -> TokenBudget:
         text = diffusion_request(tiny_sd, prompt="count down", generation=generation)
@@ -410,7 +410,7 @@ class BlockDiffusers(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
         return None
 sys.meta_path.insert(0, BlockDiffusers())
-from runner.cli import main
+from genrun.runner.cli import main
 code = main(sys.argv[1:])
 print("DIFFUSERS_IMPORT_ATTEMPTS", len(attempts), file=sys.stderr)
 sys.exit(code)
@@ -434,7 +434,7 @@ def test_transformers_path_runs_without_diffusers(tmp_path: Path) -> None:
 
 
 def test_human_summary_speaks_in_steps(example_run, capsys: pytest.CaptureFixture[str]) -> None:
-    from runner.cli.execute import render_summary
+    from genrun.runner.cli.execute import render_summary
 
     _, snapshot = example_run
     render_summary(snapshot, Result.model_validate_json((snapshot / layout.RESULT).read_bytes()))

@@ -11,8 +11,8 @@ import pytest
 from safetensors.torch import load_file
 
 from _lm_helpers import REPO, assert_counts_agree, plan, read_json, read_progress, request_text, write_entry_module
-from runner.execute import execute_snapshot
-from schemas import EVENT_ADAPTER, GeneratedTokenIds, GenerationConfigBeforeGenerate, GenerationStop, Result, layout
+from genrun.runner.execute import execute_snapshot
+from genrun.schemas import EVENT_ADAPTER, GeneratedTokenIds, GenerationConfigBeforeGenerate, GenerationStop, Result, layout
 
 EXECUTION_ARTIFACTS = (
     layout.GENERATION_CONFIG, layout.PROGRESS, layout.TOKEN_IDS, layout.TOKEN_IDS_SUMMARY, layout.STOP, layout.RESULT, layout.MANIFEST,
@@ -20,7 +20,7 @@ EXECUTION_ARTIFACTS = (
 
 
 def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def test_run_on_the_bundled_model_writes_every_artifact_with_agreeing_counts(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_frame_units(tmp_path: Path, tiny_lm: Path, tokens_per_frame: int) -> No
 
 def _execute_with_stderr_on_a_terminal(snapshot: Path) -> tuple[int, str, str]:
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "execute", str(snapshot)], cwd=REPO, stdout=subprocess.PIPE, stderr=follower)
+    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, stdout=subprocess.PIPE, stderr=follower)
     os.close(follower)
     chunks = []
     while True:

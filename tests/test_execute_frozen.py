@@ -10,10 +10,10 @@ import orjson
 import pytest
 
 from _lm_helpers import REPO, plan, request_text, tiny_lm_variant, write_entry_module
-from runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
-from runner.execute import execute_snapshot
-from runner.store import is_sealed
-from schemas import layout
+from genrun.runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
+from genrun.runner.execute import execute_snapshot
+from genrun.runner.store import is_sealed
+from genrun.schemas import layout
 
 
 def _nothing_written(snapshot: Path) -> None:
@@ -24,7 +24,7 @@ def _nothing_written(snapshot: Path) -> None:
 def test_a_changed_frozen_file_is_refused_through_the_cli(tmp_path: Path, tiny_lm: Path) -> None:
     snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}))
     (snapshot / layout.REQUEST).write_bytes((snapshot / layout.REQUEST).read_bytes() + b"\n")  # still valid JSON
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "frozen file request.json changed since planning" in proc.stderr and "plan the request again" in proc.stderr
     _nothing_written(snapshot)
@@ -43,12 +43,14 @@ def test_an_edited_code_json_changes_the_plan_digest(tmp_path: Path, tiny_lm: Pa
 def test_changed_genrun_code_is_refused_naming_the_file(tmp_path: Path, tiny_lm: Path) -> None:
     """A copy of genrun plans, then one of its source files changes; the copy's execute refuses."""
     source = tmp_path / "genrun-copy"
+    for package in ("genrun", "runner", "schemas", "analysis"):
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     for package in ("runner", "schemas", "analysis"):
-        if (REPO / package).is_dir():
-            shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+        # What the build's package-dir mapping does for an install: genrun.<name> is the top-level folder.
+        (source / "genrun" / package).symlink_to(Path("..") / package)
     request = tmp_path / "r.toml"
     request.write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
-    cli = [sys.executable, "-m", "runner.cli"]
+    cli = [sys.executable, "-m", "genrun.runner.cli"]
     planned = subprocess.run([*cli, "plan", str(request), "--store", str(tmp_path / "store"), "--json"], cwd=source, capture_output=True, text=True)
     assert planned.returncode == 0, planned.stderr
     snapshot = Path(orjson.loads(planned.stdout)["snapshot"])
@@ -98,7 +100,7 @@ def test_approval_is_required_before_anything_runs(tmp_path: Path, tiny_lm: Path
 def test_policy_requires_approval_too(tmp_path: Path, tiny_lm: Path) -> None:
     text = request_text(tiny_lm, generation={"max_new_tokens": 8}) + "[policy]\nrequire_approval = true\n"
     snapshot = plan(tmp_path, text)
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == ApprovalRequired.exit_code and "approv" in proc.stderr
     _nothing_written(snapshot)
 

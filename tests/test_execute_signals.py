@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from _lm_helpers import REPO, assert_counts_agree, random_lm, read_ids, read_json, read_progress, request_text, shared_dir
-from runner.store import is_sealed
+from genrun.runner.store import is_sealed
 
 MAX_NEW = 6000
 
@@ -44,7 +44,7 @@ def _wait_for_progress(store: Path, proc: subprocess.Popen, timeout: float = 180
 
 
 def _interrupt(args: list[str], store: Path, sig: signal.Signals) -> tuple[subprocess.CompletedProcess, Path]:
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     snapshot = _wait_for_progress(store, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=180)
@@ -78,7 +78,7 @@ def test_sigterm_during_genrun_execute(tmp_path: Path, endless: Path) -> None:
     request = tmp_path / "endless.toml"
     request.write_text(request_text(endless, name="endless", generation={"max_new_tokens": MAX_NEW}, progress={"every_units": 1}))
     store = tmp_path / "store"
-    planned = subprocess.run([sys.executable, "-m", "runner.cli", "plan", str(request), "--store", str(store), "--json"], cwd=REPO, capture_output=True, text=True)
+    planned = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "plan", str(request), "--store", str(store), "--json"], cwd=REPO, capture_output=True, text=True)
     assert planned.returncode == 0, planned.stderr
     snapshot_path = orjson.loads(planned.stdout)["snapshot"]
     proc, snapshot = _interrupt(["execute", snapshot_path], store, signal.SIGTERM)
@@ -91,7 +91,7 @@ def test_gate_raises_once_defers_in_critical_sections_and_restores_handlers() ->
     """Real signals to this process: the first raises, later ones are counted, handlers come back."""
     import os
 
-    from runner import interrupts
+    from genrun.runner import interrupts
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with interrupts.interrupt_gate():

@@ -12,8 +12,8 @@ import pytest
 
 from _diffusion_helpers import REPO, TINY_LM, events, read_json
 from conftest import run_cli, write_request
-from runner.plan import plan_request
-from schemas import layout
+from genrun.runner.plan import plan_request
+from genrun.schemas import layout
 
 EXAMPLE = REPO / "examples" / "tiny-frames.toml"
 FRAMES_PRODUCED = 21  # 20 numbers + EOS

@@ -14,7 +14,7 @@ import pytest
 from transformers import LlamaForCausalLM
 
 from _lm_helpers import EOS, PAD, plan, read_json, request_text, shared_dir, tiny_lm_variant, write_entry_module
-from runner.execute import execute_snapshot
+from genrun.runner.execute import execute_snapshot
 
 
 @pytest.fixture

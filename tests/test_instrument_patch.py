@@ -10,8 +10,8 @@ from transformers.generation.streamers import BaseStreamer
 from transformers.generation.utils import GenerationMixin
 
 from _lm_helpers import EOS, assert_counts_agree, plan, read_ids, read_json, request_text, write_entry_module
-from runner.execute import execute_snapshot
-from runner.instrument import CaptureSession, instrument_generate, is_instrumented
+from genrun.runner.execute import execute_snapshot
+from genrun.runner.instrument import CaptureSession, instrument_generate, is_instrumented
 
 ORIGINAL_GENERATE = GenerationMixin.__dict__["generate"]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import memory as memory_module
-from runner.memory import MemoryProbe
-from runner.recorder import ProgressRecorder
-from schemas import EVENT_ADAPTER
+from genrun.runner import memory as memory_module
+from genrun.runner.memory import MemoryProbe
+from genrun.runner.recorder import ProgressRecorder
+from genrun.schemas import EVENT_ADAPTER
 
 
 def lines(path: Path) -> list[dict]:

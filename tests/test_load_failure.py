@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from analysis import verify_snapshot
+from genrun.analysis import verify_snapshot
 from conftest import tiny_request, write_request
-from runner.execute import execute_snapshot
-from runner.plan import plan_request
-from schemas import EVENT_ADAPTER, GenerationStop, layout
+from genrun.runner.execute import execute_snapshot
+from genrun.runner.plan import plan_request
+from genrun.schemas import EVENT_ADAPTER, GenerationStop, layout
 
 # A module name of its own: tests run in one process, and another test already imported a "failing_loader".
 LOADER = '''

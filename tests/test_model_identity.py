@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from runner import _hash_cache
-from runner.errors import RequestError
-from runner.model_identity import hf_hub_cache_dir, identify_model, resolve_model_dir
-from schemas import ModelSpec
-from schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+from genrun.runner import _hash_cache
+from genrun.runner.errors import RequestError
+from genrun.runner.model_identity import hf_hub_cache_dir, identify_model, resolve_model_dir
+from genrun.schemas import ModelSpec
+from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
 
 COMMIT_MAIN = "a" * 40
 COMMIT_V1 = "b" * 40
@@ -301,8 +301,8 @@ def test_four_concurrent_processes_share_one_cache(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from runner.model_identity import identify_model
-        from schemas import ModelSpec
+        from genrun.runner.model_identity import identify_model
+        from genrun.schemas import ModelSpec
         print(identify_model(ModelSpec(path={str(model)!r}), Path({str(tmp_path)!r})).digest)
         """
     )

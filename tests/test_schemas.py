@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from conftest import run_cli, tiny_request, write_request
-from runner.plan import plan_request
-from schemas import (
+from genrun.runner.plan import plan_request
+from genrun.schemas import (
     EVENT_ADAPTER,
     CodeIdentity,
     Environment,
@@ -29,7 +29,7 @@ from schemas import (
     TokenSequenceSummary,
     layout,
 )
-from schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
+from genrun.schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
 
 FROZEN_MODELS = {
     layout.REQUEST: Request,

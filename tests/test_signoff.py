@@ -21,7 +21,7 @@ import orjson
 import pytest
 from _snapshot_factory import make_planned_snapshot, make_sealed_snapshot
 
-from analysis.signoffs import (
+from genrun.analysis.signoffs import (
     NO_ALLOWED_SIGNERS,
     SSH_KEYGEN_MISSING,
     SignoffStatus,
@@ -30,12 +30,12 @@ from analysis.signoffs import (
     read_sshsig,
     summarize_signoffs,
 )
-from runner import __version__
-from runner.errors import ApprovalRequired, SignoffError
-from runner.signoff import _place_exclusive, check_approval, describe_approval, make_signoff
-from runner.store import seal_snapshot, write_frozen_manifest
-from schemas import Signoff, layout
-from schemas.digests import plan_digest, snapshot_digest
+from genrun.runner import __version__
+from genrun.runner.errors import ApprovalRequired, SignoffError
+from genrun.runner.signoff import _place_exclusive, check_approval, describe_approval, make_signoff
+from genrun.runner.store import seal_snapshot, write_frozen_manifest
+from genrun.schemas import Signoff, layout
+from genrun.schemas.digests import plan_digest, snapshot_digest
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 REPO = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def git_set(key: str, value: str) -> None:
 def genrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, in a new session: no controlling terminal, so nothing can prompt."""
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, env=env, timeout=120, start_new_session=True
+        [sys.executable, "-m", "genrun.runner.cli", *args], capture_output=True, text=True, env=env, timeout=120, start_new_session=True
     )
 
 
@@ -447,7 +447,7 @@ def test_literal_signing_key_in_git_config_uses_ssh_agent(tmp_path: Path, keys: 
 
 def test_concurrent_signoffs_both_survive(tmp_path: Path, keys: Keys) -> None:
     snapshot = make_sealed_snapshot(tmp_path / "store")
-    command = [sys.executable, "-m", "runner.cli", "signoff", str(snapshot), "--decision", "accept", "--key", str(keys.alice)]
+    command = [sys.executable, "-m", "genrun.runner.cli", "signoff", str(snapshot), "--decision", "accept", "--key", str(keys.alice)]
     runs = [subprocess.Popen([*command, "--by", ALICE, "--note", f"run {i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i in range(2)]
     outcomes = [run.communicate(timeout=120) for run in runs]
@@ -555,8 +555,8 @@ def test_not_a_snapshot_is_an_error(tmp_path: Path) -> None:
 
 
 def test_analysis_module_imports_no_heavy_or_runner_code() -> None:
-    probe = ("import sys, analysis.signoffs; "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'diffusers', 'runner'}))")
+    probe = ("import sys, genrun.analysis.signoffs; "
+             "print(sorted({m for m in sys.modules} & {'torch', 'transformers', 'diffusers', 'genrun.runner.execute'}))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 

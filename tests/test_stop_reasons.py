@@ -29,8 +29,8 @@ from _lm_helpers import (
     tiny_lm_variant,
     write_entry_module,
 )
-from runner.execute import execute_snapshot
-from runner.store import is_sealed
+from genrun.runner.execute import execute_snapshot
+from genrun.runner.store import is_sealed
 
 BPE_PROMPTS = ["def generate(self", "x", "stopping criteria"]
 
@@ -241,7 +241,7 @@ def test_host_and_device_bookkeeping_agree(models: dict[str, Path]) -> None:
     """The sync-free `device` mode (used on CUDA/MPS) gives the same rows as the `host` mode, here on CPU tensors."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from runner.instrument.criteria import RecordingCriteriaList
+    from genrun.runner.instrument.criteria import RecordingCriteriaList
 
     model = AutoModelForCausalLM.from_pretrained(models["tiny"]).eval()
     tok = AutoTokenizer.from_pretrained(models["tiny"], padding_side="left")

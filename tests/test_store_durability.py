@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, tiny_request, write_request
-from runner._io import write_bytes_atomic
-from runner.errors import StoreError
-from runner.plan import plan_request
-from runner.store import create_snapshot, seal_snapshot
-from schemas import layout
-from schemas.digests import parse_sha256sum
+from genrun.runner._io import write_bytes_atomic
+from genrun.runner.errors import StoreError
+from genrun.runner.plan import plan_request
+from genrun.runner.store import create_snapshot, seal_snapshot
+from genrun.schemas import layout
+from genrun.schemas.digests import parse_sha256sum
 
 
 @pytest.fixture

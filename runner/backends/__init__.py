@@ -1,4 +1,4 @@
-"""The interface between `runner.execute` and a model family (transformers, diffusers, ...).
+"""The interface between `genrun.runner.execute` and a model family (transformers, diffusers, ...).
 
 `execute_snapshot` does everything that is the same for every backend: it verifies the frozen
 plan, installs the signal handlers, opens the progress recorder, calls `backend.run(ctx)` once,
@@ -10,7 +10,7 @@ A backend module `runner/backends/<name>_backend.py` exposes `create_backend() -
 - loads the model from `ctx.model_dir` onto `ctx.device` (timing it as `load_s`);
 - emits `ctx.recorder.start(...)`, then calls `ctx.recorder.step()` once per generated unit
   (the recorder writes `first_token` and the periodic `progress` records itself);
-- once generation is over (returned, raised or interrupted) calls `runner.interrupts.disarm()`,
+- once generation is over (returned, raised or interrupted) calls `genrun.runner.interrupts.disarm()`,
   so a later signal is only counted and cannot cut the evidence short, then writes its own
   artifacts (token ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too;
 - **never raises for a failure of the model or of user code**: it catches `BaseException`
@@ -30,16 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from schemas import CodeIdentity, ExceptionInfo, ModelIdentity, Request, SequenceStop
-from schemas.progress import Unit
+from genrun.schemas import CodeIdentity, ExceptionInfo, ModelIdentity, Request, SequenceStop
+from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted
 from ..recorder import ProgressRecorder
 
 BACKEND_MODULES = {
-    "transformers": "runner.backends.transformers_backend",
-    "diffusers": "runner.backends.diffusers_backend",
+    "transformers": "genrun.runner.backends.transformers_backend",
+    "diffusers": "genrun.runner.backends.diffusers_backend",
 }
 """`[model] backend` -> module providing `create_backend()`."""
 
@@ -120,7 +120,7 @@ class Backend(Protocol):
 
 
 def get_backend(name: str) -> Backend:
-    """Import `runner.backends.<name>_backend` and return its backend."""
+    """Import `genrun.runner.backends.<name>_backend` and return its backend."""
     module_name = BACKEND_MODULES.get(name)
     if module_name is None:
         raise RequestError(f"[model] backend {name!r} is not supported; use one of {sorted(BACKEND_MODULES)}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from schemas import PipelineCallBeforeCall, SequenceStop, layout
+from genrun.schemas import PipelineCallBeforeCall, SequenceStop, layout
 
 from .. import interrupts
 from .._io import write_model_atomic
@@ -267,7 +267,7 @@ class DiffusersBackend:
 
 
 def create_backend() -> DiffusersBackend:
-    """Registered in `runner.backends.BACKEND_MODULES`."""
+    """Registered in `genrun.runner.backends.BACKEND_MODULES`."""
     return DiffusersBackend()
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schemas import Request, TokenBudget
+from genrun.schemas import Request, TokenBudget
 
 from ..budget import DTYPE_BYTES, memory_fit, with_refusals
 from ..errors import RequestError

@@ -3,7 +3,7 @@
 Plain requests run `model.generate(**inputs, tokenizer=tokenizer, **[generation])` on the
 left-padded prompts (or the chat-templated messages). `[entrypoint]` requests call
 `fn(model, tokenizer_or_processor, inputs, generation, **kwargs)`; whatever generate calls it
-makes are instrumented the same way (`runner.instrument`).
+makes are instrumented the same way (`genrun.runner.instrument`).
 """
 
 import time
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from schemas import layout
+from genrun.schemas import layout
 
 from .. import interrupts
 from .._io import write_model_atomic
@@ -159,7 +159,7 @@ class TransformersBackend:
 
 
 def create_backend() -> TransformersBackend:
-    """Registered in `runner.backends.BACKEND_MODULES`."""
+    """Registered in `genrun.runner.backends.BACKEND_MODULES`."""
     return TransformersBackend()
 
 

@@ -2,16 +2,16 @@
 
 import argparse
 import importlib
-import os
 import sys
 
-from runner import __version__
-from runner.errors import GenrunError
+from genrun import offline_hub
+from genrun.runner import __version__
+from genrun.runner.errors import GenrunError
 
 from ._output import print_error
 
 SUBCOMMANDS = ("run", "plan", "execute", "verify", "report", "diff", "signoff", "ls", "schema")
-"""Module `runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
+"""Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"genrun {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
-        importlib.import_module(f"runner.cli.{name}").add_parser(subparsers)
+        importlib.import_module(f"genrun.runner.cli.{name}").add_parser(subparsers)
     return parser
 
 
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `genrun` console script; returns the process exit code."""
     # genrun never downloads: models resolve from local directories or the local HF cache only,
     # and an accidental hub call would hang on a closed network instead of failing clearly.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    offline_hub()
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

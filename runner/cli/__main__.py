@@ -1,5 +1,5 @@
 import sys
 
-from runner.cli import main
+from genrun.runner.cli import main
 
 sys.exit(main())

@@ -26,9 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from analysis import SnapshotNotFound, diff_snapshots
-    from analysis._diff_render import render_diff
-    from runner.errors import SnapshotError
+    from genrun.analysis import SnapshotNotFound, diff_snapshots
+    from genrun.analysis._diff_render import render_diff
+    from genrun.runner.errors import SnapshotError
 
     try:
         diff = diff_snapshots(args.a, args.b)

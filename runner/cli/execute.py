@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from schemas import GenerationStop, Result, layout
+from genrun.schemas import GenerationStop, Result, layout
 
 from ._output import print_json, stderr_console
 
@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from runner.execute import execute_snapshot
+    from genrun.runner.execute import execute_snapshot
 
     snapshot = Path(args.snapshot)
     result = execute_snapshot(snapshot, require_approval=args.require_approval, live=False if args.json else None)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import orjson
 from rich.table import Table
 
-from schemas import layout
+from genrun.schemas import layout
 
 from ._output import print_json, stdout_console
 
@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from runner.store import list_snapshots, resolve_store
+    from genrun.runner.store import list_snapshots, resolve_store
 
     store = resolve_store(args.store)
     rows = [describe(path, args.allowed_signers) for path in list_snapshots(store)]
@@ -75,7 +75,7 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
 def _signoff_summary(snapshot: Path, allowed_signers: Path | None) -> str:
     if not any((snapshot / layout.SIGNOFFS_DIR).glob("*.json")):
         return "-"
-    from analysis.signoffs import evaluate_signoffs, summarize_signoffs
+    from genrun.analysis.signoffs import evaluate_signoffs, summarize_signoffs
 
     return summarize_signoffs(evaluate_signoffs(snapshot, allowed_signers))
 

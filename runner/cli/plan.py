@@ -4,8 +4,8 @@ import argparse
 
 from rich.markup import escape
 
-from schemas import TokenBudget, layout
-from schemas.digests import plan_digest
+from genrun.schemas import TokenBudget, layout
+from genrun.schemas.digests import plan_digest
 
 from ._output import print_json, stderr_console
 
@@ -31,7 +31,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from runner.plan import plan_request
+    from genrun.runner.plan import plan_request
 
     snapshot = plan_request(args.request, store=args.store, force=args.force)
     budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())

@@ -28,10 +28,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from analysis import SnapshotNotFound, report_snapshot
-    from analysis._plot import PlotError, write_plot
-    from analysis._report_render import render_report
-    from runner.errors import GenrunError, SnapshotError
+    from genrun.analysis import SnapshotNotFound, report_snapshot
+    from genrun.analysis._plot import PlotError, write_plot
+    from genrun.analysis._report_render import render_report
+    from genrun.runner.errors import GenrunError, SnapshotError
 
     try:
         report = report_snapshot(args.snapshot)

@@ -2,7 +2,7 @@
 
 import argparse
 
-from schemas import TokenBudget, layout
+from genrun.schemas import TokenBudget, layout
 
 from ._output import print_json
 from .plan import add_plan_arguments, print_plan_summary
@@ -28,8 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from runner.execute import execute_snapshot
-    from runner.plan import plan_request
+    from genrun.runner.execute import execute_snapshot
+    from genrun.runner.plan import plan_request
 
     from .execute import render_summary
 

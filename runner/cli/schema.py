@@ -19,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from schemas.export import JSON_DIR, write_json_schemas
+    from genrun.schemas.export import JSON_DIR, write_json_schemas
 
     written = write_json_schemas(args.out or JSON_DIR)
     if args.json:

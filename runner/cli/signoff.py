@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from schemas import Signoff
+from genrun.schemas import Signoff
 
 from ._output import print_json, stderr_console
 
@@ -43,8 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from runner.signoff import make_signoff
-    from runner.store import open_snapshot
+    from genrun.runner.signoff import make_signoff
+    from genrun.runner.store import open_snapshot
 
     snapshot = open_snapshot(args.snapshot)
     path = make_signoff(snapshot, args.decision, args.by, args.key, args.note, args.accepted_gaps)

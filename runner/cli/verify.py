@@ -30,8 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from analysis import SnapshotNotFound, summary_line, verify_snapshot
-    from runner.errors import SnapshotError
+    from genrun.analysis import SnapshotNotFound, summary_line, verify_snapshot
+    from genrun.runner.errors import SnapshotError
 
     try:
         verification = verify_snapshot(args.snapshot, allowed_signers=args.allowed_signers)
@@ -52,7 +52,7 @@ def render_verification(verification) -> None:  # noqa: ANN001 (analysis.Verific
     from rich.table import Table
     from rich.text import Text
 
-    from analysis import summary_line
+    from genrun.analysis import summary_line
 
     table = Table(title=Text(f"verify {verification.snapshot_id}"), title_justify="left")
     table.add_column("check", no_wrap=True)

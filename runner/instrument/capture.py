@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from schemas import GenerationConfigBeforeGenerate, LimitSource
+from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
 
 from .criteria import RecordingCriteriaList, RowCriteria
 from .effective_config import CallArguments

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import torch
 from transformers import GenerationConfig
 
-from schemas import GenerationConfigBeforeGenerate, LimitSource
+from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
 
 LIMIT_KEYS = ("max_new_tokens", "max_time", "stop_strings", "eos_token_id")
 """Limits whose source is looked up directly; `max_length` is derived (see `limit_sources`)."""

@@ -14,7 +14,7 @@ Rules (DESIGN.md vocabulary), per row of every outermost call:
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from schemas import ExceptionInfo, SequenceStop
+from genrun.schemas import ExceptionInfo, SequenceStop
 
 from ..interrupts import RunInterrupted
 from .capture import CallCapture, RowTokens

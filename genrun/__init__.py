@@ -1,0 +1,94 @@
+"""genrun: run generative models so that every run leaves an immutable, verifiable snapshot.
+
+The library API mirrors the command line::
+
+    import genrun
+
+    snapshot = genrun.plan("examples/tiny.toml", store="snapshots")   # freeze (nothing runs)
+    result = genrun.execute(snapshot)                                 # run, record, seal
+    print(result.status, result.exit_code)
+    print(genrun.verify(snapshot).summary)                            # typed findings
+
+`genrun.run(...)` is plan + execute; `genrun.open_snapshot(path)` returns the typed artifacts.
+Failures raise `genrun.GenrunError` subclasses carrying the CLI's exit code (`RequestError` 2,
+`BudgetRefused` 3, ...). Like the CLI, library calls never download: the Hugging Face hub is put
+in offline mode unless the caller set `HF_HUB_OFFLINE` themselves.
+
+Heavy imports (torch, transformers) happen inside `plan`/`execute`/`run`; `open_snapshot` and
+`verify` import neither, so they work where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from genrun.runner import __version__
+from genrun.runner.errors import BudgetRefused, GenrunError, RequestError
+
+if TYPE_CHECKING:
+    from genrun.analysis import Snapshot, Verification
+    from genrun.schemas import Request, Result
+
+__all__ = [
+    "BudgetRefused", "GenrunError", "RequestError", "__version__",
+    "execute", "open_snapshot", "plan", "run", "verify",
+]
+
+
+def offline_hub() -> None:
+    """genrun never downloads: a stray hub call must fail at once instead of hanging on a closed network."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def plan(request: str | os.PathLike[str] | Request, store: str | os.PathLike[str] | None = None, *, force: bool = False) -> Path:
+    """Validate and freeze a request into a new planned snapshot; return its directory.
+
+    `request` is a request file (`.toml` / `.json`) or a `genrun.schemas.Request` (relative
+    model paths then resolve against the current directory). `store` defaults to
+    `$GENRUN_STORE` or `./snapshots`. Raises `RequestError` (nothing written) or
+    `BudgetRefused` (the pre-flight does not fit and `force` is false; nothing written).
+    """
+    offline_hub()
+    from genrun.runner.plan import plan_request
+
+    return plan_request(request, store=store, force=force)
+
+
+def execute(snapshot: str | os.PathLike[str], *, require_approval: bool = False, live: bool = False) -> Result:
+    """Run a planned snapshot with full instrumentation and seal it; return its `result.json`.
+
+    A failure of the model or of user code is recorded (`result.status == "failed"`,
+    `exit_code == 1`), not raised; refusals before anything runs raise `GenrunError`.
+    `live=True` draws the progress bar on stderr.
+    """
+    offline_hub()
+    from genrun.runner.execute import execute_snapshot
+
+    return execute_snapshot(Path(snapshot), require_approval=require_approval, live=live)
+
+
+def run(request: str | os.PathLike[str] | Request, store: str | os.PathLike[str] | None = None, *, force: bool = False,
+        require_approval: bool = False, live: bool = False) -> tuple[Path, Result]:
+    """`plan` then `execute`; returns the snapshot directory and its result."""
+    snapshot = plan(request, store, force=force)
+    return snapshot, execute(snapshot, require_approval=require_approval, live=live)
+
+
+def open_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Read a snapshot's artifacts, read-only, as typed models (`.request`, `.result`, `.stop`, ...).
+
+    Older snapshot formats are migrated in memory; nothing on disk changes.
+    """
+    from genrun.analysis import read_snapshot
+
+    return read_snapshot(Path(path))
+
+
+def verify(path: str | os.PathLike[str], *, allowed_signers: str | os.PathLike[str] | None = None) -> Verification:
+    """Run every analysis check on a snapshot; returns typed findings (`.findings`, `.summary`, `.exit_code(strict)`)."""
+    from genrun.analysis import verify_snapshot
+
+    return verify_snapshot(Path(path), allowed_signers=Path(allowed_signers) if allowed_signers else None)
