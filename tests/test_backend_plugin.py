@@ -18,12 +18,12 @@ from genrun.schemas import GenerationStop, Result, layout
 PLUGIN_DIR = Path(__file__).parent / "test_backend_plugin"
 
 
-def install_counter(site: Path) -> dict[str, str]:
+def install_counter(site: Path, target: str = "counter_backend:create_backend") -> dict[str, str]:
     """Write the counter's dist-info under `site`; the environment of a genrun process that sees it."""
     dist = site / "genrun_counter_backend-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: genrun-counter-backend\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text('[genrun.backends]\ncounter = counter_backend:create_backend\n')
+    (dist / "entry_points.txt").write_text(f'[genrun.backends]\ncounter = {target}\n')
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(PLUGIN_DIR)])}
 
 
@@ -88,3 +88,11 @@ def test_an_unknown_backend_is_refused_at_plan_time_naming_the_installed_ones(tm
     assert "'counter' is not an installed backend" in planned.stderr
     assert "installed: diffusers, transformers" in planned.stderr
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
+
+
+def test_a_broken_backend_install_is_refused_naming_its_entry_point(tmp_path: Path) -> None:
+    env = install_counter(tmp_path / "site", target="no_such_counter_module:create_backend")
+    planned = genrun("plan", str(counter_request(tmp_path)), "--store", str(tmp_path / "store"), env=env, cwd=tmp_path)
+    assert planned.returncode == 2, planned.stderr
+    assert "(entry point 'no_such_counter_module:create_backend') cannot be loaded" in planned.stderr
+    assert "Traceback" not in planned.stderr
