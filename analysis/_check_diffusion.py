@@ -8,8 +8,8 @@ from ._load import Snapshot
 def check_diffusion_steps(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`completed` means every planned step ran; an interruption or exception ran at most that many; progress and result agree."""
     name = "diffusion_steps"
-    if not snap.is_diffusion:
-        return skip(name, "not a diffusion pipeline (token checks apply instead)")
+    if not snap.counts_steps:
+        return skip(name, "the run counted tokens, not steps (token checks apply instead)")
     if snap.stop is None or not snap.stop.sequences:
         return skip(name, "no generation-stop.json record (the run did not finish)")
     problems: list[str] = []

@@ -39,7 +39,7 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
     is a WARN: that is what the 16,384-token incident looked like.
     """
     name = "hidden_cap"
-    if snap.is_diffusion:
+    if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
     if snap.stop is None:
         return skip(name, "no generation-stop.json (the run did not finish)")
@@ -93,7 +93,7 @@ def _limit_origin(snap: Snapshot, stop: SequenceStop) -> str:
 def check_library_default_limit(snap: Snapshot, ctx: CheckContext) -> Finding:
     """A row cut by a length nobody set (transformers 5.x: `max_length` = prompt + 20) is a WARN."""
     name = "library_default_limit"
-    if snap.is_diffusion:
+    if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
     if not snap.generation_configs:
         return skip(name, "no generation-config.before-generate.json")
@@ -121,7 +121,7 @@ def check_library_default_limit(snap: Snapshot, ctx: CheckContext) -> Finding:
 def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
     """A row that reached `max_new_tokens`/`max_length` was cut by the budget: WARN with the numbers and the plan's estimate."""
     name = "budget_truncation"
-    if snap.is_diffusion:
+    if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
     if snap.stop is None:
         return skip(name, "no generation-stop.json (the run did not finish)")

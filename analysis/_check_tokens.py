@@ -11,7 +11,7 @@ from ._load import Snapshot
 from ._rows import Row, eos_positions, rows_of, total_ids, units_of
 from ._tokenizer import DecoderUnavailable, TextDecoder
 
-DIFFUSION_SKIP = "diffusion pipeline: no token ids (outputs are checked through the manifest and diffusion_steps)"
+DIFFUSION_SKIP = "the run counted steps (a diffusion pipeline or another step-counting backend): no token ids (outputs are checked through the manifest and diffusion_steps)"
 LAST_IDS_KEPT = 64
 
 
@@ -28,7 +28,7 @@ def _no_ids_reason(snap: Snapshot) -> Finding | None:
 def check_token_counts(snap: Snapshot, ctx: CheckContext) -> Finding:
     """The count per row agrees across the ids file, its summary and the stop file; totals agree with result.json and the last progress record."""
     name = "token_counts"
-    if snap.is_diffusion:
+    if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
     if (missing := _no_ids_reason(snap)) is not None:
         return missing.model_copy(update={"name": name})
@@ -88,7 +88,7 @@ def _decoding_steps(snap: Snapshot, counts: dict[int, int]) -> int:
 def check_token_summary(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`generated-token-ids.json` describes the saved ids: last 64 ids, EOS positions, EOS set and prompt length."""
     name = "token_summary"
-    if snap.is_diffusion:
+    if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
     if snap.token_ids is None or snap.token_summary is None:
         return skip(name, "generated-token-ids.safetensors or generated-token-ids.json is missing or invalid (see token_counts)")
@@ -230,7 +230,7 @@ def _judge_status(snap: Snapshot) -> tuple[Status, str]:
 def check_saved_text(snap: Snapshot, ctx: CheckContext) -> Finding:
     """The saved text (summary decodes, `outputs/sequence_<i>.txt`) equals the decode of the saved ids."""
     name = "saved_text"
-    if snap.is_diffusion:
+    if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
     if snap.token_ids is None or snap.token_summary is None:
         return skip(name, "no saved ids or summary to decode (see token_counts)")

@@ -124,16 +124,26 @@ class Snapshot:
         return self.path.name
 
     @property
-    def backend(self) -> str | None:
-        """`transformers` or `diffusers` (from the request)."""
-        return self.request.model.backend if self.request is not None else None
+    def recorded_unit(self) -> str | None:
+        """What the run counted, as recorded: `token-budget.json` (frozen at plan time), else `result.json`,
+        else the progress `start` event; `None` when none of them was loaded."""
+        if self.budget is not None:
+            return self.budget.units
+        if self.result is not None:
+            return self.result.unit
+        starts = (e for e in (self.progress.events if self.progress else ()) if e.event == "start")
+        return next((e.unit for e in starts), None)
 
     @property
-    def is_diffusion(self) -> bool:
-        """Diffusion pipelines count steps, not tokens."""
-        if self.backend is not None:
-            return self.backend == "diffusers"
-        return self.result is not None and self.result.unit == "step"
+    def counts_steps(self) -> bool:
+        """The run counted steps and recorded no token ids (a diffusion-style call): the token checks do not apply.
+
+        Decided from what the snapshot recorded, never from the backend's name: the recorded unit,
+        else whether a `pipeline-call.before-call.json` call record exists."""
+        unit = self.recorded_unit
+        if unit is not None:
+            return unit == "step"
+        return layout.PIPELINE_CALL in self.files
 
     @property
     def is_sealed(self) -> bool:
@@ -142,12 +152,12 @@ class Snapshot:
 
     @property
     def unit(self) -> str:
-        """`token`, `frame` or `step`."""
-        if self.is_diffusion:
+        """`token`, `frame` or `step`: as recorded, else the request's `[units]`, else `token`."""
+        if (unit := self.recorded_unit) is not None:
+            return unit
+        if self.counts_steps:
             return "step"
-        if self.request is not None:
-            return self.request.units.name
-        return self.result.unit if self.result is not None else "token"
+        return self.request.units.name if self.request is not None else "token"
 
 
 def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:

@@ -121,7 +121,7 @@ def report_snapshot(path: str | Path) -> Report:
     """Build the post-mortem of a snapshot (read-only; no hashing of files)."""
     snap = read_snapshot(path, hash_files=False)
     has_ids = snap.token_ids is not None or (snap.progress is not None and any(getattr(e, "last_ids", ()) for e in snap.progress.events[-1:]))
-    decoder = load_decoder(snap.model) if has_ids and not snap.is_diffusion else DecoderUnavailable("no ids")
+    decoder = load_decoder(snap.model) if has_ids and not snap.counts_steps else DecoderUnavailable("no ids")
     return build_report(snap, decoder)
 
 

@@ -18,9 +18,10 @@ from typing import NamedTuple
 
 from genrun.schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
 from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas.progress import Unit
 
 from ._io import write_model_atomic
-from .backends import Backend, BackendOutcome, ExecutionContext, exception_info, get_backend, progress_unit
+from .backends import Backend, BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, get_backend
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
@@ -51,8 +52,17 @@ class VerifiedIdentity(NamedTuple):
     model_digest: str
 
 
-def execute_snapshot(snapshot_dir: Path, *, require_approval: bool = False, live: bool | None = None) -> Result:
+def execute_snapshot(
+    snapshot_dir: Path, *, require_approval: bool = False, live: bool | None = None, loaded: LoadedModel | None = None
+) -> Result:
     """Run a planned snapshot and seal it; returns `result.json`'s content.
+
+    `loaded`: a model already loaded by this snapshot's backend (`backend.load(ctx)`, e.g. by a
+    worker running many snapshots of one model) for the same frozen model identity: backend,
+    `model.json` digest, dtype, loader and resolved device must equal this plan's, else a
+    `SnapshotError` is raised before anything is written. The run then skips loading; `load_s`
+    is the earlier load's duration and `result.json` notes the reuse. `None` (the default) loads
+    inside the run, so a failed load is recorded as a failed, sealed snapshot.
 
     Refusals (already executed, frozen files or code changed, approval missing) raise a
     `GenrunError` before anything is written. Once execution starts, failures of the model or of
@@ -67,22 +77,21 @@ def execute_snapshot(snapshot_dir: Path, *, require_approval: bool = False, live
 
         check_approval(snapshot_dir)
     backend = get_backend(plan.request.model.backend)
-    bar = LiveProgress(progress_unit(plan.request)[0], plan.budget.requested_units) if wants_live(live) else None
     device = resolve_device(plan.request.model.device)
-    recorder = open_recorder(snapshot_dir, plan, origin, bar, MemoryProbe(device if device.startswith("cuda") else None))
+    if loaded is not None and (why := loaded.mismatch(backend.name, plan.model, plan.request, device)) is not None:
+        raise SnapshotError(f"the loaded model cannot run snapshot {snapshot_dir}: {why}; execute it without a preloaded model")
+    unit = backend.progress_unit(plan.request)
+    bar = LiveProgress(unit[0], plan.budget.requested_units) if wants_live(live) else None
+    recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, MemoryProbe(device if device.startswith("cuda") else None))
     try:
         ctx = ExecutionContext(
-            request=plan.request,
+            **vars(load_context(plan, device)),
             snapshot_dir=snapshot_dir,
-            model=plan.model,
-            code=plan.code,
-            device=device,
             recorder=recorder,
             planned_units=plan.budget.requested_units,
-            import_paths=entrypoint_paths(plan.code),
         )
         with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
-            outcome = run_backend(backend, ctx)
+            outcome = run_backend(backend, ctx, loaded)
             write_terminal_event(recorder, outcome)
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
         result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin)
@@ -91,6 +100,23 @@ def execute_snapshot(snapshot_dir: Path, *, require_approval: bool = False, live
         recorder.close()
         seal_snapshot(snapshot_dir)
     return result
+
+
+def load_for_snapshot(snapshot_dir: Path) -> LoadedModel:
+    """Load the model of a planned snapshot through its backend, for `execute_snapshot(..., loaded=)`.
+
+    The frozen plan and model files are verified first, as `execute` does; a failed load raises
+    (nothing is recorded: no snapshot is being executed). Any other planned snapshot of the same
+    frozen model, dtype, loader and device can reuse the result.
+    """
+    snapshot_dir = open_snapshot(snapshot_dir)
+    plan, _ = verify_before_loading(snapshot_dir)
+    return get_backend(plan.request.model.backend).load(load_context(plan, resolve_device(plan.request.model.device)))
+
+
+def load_context(plan: "FrozenPlan", device: str) -> LoadContext:
+    """What the backend needs to load this plan's model."""
+    return LoadContext(request=plan.request, model=plan.model, code=plan.code, device=device, import_paths=entrypoint_paths(plan.code))
 
 
 # -- refusals, before anything is loaded ----------------------------------------------------------
@@ -216,14 +242,17 @@ def entrypoint_paths(code: CodeIdentity) -> tuple[Path, ...]:
 # -- running --------------------------------------------------------------------------------------
 
 
-def open_recorder(snapshot_dir: Path, plan: FrozenPlan, origin: float, bar: LiveProgress | None, memory: MemoryProbe) -> ProgressRecorder:
-    """`progress.ndjson` at the request's cadence; an unwritable store is a StoreError (nothing written yet)."""
-    unit, per_unit = progress_unit(plan.request)
+def open_recorder(
+    snapshot_dir: Path, plan: FrozenPlan, unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
+) -> ProgressRecorder:
+    """`progress.ndjson` at the request's cadence, counting the backend's `(unit, steps per unit)`;
+    an unwritable store is a StoreError (nothing written yet)."""
+    unit_name, per_unit = unit
     try:
         return ProgressRecorder(
             snapshot_dir / layout.PROGRESS,
             origin=origin,
-            unit=unit,
+            unit=unit_name,
             tokens_per_unit=per_unit,
             every_units=plan.request.progress.every_units,
             every_seconds=plan.request.progress.every_seconds,
@@ -235,23 +264,22 @@ def open_recorder(snapshot_dir: Path, plan: FrozenPlan, origin: float, bar: Live
         raise StoreError(describe_os_error(exc, snapshot_dir)) from exc
 
 
-def run_backend(backend: Backend, ctx: ExecutionContext) -> BackendOutcome:
-    """`backend.run(ctx)` with the signal handlers installed; whatever escapes it is recorded as a failure."""
+def run_backend(backend: Backend, ctx: ExecutionContext, loaded: LoadedModel | None = None) -> BackendOutcome:
+    """`backend.run(ctx, loaded)` with the signal handlers installed; whatever escapes it is recorded as a failure."""
     with interrupt_gate():
         try:
-            return backend.run(ctx)
+            return backend.run(ctx, loaded)
         except RunInterrupted as exc:  # landed outside the backend's own handling
             return _bare_outcome(ctx, signal=exc.signal_name)
-        except BaseException as exc:  # a bug in genrun's backend: still a sealed, failed snapshot
+        except BaseException as exc:  # a bug in the backend: still a sealed, failed snapshot
             return _bare_outcome(ctx, exception=exc)
         finally:
             disarm()
 
 
 def _bare_outcome(ctx: ExecutionContext, *, signal: str | None = None, exception: BaseException | None = None) -> BackendOutcome:
-    unit, _ = progress_unit(ctx.request)
     return BackendOutcome(
-        unit=unit,
+        unit=ctx.recorder.unit,
         generated=ctx.recorder.generated,
         generated_tokens=ctx.recorder.steps,
         load_s=None,
@@ -318,4 +346,4 @@ def _signal_notes(outcome: BackendOutcome) -> tuple[str, ...]:
     return (f"received {', '.join(later)}{first}; counted, not acted on, so the evidence could be written and sealed",)
 
 
-__all__ = ["execute_snapshot", "refuse_executed", "verify_code", "verify_model", "verify_plan_files"]
+__all__ = ["execute_snapshot", "load_for_snapshot", "refuse_executed", "verify_code", "verify_model", "verify_plan_files"]

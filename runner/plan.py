@@ -1,40 +1,39 @@
 """`genrun plan`: validate a request, identify code/model/environment, check the budget, freeze.
 
-Order matters: cheap refusals (request, model path, generation keys, entry points, budget) come
-before hashing gigabytes of weights, and nothing touches the store until everything passed.
+Order matters: cheap refusals (request, backend, model path, the backend's own validation, entry
+points, budget) come before hashing gigabytes of weights, and nothing touches the store until
+everything passed. Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
 """
 
 from pathlib import Path
 
-from genrun.schemas import Request, TokenBudget, layout
+from genrun.schemas import Request, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
+from .backends import get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .environment import capture_environment
-from .errors import RequestError
-from .generation_keys import validate_generation
 from .model_identity import identify_model, resolve_model_dir
-from .request_loading import LoadedRequest, load_request, request_from_model
+from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
 
 
 def plan_request(request_path: str | Path | Request, store: str | Path | None = None, force: bool = False) -> Path:
     """Freeze a request (a file, or a `Request` built in Python) into a new snapshot directory and return its path.
 
-    Raises RequestError (exit 2) for a bad request and BudgetRefused (exit 3) when the
+    Raises RequestError (exit 2) for a bad request (an unknown backend included) and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written.
     """
     loaded = request_from_model(request_path, Path.cwd()) if isinstance(request_path, Request) else load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
-    if request.model.backend == "transformers" and request.input.is_empty() and request.entrypoint is None:
-        raise RequestError("[input] is empty; a causal LM needs one of 'prompt', 'prompts' or 'messages'")
+    backend = get_backend(request.model.backend)
     resolved = resolve_model_dir(request.model, base_dir)
-    validate_generation(request.generation, request.model.backend, resolved.path)
+    backend.validate_request(request, resolved.path)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     code = identify_code(user_code, [base_dir], resolved.path, request.model.trust_remote_code)
     model = identify_model(request.model, base_dir)
-    budget = estimate_budget(loaded, resolved.path, model.weight_bytes, force)
+    budget = backend.estimate_budget(request, resolved.path, model.weight_bytes, force)
     enforce(budget)
     environment = capture_environment()
 
@@ -48,13 +47,3 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
 
     return create_snapshot(resolve_store(store), request.name, freeze)
 
-
-def estimate_budget(loaded: LoadedRequest, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
-    """Backend-specific pre-flight estimate (diffusers: weights + latents; transformers: weights + KV)."""
-    if loaded.request.model.backend == "diffusers":
-        from .backends.diffusers_budget import estimate_diffusers_budget
-
-        return estimate_diffusers_budget(loaded.request, model_dir, weight_bytes, force)
-    from .plan_budget import estimate_transformers_budget
-
-    return estimate_transformers_budget(loaded.request, model_dir, weight_bytes, force)

@@ -5,13 +5,14 @@ the pipeline's call signature) by the runner at plan time; this module cannot im
 so the table is typed as plain JSON values here and what the runner accepted is frozen.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ._base import Strict
 
-Backend = Literal["transformers", "diffusers"]
+BackendName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][\w.-]*$")]
+"""A backend's entry-point name; which ones exist is checked against the installed backends at plan time."""
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 UnitName = Literal["token", "frame"]
 
@@ -25,8 +26,9 @@ class ModelSpec(Strict):
     """Local directory, or a hub id resolved from the local Hugging Face cache only (offline)."""
     revision: str | None = None
     """Hub revision (branch, tag or commit) when `path` is a hub id; `None` means `main`."""
-    backend: Backend = "transformers"
-    """`transformers` for causal LMs, `diffusers` for diffusion pipelines."""
+    backend: BackendName = "transformers"
+    """A backend installed in the `genrun.backends` entry-point group: `transformers` for causal LMs and
+    `diffusers` for diffusion pipelines come with genrun."""
     dtype: DType = "auto"
     """Weight dtype; `auto` keeps what the checkpoint declares."""
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")

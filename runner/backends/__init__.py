@@ -1,15 +1,25 @@
-"""The interface between `genrun.runner.execute` and a model family (transformers, diffusers, ...).
+"""The backend protocol: every decision that depends on the model family lives behind it.
 
-`execute_snapshot` does everything that is the same for every backend: it verifies the frozen
-plan, installs the signal handlers, opens the progress recorder, calls `backend.run(ctx)` once,
-then writes `generation-stop.json`, `result.json`, the terminal progress event, and seals.
+genrun's core (plan, execute, the progress recorder) never compares backend names. It asks the
+backend named by `[model] backend`, found through the `genrun.backends` entry-point group (a
+third party adds one by installing a distribution that declares
+`[project.entry-points."genrun.backends"] NAME = "module:factory"`; the factory takes no argument
+and returns an object satisfying `Backend`).
 
-A backend module `runner/backends/<name>_backend.py` exposes `create_backend() -> Backend`
-(registered in `BACKEND_MODULES` under the `[model] backend` name). Its `run(ctx)`:
+At plan time a backend validates the request (`validate_request`: generation keys, whether
+`[input]` is required) and estimates the budget (`estimate_budget`). At execution,
+`execute_snapshot` verifies the frozen plan, installs the signal handlers, opens the progress
+recorder at the backend's `progress_unit`, calls `backend.run(ctx, loaded)` once, then writes
+`generation-stop.json`, `result.json`, the terminal progress event, and seals.
 
-- loads the model from `ctx.model_dir` onto `ctx.device` (timing it as `load_s`);
+`run(ctx, loaded)`:
+
+- with `loaded=None`, loads through `self.load(ctx)` inside its own failure handling (a load
+  failure is recorded like any failure of the model: a sealed, failed snapshot); with a
+  `LoadedModel` (a sweep worker loading once for many snapshots) it skips loading;
 - emits `ctx.recorder.start(...)`, then calls `ctx.recorder.step()` once per generated unit
   (the recorder writes `first_token` and the periodic `progress` records itself);
+- writes its call-config artifact (`call_config_artifact`) before the first unit;
 - once generation is over (returned, raised or interrupted) calls `genrun.runner.interrupts.disarm()`,
   so a later signal is only counted and cannot cut the evidence short, then writes its own
   artifacts (token ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too;
@@ -19,51 +29,44 @@ A backend module `runner/backends/<name>_backend.py` exposes `create_backend() -
   `exception` / `interrupted`. Whatever escapes `run` is treated as a genrun bug: the run is
   recorded as failed and the snapshot is still sealed.
 
-Units: `token` and `frame` for causal LMs (a frame is `[units] tokens_per_frame` tokens),
-`step` for diffusion pipelines; stop reasons for diffusion are `completed`, `interrupted`,
-`exception` (with `steps_planned`).
+Analysis never imports a backend: it reads what the snapshot recorded (the unit, which artifacts exist).
 """
 
-import importlib
 import traceback
 from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from genrun.schemas import CodeIdentity, ExceptionInfo, ModelIdentity, Request, SequenceStop
+from genrun.schemas import CodeIdentity, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
 from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted
 from ..recorder import ProgressRecorder
 
-BACKEND_MODULES = {
-    "transformers": "genrun.runner.backends.transformers_backend",
-    "diffusers": "genrun.runner.backends.diffusers_backend",
-}
-"""`[model] backend` -> module providing `create_backend()`."""
+ENTRY_POINT_GROUP = "genrun.backends"
+"""Distributions register backends here: `NAME = "module:factory"`, `factory() -> Backend`."""
 
-__all__ = ["BACKEND_MODULES", "Backend", "BackendOutcome", "ExecutionContext", "RunInterrupted", "exception_info", "get_backend", "progress_unit"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "Backend", "BackendOutcome", "ExecutionContext", "LoadContext", "LoadedModel", "RunInterrupted",
+    "exception_info", "get_backend", "installed_backends", "refuse_generation",
+]
 
 
-@dataclass(frozen=True)
-class ExecutionContext:
-    """Everything a backend needs to run one planned snapshot."""
+@dataclass(frozen=True, kw_only=True)
+class LoadContext:
+    """What loading a planned snapshot's model needs (nothing is written)."""
 
     request: Request
     """The frozen, normalised request (`request.json`)."""
-    snapshot_dir: Path
-    """The snapshot being executed; artifacts go here."""
     model: ModelIdentity
     """The frozen `model.json`."""
     code: CodeIdentity
     """The frozen `code.json` (entry-point root, remote code)."""
     device: str
     """Resolved device: `cpu`, `cuda:0`, ..."""
-    recorder: ProgressRecorder
-    """The `progress.ndjson` writer (also drives the live bar)."""
-    planned_units: int | None
-    """Units the pre-flight budget allows (`token-budget.json` `requested_units`)."""
     import_paths: tuple[Path, ...] = ()
     """Directories searched first for `[entrypoint]` / `[model] loader` modules."""
 
@@ -71,6 +74,18 @@ class ExecutionContext:
     def model_dir(self) -> Path:
         """Absolute directory the weights are loaded from (`model.json` `resolved_path`)."""
         return Path(self.model.resolved_path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionContext(LoadContext):
+    """Everything a backend needs to run one planned snapshot."""
+
+    snapshot_dir: Path
+    """The snapshot being executed; artifacts go here."""
+    recorder: ProgressRecorder
+    """The `progress.ndjson` writer (also drives the live bar)."""
+    planned_units: int | None
+    """Units the pre-flight budget allows (`token-budget.json` `requested_units`)."""
 
     @property
     def outputs_dir(self) -> Path:
@@ -108,36 +123,107 @@ class BackendOutcome:
     """Human-readable remarks for the summary (e.g. nested generate calls seen)."""
 
 
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model loaded by `Backend.load`, reusable by `run` for other snapshots of the same frozen model."""
+
+    backend: str
+    """Name of the backend that loaded it."""
+    model_digest: str
+    """`model.json` digest of the weights it was loaded from."""
+    dtype: str
+    """`[model] dtype` it was loaded at."""
+    device: str
+    """Resolved device it lives on."""
+    loader: str | None
+    """`[model] loader` used, if any."""
+    model: Any
+    """The model or pipeline."""
+    processor: Any
+    """Tokenizer / processor (`None` where the model family has none)."""
+    load_s: float
+    """Seconds the load took."""
+
+    @property
+    def reuse_note(self) -> str:
+        """The `result.json` note of a run that reused this model instead of loading it."""
+        return f"the model was loaded once before this run and reused; load_s ({self.load_s:.3f}) is that load's duration"
+
+    def mismatch(self, backend: str, model: ModelIdentity, request: Request, device: str) -> str | None:
+        """Why this model cannot serve a snapshot planned with `model`/`request` on `device` (`None`: it can)."""
+        wanted = {"backend": backend, "model_digest": model.digest, "dtype": request.model.dtype, "device": device,
+                  "loader": request.model.loader}
+        differ = [f"{key} {getattr(self, key)!r} != planned {value!r}" for key, value in wanted.items() if getattr(self, key) != value]
+        return "; ".join(differ) or None
+
+
+@runtime_checkable
 class Backend(Protocol):
-    """A model family genrun can run."""
+    """A model family or engine genrun can plan and run. Every backend-specific decision is a member."""
 
     name: str
-    """The `[model] backend` value it serves."""
+    """The `[model] backend` value it serves (its entry-point name)."""
 
-    def run(self, ctx: ExecutionContext) -> BackendOutcome:
-        """Load, generate with instrumentation, write backend artifacts; report failures, never raise them."""
+    call_config_artifact: str
+    """The file (a `genrun.schemas.layout` name) it writes before the first unit: the call configuration as made."""
+
+    def validate_request(self, request: Request, model_dir: Path) -> None:
+        """Refuse (raise `RequestError`, exit 2) what this backend cannot run: unknown or mistyped
+        `[generation]` keys, a missing `[input]` it needs. Called at plan time, before any hashing."""
+        ...
+
+    def prepare_inputs(self, request: Request, processor: Any) -> Any:
+        """The model inputs `[input]` becomes (tokenised prompts, call keywords); the same at plan and at execution."""
+        ...
+
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
+        """The pre-flight `token-budget.json` (with its refusals; `force` records them instead of refusing)."""
+        ...
+
+    def progress_unit(self, request: Request) -> tuple[Unit, int]:
+        """What `progress.ndjson` counts and how many recorder steps make one unit."""
+        ...
+
+    def load(self, ctx: LoadContext) -> LoadedModel:
+        """Load the frozen model onto `ctx.device` (offline); raises on failure."""
+        ...
+
+    def run(self, ctx: "ExecutionContext", loaded: LoadedModel | None = None) -> BackendOutcome:
+        """Generate with instrumentation and write backend artifacts (loading first when `loaded` is None);
+        report failures, never raise them."""
         ...
 
 
+@cache
+def installed_backends() -> dict[str, EntryPoint]:
+    """Backend name -> entry point, from every installed distribution's `genrun.backends` group."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def get_backend(name: str) -> Backend:
-    """Import `genrun.runner.backends.<name>_backend` and return its backend."""
-    module_name = BACKEND_MODULES.get(name)
-    if module_name is None:
-        raise RequestError(f"[model] backend {name!r} is not supported; use one of {sorted(BACKEND_MODULES)}")
-    return importlib.import_module(module_name).create_backend()
+    """The backend registered as `name`; an unknown name is a RequestError (exit 2) naming the installed ones."""
+    installed = installed_backends()
+    entry = installed.get(name)
+    if entry is None:
+        names = ", ".join(sorted(installed)) or "none (is genrun installed, e.g. `pip install -e .`?)"
+        raise RequestError(
+            f"[model] backend = {name!r} is not an installed backend; installed: {names}. "
+            f"A backend is added by a distribution declaring it in the {ENTRY_POINT_GROUP!r} entry-point group"
+        )
+    try:
+        backend = entry.load()()
+    except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
+        raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(backend, Backend) or backend.name != name:
+        raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}")
+    return backend
 
 
-def progress_unit(request: Request) -> tuple[Unit, int]:
-    """What `progress.ndjson` counts and how many recorder steps make one unit.
-
-    Diffusion counts scheduler steps; causal LMs count tokens, or frames of
-    `[units] tokens_per_frame` tokens (the recorder is stepped once per token either way).
-    """
-    if request.model.backend == "diffusers":
-        return "step", 1
-    if request.units.name == "frame":
-        return "frame", request.units.tokens_per_frame
-    return "token", 1
+def refuse_generation(problems: list[str]) -> None:
+    """Raise one RequestError listing every `[generation]` problem a backend found (nothing when there is none)."""
+    if problems:
+        suffix = "s" if len(problems) > 1 else ""
+        raise RequestError(f"[generation] refused ({len(problems)} problem{suffix}):" + "".join(f"\n  - {p}" for p in problems))
 
 
 def exception_info(exc: BaseException) -> ExceptionInfo:

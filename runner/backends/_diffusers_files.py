@@ -182,3 +182,9 @@ def _header_tensors(path: Path) -> Iterator[tuple[str, int]]:
         for dim in entry["shape"]:
             elements *= dim
         yield entry["dtype"], elements
+
+
+def pipeline_call_parameters(model_dir: Path) -> list[str]:
+    """Parameters of the diffusers pipeline class's `__call__`, named by `model_index.json` (the valid `[generation]` keys)."""
+    params = inspect.signature(pipeline_class(model_dir).__call__).parameters
+    return sorted(name for name in params if name != "self" and params[name].kind is not inspect.Parameter.VAR_KEYWORD)

@@ -26,16 +26,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import PipelineCallBeforeCall, SequenceStop, layout
+from genrun.schemas import PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
+from genrun.schemas.progress import Unit
 
 from .. import interrupts
 from .._io import write_model_atomic
 from ..interrupts import RunInterrupted
 from ..recorder import ProgressRecorder
-from . import BackendOutcome, ExecutionContext, exception_info
+from ..request_loading import unknown_key_message
+from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, refuse_generation
 from . import _diffusers_files as files
 from ._media import pipeline_sample_rate, save_pipeline_output
-from .diffusers_budget import DURATION_KEYS, CallPlan, plan_call
+from .diffusers_budget import DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
 from .entrypoint import resolve_callable, user_import_paths
 
 CALLBACK = "callback_on_step_end"
@@ -162,13 +164,46 @@ class DiffusersBackend:
     """`[model] backend = "diffusers"`."""
 
     name = "diffusers"
+    call_config_artifact = layout.PIPELINE_CALL
 
-    def run(self, ctx: ExecutionContext) -> BackendOutcome:
-        """Load, call the pipeline with every step observed, save outputs; failures are returned, not raised."""
+    def validate_request(self, request: Request, model_dir: Path) -> None:
+        """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""
+        valid = files.pipeline_call_parameters(model_dir)
+        refuse_generation([unknown_key_message(("generation",), key, valid) for key in request.generation if key not in valid])
+
+    def prepare_inputs(self, request: Request, processor: Any) -> dict[str, Any]:
+        """`prompt` keyword(s) from `[input]` (none for an unconditional pipeline); diffusers has no separate processor."""
+        given = request.input
+        if given.prompt is not None:
+            return {"prompt": given.prompt}
+        if given.prompts is not None:
+            return {"prompt": list(given.prompts)}
+        return {}
+
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
+        """Weights at the run dtype + latents and activations per denoising step."""
+        return estimate_diffusers_budget(request, model_dir, weight_bytes, force)
+
+    def progress_unit(self, request: Request) -> tuple[Unit, int]:
+        """Scheduler steps, one recorder step each."""
+        return "step", 1
+
+    def load(self, ctx: LoadContext) -> LoadedModel:
+        """`[model] loader`, else `DiffusionPipeline.from_pretrained`, offline; raises on failure."""
+        started = time.monotonic()
+        with user_import_paths(ctx.import_paths):
+            pipe = load_pipeline(ctx)
+        spec = ctx.request.model
+        return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
+                           model=pipe, processor=None, load_s=time.monotonic() - started)
+
+    def run(self, ctx: ExecutionContext, loaded: LoadedModel | None = None) -> BackendOutcome:
+        """Call the pipeline with every step observed (loading first when `loaded` is None), save outputs;
+        failures, a failed load included, are returned, not raised."""
         state = _RunState()
         try:
             with user_import_paths(ctx.import_paths):
-                self._load_and_call(ctx, state)
+                self._load_and_call(ctx, state, loaded)
         except RunInterrupted as exc:
             state.exception, state.signal = exc, exc.signal_name
         except KeyboardInterrupt as exc:  # only when genrun's handler is not installed (not the main thread)
@@ -189,16 +224,19 @@ class DiffusersBackend:
             outcome = replace(outcome, signal=exc.signal_name, exception=None, notes=(*outcome.notes, note))
         return outcome
 
-    def _load_and_call(self, ctx: ExecutionContext, state: _RunState) -> None:
-        started = time.monotonic()
-        pipe = state.pipe = load_pipeline(ctx)
-        state.load_s = time.monotonic() - started
+    def _load_and_call(self, ctx: ExecutionContext, state: _RunState, loaded: LoadedModel | None) -> None:
+        if loaded is None:
+            loaded = self.load(ctx)
+        else:
+            state.notes.append(loaded.reuse_note)
+        pipe = state.pipe = loaded.model
+        state.load_s = loaded.load_s
         import torch
 
         torch.manual_seed(ctx.request.seed)
         plan = plan_call(ctx.request, type(pipe))
         by_callback = CALLBACK in plan.defaults
-        kwargs = call_kwargs(ctx, plan.defaults)
+        kwargs = call_kwargs(ctx, plan.defaults, self.prepare_inputs(ctx.request, None))
         timesteps, note = dry_run_timesteps(pipe.scheduler, plan.steps)
         observer = state.observer = StepObserver(ctx.recorder, by_callback=by_callback, fallback_planned=timesteps, rows=plan.batch)
         if by_callback:
@@ -267,11 +305,11 @@ class DiffusersBackend:
 
 
 def create_backend() -> DiffusersBackend:
-    """Registered in `genrun.runner.backends.BACKEND_MODULES`."""
+    """The `genrun.backends` entry point `diffusers` (pyproject.toml)."""
     return DiffusersBackend()
 
 
-def load_pipeline(ctx: ExecutionContext) -> Any:
+def load_pipeline(ctx: LoadContext) -> Any:
     """`[model] loader` when given (it may return the pipeline or `(pipeline, anything)`), else
     `DiffusionPipeline.from_pretrained` from the frozen directory, offline, at the request's dtype, on its device."""
     from diffusers import DiffusionPipeline
@@ -322,16 +360,11 @@ def check_loaded_dtype(pipe: Any, requested: str) -> None:
         raise RuntimeError(f"[model] dtype = {requested!r} but the pipeline's denoiser loaded as {actual}; diffusers ignored the dtype")
 
 
-def call_kwargs(ctx: ExecutionContext, defaults: dict[str, Any]) -> dict[str, Any]:
-    """`[generation]` plus what genrun supplies: the prompt(s) from `[input]`, a seeded generator, `return_dict`."""
+def call_kwargs(ctx: ExecutionContext, defaults: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """`[generation]` plus what genrun supplies: the prepared `[input]` keywords, a seeded generator, `return_dict`."""
     import torch
 
-    kwargs = dict(ctx.request.generation)
-    given = ctx.request.input
-    if given.prompt is not None:
-        kwargs["prompt"] = given.prompt
-    elif given.prompts is not None:
-        kwargs["prompt"] = list(given.prompts)
+    kwargs = {**ctx.request.generation, **inputs}
     if "generator" in defaults:  # a CPU generator gives the same noise on every device
         kwargs["generator"] = torch.Generator(device="cpu").manual_seed(ctx.request.seed)
     if "return_dict" in defaults:

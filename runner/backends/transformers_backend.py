@@ -10,17 +10,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from genrun.schemas import layout
+from genrun.schemas import Request, TokenBudget, layout
+from genrun.schemas.progress import Unit
 
 from .. import interrupts
 from .._io import write_model_atomic
 from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, instrument_generate, stop_records
 from ..interrupts import RunInterrupted
-from ..prompts import encode_input
+from ..errors import RequestError
 from ..token_artifacts import summarise, write_sequence_texts, write_token_ids, write_token_summary
-from . import BackendOutcome, ExecutionContext, exception_info
+from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, refuse_generation
+from ._prompts import encode_input
+from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
 
@@ -44,13 +48,46 @@ class TransformersBackend:
     """`[model] backend = "transformers"`."""
 
     name = "transformers"
+    call_config_artifact = layout.GENERATION_CONFIG
 
-    def run(self, ctx: ExecutionContext) -> BackendOutcome:
-        """Load, generate with instrumentation, write token artifacts and outputs; failures are returned, not raised."""
+    def validate_request(self, request: Request, model_dir: Path) -> None:
+        """A causal LM needs a prompt (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
+        if request.input.is_empty() and request.entrypoint is None:
+            raise RequestError("[input] is empty; a causal LM needs one of 'prompt', 'prompts' or 'messages'")
+        refuse_generation(generation_problems(request.generation))
+
+    def prepare_inputs(self, request: Request, processor: Any) -> Any:
+        """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]."""
+        return encode_input(processor, request.input)
+
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
+        """Weights + KV cache at the effective max length, and the context limit."""
+        from .transformers_budget import estimate_transformers_budget
+
+        return estimate_transformers_budget(request, model_dir, weight_bytes, force)
+
+    def progress_unit(self, request: Request) -> tuple[Unit, int]:
+        """Tokens, or frames of `[units] tokens_per_frame` tokens (the recorder is stepped once per token either way)."""
+        if request.units.name == "frame":
+            return "frame", request.units.tokens_per_frame
+        return "token", 1
+
+    def load(self, ctx: LoadContext) -> LoadedModel:
+        """`[model] loader`, else AutoModelForCausalLM + AutoTokenizer, offline; raises on failure."""
+        started = time.monotonic()
+        with user_import_paths(ctx.import_paths):
+            model, tokenizer = load_model(ctx)
+        spec = ctx.request.model
+        return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
+                           model=model, processor=tokenizer, load_s=time.monotonic() - started)
+
+    def run(self, ctx: ExecutionContext, loaded: LoadedModel | None = None) -> BackendOutcome:
+        """Generate with instrumentation (loading first when `loaded` is None), write token artifacts and outputs;
+        failures, a failed load included, are returned, not raised."""
         state = _RunState()
         try:
             with user_import_paths(ctx.import_paths):
-                self._load_and_generate(ctx, state)
+                self._load_and_generate(ctx, state, loaded)
         except RunInterrupted as exc:
             state.exception, state.signal = exc, exc.signal_name
         except KeyboardInterrupt as exc:  # only when genrun's handler is not installed (not the main thread)
@@ -65,11 +102,14 @@ class TransformersBackend:
 
     # -- phases ---------------------------------------------------------------------------------
 
-    def _load_and_generate(self, ctx: ExecutionContext, state: _RunState) -> None:
-        started = time.monotonic()
-        model, tokenizer = load_model(ctx)
+    def _load_and_generate(self, ctx: ExecutionContext, state: _RunState, loaded: LoadedModel | None) -> None:
+        if loaded is None:
+            loaded = self.load(ctx)
+        else:
+            state.notes.append(loaded.reuse_note)
+        model, tokenizer = loaded.model, loaded.processor
         state.tokenizer = tokenizer
-        state.load_s = time.monotonic() - started
+        state.load_s = loaded.load_s
         import torch
 
         torch.manual_seed(ctx.request.seed)
@@ -87,8 +127,7 @@ class TransformersBackend:
         ctx.recorder.mark_generation_end()
         state.returned = True
 
-    @staticmethod
-    def _prepare_call(ctx: ExecutionContext, model: Any, tokenizer: Any) -> Callable[[], Any]:
+    def _prepare_call(self, ctx: ExecutionContext, model: Any, tokenizer: Any) -> Callable[[], Any]:
         """Tokenise (plain requests) or resolve the entry point, write `start`, and return the call to make."""
         entrypoint = ctx.request.entrypoint
         if entrypoint is not None:
@@ -96,7 +135,7 @@ class TransformersBackend:
             inputs = ctx.request.input.model_dump(mode="json", exclude_none=True)
             ctx.recorder.start(ctx.planned_units, None)
             return partial(function, model, tokenizer, inputs, dict(ctx.request.generation), **entrypoint.kwargs)
-        encoded = encode_input(tokenizer, ctx.request.input).to(model.device)
+        encoded = self.prepare_inputs(ctx.request, tokenizer).to(model.device)
         generation = dict(ctx.request.generation)
         ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, encoded["input_ids"].shape[0]))
 
@@ -131,7 +170,7 @@ class TransformersBackend:
 
     def _outcome(self, ctx: ExecutionContext, state: _RunState, rows: tuple[ClassifiedRow, ...], outputs: tuple[str, ...]) -> BackendOutcome:
         units = ctx.request.units
-        per_unit = units.tokens_per_frame if units.name == "frame" else 1
+        unit, per_unit = self.progress_unit(ctx.request)
         counts = [int(r.tokens.ids.shape[0]) for r in rows]
         first_unit_at = ctx.recorder.first_unit_at
         first_unit_s = decode_s = None
@@ -139,11 +178,11 @@ class TransformersBackend:
             first_unit_s = first_unit_at - state.generation_started
             decode_s = (state.generation_ended or time.monotonic()) - first_unit_at
         produced = None
-        if units.name == "frame" and units.per_second:
+        if unit == "frame" and units.per_second:
             produced = max((c // per_unit for c in counts), default=0) / units.per_second
         failed = state.exception is not None and state.signal is None
         return BackendOutcome(
-            unit=units.name,
+            unit=unit,
             generated=sum(c // per_unit for c in counts),
             generated_tokens=sum(counts),
             load_s=state.load_s,
@@ -159,11 +198,11 @@ class TransformersBackend:
 
 
 def create_backend() -> TransformersBackend:
-    """Registered in `genrun.runner.backends.BACKEND_MODULES`."""
+    """The `genrun.backends` entry point `transformers` (pyproject.toml)."""
     return TransformersBackend()
 
 
-def load_model(ctx: ExecutionContext) -> tuple[Any, Any]:
+def load_model(ctx: LoadContext) -> tuple[Any, Any]:
     """`[model] loader` when given, else `AutoModelForCausalLM` + `AutoTokenizer` from the frozen directory (offline)."""
     spec = ctx.request.model
     path = str(ctx.model_dir)

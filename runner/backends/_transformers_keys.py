@@ -1,17 +1,14 @@
-"""Check `[generation]` against what the backend really accepts, at plan time.
+"""Check `[generation]` against what transformers' generate really accepts, at plan time.
 
 transformers' `GenerationConfig(**kwargs)` stores unknown kwargs as attributes without a word,
 and `generate(**kwargs)` forwards unknown ones to the model: a typo there is exactly the silent
-drop of incident 3. So keys are checked against the fields of a default `GenerationConfig`
-(or, for diffusers, the pipeline's `__call__` parameters), and a few common fields are type-checked.
+drop of incident 3. So keys are checked against the fields of a default `GenerationConfig`, and a few common fields
+are type-checked.
 """
 
-import inspect
-from pathlib import Path
 from typing import Any
 
-from .errors import RequestError
-from .request_loading import unknown_key_message
+from ..request_loading import unknown_key_message
 
 # Types transformers does not enforce itself; a wrong type otherwise fails deep inside generate.
 _INT_FIELDS = {"max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams", "top_k",
@@ -31,19 +28,8 @@ def generation_config_fields() -> list[str]:
     return sorted(k for k in GenerationConfig().to_dict() if not k.startswith("_"))
 
 
-def validate_generation(generation: dict[str, Any], backend: str, model_dir: Path) -> None:
-    """Raise RequestError listing every unknown or mistyped `[generation]` key."""
-    if backend == "diffusers":
-        valid = pipeline_call_parameters(model_dir)
-        problems = [unknown_key_message(("generation",), key, valid) for key in generation if key not in valid]
-    else:
-        problems = _transformers_problems(generation)
-    if problems:
-        suffix = "s" if len(problems) > 1 else ""
-        raise RequestError(f"[generation] refused ({len(problems)} problem{suffix}):" + "".join(f"\n  - {p}" for p in problems))
-
-
-def _transformers_problems(generation: dict[str, Any]) -> list[str]:
+def generation_problems(generation: dict[str, Any]) -> list[str]:
+    """Every unknown, runner-owned or mistyped `[generation]` key (then transformers' own value validation)."""
     valid = generation_config_fields()
     problems = []
     for key, value in generation.items():
@@ -87,11 +73,3 @@ def _library_validation(generation: dict[str, Any]) -> list[str]:
     except ValueError as exc:
         return [f"[generation] transformers refuses these values: {str(exc).strip()}"]
     return []
-
-
-def pipeline_call_parameters(model_dir: Path) -> list[str]:
-    """Parameters of the diffusers pipeline class's `__call__`, named by `model_index.json`."""
-    from .backends._diffusers_files import pipeline_class
-
-    params = inspect.signature(pipeline_class(model_dir).__call__).parameters
-    return sorted(name for name in params if name != "self" and params[name].kind is not inspect.Parameter.VAR_KEYWORD)

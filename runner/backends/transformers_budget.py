@@ -4,7 +4,7 @@ from pathlib import Path
 
 from genrun.schemas import Request, TokenBudget
 
-from .budget import (
+from ..budget import (
     DTYPE_BYTES,
     domain_estimate,
     effective_length,
@@ -15,7 +15,7 @@ from .budget import (
     rows_per_request,
     with_refusals,
 )
-from .prompts import encode_input
+from ._prompts import encode_input
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
 
