@@ -7,7 +7,6 @@ the reason in `Snapshot.problems`, so that a damaged or killed snapshot is repor
 """
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +30,16 @@ from genrun.schemas import (
     PipelineCallBeforeCall,
     Request,
     Result,
+    NewerFormat,
     TokenBudget,
     layout,
 )
+from genrun.schemas._versioning import newer_format_message, recorded_genrun_version
 from ._safetensors import SafetensorsError, read_int_tensors
 from genrun.schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
 
 _M = TypeVar("_M", bound=BaseModel)
 _EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
-_SEQUENCE_TENSOR = re.compile(r"^sequence_(\d+)$")
-_EXTRA_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
 
 
 class SnapshotNotFound(ValueError):
@@ -136,9 +135,14 @@ class Snapshot:
         return self.result is not None and self.result.unit == "step"
 
     @property
+    def state(self) -> layout.SnapshotState:
+        """planned / running / incomplete / sealed, from the files present (the format module's one rule)."""
+        return layout.snapshot_state(self.files)
+
+    @property
     def is_sealed(self) -> bool:
         """Complete: `manifest-sha256.txt` exists."""
-        return layout.MANIFEST in self.files
+        return self.state is layout.SnapshotState.SEALED
 
     @property
     def unit(self) -> str:
@@ -215,7 +219,7 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
 
 
 def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
-    names = sorted(n for n in files if n.startswith(layout.REQUEST_SOURCE_PREFIX + "."))
+    names = sorted(n for n in files if layout.is_request_source(n))
     return names[0] if names else None
 
 
@@ -252,7 +256,16 @@ def _validate(model: type[_M], data: Any, rel: str, problems: dict[str, str]) ->
 
 
 def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileFact], problems: dict[str, str]) -> _M | None:
-    return _validate(model, _read_json(root, rel, files, problems), rel, problems)
+    try:
+        return _validate(model, _read_json(root, rel, files, problems), rel, problems)
+    except NewerFormat as exc:  # never guess at a newer layout: say which genrun can read it
+        problems[rel] = newer_format_message(exc.version, exc.written_by or _recorded_genrun_version(root, files))
+        return None
+
+
+def _recorded_genrun_version(root: Path, files: Mapping[str, FileFact]) -> str | None:
+    """`genrun_version` as `environment.json` records it, read as plain JSON (its own format may be newer)."""
+    return recorded_genrun_version(_read_json(root, layout.ENVIRONMENT, files, {}))
 
 
 def _short_validation_error(exc: ValidationError) -> str:
@@ -280,9 +293,8 @@ def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapp
 def _read_generation_configs(
     root: Path, files: Mapping[str, FileFact], problems: dict[str, str]
 ) -> tuple[GenerationConfigBeforeGenerate, ...]:
-    names = [layout.GENERATION_CONFIG] if layout.GENERATION_CONFIG in files else []
-    extra = sorted((int(m.group(1)), n) for n in files if (m := _EXTRA_CONFIG.match(n)))
-    names += [n for _, n in extra]
+    indexed = ((layout.generation_config_call_index(n), n) for n in files)
+    names = [n for _, n in sorted((i, n) for i, n in indexed if i is not None)]
     configs = (_read_model(root, n, GenerationConfigBeforeGenerate, files, problems) for n in names)
     return tuple(c for c in configs if c is not None)
 
@@ -334,11 +346,11 @@ def _read_token_ids(root: Path, problems: dict[str, str]) -> Mapping[int, array]
         return None
     rows: dict[int, array] = {}
     for name, values in tensors.items():
-        match = _SEQUENCE_TENSOR.match(name)
-        if match is None:
-            problems[layout.TOKEN_IDS] = f"tensor {name!r} is not named 'sequence_<i>'"
+        index = layout.sequence_index(name)
+        if index is None:
+            problems[layout.TOKEN_IDS] = f"tensor {name!r} is not named {layout.sequence_name(0)!r}, {layout.sequence_name(1)!r}, ..."
             return None
-        rows[int(match.group(1))] = values
+        rows[index] = values
     return MappingProxyType(dict(sorted(rows.items())))
 
 

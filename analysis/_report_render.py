@@ -79,7 +79,8 @@ def _stops_table(report: Report) -> Table:
     for s in report.sequences:
         last = s.last_tokens[-1].token if s.last_tokens and s.last_tokens[-1].token else None
         last_id = "—" if s.last_token_id is None else f"{s.last_token_id}" + (f" {last!r}" if last else "")
-        evidence = ", ".join(f"{k}={_fmt(v)}" for k, v in s.evidence.items())
+        facts = s.evidence.model_dump(mode="json", exclude={"reason"}) if s.evidence is not None else {}
+        evidence = ", ".join(f"{k}={_fmt(v)}" for k, v in facts.items())
         if s.fired:
             evidence = f"fired {', '.join(s.fired)}" + (f"; {evidence}" if evidence else "")
         if s.exception:

@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import GenerationConfigBeforeGenerate
+from genrun.schemas import GenerationConfigBeforeGenerate, StopEvidence
+from genrun.schemas.layout import SnapshotState
 
 from ._check_integrity import INCOMPLETE
 from ._load import Snapshot, read_snapshot
@@ -52,7 +53,7 @@ class SequenceLine(_Model):
     generated: int
     last_token_id: int | None
     fired: tuple[str, ...]
-    evidence: dict[str, Any]
+    evidence: StopEvidence | None
     eos_positions: tuple[int, ...]
     """First EOS positions found in the saved ids (at most 8)."""
     last_tokens: tuple[TokenLine, ...]
@@ -80,6 +81,8 @@ class Report(_Model):
 
     snapshot: str
     snapshot_id: str
+    state: SnapshotState
+    """planned / running / incomplete / sealed (from the files present)."""
     complete: bool
     """result.json and the manifest exist."""
     status: str | None
@@ -131,7 +134,7 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
     configs = snap.generation_configs
     first = configs[0] if configs else None
     return Report(
-        snapshot=str(snap.path), snapshot_id=snap.id, complete=snap.result is not None and snap.is_sealed,
+        snapshot=str(snap.path), snapshot_id=snap.id, state=snap.state, complete=snap.result is not None and snap.is_sealed,
         status=snap.result.status if snap.result else None, headline=_headline(snap), request=_request_essentials(snap),
         identity=_identity(snap), limits=tuple(line for cfg in configs for line in _limit_lines(cfg)),
         prompt_length=first.prompt_length if first else None, context_limit=first.context_limit if first else None,
@@ -153,6 +156,8 @@ def _headline(snap: Snapshot) -> str:
     for s in stops:
         reasons[s.reason] = reasons.get(s.reason, 0) + 1
     why = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in reasons.items()) or "no stop record"
+    if not snap.is_sealed:  # a result without the seal is never a success
+        return f"{snap.state.value} (never sealed; result.json says {snap.result.status}): {snap.result.generated} {snap.result.unit}s; stopped by {why}"
     return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}"
 
 
@@ -222,7 +227,7 @@ def _sequence_lines(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -
             index=row.index, call_index=stop.call_index if stop else 0, reason=stop.reason if stop else "not recorded",
             generated=stop.generated if stop else (len(row.ids) if row.ids is not None else 0),
             last_token_id=stop.last_token_id if stop else (tail[-1] if tail else None), fired=stop.fired if stop else (),
-            evidence=stop.evidence if stop else {}, eos_positions=positions, last_tokens=tokens, last_text=text,
+            evidence=stop.evidence if stop else None, eos_positions=positions, last_tokens=tokens, last_text=text,
             steps_planned=stop.steps_planned if stop else None,
             exception=f"{stop.exception.type}: {stop.exception.message}" if stop and stop.exception else None))
     return lines

@@ -3,6 +3,7 @@
 from typing import Literal
 
 from ._base import Strict
+from ._versioning import Versioned
 
 
 class DomainEstimate(Strict):
@@ -24,11 +25,9 @@ class DomainEstimate(Strict):
     """The conservative estimate fits within the requested units."""
 
 
-class TokenBudget(Strict):
+class TokenBudget(Versioned):
     """What the run may need, and whether it fits, computed before loading weights."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     units: Literal["token", "frame", "step"]
     """Unit of `requested_units`."""
     prompt_tokens: int | None

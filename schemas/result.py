@@ -3,6 +3,7 @@
 from typing import Literal
 
 from ._base import Strict
+from ._versioning import Versioned
 from .stop import ExceptionInfo
 
 RunStatus = Literal["succeeded", "failed", "interrupted"]
@@ -43,11 +44,9 @@ class ExecutionIdentity(Strict):
     """sha256 of `frozen-sha256.txt` when execution started."""
 
 
-class Result(Strict):
+class Result(Versioned):
     """`result.json`."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     status: RunStatus
     """`succeeded` whatever the stop reason, `failed` on an exception, `interrupted` on a signal."""
     exit_code: int

@@ -13,6 +13,8 @@ from genrun.schemas import (
     EVENT_ADAPTER,
     CodeIdentity,
     Environment,
+    EosEvidence,
+    ExceptionEvidence,
     ExceptionInfo,
     ExecutionIdentity,
     GeneratedTokenIds,
@@ -49,10 +51,12 @@ def planned(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Path:
 def _hand_made() -> list[BaseModel]:
     """One instance of each execution-time artifact, filled the way the runner fills them."""
     stop = SequenceStop(index=0, call_index=0, reason="eos", generated=3, last_token_id=2, fired=("EosTokenCriteria",),
-                        eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6, evidence={"eos_token_id": 2})
+                        eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6,
+                        evidence=EosEvidence(eos_token_id=2, source="model_generation_config", stop_length=9))
     return [
         GenerationStop(sequences=(stop, stop.model_copy(update={"index": 1, "reason": "exception",
-                       "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb")}))),
+                       "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb"),
+                       "evidence": ExceptionEvidence(type="ValueError", message="m")}))),
         GeneratedTokenIds(prompt_length=6, eos_token_ids=(2,), pad_token_id=0, sequences=(TokenSequenceSummary(
             index=0, call_index=0, count=3, last_ids=(9, 8, 2), eos_positions=(2,), text="1 0", text_with_special="1 0 <eos>"),)),
         GenerationConfigBeforeGenerate(call_index=0, model_class="LlamaForCausalLM", model_generation_config={"eos_token_id": 2},

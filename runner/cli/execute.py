@@ -5,7 +5,18 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from genrun.schemas import GenerationStop, Result, layout
+from genrun.schemas import (
+    EosEvidence,
+    GenerationStop,
+    InterruptedEvidence,
+    MaxLengthEvidence,
+    MaxNewTokensEvidence,
+    Result,
+    SequenceStop,
+    StopStringEvidence,
+    UnknownEvidence,
+    layout,
+)
 
 from ._output import print_json, stderr_console
 
@@ -88,19 +99,18 @@ def _describe_row(seq) -> str:
     return f"sequence {seq.index}: {_describe_stop(seq)} after {seq.generated:,} tokens"
 
 
-def _describe_stop(seq) -> str:
+def _describe_stop(seq: SequenceStop) -> str:
     evidence = seq.evidence
-    if seq.reason == "eos":
-        return f"eos (id {evidence.get('eos_token_id')})"
-    if seq.reason == "stop_string":
-        return f"stop_string {evidence.get('stop_string')!r}"
-    if seq.reason in ("max_new_tokens", "max_length"):
-        source = evidence.get("source")
-        return f"{seq.reason} (limit {evidence.get('limit')}{', ' + source if source else ''})"
+    if isinstance(evidence, EosEvidence):
+        return f"eos (id {evidence.eos_token_id})"
+    if isinstance(evidence, StopStringEvidence):
+        return f"stop_string {evidence.stop_string!r}"
+    if isinstance(evidence, MaxNewTokensEvidence | MaxLengthEvidence):
+        return f"{seq.reason} (limit {evidence.limit}{', ' + evidence.source if evidence.source else ''})"
     if seq.reason == "exception" and seq.exception is not None:
         return f"exception {seq.exception.type}"
-    if seq.reason == "interrupted":
-        return f"interrupted ({evidence.get('signal')})"
-    if seq.reason == "unknown" and evidence.get("custom_criteria"):
-        return f"unknown (custom criteria fired: {', '.join(evidence['custom_criteria'])})"
+    if isinstance(evidence, InterruptedEvidence):
+        return f"interrupted ({evidence.signal})"
+    if isinstance(evidence, UnknownEvidence) and evidence.custom_criteria:
+        return f"unknown (custom criteria fired: {', '.join(evidence.custom_criteria)})"
     return seq.reason
