@@ -34,6 +34,7 @@ from genrun.schemas import (
     TokenBudget,
     layout,
 )
+from genrun.schemas.progress import Unit
 from genrun.schemas._versioning import newer_format_message, recorded_genrun_version
 from ._safetensors import SafetensorsError, read_int_tensors
 from genrun.schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
@@ -145,7 +146,7 @@ class Snapshot:
         return self.state is layout.SnapshotState.SEALED
 
     @property
-    def unit(self) -> str:
+    def unit(self) -> Unit:
         """`token`, `frame` or `step`."""
         if self.is_diffusion:
             return "step"

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import GenerationConfigBeforeGenerate, StopEvidence
-from genrun.schemas.layout import SnapshotState
+from genrun.schemas.layout import SnapshotState, Unit
 
 from ._check_integrity import INCOMPLETE
 from ._load import Snapshot, read_snapshot
@@ -99,7 +99,7 @@ class Report(_Model):
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
     sequences: tuple[SequenceLine, ...]
-    unit: str
+    unit: Unit
     timings: dict[str, float | None]
     """load_s, first_token_s, decode_s, total_s, units_per_s (from result.json, else from progress)."""
     budget: dict[str, Any]

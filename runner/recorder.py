@@ -1,4 +1,4 @@
-"""`progress.ndjson`: the append-only event stream of a run (DESIGN.md "Progress events").
+"""`progress.ndjson`: the append-only event stream of a run (docs/snapshot-format.md, `progress.ndjson`).
 
 One `os.write` per line on an `O_APPEND` descriptor (so a reader or a crash never sees half a
 record from us), `fsync` at most every `fsync_every_s` seconds and at the terminal event.

@@ -4,6 +4,7 @@ from typing import Literal
 
 from ._base import Strict
 from ._versioning import Versioned
+from .progress import Unit
 
 
 class DomainEstimate(Strict):
@@ -28,7 +29,7 @@ class DomainEstimate(Strict):
 class TokenBudget(Versioned):
     """What the run may need, and whether it fits, computed before loading weights."""
 
-    units: Literal["token", "frame", "step"]
+    units: Unit
     """Unit of `requested_units`."""
     prompt_tokens: int | None
     """Padded prompt length in tokens (`None` for diffusion)."""

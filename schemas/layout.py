@@ -9,7 +9,8 @@ checks the facts independently. Torch-free and pure: nothing here reads or write
 import re
 from collections.abc import Callable, Collection, Mapping
 from enum import Enum
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Literal, NamedTuple
 
 from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, newer_format_message, recorded_genrun_version
 from .progress import Unit
@@ -57,6 +58,42 @@ LAST_IDS_KEPT = 64
 LIBRARY_DEFAULT_NEW_TOKENS = 20
 """transformers 5.x: with neither `max_new_tokens` nor `max_length` set, `max_length` = prompt + 20."""
 
+Phase = Literal["plan", "execute", "seal", "sign-off"]
+"""When a file is written: `genrun plan`, `genrun execute`, the seal at the end of execute, `genrun signoff`."""
+
+
+class FileSpec(NamedTuple):
+    """One file (or family of files) of the snapshot directory."""
+
+    name: str
+    phase: Phase
+    meaning: str
+
+
+FILES: tuple[FileSpec, ...] = (
+    FileSpec(f"{REQUEST_SOURCE_PREFIX}.<ext>", "plan", "The request bytes exactly as given (`.toml` or `.json`)."),
+    FileSpec(REQUEST, "plan", "The validated request, normalised (every default filled in)."),
+    FileSpec(ENVIRONMENT, "plan", "Host, accelerator, package versions and the genrun version that planned the run."),
+    FileSpec(CODE, "plan", "sha256 of genrun's own code, the entry point's modules and the model's remote code."),
+    FileSpec(MODEL, "plan", "The resolved model directory and every file's sha256."),
+    FileSpec(TOKEN_BUDGET, "plan", "What the run may need (units, context, memory) and whether it fits, before loading weights."),
+    FileSpec(FROZEN_MANIFEST, "plan", "sha256sum of every file above, written last at plan time; its sha256 is the plan digest."),
+    FileSpec(GENERATION_CONFIG, "execute", "transformers: the config exactly as generate used it, with who set each limit (first outermost call)."),
+    FileSpec("generation-config.before-generate.<i>.json", "execute", "The same for each further outermost generate call."),
+    FileSpec(PIPELINE_CALL, "execute", "diffusers: the pipeline call as made."),
+    FileSpec(PROGRESS, "execute", "Append-only events, one JSON object per line, from the start of generation."),
+    FileSpec(TOKEN_IDS, "execute", "transformers: the generated ids, one int64 tensor `sequence_<i>` per row."),
+    FileSpec(TOKEN_IDS_SUMMARY, "execute", f"Per row: count, last {LAST_IDS_KEPT} ids, EOS positions and both decodes."),
+    FileSpec(STOP, "execute", "Why each row stopped (the stop vocabulary), with evidence typed per reason."),
+    FileSpec(RESULT, "execute", "How the run ended, timings, memory peaks; written after every other execution file."),
+    FileSpec(f"{OUTPUTS_DIR}/", "execute", "`sequence_<i>.txt` per decodable row, or the pipeline's media."),
+    FileSpec(MANIFEST, "seal", "sha256sum of every file but itself and `signoffs/`, written last: its presence means sealed; "
+             "its sha256 is the snapshot digest."),
+    FileSpec(f"{SIGNOFFS_DIR}/*.json", "sign-off", "Append-only decisions bound to the plan or snapshot digest (`*.json.sig` when signed)."),
+)
+"""Every file of a snapshot, in the order it is written."""
+
+
 _SEQUENCE = re.compile(r"^sequence_(\d+)$")
 _EXTRA_GENERATION_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
 
@@ -94,7 +131,7 @@ def sequence_text_path(index: int) -> str:
 
 def extra_generation_config_name(call_index: int) -> str:
     """Effective config of the outermost generate call `call_index` >= 1 (entry points calling generate twice)."""
-    return f"generation-config.before-generate.{call_index}.json"
+    return GENERATION_CONFIG.replace(".json", f".{call_index}.json")
 
 
 def generation_config_call_index(name: str) -> int | None:
@@ -110,15 +147,20 @@ class SnapshotState(str, Enum):
     """Where a snapshot is in its life, derived from the files present only (see `snapshot_state`)."""
 
     PLANNING = "planning"
-    """No `frozen-sha256.txt` yet: the plan is being frozen (or freezing died)."""
     PLANNED = "planned"
-    """Frozen, not executed: no execution file yet."""
     RUNNING = "running"
-    """Execution started, no `result.json` yet: still running, or killed (files alone cannot tell)."""
     INCOMPLETE = "incomplete"
-    """`result.json` written but never sealed: never `succeeded`, its files are not protected."""
     SEALED = "sealed"
-    """`manifest-sha256.txt` present (the seal is written last): complete and protected."""
+
+
+STATE_MEANING: Mapping[SnapshotState, str] = MappingProxyType({
+    SnapshotState.PLANNING: "no `frozen-sha256.txt` yet: the plan is being frozen (or freezing died)",
+    SnapshotState.PLANNED: "frozen, not executed: no execution file yet",
+    SnapshotState.RUNNING: "execution started, no `result.json` yet: still running, or killed (files alone cannot tell)",
+    SnapshotState.INCOMPLETE: "`result.json` written but never sealed: never `succeeded`, its files are not protected",
+    SnapshotState.SEALED: "`manifest-sha256.txt` present (the seal is written last): complete and protected",
+})
+"""State -> what it means (shown by the format doc)."""
 
 
 def snapshot_state(names: Collection[str]) -> SnapshotState:

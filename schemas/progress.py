@@ -7,6 +7,7 @@ from pydantic import Field, TypeAdapter
 from ._base import Strict
 
 Unit = Literal["token", "frame", "step"]
+"""The unit vocabulary, declared once: what `generated` counts (diffusion counts `step`s)."""
 
 
 class _Event(Strict):

@@ -13,7 +13,7 @@ from ._base import Strict
 
 Backend = Literal["transformers", "diffusers"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
-UnitName = Literal["token", "frame"]
+UnitName = Literal["token", "frame"]  # the `Unit`s a request may name; `step` is the diffusers backend's own
 
 _CALLABLE_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 

@@ -4,6 +4,7 @@ from typing import Literal
 
 from ._base import Strict
 from ._versioning import Versioned
+from .progress import Unit
 from .stop import ExceptionInfo
 
 RunStatus = Literal["succeeded", "failed", "interrupted"]
@@ -51,7 +52,7 @@ class Result(Versioned):
     """`succeeded` whatever the stop reason, `failed` on an exception, `interrupted` on a signal."""
     exit_code: int
     """Process exit code genrun returns."""
-    unit: Literal["token", "frame", "step"]
+    unit: Unit
     """Unit of `generated`."""
     generated: int
     """Units generated over all rows."""

@@ -2,6 +2,7 @@
 between the pydantic models and the committed `schemas/json/*.schema.json` files."""
 
 from pathlib import Path
+from typing import get_args
 
 import orjson
 import pytest
@@ -24,14 +25,17 @@ from genrun.schemas import (
     PeakMemory,
     Request,
     Result,
+    STOP_REASON_MEANING,
     SequenceStop,
     Signoff,
+    StopReason,
     Timings,
     TokenBudget,
     TokenSequenceSummary,
     layout,
 )
 from genrun.schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
+from genrun.schemas.format_doc import DOC_PATH, render_format_doc
 
 FROZEN_MODELS = {
     layout.REQUEST: Request,
@@ -123,6 +127,20 @@ def test_committed_json_schemas_match_the_models() -> None:
     stale = sorted(name for name in rendered.keys() | on_disk.keys() if rendered.get(name) != on_disk.get(name))
     assert not stale, f"schemas/json drifted from the models: {stale}; run 'genrun schema' and commit the result"
     assert len(rendered) == len(SCHEMA_SOURCES)
+
+
+def test_committed_format_doc_matches_the_models() -> None:
+    assert DOC_PATH.read_text() == render_format_doc(), "docs/snapshot-format.md drifted from the schemas; run 'genrun schema' and commit it"
+
+
+def test_format_doc_covers_every_file_reason_and_state() -> None:
+    doc = render_format_doc()
+    assert set(STOP_REASON_MEANING) == set(get_args(StopReason)), "every stop reason has its wording, and only those"
+    assert set(layout.STATE_MEANING) == set(layout.SnapshotState)
+    for name in (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST):
+        assert f"| `{name}` |" in doc, name
+    assert all(f"| `{reason}` |" in doc for reason in STOP_REASON_MEANING)
+    assert "| 1 | genrun 0.1.0" in doc
 
 
 def test_schema_command_writes_every_file(tmp_path: Path) -> None:

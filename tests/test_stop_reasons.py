@@ -1,4 +1,4 @@
-"""Every stop reason of DESIGN.md on real local models, recorded live (never guessed from the ids).
+"""Every stop reason of the format (docs/snapshot-format.md) on real local models, recorded live (never guessed from the ids).
 
 Each case plans a real request with `plan_request` and runs it with `execute_snapshot` in
 process (the CLI path minus argparse; the CLI itself is covered in test_execute_cli.py and the
