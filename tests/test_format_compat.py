@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from genrun.analysis.report import Report
 from genrun.runner.cli import main
 from genrun.runner.plan import plan_request
 from genrun.schemas import (
@@ -70,6 +71,7 @@ def test_format_1_snapshot_verifies_and_reports_unchanged(snapshot: Path, capsys
     code, report = _cli_json(capsys, "report", snapshot)
     assert code == 0 and report["state"] == "sealed" and report["status"] == "succeeded", report["headline"]
     assert report["sequences"][0]["evidence"]["reason"] == report["sequences"][0]["reason"]  # migrated to typed evidence
+    assert Report.model_validate(report).budget.plan is not None  # the --json document is the typed Report
     assert _digests(snapshot) == before, "reading migrated in memory only: no file may change"
 
 
