@@ -151,3 +151,13 @@ def test_execute_refuses_a_plan_from_a_newer_genrun(tmp_path: Path, tiny_lm: Pat
     err = capsys.readouterr().err
     assert code != 0 and "written by genrun 7.0.0 (format 99)" in " ".join(err.split()), err
     assert not (snapshot / layout.PROGRESS).exists() and not (snapshot / layout.RESULT).exists()
+
+
+def test_a_newer_signoff_is_reported_not_raised(tmp_path: Path) -> None:
+    from genrun.analysis.signoffs import evaluate_signoffs
+
+    copy = _writable_copy(LM, tmp_path)
+    (record,) = (copy / layout.SIGNOFFS_DIR).glob("*.json")
+    _bump(record, schema_version=99)
+    (status,) = evaluate_signoffs(copy, None)
+    assert status.state == "invalid" and "written by genrun 0.1.0 (format 99)" in status.reason
