@@ -34,8 +34,6 @@ from genrun.schemas import (
     TokenBudget,
     layout,
 )
-from genrun.schemas.progress import Unit
-from genrun.schemas._versioning import newer_format_message, recorded_genrun_version
 from ._safetensors import SafetensorsError, read_int_tensors
 from genrun.schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
 
@@ -146,7 +144,7 @@ class Snapshot:
         return self.state is layout.SnapshotState.SEALED
 
     @property
-    def unit(self) -> Unit:
+    def unit(self) -> layout.Unit:
         """`token`, `frame` or `step`."""
         if self.is_diffusion:
             return "step"
@@ -260,13 +258,13 @@ def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileF
     try:
         return _validate(model, _read_json(root, rel, files, problems), rel, problems)
     except NewerFormat as exc:  # never guess at a newer layout: say which genrun can read it
-        problems[rel] = newer_format_message(exc.version, exc.written_by or _recorded_genrun_version(root, files))
+        problems[rel] = layout.newer_format_message(exc.version, exc.written_by or _recorded_genrun_version(root, files))
         return None
 
 
 def _recorded_genrun_version(root: Path, files: Mapping[str, FileFact]) -> str | None:
     """`genrun_version` as `environment.json` records it, read as plain JSON (its own format may be newer)."""
-    return recorded_genrun_version(_read_json(root, layout.ENVIRONMENT, files, {}))
+    return layout.recorded_genrun_version(_read_json(root, layout.ENVIRONMENT, files, {}))
 
 
 def _short_validation_error(exc: ValidationError) -> str:

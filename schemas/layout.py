@@ -12,15 +12,12 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
+# Re-exported so that `layout` is the one import for every format fact (versions, units, request decoding, stops).
 from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, newer_format_message, recorded_genrun_version
 from .progress import Unit
 from .request_source import REQUEST_SOURCE_FORMATS, RequestSourceError, decode_request_source
-from .stop import STOP_REASON_MEANING, StopReason
+from .stop import STOP_REASON_MEANING, StopReason, describe_stop
 
-__all__ = [
-    "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "newer_format_message", "recorded_genrun_version", "Unit",
-    "REQUEST_SOURCE_FORMATS", "RequestSourceError", "decode_request_source", "STOP_REASON_MEANING", "StopReason",
-]
 
 # -- plan: frozen by `genrun plan`, covered by frozen-sha256.txt --------------------------------------------------
 REQUEST_SOURCE_PREFIX = "request.source"  # + ".toml" / ".json"

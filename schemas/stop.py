@@ -224,6 +224,24 @@ class SequenceStop(Strict):
         return self
 
 
+def describe_stop(seq: SequenceStop) -> str:
+    """The reason in words with its deciding fact: `eos (id 2)`, `max_new_tokens (limit 8, request)`, `interrupted (SIGINT)`."""
+    evidence = seq.evidence
+    if isinstance(evidence, EosEvidence):
+        return f"eos (id {evidence.eos_token_id})"
+    if isinstance(evidence, StopStringEvidence):
+        return f"stop_string {evidence.stop_string!r}"
+    if isinstance(evidence, MaxNewTokensEvidence | MaxLengthEvidence):
+        return f"{seq.reason} (limit {evidence.limit}{', ' + evidence.source if evidence.source else ''})"
+    if seq.reason == "exception" and seq.exception is not None:
+        return f"exception {seq.exception.type}"
+    if isinstance(evidence, InterruptedEvidence):
+        return f"interrupted ({evidence.signal})"
+    if isinstance(evidence, UnknownEvidence) and evidence.custom_criteria:
+        return f"unknown (custom criteria fired: {', '.join(evidence.custom_criteria)})"
+    return seq.reason
+
+
 _DIFFUSION_STEP_KEYS = tuple(DiffusionSteps.model_fields)
 
 

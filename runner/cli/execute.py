@@ -5,18 +5,8 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from genrun.schemas import (
-    EosEvidence,
-    GenerationStop,
-    InterruptedEvidence,
-    MaxLengthEvidence,
-    MaxNewTokensEvidence,
-    Result,
-    SequenceStop,
-    StopStringEvidence,
-    UnknownEvidence,
-    layout,
-)
+from genrun.schemas import GenerationStop, Result, layout
+from genrun.schemas.stop import describe_stop
 
 from ._output import print_json, stderr_console
 
@@ -95,22 +85,5 @@ def _stops(snapshot_dir: Path) -> tuple:
 def _describe_row(seq) -> str:
     """`sequence 0: eos (id 2) after 13 tokens`, or for a pipeline `pipeline call 0: completed after 10 of 10 steps`."""
     if seq.steps_planned is not None:
-        return f"pipeline call {seq.index}: {_describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
-    return f"sequence {seq.index}: {_describe_stop(seq)} after {seq.generated:,} tokens"
-
-
-def _describe_stop(seq: SequenceStop) -> str:
-    evidence = seq.evidence
-    if isinstance(evidence, EosEvidence):
-        return f"eos (id {evidence.eos_token_id})"
-    if isinstance(evidence, StopStringEvidence):
-        return f"stop_string {evidence.stop_string!r}"
-    if isinstance(evidence, MaxNewTokensEvidence | MaxLengthEvidence):
-        return f"{seq.reason} (limit {evidence.limit}{', ' + evidence.source if evidence.source else ''})"
-    if seq.reason == "exception" and seq.exception is not None:
-        return f"exception {seq.exception.type}"
-    if isinstance(evidence, InterruptedEvidence):
-        return f"interrupted ({evidence.signal})"
-    if isinstance(evidence, UnknownEvidence) and evidence.custom_criteria:
-        return f"unknown (custom criteria fired: {', '.join(evidence.custom_criteria)})"
-    return seq.reason
+        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
+    return f"sequence {seq.index}: {describe_stop(seq)} after {seq.generated:,} tokens"
