@@ -188,7 +188,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     loaded["generation_configs"] = _read_generation_configs(root, files, problems)
     loaded["pipeline_call"] = _read_model(root, layout.PIPELINE_CALL, PipelineCallBeforeCall, files, problems)
     if layout.PROGRESS in files:
-        loaded["progress"] = _read_progress(root, problems)
+        loaded["progress"] = _read_progress(root, files, problems)
     if layout.TOKEN_IDS in files:
         loaded["token_ids"] = _read_token_ids(root, problems)
     loaded["token_summary"] = _read_model(root, layout.TOKEN_IDS_SUMMARY, GeneratedTokenIds, files, problems)
@@ -298,7 +298,7 @@ def _read_generation_configs(
     return tuple(c for c in configs if c is not None)
 
 
-def _read_progress(root: Path, problems: dict[str, str]) -> ProgressLog | None:
+def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> ProgressLog | None:
     data = _read(root, layout.PROGRESS, problems)
     if data is None:
         return None
@@ -312,6 +312,9 @@ def _read_progress(root: Path, problems: dict[str, str]) -> ProgressLog | None:
             shown = tail[:60].decode("utf-8", "replace") + ("…" if len(tail) > 60 else "")
             truncated = f"line {len(complete) + 1} is cut off after {len(tail)} bytes (no newline): {shown!r}"
         events += tail_events
+    start = next((e for e in events if e.event == "start"), None)
+    if start is not None and start.schema_version > layout.FORMAT_VERSION:
+        problems[layout.PROGRESS] = layout.newer_format_message(start.schema_version, _recorded_genrun_version(root, files))
     return ProgressLog(events=tuple(events), lines=len(complete) + (1 if tail.strip() else 0), invalid_lines=tuple(invalid), truncated_tail=truncated)
 
 

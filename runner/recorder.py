@@ -17,7 +17,7 @@ from typing import Protocol
 
 import orjson
 
-from genrun.schemas import EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
+from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
 from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
@@ -99,6 +99,7 @@ class ProgressRecorder:
                 unit=self.unit,
                 planned_units=planned_units,
                 rows=rows,
+                schema_version=FORMAT_VERSION,
                 **self._common(now),
             )
         )

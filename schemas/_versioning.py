@@ -18,7 +18,7 @@ FORMAT_VERSION = 2
 
 FORMAT_HISTORY: Mapping[int, str] = MappingProxyType({
     1: "genrun 0.1.0: first release",
-    2: "genrun 0.2.0: `generation-stop.json` evidence typed per stop reason",
+    2: "genrun 0.2.0: `generation-stop.json` evidence typed per stop reason; `schema_version` in the progress `start` event",
 })
 """Format -> the genrun release that first wrote it, and what changed."""
 

@@ -40,6 +40,8 @@ class StartEvent(_Event):
     """Units the budget allows (`None` when unknown)."""
     rows: int | None
     """Rows decoded in parallel."""
+    schema_version: int = 1
+    """Snapshot format of the stream (absent in format 1, genrun 0.1.0); a reader refuses a newer one."""
 
 
 class FirstTokenEvent(_Event):

@@ -141,6 +141,17 @@ def test_verify_and_report_refuse_a_newer_snapshot_clearly(tmp_path: Path, capsy
     assert code == 0 and f"{layout.STOP}: {expected}" in report["notes"]
 
 
+def test_a_newer_progress_stream_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = _writable_copy(LM, tmp_path)
+    lines = (copy / layout.PROGRESS).read_bytes().splitlines(keepends=True)
+    lines[0] = orjson.dumps(orjson.loads(lines[0]) | {"schema_version": 99}) + b"\n"
+    (copy / layout.PROGRESS).write_bytes(b"".join(lines))
+    code, verified = _cli_json(capsys, "verify", copy)
+    artifacts = next(f for f in verified["findings"] if f["name"] == "artifacts_valid")
+    assert code != 0 and artifacts["evidence"]["problems"] == {
+        layout.PROGRESS: f"written by genrun 0.1.0 (format 99); this genrun reads up to {FORMAT_VERSION}: upgrade"}
+
+
 def test_execute_refuses_a_plan_from_a_newer_genrun(tmp_path: Path, tiny_lm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     snapshot = plan_request(write_request(tmp_path, tiny_request(tiny_lm)), store=tmp_path / "store")
     _bump(snapshot / layout.MODEL, schema_version=99)
