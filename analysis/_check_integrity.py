@@ -7,10 +7,7 @@ from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 
 INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
-_EXECUTION_FILES = (layout.GENERATION_CONFIG, layout.PIPELINE_CALL, layout.PROGRESS, layout.TOKEN_IDS, layout.TOKEN_IDS_SUMMARY,
-                    layout.STOP, layout.RESULT)
-_ARTIFACTS = (layout.REQUEST, layout.ENVIRONMENT, layout.CODE, layout.MODEL, layout.TOKEN_BUDGET, layout.FROZEN_MANIFEST,
-              *_EXECUTION_FILES, layout.MANIFEST)
+_ARTIFACTS = (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST)
 
 
 def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
@@ -34,7 +31,7 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
     if not has_result:
         message = INCOMPLETE
         if snap.progress is None:
-            present = [f for f in _EXECUTION_FILES if f in snap.files]
+            present = [f for f in layout.EXECUTION_FILES if f in snap.files]
             if present:
                 message += f"; no progress.ndjson: it died before generation started (execution files present: {', '.join(present)})"
             else:
@@ -58,8 +55,7 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
 def check_artifacts_valid(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Every artifact present parses with its schema model (one pydantic model per file)."""
     name = "artifacts_valid"
-    present = [f for f in snap.files if f in _ARTIFACTS or f.startswith(layout.REQUEST_SOURCE_PREFIX)
-               or f.startswith("generation-config.before-generate.")]
+    present = [f for f in snap.files if f in _ARTIFACTS or layout.is_request_source(f) or layout.generation_config_call_index(f) is not None]
     examined = Examined(files=len(present))
     problems = {f: why for f, why in snap.problems.items()}
     if problems:
@@ -107,11 +103,16 @@ def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
     if snap.frozen_manifest is None:
         why = snap.problems.get(layout.FROZEN_MANIFEST, "missing")
         return Finding(name=name, status="FAIL", message=f"frozen-sha256.txt cannot be used: {why}", examined=Examined(files=1))
-    expected = set(layout.FROZEN_FILES) | ({snap.request_source_name} if snap.request_source_name else set())
     frozen = snap.frozen_manifest
-    not_frozen = sorted(expected - set(frozen))
-    gone = sorted(rel for rel in frozen if rel not in snap.files)
-    changed = sorted(rel for rel, digest in frozen.items() if rel in snap.files and snap.files[rel].sha256 not in (None, digest))
+
+    def digest_of(rel: str) -> str | None:
+        fact = snap.files.get(rel)
+        if fact is None:
+            return None
+        return fact.sha256 or frozen[rel]  # loaded without hashing: cannot tell, so not reported as changed
+
+    found = layout.check_frozen(frozen, [snap.request_source_name] if snap.request_source_name else [], digest_of)
+    not_frozen, gone, changed = list(found.not_frozen), list(found.missing), list(found.changed)
     problems = []
     if snap.request_source_name is None:
         problems.append("no request.source.<ext> (the request bytes as given) in the snapshot")

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop
+from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop, layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
@@ -53,7 +53,7 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
         if has_eos or not is_suspicious_count(count):
             continue
         explanation = _request_limit_explains(snap, stop, count)
-        evidence[f"sequence_{row.index}"] = {"count": count, "reason": stop.reason, "explained_by_request": explanation is not None}
+        evidence[layout.sequence_name(row.index)] = {"count": count, "reason": stop.reason, "explained_by_request": explanation is not None}
         if explanation is not None:
             notes.append(f"sequence {row.index}: {count} tokens is {_kind(count)} without EOS, but it is {explanation}")
         else:
@@ -134,7 +134,7 @@ def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
                     "fits_context": budget.fits_context}
         if budget.domain is not None:
             estimate["domain"] = budget.domain.model_dump(mode="json")
-    evidence: dict[str, Any] = {"budget_estimate": estimate, "cut": {f"sequence_{s.index}": {
+    evidence: dict[str, Any] = {"budget_estimate": estimate, "cut": {layout.sequence_name(s.index): {
         "reason": s.reason, "generated": s.generated, "max_new_tokens": s.max_new_tokens, "max_length": s.max_length,
         "prompt_length": s.prompt_length} for s in cut}}
     examined = Examined(files=2)
@@ -178,7 +178,7 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     recorded = snap.result.produced_seconds
     requested = units.requested_seconds
     evidence = {"requested_seconds": requested, "produced_seconds": recorded, "computed_seconds": computed,
-                "frames": {f"sequence_{i}": f for i, f in frames.items()}, "per_second": per_second, "tokens_per_frame": tokens_per_frame}
+                "frames": {layout.sequence_name(i): f for i, f in frames.items()}, "per_second": per_second, "tokens_per_frame": tokens_per_frame}
     examined = Examined(files=2, token_ids=total_ids(snap))
     if recorded is None or abs(recorded - computed) > 1.0 / per_second:
         return Finding(name=name, status="FAIL", message=f"result.json produced_seconds {recorded} != {computed:.3f} s from the saved ids "

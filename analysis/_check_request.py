@@ -1,7 +1,5 @@
 """Request checks: the source re-parses to the frozen request, and its limits reached generate."""
 
-import json
-import tomllib
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,7 +11,6 @@ from ._diffing import ABSENT, Change, diff_values, same_json, short_value
 from ._finding import Examined, Finding, skip, worst
 from ._load import Snapshot
 
-LIBRARY_DEFAULT_NEW_TOKENS = 20  # transformers 5.x: max_length = prompt + 20 when nothing is set
 _LENGTH_KEYS = ("max_new_tokens", "max_length")
 _LISTY_KEYS = {"eos_token_id", "stop_strings"}  # generate accepts a scalar or a list; the effective config keeps a list
 
@@ -51,13 +48,12 @@ def check_request_round_trip(snap: Snapshot, ctx: CheckContext) -> Finding:
 
 
 def _parse_source(file_name: str, data: bytes) -> dict[str, Any] | str:
-    """The source as a dict, or why it does not parse."""
+    """The source as a dict (the format module's decoding, shared with the runner), or why it does not parse."""
+    fmt = file_name.removeprefix(layout.REQUEST_SOURCE_PREFIX + ".")
     try:
-        text = data.decode("utf-8")
-        parsed = tomllib.loads(text) if file_name.endswith(".toml") else json.loads(text)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        return layout.decode_request_source(data, fmt, file_name)
+    except layout.RequestSourceError as exc:
         return str(exc)
-    return parsed if isinstance(parsed, dict) else f"top level is {type(parsed).__name__}, not a table"
 
 
 def _source_leaf_changes(source: Any, normalised: Any, path: str = "") -> list[Change]:
@@ -136,11 +132,11 @@ def _derivation_problems(cfg: GenerationConfigBeforeGenerate) -> list[str]:
     if isinstance(new, int) and length != cfg.prompt_length + new:
         return [f"call {cfg.call_index}: effective max_length {length} != prompt_length {cfg.prompt_length} + max_new_tokens {new}"]
     if new is None and cfg.limit_sources.get("max_length") == "library_default" and isinstance(length, int):
-        expected = cfg.prompt_length + LIBRARY_DEFAULT_NEW_TOKENS
+        expected = cfg.prompt_length + layout.LIBRARY_DEFAULT_NEW_TOKENS
         if cfg.context_limit is not None:
             expected = min(expected, cfg.context_limit)
         if length != expected:
-            return [f"call {cfg.call_index}: library-default max_length {length} != prompt {cfg.prompt_length} + 20 "
+            return [f"call {cfg.call_index}: library-default max_length {length} != prompt {cfg.prompt_length} + {layout.LIBRARY_DEFAULT_NEW_TOKENS} "
                     f"(capped at the context) = {expected}"]
     return []
 

@@ -3,7 +3,7 @@
 from array import array
 from typing import Any
 
-from genrun.schemas import SequenceStop, layout
+from genrun.schemas import MaxTimeEvidence, SequenceStop, StopStringEvidence, layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, Status, skip, worst
@@ -12,7 +12,6 @@ from ._rows import Row, eos_positions, rows_of, total_ids, units_of
 from ._tokenizer import DecoderUnavailable, TextDecoder
 
 DIFFUSION_SKIP = "the run counted steps (a diffusion pipeline or another step-counting backend): no token ids (outputs are checked through the manifest and diffusion_steps)"
-LAST_IDS_KEPT = 64
 
 
 def _no_ids_reason(snap: Snapshot) -> Finding | None:
@@ -49,7 +48,7 @@ def check_token_counts(snap: Snapshot, ctx: CheckContext) -> Finding:
         if row.ids is not None:
             counts[row.index] = len(row.ids)
     total = sum(counts.values())
-    evidence: dict[str, Any] = {"per_sequence": {f"sequence_{i}": c for i, c in counts.items()}, "total_tokens": total}
+    evidence: dict[str, Any] = {"per_sequence": {layout.sequence_name(i): c for i, c in counts.items()}, "total_tokens": total}
     if snap.result is not None:
         evidence["result_generated_tokens"] = snap.result.generated_tokens
         evidence["result_generated"] = snap.result.generated
@@ -86,7 +85,7 @@ def _decoding_steps(snap: Snapshot, counts: dict[int, int]) -> int:
 
 
 def check_token_summary(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """`generated-token-ids.json` describes the saved ids: last 64 ids, EOS positions, EOS set and prompt length."""
+    """`generated-token-ids.json` describes the saved ids: last `LAST_IDS_KEPT` ids, EOS positions, EOS set and prompt length."""
     name = "token_summary"
     if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
@@ -103,7 +102,7 @@ def check_token_summary(snap: Snapshot, ctx: CheckContext) -> Finding:
     for row in rows_of(snap):
         if row.ids is None or row.summary is None:
             continue
-        tail = row.ids[-LAST_IDS_KEPT:].tolist()
+        tail = row.ids[-layout.LAST_IDS_KEPT:].tolist()
         if list(row.summary.last_ids) != tail:
             problems.append(f"sequence {row.index}: last_ids differ from the last {len(tail)} saved ids")
         found = eos_positions(row.ids, eos)
@@ -130,8 +129,8 @@ def check_stop_reasons(snap: Snapshot, ctx: CheckContext) -> Finding:
     verdicts.append(_judge_status(snap))
     status = worst(v[0] for v in verdicts)
     notes = [v[1] for v in verdicts if v[1]]
-    evidence = {f"sequence_{s.index}": {"reason": s.reason, "generated": s.generated, "last_token_id": s.last_token_id,
-                                        "fired": list(s.fired), "evidence": s.evidence} for s in snap.stop.sequences}
+    evidence = {layout.sequence_name(s.index): {"reason": s.reason, "generated": s.generated, "last_token_id": s.last_token_id,
+                                        "fired": list(s.fired), "evidence": s.evidence.model_dump(mode="json")} for s in snap.stop.sequences}
     if snap.result is not None:
         evidence["result_status"] = snap.result.status
     examined = Examined(files=3, token_ids=total_ids(snap))
@@ -176,7 +175,7 @@ def _judge_stop(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: 
     if stop.reason == "stop_string":
         return _judge_stop_string(stop, ids, decoder, where)
     if stop.reason == "max_time":
-        limit = stop.evidence.get("max_time")
+        limit = stop.evidence.max_time if isinstance(stop.evidence, MaxTimeEvidence) else None
         elapsed = snap.progress.last.t if snap.progress and snap.progress.last else None
         if isinstance(limit, (int, float)) and elapsed is not None and elapsed < limit:
             return "FAIL", f"{where}: the run lasted {elapsed:.3f} s, less than max_time {limit} s"
@@ -187,7 +186,7 @@ def _judge_stop(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: 
 
 
 def _judge_stop_string(stop: SequenceStop, ids: array, decoder: TextDecoder | DecoderUnavailable, where: str) -> tuple[Status, str]:
-    string = stop.evidence.get("stop_string")
+    string = stop.evidence.stop_string if isinstance(stop.evidence, StopStringEvidence) else None
     if not isinstance(string, str):
         return "FAIL", f"{where}: evidence does not name the stop string"
     if isinstance(decoder, DecoderUnavailable):
@@ -265,7 +264,7 @@ def check_saved_text(snap: Snapshot, ctx: CheckContext) -> Finding:
 
 
 def _output_file_problems(snap: Snapshot, row: Row) -> list[str]:
-    path = f"{layout.OUTPUTS_DIR}/sequence_{row.index}.txt"
+    path = layout.sequence_text_path(row.index)
     data = snap.outputs.get(path)
     if data is None or row.summary is None or row.summary.text is None:
         return []

@@ -7,7 +7,6 @@ the reason in `Snapshot.problems`, so that a damaged or killed snapshot is repor
 """
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from genrun.schemas import (
     PipelineCallBeforeCall,
     Request,
     Result,
+    NewerFormat,
     TokenBudget,
     layout,
 )
@@ -39,8 +39,6 @@ from genrun.schemas.digests import manifest_candidates, parse_sha256sum, sha256_
 
 _M = TypeVar("_M", bound=BaseModel)
 _EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
-_SEQUENCE_TENSOR = re.compile(r"^sequence_(\d+)$")
-_EXTRA_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
 
 
 class SnapshotNotFound(ValueError):
@@ -146,12 +144,17 @@ class Snapshot:
         return layout.PIPELINE_CALL in self.files
 
     @property
-    def is_sealed(self) -> bool:
-        """Complete: `manifest-sha256.txt` exists."""
-        return layout.MANIFEST in self.files
+    def state(self) -> layout.SnapshotState:
+        """planned / running / incomplete / sealed, from the files present (the format module's one rule)."""
+        return layout.snapshot_state(self.files)
 
     @property
-    def unit(self) -> str:
+    def is_sealed(self) -> bool:
+        """Complete: `manifest-sha256.txt` exists."""
+        return self.state is layout.SnapshotState.SEALED
+
+    @property
+    def unit(self) -> layout.Unit:
         """`token`, `frame` or `step`: as recorded, else the request's `[units]`, else `token`."""
         if (unit := self.recorded_unit) is not None:
             return unit
@@ -195,7 +198,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     loaded["generation_configs"] = _read_generation_configs(root, files, problems)
     loaded["pipeline_call"] = _read_model(root, layout.PIPELINE_CALL, PipelineCallBeforeCall, files, problems)
     if layout.PROGRESS in files:
-        loaded["progress"] = _read_progress(root, problems)
+        loaded["progress"] = _read_progress(root, files, problems)
     if layout.TOKEN_IDS in files:
         loaded["token_ids"] = _read_token_ids(root, problems)
     loaded["token_summary"] = _read_model(root, layout.TOKEN_IDS_SUMMARY, GeneratedTokenIds, files, problems)
@@ -225,7 +228,7 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
 
 
 def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
-    names = sorted(n for n in files if n.startswith(layout.REQUEST_SOURCE_PREFIX + "."))
+    names = sorted(n for n in files if layout.is_request_source(n))
     return names[0] if names else None
 
 
@@ -262,7 +265,16 @@ def _validate(model: type[_M], data: Any, rel: str, problems: dict[str, str]) ->
 
 
 def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileFact], problems: dict[str, str]) -> _M | None:
-    return _validate(model, _read_json(root, rel, files, problems), rel, problems)
+    try:
+        return _validate(model, _read_json(root, rel, files, problems), rel, problems)
+    except NewerFormat as exc:  # never guess at a newer layout: say which genrun can read it
+        problems[rel] = layout.newer_format_message(exc.version, exc.written_by or _recorded_genrun_version(root, files))
+        return None
+
+
+def _recorded_genrun_version(root: Path, files: Mapping[str, FileFact]) -> str | None:
+    """`genrun_version` as `environment.json` records it, read as plain JSON (its own format may be newer)."""
+    return layout.recorded_genrun_version(_read_json(root, layout.ENVIRONMENT, files, {}))
 
 
 def _short_validation_error(exc: ValidationError) -> str:
@@ -290,14 +302,13 @@ def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapp
 def _read_generation_configs(
     root: Path, files: Mapping[str, FileFact], problems: dict[str, str]
 ) -> tuple[GenerationConfigBeforeGenerate, ...]:
-    names = [layout.GENERATION_CONFIG] if layout.GENERATION_CONFIG in files else []
-    extra = sorted((int(m.group(1)), n) for n in files if (m := _EXTRA_CONFIG.match(n)))
-    names += [n for _, n in extra]
+    indexed = ((layout.generation_config_call_index(n), n) for n in files)
+    names = [n for _, n in sorted((i, n) for i, n in indexed if i is not None)]
     configs = (_read_model(root, n, GenerationConfigBeforeGenerate, files, problems) for n in names)
     return tuple(c for c in configs if c is not None)
 
 
-def _read_progress(root: Path, problems: dict[str, str]) -> ProgressLog | None:
+def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> ProgressLog | None:
     data = _read(root, layout.PROGRESS, problems)
     if data is None:
         return None
@@ -311,6 +322,9 @@ def _read_progress(root: Path, problems: dict[str, str]) -> ProgressLog | None:
             shown = tail[:60].decode("utf-8", "replace") + ("…" if len(tail) > 60 else "")
             truncated = f"line {len(complete) + 1} is cut off after {len(tail)} bytes (no newline): {shown!r}"
         events += tail_events
+    start = next((e for e in events if e.event == "start"), None)
+    if start is not None and start.schema_version > layout.FORMAT_VERSION:
+        problems[layout.PROGRESS] = layout.newer_format_message(start.schema_version, _recorded_genrun_version(root, files))
     return ProgressLog(events=tuple(events), lines=len(complete) + (1 if tail.strip() else 0), invalid_lines=tuple(invalid), truncated_tail=truncated)
 
 
@@ -344,11 +358,11 @@ def _read_token_ids(root: Path, problems: dict[str, str]) -> Mapping[int, array]
         return None
     rows: dict[int, array] = {}
     for name, values in tensors.items():
-        match = _SEQUENCE_TENSOR.match(name)
-        if match is None:
-            problems[layout.TOKEN_IDS] = f"tensor {name!r} is not named 'sequence_<i>'"
+        index = layout.sequence_index(name)
+        if index is None:
+            problems[layout.TOKEN_IDS] = f"tensor {name!r} is not named {layout.sequence_name(0)!r}, {layout.sequence_name(1)!r}, ..."
             return None
-        rows[int(match.group(1))] = values
+        rows[index] = values
     return MappingProxyType(dict(sorted(rows.items())))
 
 

@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from genrun.schemas import PipelineCallBeforeCall, StopEvidence
+
 from .report import Report
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -23,8 +25,8 @@ def render_report(report: Report, console: Console) -> None:
     console.print(_request_table(report))
     if report.limits:
         console.print(_limits_table(report))
-    if report.pipeline:
-        console.print(_kv_table("Pipeline call (as made)", list(report.pipeline.items())))
+    if report.pipeline is not None:
+        console.print(_kv_table("Pipeline call (as made)", _pipeline_rows(report.pipeline)))
     if report.sequences:
         console.print(_stops_table(report))
     console.print(_timings_line(report))
@@ -42,20 +44,33 @@ def _kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
+_PIPELINE_SHOWN = ("pipeline_class", "scheduler_class", "num_inference_steps", "num_inference_steps_source", "timesteps_planned",
+                   "guidance_scale", "height", "width", "num_frames", "duration_s", "seed", "step_observation")
+
+
+def _pipeline_rows(call: PipelineCallBeforeCall) -> list[tuple[str, Any]]:
+    found = call.model_dump(mode="json", include=set(_PIPELINE_SHOWN))
+    return [(k, v) for k, v in found.items() if v is not None]
+
+
 def _request_table(report: Report) -> Table:
-    rows = [(k, v) for k, v in report.request.items() if k != "input"]
-    shown = report.request.get("input")
-    if isinstance(shown, str):
-        rows.insert(1, ("input", _cut(shown, 160)))
-    elif isinstance(shown, list):
-        rows.insert(1, ("input", f"{len(shown)} prompts/messages; first: {_cut(str(shown[0]), 120)}" if shown else "(none)"))
+    request = report.request
+    rows: list[tuple[str, Any]] = []
+    if request is not None:
+        essentials = request.model_dump(mode="json", exclude={"input"}, exclude_none=True)
+        rows = list(essentials.items())
+        shown = request.input
+        if isinstance(shown, str):
+            rows.insert(1, ("input", _cut(shown, 160)))
+        else:
+            rows.insert(1, ("input", f"{len(shown)} prompts/messages; first: {_cut(str(shown[0]), 120)}" if shown else "(none)"))
     identity = report.identity
-    if identity.get("model_digest"):
-        rows.append(("model digest", f"{identity['model_digest'][:16]}…  {identity.get('model_path', '')}"))
-    if identity.get("packages"):
-        rows.append(("packages", ", ".join(f"{k} {v}" for k, v in identity["packages"].items() if v)))
-    if identity.get("host"):
-        rows.append(("host", identity["host"] + (f"; {identity['cuda']}" if identity.get("cuda") else "")))
+    if identity.model_digest:
+        rows.append(("model digest", f"{identity.model_digest[:16]}…  {identity.model_path or ''}"))
+    if identity.packages:
+        rows.append(("packages", ", ".join(f"{k} {v}" for k, v in identity.packages.items() if v)))
+    if identity.host:
+        rows.append(("host", identity.host + (f"; {identity.cuda}" if identity.cuda else "")))
     return _kv_table("Request", rows)
 
 
@@ -79,7 +94,7 @@ def _stops_table(report: Report) -> Table:
     for s in report.sequences:
         last = s.last_tokens[-1].token if s.last_tokens and s.last_tokens[-1].token else None
         last_id = "—" if s.last_token_id is None else f"{s.last_token_id}" + (f" {last!r}" if last else "")
-        evidence = ", ".join(f"{k}={_fmt(v)}" for k, v in s.evidence.items())
+        evidence = ", ".join(f"{k}={_fmt(v)}" for k, v in _evidence_facts(s.evidence).items())
         if s.fired:
             evidence = f"fired {', '.join(s.fired)}" + (f"; {evidence}" if evidence else "")
         if s.exception:
@@ -91,41 +106,48 @@ def _stops_table(report: Report) -> Table:
     return table
 
 
+def _evidence_facts(evidence: StopEvidence | None) -> dict[str, Any]:
+    """The evidence's facts, diffusion steps inlined, empty ones left out (the reason is its own column)."""
+    if evidence is None:
+        return {}
+    facts = evidence.model_dump(mode="json", exclude={"reason"})
+    facts |= facts.pop("steps", None) or {}
+    return {k: v for k, v in facts.items() if v not in (None, [], {})}
+
+
 def _timings_line(report: Report) -> Text:
     t = report.timings
-    parts = [f"{label} {_seconds(t.get(key))}" for key, label in
-             (("load_s", "load"), ("first_token_s", "first token"), ("decode_s", "decode"), ("total_s", "total"))]
-    rate = t.get("units_per_s")
+    parts = [f"{label} {_seconds(value)}" for value, label in
+             ((t.load_s, "load"), (t.first_token_s, "first token"), (t.decode_s, "decode"), (t.total_s, "total"))]
+    rate = t.units_per_s
     if rate:
         parts.append(f"{rate:,.1f} {report.unit}s/s")
     return Text("Timings: " + " · ".join(parts))
 
 
 def _budget_table(report: Report) -> Table:
-    b = report.budget
+    b, plan = report.budget, report.budget.plan
     rows: list[tuple[str, Any]] = []
-    if "requested_units" in b:
-        used = b.get("used_fraction")
-        rows.append((f"{b.get('units', report.unit)}s",
-                     f"{b.get('generated_max', '—')} of {b['requested_units']} requested (from {b.get('requested_units_source')})"
-                     + (f" = {used:.0%}" if used is not None else "")))
-        if b.get("effective_max_length") is not None:
-            rows.append(("length", f"max {b['effective_max_length']} of context {b.get('context_limit')} (fits: {b.get('fits_context')})"))
-        rows.append(("memory", f"estimate {_bytes(b.get('required_bytes'))} (weights {_bytes(b.get('weight_bytes'))}, KV at budget "
-                               f"{_bytes(b.get('kv_bytes_at_budget'))}); free at plan {_bytes(b.get('device_memory_free_bytes'))} "
-                               f"(fits: {b.get('fits_memory')}){' FORCED' if b.get('forced') else ''}"))
-    elif "generated_max" in b:
-        rows.append((f"{report.unit}s", str(b["generated_max"])))
-    if b.get("peak_rss_bytes") or b.get("peak_cuda_allocated_bytes"):
-        rows.append(("peak", f"RSS {_bytes(b.get('peak_rss_bytes'))}" + (
-            f", CUDA allocated {_bytes(b['peak_cuda_allocated_bytes'])}" if b.get("peak_cuda_allocated_bytes") else "")))
-    if b.get("requested_seconds"):
-        rows.append(("duration", f"{b.get('produced_seconds')} s produced of {b['requested_seconds']} s requested"))
+    if plan is not None:
+        generated = "—" if b.generated_max is None else b.generated_max
+        rows.append((f"{plan.units}s", f"{generated} of {plan.requested_units} requested (from {plan.requested_units_source})"
+                     + (f" = {b.used_fraction:.0%}" if b.used_fraction is not None else "")))
+        if plan.effective_max_length is not None:
+            rows.append(("length", f"max {plan.effective_max_length} of context {plan.context_limit} (fits: {plan.fits_context})"))
+        rows.append(("memory", f"estimate {_bytes(plan.required_bytes)} (weights {_bytes(plan.weight_bytes)}, KV at budget "
+                               f"{_bytes(plan.kv_bytes_at_budget)}); free at plan {_bytes(plan.device_memory_free_bytes)} "
+                               f"(fits: {plan.fits_memory}){' FORCED' if plan.forced else ''}"))
+    elif b.generated_max is not None:
+        rows.append((f"{report.unit}s", str(b.generated_max)))
+    if b.peak_rss_bytes or b.peak_cuda_allocated_bytes:
+        rows.append(("peak", f"RSS {_bytes(b.peak_rss_bytes)}" + (
+            f", CUDA allocated {_bytes(b.peak_cuda_allocated_bytes)}" if b.peak_cuda_allocated_bytes else "")))
+    if b.requested_seconds:
+        rows.append(("duration", f"{b.produced_seconds} s produced of {b.requested_seconds} s requested"))
     if report.outputs:
         rows.append(("outputs", ", ".join(report.outputs)))
-    if b.get("domain"):
-        d = b["domain"]
-        rows.append(("domain", ", ".join(f"{k}={v}" for k, v in d.items() if v is not None)))
+    if plan is not None and plan.domain is not None:
+        rows.append(("domain", ", ".join(f"{k}={v}" for k, v in plan.domain.model_dump(mode="json").items() if v is not None)))
     return _kv_table("Budget vs actual", rows)
 
 

@@ -2,17 +2,30 @@
 model identities, stop reasons, counts, and the first diverging token of each sequence."""
 
 from array import array
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import CodeSet, layout
+from genrun.schemas import CodeIdentity, CodeSet, GenerationConfigBeforeGenerate, Result, Versioned, layout
 
 from ._diffing import Change, diff_values
 from ._load import Snapshot, read_snapshot
 
-_RESULT_FIELDS = ("status", "exit_code", "unit", "generated", "generated_tokens", "produced_seconds", "requested_seconds", "forced")
+NOT_COMPARED: Mapping[type[BaseModel], Mapping[str, str]] = MappingProxyType({
+    Versioned: MappingProxyType({"schema_version": "every artifact is migrated to the current format on load"}),
+    Result: MappingProxyType({
+        "timings": "wall-clock: differs on every run",
+        "peak_memory": "measured: differs on every run",
+        "units_per_s": "a rate over wall-clock time",
+        "execution_identity": "the code, model and plan digests are compared in their own sections",
+        "outputs": "compared by content in `outputs`",
+    }),
+    GenerationConfigBeforeGenerate: MappingProxyType({"call_index": "the section key (`call_<i>`)"}),
+})
+"""Model -> fields `diff` leaves out on purpose, and why. Every other field, including any added later, is compared."""
 
 
 class _Model(BaseModel):
@@ -97,7 +110,7 @@ def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
         a=str(a.path), b=str(b.path),
         request=_changes(a.request_json, b.request_json),
         effective_config=_changes(_configs(a), _configs(b)),
-        environment=_changes(_dump(a.environment), _dump(b.environment)),
+        environment=model_changes(a.environment, b.environment),
         code=_code_changes(a, b),
         model=_fileset(a.model.digest if a.model else None, b.model.digest if b.model else None,
                        _files_of(a.model.files if a.model else ()), _files_of(b.model.files if b.model else ())),
@@ -111,23 +124,35 @@ def _changes(a: Any, b: Any) -> tuple[FieldChange, ...]:
     return tuple(FieldChange(**c.as_json()) for c in diff_values(a if a is not None else {}, b if b is not None else {}))
 
 
-def _dump(model: BaseModel | None) -> dict[str, Any]:
-    return model.model_dump(mode="json") if model is not None else {}
+def compared_fields(model_type: type[BaseModel]) -> tuple[str, ...]:
+    """The model's fields minus the `NOT_COMPARED` ones of it and its bases, in declaration order."""
+    skipped = {name for base in model_type.__mro__ for name in NOT_COMPARED.get(base, {})}
+    return tuple(name for name in model_type.model_fields if name not in skipped)
+
+
+def comparable(model: BaseModel | None) -> dict[str, Any]:
+    """A model as JSON, field by field (its `compared_fields`); `{}` for a missing one."""
+    if model is None:
+        return {}
+    return model.model_dump(mode="json", include=set(compared_fields(type(model))))
+
+
+def model_changes(a: BaseModel | None, b: BaseModel | None) -> tuple[FieldChange, ...]:
+    """Every compared field (nested values leaf by leaf) that differs between two models of an artifact."""
+    return _changes(comparable(a), comparable(b))
 
 
 def _configs(snap: Snapshot) -> dict[str, Any]:
-    keep = ("model_class", "overrides", "effective", "limit_sources", "eos_token_ids", "pad_token_id", "pad_defaulted_to_eos",
-            "prompt_length", "batch_rows", "context_limit", "dtype", "device", "model_generation_config")
-    configs = {f"call_{c.call_index}": c.model_dump(mode="json", include=set(keep)) for c in snap.generation_configs}
+    configs = {f"call_{c.call_index}": comparable(c) for c in snap.generation_configs}
     if snap.pipeline_call is not None:
-        configs["pipeline_call"] = snap.pipeline_call.model_dump(mode="json")
+        configs["pipeline_call"] = comparable(snap.pipeline_call)
     return configs
 
 
 def _result_fields(snap: Snapshot) -> dict[str, Any]:
     if snap.result is None:
         return {"status": "no result (incomplete)"}
-    return snap.result.model_dump(mode="json", include=set(_RESULT_FIELDS))
+    return comparable(snap.result)
 
 
 def _files_of(files: Any) -> dict[str, str]:
@@ -142,7 +167,7 @@ def _fileset(digest_a: str | None, digest_b: str | None, a: dict[str, str], b: d
 
 def _code_changes(a: Snapshot, b: Snapshot) -> dict[str, FileSetChange]:
     found = {}
-    for name in ("genrun", "entrypoint", "remote_code"):
+    for name in compared_fields(CodeIdentity):
         set_a: CodeSet | None = getattr(a.code, name) if a.code else None
         set_b: CodeSet | None = getattr(b.code, name) if b.code else None
         change = _fileset(set_a.digest if set_a else None, set_b.digest if set_b else None,

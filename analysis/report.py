@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import GenerationConfigBeforeGenerate
+from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, StopEvidence, TokenBudget, UnitsSpec
+from genrun.schemas.layout import SnapshotState, Unit
 
 from ._check_integrity import INCOMPLETE
 from ._load import Snapshot, read_snapshot
@@ -52,7 +53,7 @@ class SequenceLine(_Model):
     generated: int
     last_token_id: int | None
     fired: tuple[str, ...]
-    evidence: dict[str, Any]
+    evidence: StopEvidence | None
     eos_positions: tuple[int, ...]
     """First EOS positions found in the saved ids (at most 8)."""
     last_tokens: tuple[TokenLine, ...]
@@ -60,6 +61,67 @@ class SequenceLine(_Model):
     """Decode (special tokens kept) of the last tokens."""
     steps_planned: int | None = None
     exception: str | None = None
+
+
+class RequestSummary(_Model):
+    """The request's essentials."""
+
+    name: str
+    model: str
+    """`[model] path`."""
+    backend: str
+    dtype: str
+    device: str
+    input: str | tuple[str, ...] | None
+    """The prompt, the prompts, or the messages as `role: content`; `None` when the request has no input."""
+    generation: dict[str, Any]
+    """`[generation]` as given (the library's own keyword arguments: open by contract)."""
+    seed: int
+    entrypoint: str | None = None
+    """`[entrypoint] callable`, when set."""
+    units: UnitsSpec | None = None
+    """`[units]`, for frame units only."""
+
+
+class IdentitySummary(_Model):
+    """What ran: model, code, packages, host."""
+
+    model_path: str | None = None
+    model_digest: str | None = None
+    weight_bytes: int | None = None
+    genrun_code_digest: str | None = None
+    packages: dict[str, str | None] = {}
+    """torch, transformers, diffusers, tokenizers."""
+    host: str | None = None
+    cuda: str | None = None
+    """Device names, when CUDA devices were visible."""
+    dtype: str | None = None
+    device: str | None = None
+
+
+class TimingsSummary(_Model):
+    """Phase timings, seconds: from result.json, else from the progress stream."""
+
+    load_s: float | None
+    first_token_s: float | None
+    decode_s: float | None
+    total_s: float | None
+    units_per_s: float | None
+
+
+class BudgetSummary(_Model):
+    """The plan-time estimate next to what happened."""
+
+    plan: TokenBudget | None
+    """`token-budget.json` as planned."""
+    generated_max: int | None = None
+    """Units of the longest row (from ids, stop records, or the last progress record of a killed run)."""
+    used_fraction: float | None = None
+    """`generated_max` / requested units."""
+    peak_rss_bytes: int | None = None
+    peak_cuda_allocated_bytes: int | None = None
+    produced_seconds: float | None = None
+    requested_seconds: float | None = None
 
 
 class Sample(_Model):
@@ -80,15 +142,17 @@ class Report(_Model):
 
     snapshot: str
     snapshot_id: str
+    state: SnapshotState
+    """planned / running / incomplete / sealed (from the files present)."""
     complete: bool
     """result.json and the manifest exist."""
     status: str | None
     """result.json status (`None` when the run ended without a result)."""
     headline: str
     """One sentence: how the run ended and why."""
-    request: dict[str, Any]
-    """Name, model, backend, dtype, device, input, `[generation]`, units."""
-    identity: dict[str, Any]
+    request: RequestSummary | None
+    """Name, model, backend, dtype, device, input, `[generation]`, units (`None` without a valid request.json)."""
+    identity: IdentitySummary
     """Model digest and path, genrun code digest, key package versions, device."""
     limits: tuple[LimitLine, ...]
     prompt_length: int | None
@@ -96,17 +160,17 @@ class Report(_Model):
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
     sequences: tuple[SequenceLine, ...]
-    unit: str
-    timings: dict[str, float | None]
-    """load_s, first_token_s, decode_s, total_s, units_per_s (from result.json, else from progress)."""
-    budget: dict[str, Any]
+    unit: Unit
+    timings: TimingsSummary
+    """From result.json, else from progress."""
+    budget: BudgetSummary
     """Plan estimate next to what happened."""
     samples: tuple[Sample, ...]
     """Progress records over time (throughput and memory), thinned evenly to at most 1,000."""
     progress_records: int
     """Progress records in the file (before thinning)."""
-    pipeline: dict[str, Any]
-    """Diffusers: pipeline and scheduler classes, steps, timesteps planned, guidance, size (empty for LMs)."""
+    pipeline: PipelineCallBeforeCall | None
+    """Diffusers: the pipeline call as made (`None` for LMs)."""
     outputs: tuple[str, ...]
     """Files under `outputs/` named by result.json."""
     last_progress_ids: tuple[TokenLine, ...]
@@ -131,14 +195,14 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
     configs = snap.generation_configs
     first = configs[0] if configs else None
     return Report(
-        snapshot=str(snap.path), snapshot_id=snap.id, complete=snap.result is not None and snap.is_sealed,
+        snapshot=str(snap.path), snapshot_id=snap.id, state=snap.state, complete=snap.result is not None and snap.is_sealed,
         status=snap.result.status if snap.result else None, headline=_headline(snap), request=_request_essentials(snap),
         identity=_identity(snap), limits=tuple(line for cfg in configs for line in _limit_lines(cfg)),
         prompt_length=first.prompt_length if first else None, context_limit=first.context_limit if first else None,
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
         sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
-        pipeline=_pipeline(snap), outputs=snap.result.outputs if snap.result else (),
+        pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (),
         **_last_progress_ids(snap, decoder),
     )
 
@@ -153,30 +217,29 @@ def _headline(snap: Snapshot) -> str:
     for s in stops:
         reasons[s.reason] = reasons.get(s.reason, 0) + 1
     why = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in reasons.items()) or "no stop record"
+    if not snap.is_sealed:  # a result without the seal is never a success
+        return f"{snap.state.value} (never sealed; result.json says {snap.result.status}): {snap.result.generated} {snap.result.unit}s; stopped by {why}"
     return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}"
 
 
-def _request_essentials(snap: Snapshot) -> dict[str, Any]:
+def _request_essentials(snap: Snapshot) -> RequestSummary | None:
     request = snap.request
     if request is None:
-        return {}
+        return None
     inputs = request.input
     if inputs.prompt is not None:
-        shown: Any = inputs.prompt
+        shown: str | tuple[str, ...] | None = inputs.prompt
     elif inputs.prompts is not None:
-        shown = list(inputs.prompts)
+        shown = tuple(inputs.prompts)
     else:
-        shown = [f"{m.role}: {m.content}" for m in inputs.messages or ()]
-    essentials = {"name": request.name, "model": request.model.path, "backend": request.model.backend, "dtype": request.model.dtype,
-                  "device": request.model.device, "input": shown, "generation": request.generation, "seed": request.seed}
-    if request.entrypoint is not None:
-        essentials["entrypoint"] = request.entrypoint.callable
-    if request.units.name == "frame":
-        essentials["units"] = request.units.model_dump(mode="json")
-    return essentials
+        shown = tuple(f"{m.role}: {m.content}" for m in inputs.messages) if inputs.messages else None
+    return RequestSummary(name=request.name, model=request.model.path, backend=request.model.backend, dtype=request.model.dtype,
+                          device=request.model.device, input=shown, generation=request.generation, seed=request.seed,
+                          entrypoint=request.entrypoint.callable if request.entrypoint else None,
+                          units=request.units if request.units.name == "frame" else None)
 
 
-def _identity(snap: Snapshot) -> dict[str, Any]:
+def _identity(snap: Snapshot) -> IdentitySummary:
     found: dict[str, Any] = {}
     if snap.model is not None:
         found.update(model_path=snap.model.resolved_path, model_digest=snap.model.digest, weight_bytes=snap.model.weight_bytes)
@@ -190,7 +253,7 @@ def _identity(snap: Snapshot) -> dict[str, Any]:
             found["cuda"] = ", ".join(d.name for d in env.cuda.devices)
     if snap.generation_configs:
         found["dtype"], found["device"] = snap.generation_configs[0].dtype, snap.generation_configs[0].device
-    return found
+    return IdentitySummary(**found)
 
 
 def _limit_lines(cfg: GenerationConfigBeforeGenerate) -> list[LimitLine]:
@@ -222,20 +285,10 @@ def _sequence_lines(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -
             index=row.index, call_index=stop.call_index if stop else 0, reason=stop.reason if stop else "not recorded",
             generated=stop.generated if stop else (len(row.ids) if row.ids is not None else 0),
             last_token_id=stop.last_token_id if stop else (tail[-1] if tail else None), fired=stop.fired if stop else (),
-            evidence=stop.evidence if stop else {}, eos_positions=positions, last_tokens=tokens, last_text=text,
+            evidence=stop.evidence if stop else None, eos_positions=positions, last_tokens=tokens, last_text=text,
             steps_planned=stop.steps_planned if stop else None,
             exception=f"{stop.exception.type}: {stop.exception.message}" if stop and stop.exception else None))
     return lines
-
-
-def _pipeline(snap: Snapshot) -> dict[str, Any]:
-    call = snap.pipeline_call
-    if call is None:
-        return {}
-    found = call.model_dump(mode="json", include={"pipeline_class", "scheduler_class", "num_inference_steps", "num_inference_steps_source",
-                                                  "timesteps_planned", "guidance_scale", "height", "width", "num_frames", "duration_s",
-                                                  "seed", "step_observation"})
-    return {k: v for k, v in found.items() if v is not None}
 
 
 def _last_progress_ids(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> dict[str, Any]:
@@ -247,30 +300,22 @@ def _last_progress_ids(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable
     return {"last_progress_ids": tokens, "last_progress_text": text}
 
 
-def _timings(snap: Snapshot) -> dict[str, float | None]:
+def _timings(snap: Snapshot) -> TimingsSummary:
     if snap.result is not None:
         t = snap.result.timings
-        return {"load_s": t.load_s, "first_token_s": t.first_token_s, "decode_s": t.decode_s, "total_s": t.total_s,
-                "units_per_s": snap.result.units_per_s}
+        return TimingsSummary(load_s=t.load_s, first_token_s=t.first_token_s, decode_s=t.decode_s, total_s=t.total_s,
+                              units_per_s=snap.result.units_per_s)
     events = snap.progress.events if snap.progress else ()
     start = next((e.t for e in events if e.event == "start"), None)
     first = next((e.t for e in events if e.event == "first_token"), None)
     last = events[-1].t if events else None
-    return {"load_s": None, "first_token_s": None if first is None or start is None else first - start,
-            "decode_s": None if first is None or last is None else last - first, "total_s": last, "units_per_s": None}
+    return TimingsSummary(load_s=None, first_token_s=None if first is None or start is None else first - start,
+                          decode_s=None if first is None or last is None else last - first, total_s=last, units_per_s=None)
 
 
-def _budget(snap: Snapshot) -> dict[str, Any]:
-    found: dict[str, Any] = {}
+def _budget(snap: Snapshot) -> BudgetSummary:
     budget = snap.budget
-    if budget is not None:
-        found.update(units=budget.units, requested_units=budget.requested_units, requested_units_source=budget.requested_units_source,
-                     prompt_tokens=budget.prompt_tokens, effective_max_length=budget.effective_max_length,
-                     context_limit=budget.context_limit, fits_context=budget.fits_context, kv_bytes_at_budget=budget.kv_bytes_at_budget,
-                     weight_bytes=budget.weight_bytes, required_bytes=budget.required_bytes,
-                     device_memory_free_bytes=budget.device_memory_free_bytes, fits_memory=budget.fits_memory, forced=budget.forced)
-        if budget.domain is not None:
-            found["domain"] = budget.domain.model_dump(mode="json")
+    found: dict[str, Any] = {}
     counts = [len(a) for a in snap.token_ids.values()] if snap.token_ids else [s.generated for s in (snap.stop.sequences if snap.stop else ())]
     if not counts and snap.progress is not None and snap.progress.last is not None:  # killed: the stream is the only count
         counts = [snap.progress.last.generated]
@@ -281,7 +326,7 @@ def _budget(snap: Snapshot) -> dict[str, Any]:
     if snap.result is not None:
         found.update(peak_rss_bytes=snap.result.peak_memory.rss_bytes, peak_cuda_allocated_bytes=snap.result.peak_memory.cuda_allocated_bytes,
                      produced_seconds=snap.result.produced_seconds, requested_seconds=snap.result.requested_seconds)
-    return found
+    return BudgetSummary(plan=budget, **found)
 
 
 def _samples(snap: Snapshot) -> list[Sample]:

@@ -24,7 +24,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
-from genrun.schemas import layout
+from genrun.schemas import NewerFormat, layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
 
@@ -117,6 +117,8 @@ def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allow
     """One record: parse it, check what it binds, then its signature. Every problem found is reported."""
     try:
         record = Signoff.model_validate_json(path.read_bytes())
+    except NewerFormat as exc:  # a newer genrun's sign-off: not damage, but not readable here either
+        return SignoffStatus(path.name, None, None, None, None, None, "invalid", f"record was {exc}")
     except (ValidationError, ValueError, OSError) as exc:
         reason = f"record does not parse as a Signoff ({_parse_error(exc)})"
         return SignoffStatus(path.name, None, None, None, None, None, "invalid", reason)

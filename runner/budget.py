@@ -6,12 +6,11 @@ weights are loaded, so a run that cannot fit is refused in seconds instead of fa
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from genrun.schemas import DomainEstimate, Request, TokenBudget
+from genrun.schemas import DomainEstimate, Request, TokenBudget, layout
 
 from .errors import BudgetRefused
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
-DEFAULT_MAX_LENGTH = 20  # transformers' GenerationConfig default: generate stops at prompt + 20
 
 
 class LengthLimit(NamedTuple):
@@ -39,7 +38,7 @@ def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: 
             if key == "max_new_tokens":
                 return LengthLimit(prompt_tokens + value, value, source)
             return LengthLimit(value, value - prompt_tokens, source)
-    limit = prompt_tokens + DEFAULT_MAX_LENGTH
+    limit = prompt_tokens + layout.LIBRARY_DEFAULT_NEW_TOKENS
     if context is not None:
         limit = min(limit, context)
     return LengthLimit(limit, limit - prompt_tokens, "library_default")

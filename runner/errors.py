@@ -1,4 +1,4 @@
-"""Errors genrun reports to the user; each maps to a CLI exit code (DESIGN.md)."""
+"""Errors genrun reports to the user; each maps to a CLI exit code (its `exit_code`)."""
 
 
 class GenrunError(Exception):

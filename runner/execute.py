@@ -16,7 +16,10 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+import orjson
+
 from genrun.schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
+from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_genrun_version
 from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
 from genrun.schemas.progress import Unit
 
@@ -147,9 +150,19 @@ def load_frozen(snapshot_dir: Path) -> FrozenPlan:
     for name, model in models:
         try:
             loaded.append(model.model_validate_json((snapshot_dir / name).read_bytes()))
+        except NewerFormat as exc:
+            writer = exc.written_by or _planned_by(snapshot_dir)
+            raise SnapshotError(f"frozen file {name} in {snapshot_dir} was {newer_format_message(exc.version, writer)}") from None
         except (OSError, ValueError) as exc:
             raise FrozenMismatch(f"frozen file {name} in {snapshot_dir} cannot be read as planned ({exc}); plan the request again") from None
     return FrozenPlan(*loaded)
+
+
+def _planned_by(snapshot_dir: Path) -> str | None:
+    try:
+        return recorded_genrun_version(orjson.loads((snapshot_dir / layout.ENVIRONMENT).read_bytes()))
+    except (OSError, orjson.JSONDecodeError):
+        return None
 
 
 def verify_plan_files(snapshot_dir: Path) -> str:
@@ -159,20 +172,25 @@ def verify_plan_files(snapshot_dir: Path) -> str:
         entries = parse_sha256sum(manifest.read_bytes())
     except ValueError as exc:
         raise FrozenMismatch(f"{manifest} is malformed ({exc}); the plan cannot be trusted: plan the request again") from None
-    required = [*layout.FROZEN_FILES, *(p.name for p in snapshot_dir.glob(f"{layout.REQUEST_SOURCE_PREFIX}.*"))]
-    unlisted = [name for name in required if name not in entries]
-    if unlisted:
-        raise FrozenMismatch(f"{layout.FROZEN_MANIFEST} does not list {', '.join(unlisted)}; the plan was altered: plan the request again")
-    for rel, frozen in sorted(entries.items()):
+    current = {}
+
+    def digest_of(rel: str) -> str | None:
         path = snapshot_dir / rel
-        if not path.is_file():
-            raise FrozenMismatch(f"frozen file {rel} is missing from {snapshot_dir}; the plan was altered: plan the request again")
-        actual = sha256_file(path)
-        if actual != frozen:
-            raise FrozenMismatch(
-                f"frozen file {rel} changed since planning (sha256 {actual[:12]}… != frozen {frozen[:12]}…); "
-                "a plan is never edited: plan the request again"
-            )
+        current[rel] = sha256_file(path) if path.is_file() else None
+        return current[rel]
+
+    sources = [p.name for p in snapshot_dir.iterdir() if layout.is_request_source(p.name)]
+    found = layout.check_frozen(entries, sources, digest_of)
+    if found.not_frozen:
+        raise FrozenMismatch(f"{layout.FROZEN_MANIFEST} does not list {', '.join(found.not_frozen)}; the plan was altered: plan the request again")
+    if found.missing:
+        raise FrozenMismatch(f"frozen file {found.missing[0]} is missing from {snapshot_dir}; the plan was altered: plan the request again")
+    if found.changed:
+        rel = found.changed[0]
+        raise FrozenMismatch(
+            f"frozen file {rel} changed since planning (sha256 {current[rel][:12]}… != frozen {entries[rel][:12]}…); "
+            "a plan is never edited: plan the request again"
+        )
     return plan_digest(snapshot_dir)
 
 

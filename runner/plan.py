@@ -38,7 +38,7 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
     environment = capture_environment()
 
     def freeze(directory: Path) -> None:
-        write_bytes_atomic(directory / f"{layout.REQUEST_SOURCE_PREFIX}.{loaded.format}", loaded.source)
+        write_bytes_atomic(directory / layout.request_source_name(loaded.format), loaded.source)
         write_model_atomic(directory / layout.REQUEST, request)
         write_model_atomic(directory / layout.ENVIRONMENT, environment)
         write_model_atomic(directory / layout.CODE, code)

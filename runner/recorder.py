@@ -1,4 +1,4 @@
-"""`progress.ndjson`: the append-only event stream of a run (DESIGN.md "Progress events").
+"""`progress.ndjson`: the append-only event stream of a run (docs/snapshot-format.md, `progress.ndjson`).
 
 One `os.write` per line on an `O_APPEND` descriptor (so a reader or a crash never sees half a
 record from us), `fsync` at most every `fsync_every_s` seconds and at the terminal event.
@@ -17,7 +17,7 @@ from typing import Protocol
 
 import orjson
 
-from genrun.schemas import EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
+from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
 from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
@@ -99,6 +99,7 @@ class ProgressRecorder:
                 unit=self.unit,
                 planned_units=planned_units,
                 rows=rows,
+                schema_version=FORMAT_VERSION,
                 **self._common(now),
             )
         )

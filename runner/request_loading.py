@@ -4,19 +4,16 @@ Nothing here writes anything; a refused request leaves the store untouched (exit
 """
 
 import difflib
-import json
-import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from genrun.schemas import Request
+from genrun.schemas import Request, layout
 
 from .errors import RequestError
 
 MAX_REQUEST_BYTES = 1 << 20  # a request is a few KiB; anything near a MiB is a mistake (a model file, a log)
-SUPPORTED_SUFFIXES = {".toml": "toml", ".json": "json"}
 
 
 class LoadedRequest(NamedTuple):
@@ -49,16 +46,11 @@ def request_from_model(request: Request, base_dir: Path) -> LoadedRequest:
 
 
 def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
-    """Decode and validate request bytes (used by plan and by analysis' round-trip check)."""
+    """Decode (the format module's `decode_request_source`) and validate strictly, every error rewritten for people."""
     try:
-        text = source.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RequestError(
-            f"{where} is not UTF-8 text (invalid byte 0x{source[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
-        ) from None
-    data = _parse_text(text, fmt, where)
-    if not isinstance(data, dict):
-        raise RequestError(f"{where} must hold a table/object at the top level, not {type(data).__name__}")
+        data = layout.decode_request_source(source, fmt, where)
+    except layout.RequestSourceError as exc:
+        raise RequestError(str(exc)) from None
     try:
         return Request.model_validate(data)
     except ValidationError as exc:
@@ -66,7 +58,7 @@ def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
 
 
 def _format_of(path: Path) -> str:
-    fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
+    fmt = layout.REQUEST_SOURCE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise RequestError(f"request file {path} has extension {path.suffix!r}; use a .toml or .json file")
     return fmt
@@ -85,15 +77,6 @@ def _read_source(path: Path) -> bytes:
             "(is this the right file? long inputs belong in files the request points to)"
         )
     return path.read_bytes()
-
-
-def _parse_text(text: str, fmt: str, where: str) -> Any:
-    try:
-        return tomllib.loads(text) if fmt == "toml" else json.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RequestError(f"{where} is not valid TOML: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
 
 
 def format_validation_error(exc: ValidationError, where: str) -> str:

@@ -119,6 +119,12 @@ def is_sealed(snapshot_dir: Path) -> bool:
     return (Path(snapshot_dir) / layout.MANIFEST).is_file()
 
 
+def snapshot_state(snapshot_dir: Path) -> layout.SnapshotState:
+    """planned / running / incomplete / sealed from the files present (`layout.snapshot_state`, the one rule)."""
+    names = manifest_candidates(snapshot_dir) + ([layout.MANIFEST] if is_sealed(snapshot_dir) else [])
+    return layout.snapshot_state(names)
+
+
 def is_planned(snapshot_dir: Path) -> bool:
     """A plan has its frozen manifest."""
     return (Path(snapshot_dir) / layout.FROZEN_MANIFEST).is_file()

@@ -17,22 +17,14 @@ from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
 from ._io import write_bytes_atomic, write_model_atomic
 from .instrument import ClassifiedRow
 
-LAST_IDS_KEPT = 64
-
-
-def tensor_name(index: int) -> str:
-    """`sequence_<index>`: the safetensors key of a row."""
-    return f"sequence_{index}"
-
-
 def write_token_ids(snapshot_dir: Path, rows: Sequence[ClassifiedRow]) -> None:
     """One int64 tensor per row, written atomically (an empty file when no row exists)."""
-    tensors = {tensor_name(r.index): r.tokens.ids.contiguous() for r in rows}
+    tensors = {layout.sequence_name(r.index): r.tokens.ids.contiguous() for r in rows}
     write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
 
 
 def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int | None, eos_ids: tuple[int, ...], pad_id: int | None) -> GeneratedTokenIds:
-    """Per-row count, last 64 ids, EOS positions and both decodes."""
+    """Per-row count, last `layout.LAST_IDS_KEPT` ids, EOS positions and both decodes."""
     sequences = []
     for r in rows:
         ids = r.tokens.ids.tolist()
@@ -42,7 +34,7 @@ def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int 
                 index=r.index,
                 call_index=r.tokens.call_index,
                 count=len(ids),
-                last_ids=tuple(ids[-LAST_IDS_KEPT:]),
+                last_ids=tuple(ids[-layout.LAST_IDS_KEPT:]),
                 eos_positions=tuple(i for i, t in enumerate(ids) if t in eos_set),
                 text=decode(tokenizer, ids, skip_special_tokens=True),
                 text_with_special=decode(tokenizer, ids, skip_special_tokens=False),
@@ -62,7 +54,7 @@ def write_sequence_texts(outputs_dir: Path, summary: GeneratedTokenIds) -> tuple
     for seq in summary.sequences:
         if seq.text is None:
             continue
-        name = f"{tensor_name(seq.index)}.txt"
+        name = layout.sequence_text_name(seq.index)
         write_bytes_atomic(outputs_dir / name, seq.text.encode())
         written.append(name)
     return tuple(written)

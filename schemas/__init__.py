@@ -17,10 +17,29 @@ from .progress import (
 from .request import BudgetSpec, ChatMessage, EntrypointSpec, InputSpec, ModelSpec, PolicySpec, ProgressSpec, Request, UnitsSpec
 from .result import ExecutionIdentity, PeakMemory, Result, RunStatus, Timings
 from .signoff import Decision, DigestKind, Signoff
-from .stop import ExceptionInfo, GenerationStop, SequenceStop, StopReason
+from .stop import (
+    STOP_REASON_MEANING,
+    CompletedEvidence,
+    DiffusionSteps,
+    EosEvidence,
+    ExceptionEvidence,
+    ExceptionInfo,
+    GenerationStop,
+    InterruptedEvidence,
+    MaxLengthEvidence,
+    MaxNewTokensEvidence,
+    MaxTimeEvidence,
+    SequenceStop,
+    StopEvidence,
+    StopReason,
+    StopStringEvidence,
+    UnknownEvidence,
+)
 from .token_ids import GeneratedTokenIds, TokenSequenceSummary
+from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
 
 __all__ = [
+    "CompletedEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
     "AnyEvent", "BudgetSpec", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",

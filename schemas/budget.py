@@ -3,6 +3,8 @@
 from typing import Literal
 
 from ._base import Strict
+from ._versioning import Versioned
+from .progress import Unit
 
 
 class DomainEstimate(Strict):
@@ -24,12 +26,10 @@ class DomainEstimate(Strict):
     """The conservative estimate fits within the requested units."""
 
 
-class TokenBudget(Strict):
+class TokenBudget(Versioned):
     """What the run may need, and whether it fits, computed before loading weights."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
-    units: Literal["token", "frame", "step"]
+    units: Unit
     """Unit of `requested_units`."""
     prompt_tokens: int | None
     """Padded prompt length in tokens (`None` for diffusion)."""

@@ -2,16 +2,14 @@
 
 from typing import Any, Literal
 
-from ._base import Strict
+from ._versioning import Versioned
 
 LimitSource = Literal["request", "model_generation_config", "library_default", "entrypoint"]
 
 
-class GenerationConfigBeforeGenerate(Strict):
+class GenerationConfigBeforeGenerate(Versioned):
     """Written inside generate, after its merge, before the first token."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     call_index: int
     """Which outermost generate call of the run this is (0 for the first)."""
     model_class: str

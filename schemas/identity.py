@@ -3,6 +3,7 @@
 from typing import Literal
 
 from ._base import Strict
+from ._versioning import Versioned
 
 
 class CpuInfo(Strict):
@@ -53,11 +54,9 @@ class GitState(Strict):
     """sha256 of `git diff HEAD` output, so a dirty tree is still identified."""
 
 
-class Environment(Strict):
+class Environment(Versioned):
     """`environment.json`: where the plan was made."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     genrun_version: str
     """Installed genrun version."""
     python: str
@@ -100,11 +99,9 @@ class CodeSet(Strict):
     """sha256 over the sorted `sha256  path` lines."""
 
 
-class CodeIdentity(Strict):
+class CodeIdentity(Versioned):
     """`code.json`: the code that will run."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     genrun: CodeSet
     """genrun's own packages (runner, analysis, schemas)."""
     entrypoint: CodeSet | None
@@ -123,11 +120,9 @@ class ModelFile(FileDigest):
     """How the sha256 was obtained: the HF cache blob name, hashed now, or the local hash cache."""
 
 
-class ModelIdentity(Strict):
+class ModelIdentity(Versioned):
     """`model.json`: exactly which weights, configs and tokenizer files."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     source: Literal["local", "hf_cache"]
     """A local directory, or a hub id resolved from the local Hugging Face cache."""
     requested: str

@@ -1,5 +1,25 @@
-"""File names of the snapshot directory contract (DESIGN.md), shared by runner and analysis."""
+"""THE snapshot format: every file and row name, constant, version and state of a snapshot directory.
 
+Writer (`genrun.runner`) and reader (`genrun.analysis`) both take names and constants from here
+(or from the schema modules re-exported here), never from a copy of their own; the reader still
+checks the facts independently. Torch-free and pure: nothing here reads or writes a snapshot.
+`docs/snapshot-format.md` is generated from this module and the schemas (`genrun schema`).
+"""
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from enum import Enum
+from types import MappingProxyType
+from typing import Literal, NamedTuple
+
+# Re-exported so that `layout` is the one import for every format fact (versions, units, request decoding, stops).
+from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, newer_format_message, recorded_genrun_version
+from .progress import Unit
+from .request_source import REQUEST_SOURCE_FORMATS, RequestSourceError, decode_request_source
+from .stop import STOP_REASON_MEANING, StopReason, describe_stop
+
+
+# -- plan: frozen by `genrun plan`, covered by frozen-sha256.txt --------------------------------------------------
 REQUEST_SOURCE_PREFIX = "request.source"  # + ".toml" / ".json"
 REQUEST = "request.json"
 ENVIRONMENT = "environment.json"
@@ -8,6 +28,7 @@ MODEL = "model.json"
 TOKEN_BUDGET = "token-budget.json"
 FROZEN_MANIFEST = "frozen-sha256.txt"
 
+# -- execute: written by `genrun execute` ---------------------------------------------------------------------------
 GENERATION_CONFIG = "generation-config.before-generate.json"
 PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made
 PROGRESS = "progress.ndjson"
@@ -16,13 +37,170 @@ TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
 RESULT = "result.json"
 OUTPUTS_DIR = "outputs"
+
+# -- seal and sign-off ----------------------------------------------------------------------------------------------
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
 
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
 """Frozen at plan time besides the request source (whose extension varies)."""
 
+EXECUTION_FILES = (GENERATION_CONFIG, PIPELINE_CALL, PROGRESS, TOKEN_IDS, TOKEN_IDS_SUMMARY, STOP, RESULT)
+"""Written by execution (besides `outputs/` and further generation configs); any of them means it started."""
+
+# -- constants of the artifacts' content -----------------------------------------------------------------------------
+LAST_IDS_KEPT = 64
+"""`generated-token-ids.json` keeps the last this-many ids of each row."""
+
+LIBRARY_DEFAULT_NEW_TOKENS = 20
+"""transformers 5.x: with neither `max_new_tokens` nor `max_length` set, `max_length` = prompt + 20."""
+
+Phase = Literal["plan", "execute", "seal", "sign-off"]
+"""When a file is written: `genrun plan`, `genrun execute`, the seal at the end of execute, `genrun signoff`."""
+
+
+class FileSpec(NamedTuple):
+    """One file (or family of files) of the snapshot directory."""
+
+    name: str
+    phase: Phase
+    meaning: str
+
+
+FILES: tuple[FileSpec, ...] = (
+    FileSpec(f"{REQUEST_SOURCE_PREFIX}.<ext>", "plan", "The request bytes exactly as given (`.toml` or `.json`)."),
+    FileSpec(REQUEST, "plan", "The validated request, normalised (every default filled in)."),
+    FileSpec(ENVIRONMENT, "plan", "Host, accelerator, package versions and the genrun version that planned the run."),
+    FileSpec(CODE, "plan", "sha256 of genrun's own code, the entry point's modules and the model's remote code."),
+    FileSpec(MODEL, "plan", "The resolved model directory and every file's sha256."),
+    FileSpec(TOKEN_BUDGET, "plan", "What the run may need (units, context, memory) and whether it fits, before loading weights."),
+    FileSpec(FROZEN_MANIFEST, "plan", "sha256sum of every file above, written last at plan time; its sha256 is the plan digest."),
+    FileSpec(GENERATION_CONFIG, "execute", "transformers: the config exactly as generate used it, with who set each limit (first outermost call)."),
+    FileSpec("generation-config.before-generate.<i>.json", "execute", "The same for each further outermost generate call."),
+    FileSpec(PIPELINE_CALL, "execute", "diffusers: the pipeline call as made."),
+    FileSpec(PROGRESS, "execute", "Append-only events, one JSON object per line, from the start of generation."),
+    FileSpec(TOKEN_IDS, "execute", "transformers: the generated ids, one int64 tensor `sequence_<i>` per row."),
+    FileSpec(TOKEN_IDS_SUMMARY, "execute", f"Per row: count, last {LAST_IDS_KEPT} ids, EOS positions and both decodes."),
+    FileSpec(STOP, "execute", "Why each row stopped (the stop vocabulary), with evidence typed per reason."),
+    FileSpec(RESULT, "execute", "How the run ended, timings, memory peaks; written after every other execution file."),
+    FileSpec(f"{OUTPUTS_DIR}/", "execute", "`sequence_<i>.txt` per decodable row, or the pipeline's media."),
+    FileSpec(MANIFEST, "seal", "sha256sum of every file but itself and `signoffs/`, written last: its presence means sealed; "
+             "its sha256 is the snapshot digest."),
+    FileSpec(f"{SIGNOFFS_DIR}/*.json", "sign-off", "Append-only decisions bound to the plan or snapshot digest (`*.json.sig` when signed)."),
+)
+"""Every file of a snapshot, in the order it is written."""
+
+
+_SEQUENCE = re.compile(r"^sequence_(\d+)$")
+_EXTRA_GENERATION_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
+
+
+def request_source_name(fmt: str) -> str:
+    """`request.source.toml` / `request.source.json`: the request bytes exactly as given."""
+    return f"{REQUEST_SOURCE_PREFIX}.{fmt}"
+
+
+def is_request_source(name: str) -> bool:
+    """`request.source.<ext>`."""
+    return name.startswith(REQUEST_SOURCE_PREFIX + ".")
+
+
+def sequence_name(index: int) -> str:
+    """`sequence_<index>`: the safetensors key of row `index` (and the stem of its text output)."""
+    return f"sequence_{index}"
+
+
+def sequence_index(name: str) -> int | None:
+    """The row index of a `sequence_<i>` key, `None` for any other name."""
+    match = _SEQUENCE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def sequence_text_name(index: int) -> str:
+    """`sequence_<i>.txt` under `outputs/`: the row decoded without special tokens."""
+    return f"{sequence_name(index)}.txt"
+
+
+def sequence_text_path(index: int) -> str:
+    """`outputs/sequence_<i>.txt`, relative to the snapshot."""
+    return f"{OUTPUTS_DIR}/{sequence_text_name(index)}"
+
 
 def extra_generation_config_name(call_index: int) -> str:
     """Effective config of the outermost generate call `call_index` >= 1 (entry points calling generate twice)."""
-    return f"generation-config.before-generate.{call_index}.json"
+    return GENERATION_CONFIG.replace(".json", f".{call_index}.json")
+
+
+def generation_config_call_index(name: str) -> int | None:
+    """0 for `generation-config.before-generate.json`, i for `...before-generate.<i>.json`, else `None`."""
+    if name == GENERATION_CONFIG:
+        return 0
+    match = _EXTRA_GENERATION_CONFIG.match(name)
+    return int(match.group(1)) if match else None
+
+
+# -- snapshot state ---------------------------------------------------------------------------------------------------
+class SnapshotState(str, Enum):
+    """Where a snapshot is in its life, derived from the files present only (see `snapshot_state`)."""
+
+    PLANNING = "planning"
+    PLANNED = "planned"
+    RUNNING = "running"
+    INCOMPLETE = "incomplete"
+    SEALED = "sealed"
+
+
+STATE_MEANING: Mapping[SnapshotState, str] = MappingProxyType({
+    SnapshotState.PLANNING: "no `frozen-sha256.txt` yet: the plan is being frozen (or freezing died)",
+    SnapshotState.PLANNED: "frozen, not executed: no execution file yet",
+    SnapshotState.RUNNING: "execution started, no `result.json` yet: still running, or killed (files alone cannot tell)",
+    SnapshotState.INCOMPLETE: "`result.json` written but never sealed: never `succeeded`, its files are not protected",
+    SnapshotState.SEALED: "`manifest-sha256.txt` present (the seal is written last): complete and protected",
+})
+"""State -> what it means (shown by the format doc)."""
+
+
+def snapshot_state(names: Collection[str]) -> SnapshotState:
+    """The state from the relative paths present in the snapshot directory.
+
+    Sealed means `manifest-sha256.txt` is present: it is written last, after every other file.
+    An unsealed snapshot with `result.json` is `incomplete`, never `succeeded`.
+    """
+    if MANIFEST in names:
+        return SnapshotState.SEALED
+    if FROZEN_MANIFEST not in names:
+        return SnapshotState.PLANNING
+    if RESULT in names:
+        return SnapshotState.INCOMPLETE
+    started = any(n in EXECUTION_FILES or n.startswith(OUTPUTS_DIR + "/") or generation_config_call_index(n) is not None for n in names)
+    return SnapshotState.RUNNING if started else SnapshotState.PLANNED
+
+
+# -- the frozen-manifest check ----------------------------------------------------------------------------------------
+class FrozenCheck(NamedTuple):
+    """How the files now compare with `frozen-sha256.txt`; every tuple empty means the plan is intact."""
+
+    not_frozen: tuple[str, ...]
+    """Files that must be frozen (the `FROZEN_FILES` and the request source) but are not listed."""
+    missing: tuple[str, ...]
+    """Listed but no longer present."""
+    changed: tuple[str, ...]
+    """Present with a sha256 other than the frozen one."""
+
+    @property
+    def intact(self) -> bool:
+        """Nothing missing, unlisted or changed."""
+        return not (self.not_frozen or self.missing or self.changed)
+
+
+def check_frozen(frozen: Mapping[str, str], request_sources: Collection[str], digest_of: Callable[[str], str | None]) -> FrozenCheck:
+    """Compare `frozen-sha256.txt` entries with the files: `digest_of(rel)` is the current sha256, `None` if absent.
+
+    `request_sources` are the `request.source.<ext>` files present (their extension varies).
+    """
+    required = [*FROZEN_FILES, *request_sources]
+    not_frozen = tuple(sorted(name for name in required if name not in frozen))
+    current = {rel: digest_of(rel) for rel in sorted(frozen)}
+    missing = tuple(rel for rel, digest in current.items() if digest is None)
+    changed = tuple(rel for rel, digest in current.items() if digest is not None and digest != frozen[rel])
+    return FrozenCheck(not_frozen, missing, changed)

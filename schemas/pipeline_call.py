@@ -2,17 +2,15 @@
 
 from typing import Any, Literal
 
-from ._base import Strict
+from ._versioning import Versioned
 
 StepObservation = Literal["callback_on_step_end", "progress_bar"]
 StepsSource = Literal["request", "pipeline_default"]
 
 
-class PipelineCallBeforeCall(Strict):
+class PipelineCallBeforeCall(Versioned):
     """Written after loading, before the pipeline is called (the diffusion counterpart of the effective generation config)."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     pipeline_class: str
     """Class of the loaded pipeline, e.g. `DDIMPipeline`."""
     components: dict[str, str | None]

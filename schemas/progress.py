@@ -7,6 +7,7 @@ from pydantic import Field, TypeAdapter
 from ._base import Strict
 
 Unit = Literal["token", "frame", "step"]
+"""The unit vocabulary, declared once: what `generated` counts (diffusion counts `step`s)."""
 
 
 class _Event(Strict):
@@ -39,6 +40,8 @@ class StartEvent(_Event):
     """Units the budget allows (`None` when unknown)."""
     rows: int | None
     """Rows decoded in parallel."""
+    schema_version: int = 1
+    """Snapshot format of the stream (absent in format 1, genrun 0.1.0); a reader refuses a newer one."""
 
 
 class FirstTokenEvent(_Event):

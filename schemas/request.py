@@ -14,7 +14,7 @@ from ._base import Strict
 BackendName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][\w.-]*$")]
 """A backend's entry-point name; which ones exist is checked against the installed backends at plan time."""
 DType = Literal["auto", "float32", "float16", "bfloat16"]
-UnitName = Literal["token", "frame"]
+UnitName = Literal["token", "frame"]  # the `Unit`s a request may name; `step` is the diffusers backend's own
 
 _CALLABLE_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 

@@ -3,6 +3,8 @@
 from typing import Literal
 
 from ._base import Strict
+from ._versioning import Versioned
+from .progress import Unit
 from .stop import ExceptionInfo
 
 RunStatus = Literal["succeeded", "failed", "interrupted"]
@@ -43,16 +45,14 @@ class ExecutionIdentity(Strict):
     """sha256 of `frozen-sha256.txt` when execution started."""
 
 
-class Result(Strict):
+class Result(Versioned):
     """`result.json`."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     status: RunStatus
     """`succeeded` whatever the stop reason, `failed` on an exception, `interrupted` on a signal."""
     exit_code: int
     """Process exit code genrun returns."""
-    unit: Literal["token", "frame", "step"]
+    unit: Unit
     """Unit of `generated`."""
     generated: int
     """Units generated over all rows."""

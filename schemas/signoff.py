@@ -2,17 +2,15 @@
 
 from typing import Literal
 
-from ._base import Strict
+from ._versioning import Versioned
 
 Decision = Literal["approve", "accept", "reject"]
 DigestKind = Literal["plan", "snapshot"]
 
 
-class Signoff(Strict):
+class Signoff(Versioned):
     """One append-only sign-off record (its signature, if any, is `<file>.sig`)."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     decision: Decision
     """`approve` a plan; `accept` or `reject` a sealed snapshot."""
     digest_kind: DigestKind

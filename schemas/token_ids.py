@@ -1,8 +1,8 @@
 """`generated-token-ids.json`: a readable summary of `generated-token-ids.safetensors`."""
 
-from typing import Literal
 
 from ._base import Strict
+from ._versioning import Versioned
 
 
 class TokenSequenceSummary(Strict):
@@ -24,11 +24,9 @@ class TokenSequenceSummary(Strict):
     """Decode keeping special tokens."""
 
 
-class GeneratedTokenIds(Strict):
+class GeneratedTokenIds(Versioned):
     """Per-sequence summaries of the saved token ids."""
 
-    schema_version: Literal[1] = 1
-    """Version of this file's layout."""
     prompt_length: int | None
     """Padded prompt length of the (first) call."""
     eos_token_ids: tuple[int, ...]

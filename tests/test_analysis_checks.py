@@ -207,16 +207,21 @@ def test_summary_that_misdescribes_the_ids_fails(snapshots, tmp_path: Path) -> N
     assert found.status == "FAIL" and "last_ids" in found.message and "eos_positions [] != [12]" in found.message
 
 
+def _claim(reason: str, **evidence: object):
+    """Forge row 0's stop as `reason`, with evidence of that reason's shape (a mismatched tag would not even load)."""
+    return lambda s: s["sequences"][0].update(reason=reason, evidence={"reason": reason, **evidence})
+
+
 def test_eos_claimed_for_a_row_cut_by_the_budget_fails(snapshots, tmp_path: Path) -> None:
     copy = copy_snapshot(snapshots.get("budget"), tmp_path)
-    edit_json(copy, layout.STOP, lambda s: s["sequences"][0].update(reason="eos"))
+    edit_json(copy, layout.STOP, _claim("eos", eos_token_id=2, source=None, stop_length=None))
     found = check(copy, "stop_reasons")
     assert found.status == "FAIL" and "is not in the EOS set [2]" in found.message
 
 
 def test_length_limit_claimed_for_a_row_that_ended_with_eos_fails(snapshots, tmp_path: Path) -> None:
     copy = copy_snapshot(snapshots.get("eos"), tmp_path)
-    edit_json(copy, layout.STOP, lambda s: s["sequences"][0].update(reason="max_new_tokens"))
+    edit_json(copy, layout.STOP, _claim("max_new_tokens", limit=64, source="request", stop_length=None))
     found = check(copy, "stop_reasons")
     assert found.status == "FAIL" and "ended by EOS, not by a length limit" in found.message
 
@@ -230,7 +235,7 @@ def test_stop_string_missing_from_the_decoded_tail_fails(snapshots, tmp_path: Pa
 
 def test_unknown_stop_reason_warns(snapshots, tmp_path: Path) -> None:
     copy = copy_snapshot(snapshots.get("budget"), tmp_path)
-    edit_json(copy, layout.STOP, lambda s: s["sequences"][0].update(reason="unknown"))
+    edit_json(copy, layout.STOP, _claim("unknown", note="forged"))
     found = check(copy, "stop_reasons")
     assert found.status == "WARN" and "no recorded criterion explains the stop" in found.message
 

@@ -100,7 +100,7 @@ def test_example_completes_with_one_record_per_step(example_run) -> None:
     assert result["generated_tokens"] == 0 and result["outputs"] == ["image_0.png"]
     (stop,) = read_json(snapshot, layout.STOP)["sequences"]
     assert (stop["reason"], stop["generated"], stop["steps_planned"]) == ("completed", 10, 10)
-    assert stop["evidence"]["step_observation"] == "progress_bar"
+    assert stop["evidence"]["steps"]["step_observation"] == "progress_bar"
     stream = events(snapshot)
     assert stream[0].event == "start" and stream[0].unit == "step" and stream[0].planned_units == 10
     assert stream[-1].event == "end" and stream[-1].generated == 10
@@ -283,7 +283,7 @@ def test_sigint_stops_a_progress_bar_pipeline_by_raising(tmp_path: Path) -> None
     code, snapshot = _run_and_interrupt(tmp_path, diffusion_request(TINY_DDIM, name="ddim-sigint", steps=1000))
     assert code == 130
     stop = _assert_interrupted(snapshot, planned=1000)
-    assert stop["evidence"]["output_returned"] is False and read_json(snapshot, layout.RESULT)["outputs"] == []
+    assert stop["evidence"]["steps"]["output_returned"] is False and read_json(snapshot, layout.RESULT)["outputs"] == []
 
 
 def test_sigint_sets_the_interrupt_flag_through_the_callback(tmp_path: Path, tiny_sd: Path) -> None:
@@ -293,7 +293,7 @@ def test_sigint_sets_the_interrupt_flag_through_the_callback(tmp_path: Path, tin
     assert code == 130
     stop = _assert_interrupted(snapshot, planned=1000)
     assert stop["evidence"]["interrupt_flag_set_at_step"] == stop["generated"]
-    assert stop["evidence"]["output_returned"] is True
+    assert stop["evidence"]["steps"]["output_returned"] is True
     assert read_json(snapshot, layout.RESULT)["outputs"] == ["image_0.png"]
 
 

@@ -56,7 +56,7 @@ def _assert_interrupted(snapshot: Path, name: str, code: int) -> None:
     result = read_json(snapshot, "result.json")
     assert (result["status"], result["exit_code"], result["signal"]) == ("interrupted", code, name)
     (stop,) = read_json(snapshot, "generation-stop.json")["sequences"]
-    assert stop["reason"] == "interrupted" and stop["evidence"] == {"signal": name}
+    assert stop["reason"] == "interrupted" and stop["evidence"] == {"reason": "interrupted", "signal": name, "interrupt_flag_set_at_step": None, "steps": None}
     ids = read_ids(snapshot)["sequence_0"]
     assert 0 < len(ids) < MAX_NEW  # partial ids kept
     events = read_progress(snapshot)

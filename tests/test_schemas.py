@@ -2,6 +2,7 @@
 between the pydantic models and the committed `schemas/json/*.schema.json` files."""
 
 from pathlib import Path
+from typing import get_args
 
 import orjson
 import pytest
@@ -13,6 +14,8 @@ from genrun.schemas import (
     EVENT_ADAPTER,
     CodeIdentity,
     Environment,
+    EosEvidence,
+    ExceptionEvidence,
     ExceptionInfo,
     ExecutionIdentity,
     GeneratedTokenIds,
@@ -22,14 +25,17 @@ from genrun.schemas import (
     PeakMemory,
     Request,
     Result,
+    STOP_REASON_MEANING,
     SequenceStop,
     Signoff,
+    StopReason,
     Timings,
     TokenBudget,
     TokenSequenceSummary,
     layout,
 )
 from genrun.schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
+from genrun.schemas.format_doc import DOC_PATH, render_format_doc
 
 FROZEN_MODELS = {
     layout.REQUEST: Request,
@@ -49,10 +55,12 @@ def planned(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Path:
 def _hand_made() -> list[BaseModel]:
     """One instance of each execution-time artifact, filled the way the runner fills them."""
     stop = SequenceStop(index=0, call_index=0, reason="eos", generated=3, last_token_id=2, fired=("EosTokenCriteria",),
-                        eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6, evidence={"eos_token_id": 2})
+                        eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6,
+                        evidence=EosEvidence(eos_token_id=2, source="model_generation_config", stop_length=9))
     return [
         GenerationStop(sequences=(stop, stop.model_copy(update={"index": 1, "reason": "exception",
-                       "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb")}))),
+                       "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb"),
+                       "evidence": ExceptionEvidence(type="ValueError", message="m")}))),
         GeneratedTokenIds(prompt_length=6, eos_token_ids=(2,), pad_token_id=0, sequences=(TokenSequenceSummary(
             index=0, call_index=0, count=3, last_ids=(9, 8, 2), eos_positions=(2,), text="1 0", text_with_special="1 0 <eos>"),)),
         GenerationConfigBeforeGenerate(call_index=0, model_class="LlamaForCausalLM", model_generation_config={"eos_token_id": 2},
@@ -119,6 +127,20 @@ def test_committed_json_schemas_match_the_models() -> None:
     stale = sorted(name for name in rendered.keys() | on_disk.keys() if rendered.get(name) != on_disk.get(name))
     assert not stale, f"schemas/json drifted from the models: {stale}; run 'genrun schema' and commit the result"
     assert len(rendered) == len(SCHEMA_SOURCES)
+
+
+def test_committed_format_doc_matches_the_models() -> None:
+    assert DOC_PATH.read_text() == render_format_doc(), "docs/snapshot-format.md drifted from the schemas; run 'genrun schema' and commit it"
+
+
+def test_format_doc_covers_every_file_reason_and_state() -> None:
+    doc = render_format_doc()
+    assert set(STOP_REASON_MEANING) == set(get_args(StopReason)), "every stop reason has its wording, and only those"
+    assert set(layout.STATE_MEANING) == set(layout.SnapshotState)
+    for name in (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST):
+        assert f"| `{name}` |" in doc, name
+    assert all(f"| `{reason}` |" in doc for reason in STOP_REASON_MEANING)
+    assert "| 1 | genrun 0.1.0" in doc
 
 
 def test_schema_command_writes_every_file(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Every stop reason of DESIGN.md on real local models, recorded live (never guessed from the ids).
+"""Every stop reason of the format (docs/snapshot-format.md) on real local models, recorded live (never guessed from the ids).
 
 Each case plans a real request with `plan_request` and runs it with `execute_snapshot` in
 process (the CLI path minus argparse; the CLI itself is covered in test_execute_cli.py and the
@@ -88,7 +88,7 @@ def test_max_new_tokens(tmp_path: Path, models: dict[str, Path]) -> None:
     snapshot, _ = run(tmp_path, request_text(models["tiny"], prompt="count down from 40 :", generation={"max_new_tokens": 8}))
     (stop,) = stops(snapshot)
     assert (stop["reason"], stop["generated"], stop["fired"]) == ("max_new_tokens", 8, ["MaxLengthCriteria"])
-    assert stop["evidence"] == {"limit": 8, "source": "request", "stop_length": 6 + 8}
+    assert stop["evidence"] == {"reason": "max_new_tokens", "limit": 8, "source": "request", "stop_length": 6 + 8, "custom_criteria": []}
 
 
 def test_explicit_max_length_counts_the_prompt(tmp_path: Path, models: dict[str, Path]) -> None:

@@ -26,7 +26,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
+from genrun.schemas import (
+    CompletedEvidence,
+    DiffusionSteps,
+    ExceptionEvidence,
+    InterruptedEvidence,
+    PipelineCallBeforeCall,
+    Request,
+    SequenceStop,
+    StopEvidence,
+    TokenBudget,
+    layout,
+)
 from genrun.schemas.progress import Unit
 
 from .. import interrupts
@@ -430,28 +441,29 @@ def stop_record(state: _RunState, requested_steps: int | None) -> SequenceStop:
         planned, source = state.call.timesteps_planned, "set_timesteps_dry_run"
     else:
         planned, source = requested_steps, "requested_num_inference_steps"
-    evidence: dict[str, Any] = {
-        "steps_done": steps,
-        "steps_planned": planned,
-        "steps_planned_source": source,
-        "num_inference_steps": state.call.num_inference_steps if state.call else None,
-        "timesteps_planned_dry_run": state.call.timesteps_planned if state.call else None,
-        "step_observation": state.call.step_observation if state.call else None,
-        "denoising_loops": observer.loops if observer else 0,
-        "output_returned": state.returned,
-    }
+    progress = DiffusionSteps(
+        steps_done=steps,
+        steps_planned=planned,
+        steps_planned_source=source,
+        num_inference_steps=state.call.num_inference_steps if state.call else None,
+        timesteps_planned_dry_run=state.call.timesteps_planned if state.call else None,
+        step_observation=state.call.step_observation if state.call else None,
+        denoising_loops=observer.loops if observer else 0,
+        output_returned=state.returned,
+    )
+    info = exception_info(state.exception) if state.signal is None and state.exception is not None else None
+    evidence: StopEvidence
     if state.signal is not None:
-        reason = "interrupted"
-        evidence["signal"] = state.signal
-        evidence["interrupt_flag_set_at_step"] = observer.interrupt_flag_set_at if observer else None
-    elif state.exception is not None:
-        reason = "exception"
+        flag_step = observer.interrupt_flag_set_at if observer else None
+        evidence = InterruptedEvidence(signal=state.signal, interrupt_flag_set_at_step=flag_step, steps=progress)
+    elif info is not None:
+        evidence = ExceptionEvidence(type=info.type, message=info.message, steps=progress)
     else:
-        reason = "completed"
+        evidence = CompletedEvidence(steps=progress)
     return SequenceStop(
         index=0,
         call_index=0,
-        reason=reason,
+        reason=evidence.reason,
         generated=steps,
         last_token_id=None,
         fired=(),
@@ -460,7 +472,7 @@ def stop_record(state: _RunState, requested_steps: int | None) -> SequenceStop:
         max_length=None,
         prompt_length=None,
         steps_planned=planned,
-        exception=exception_info(state.exception) if reason == "exception" else None,
+        exception=info,
         evidence=evidence,
     )
 

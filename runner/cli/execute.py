@@ -6,6 +6,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from genrun.schemas import GenerationStop, Result, layout
+from genrun.schemas.stop import describe_stop
 
 from ._output import print_json, stderr_console
 
@@ -84,23 +85,5 @@ def _stops(snapshot_dir: Path) -> tuple:
 def _describe_row(seq) -> str:
     """`sequence 0: eos (id 2) after 13 tokens`, or for a pipeline `pipeline call 0: completed after 10 of 10 steps`."""
     if seq.steps_planned is not None:
-        return f"pipeline call {seq.index}: {_describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
-    return f"sequence {seq.index}: {_describe_stop(seq)} after {seq.generated:,} tokens"
-
-
-def _describe_stop(seq) -> str:
-    evidence = seq.evidence
-    if seq.reason == "eos":
-        return f"eos (id {evidence.get('eos_token_id')})"
-    if seq.reason == "stop_string":
-        return f"stop_string {evidence.get('stop_string')!r}"
-    if seq.reason in ("max_new_tokens", "max_length"):
-        source = evidence.get("source")
-        return f"{seq.reason} (limit {evidence.get('limit')}{', ' + source if source else ''})"
-    if seq.reason == "exception" and seq.exception is not None:
-        return f"exception {seq.exception.type}"
-    if seq.reason == "interrupted":
-        return f"interrupted ({evidence.get('signal')})"
-    if seq.reason == "unknown" and evidence.get("custom_criteria"):
-        return f"unknown (custom criteria fired: {', '.join(evidence['custom_criteria'])})"
-    return seq.reason
+        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
+    return f"sequence {seq.index}: {describe_stop(seq)} after {seq.generated:,} tokens"

@@ -17,7 +17,7 @@ class SnapshotRow(NamedTuple):
 
     id: str
     state: str
-    """planned, incomplete (no result: running or killed), succeeded, failed, interrupted."""
+    """Sealed: the result status (succeeded, failed, interrupted); else the `SnapshotState` (planned, running, incomplete)."""
     sealed: bool
     generated: int | None
     stop_reasons: str
@@ -59,13 +59,16 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes."""
     result = _read_json(snapshot / layout.RESULT)
     stop = _read_json(snapshot / layout.STOP)
-    has_progress = (snapshot / layout.PROGRESS).exists()
-    state = result["status"] if result else ("incomplete" if has_progress else "planned")
+    from genrun.runner.store import snapshot_state
+
+    state = snapshot_state(snapshot)
+    sealed = state is layout.SnapshotState.SEALED
+    shown = result["status"] if sealed and result else state.value  # unsealed with a result is `incomplete`, never `succeeded`
     reasons = sorted({s["reason"] for s in stop["sequences"]}) if stop else []
     return SnapshotRow(
         id=snapshot.name,
-        state=state,
-        sealed=(snapshot / layout.MANIFEST).is_file(),
+        state=shown,
+        sealed=sealed,
         generated=result["generated"] if result else None,
         stop_reasons=", ".join(reasons) or "-",
         signoffs=_signoff_summary(snapshot, allowed_signers),

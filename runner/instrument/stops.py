@@ -1,6 +1,6 @@
 """Per-row stop records (`generation-stop.json`) from what the criteria list recorded live.
 
-Rules (DESIGN.md vocabulary), per row of every outermost call:
+Rules (the stop vocabulary of `genrun.schemas.stop`), per row of every outermost call:
 - the row finished and its stop step is among the kept ids: the criteria that fired at that step,
   attributed by `KIND_PRIORITY` (eos > stop_string > max_new_tokens > max_length > max_time);
 - only criteria genrun does not know fired (a user's own `StoppingCriteria`): `unknown`, with
@@ -14,7 +14,19 @@ Rules (DESIGN.md vocabulary), per row of every outermost call:
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from genrun.schemas import ExceptionInfo, SequenceStop
+from genrun.schemas import (
+    ExceptionInfo,
+    SequenceStop,
+    EosEvidence,
+    ExceptionEvidence,
+    InterruptedEvidence,
+    MaxLengthEvidence,
+    MaxNewTokensEvidence,
+    MaxTimeEvidence,
+    StopEvidence,
+    StopStringEvidence,
+    UnknownEvidence,
+)
 
 from ..interrupts import RunInterrupted
 from .capture import CallCapture, RowTokens
@@ -62,8 +74,8 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
     )
     state = tokens.criteria
     if state is not None and state.finished and tokens.stop_within_ids:
-        reason, evidence = _finished(call, tokens, tokenizer)
-        return SequenceStop(reason=reason, fired=state.fired, evidence=evidence, **base)
+        evidence = _finished(call, tokens, tokenizer)
+        return SequenceStop(reason=evidence.reason, fired=state.fired, evidence=evidence, **base)
     if call.exception is not None:
         return _unfinished(call.exception, base, exception_info)
     note = "generate returned but no recorded stopping criterion fired for this row"
@@ -71,49 +83,41 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
         note = "generate returned without building its stopping criteria (e.g. custom_generate)"
     elif call.stream is None:
         note = "beam search: the criteria see beams, not the returned sequences"
-    return SequenceStop(reason="unknown", fired=(), evidence={"note": note}, **base)
+    return SequenceStop(reason="unknown", fired=(), evidence=UnknownEvidence(note=note), **base)
 
 
 def _unfinished(exc: BaseException, base: dict[str, Any], exception_info: Any) -> SequenceStop:
     if isinstance(exc, RunInterrupted | KeyboardInterrupt):
         signal = exc.signal_name if isinstance(exc, RunInterrupted) else "SIGINT"
-        return SequenceStop(reason="interrupted", fired=(), evidence={"signal": signal}, **base)
+        return SequenceStop(reason="interrupted", fired=(), evidence=InterruptedEvidence(signal=signal), **base)
     info: ExceptionInfo = exception_info(exc)
-    return SequenceStop(reason="exception", fired=(), exception=info, evidence={"type": info.type, "message": info.message}, **base)
+    return SequenceStop(reason="exception", fired=(), exception=info, evidence=ExceptionEvidence(type=info.type, message=info.message), **base)
 
 
-def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> tuple[str, dict[str, Any]]:
+def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> StopEvidence:
     state = tokens.criteria
     config = call.config
     kind = primary_kind(state.kinds)
-    custom = [name for name, k in zip(state.fired, state.kinds) if k == "custom"]
-    evidence: dict[str, Any] = {"stop_length": state.stop_length}
-    if custom:
-        evidence["custom_criteria"] = custom
+    common: dict[str, Any] = {
+        "stop_length": state.stop_length,
+        "custom_criteria": tuple(name for name, k in zip(state.fired, state.kinds) if k == "custom"),
+    }
     sources = config.limit_sources if config else {}
     effective = config.effective if config else {}
-    if kind is None:
-        evidence["note"] = "only criteria genrun does not know fired; see fired / custom_criteria"
-        return "unknown", evidence
     if kind == "eos":
-        evidence["eos_token_id"] = state.last_token_id
-        evidence["source"] = sources.get("eos_token_id")
-    elif kind == "stop_string":
+        return EosEvidence(eos_token_id=state.last_token_id, source=sources.get("eos_token_id"), **common)
+    if kind == "stop_string":
         configured = effective.get("stop_strings")
         configured = [configured] if isinstance(configured, str) else list(configured or [])
-        evidence["stop_strings"] = configured
-        evidence["stop_string"] = matched_stop_string(tokens.ids.tolist(), configured, tokenizer)
-        evidence["source"] = sources.get("stop_strings")
-    elif kind == "max_new_tokens":
-        evidence["limit"] = effective.get("max_new_tokens")
-        evidence["source"] = sources.get("max_new_tokens")
-    elif kind == "max_length":
-        evidence["limit"] = effective.get("max_length")
-        evidence["source"] = sources.get("max_length")
-    elif kind == "max_time":
-        evidence["max_time"] = effective.get("max_time")
-        evidence["source"] = sources.get("max_time")
-    return kind, evidence
+        matched = matched_stop_string(tokens.ids.tolist(), configured, tokenizer)
+        return StopStringEvidence(stop_strings=tuple(configured), stop_string=matched, source=sources.get("stop_strings"), **common)
+    if kind == "max_new_tokens":
+        return MaxNewTokensEvidence(limit=effective.get("max_new_tokens"), source=sources.get("max_new_tokens"), **common)
+    if kind == "max_length":
+        return MaxLengthEvidence(limit=effective.get("max_length"), source=sources.get("max_length"), **common)
+    if kind == "max_time":
+        return MaxTimeEvidence(max_time=effective.get("max_time"), source=sources.get("max_time"), **common)
+    return UnknownEvidence(note="only criteria genrun does not know fired; see fired / custom_criteria", **common)
 
 
 def matched_stop_string(ids: list[int], stop_strings: list[str], tokenizer: Any) -> str | None:

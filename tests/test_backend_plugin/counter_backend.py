@@ -19,7 +19,7 @@ from genrun.runner.backends import BackendOutcome, ExecutionContext, LoadContext
 from genrun.runner.budget import memory_fit, refusals_for, with_refusals
 from genrun.runner.errors import RequestError
 from genrun.runner.request_loading import unknown_key_message
-from genrun.schemas import PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
+from genrun.schemas import CompletedEvidence, DiffusionSteps, ExceptionEvidence, PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
 
 GENERATION_KEYS = ("steps",)
 DEFAULT_STEPS = 3
@@ -90,7 +90,7 @@ class CounterBackend:
             index=0, call_index=0, reason=reason, generated=done, last_token_id=None, fired=(), eos_token_ids=(),
             max_new_tokens=None, max_length=None, prompt_length=None, steps_planned=steps,
             exception=exception_info(exception) if exception else None,
-            evidence={"steps_done": done, "steps_planned": steps, "steps_planned_source": "requested_num_inference_steps"},
+            evidence=_evidence(reason, done, steps, exception),
         )
         return BackendOutcome(
             unit="step", generated=done, generated_tokens=0, load_s=load_s,
@@ -118,3 +118,13 @@ def _call_record(ctx: ExecutionContext, steps: int) -> PipelineCallBeforeCall:
 def create_backend() -> CounterBackend:
     """The entry point `counter = "counter_backend:create_backend"`."""
     return CounterBackend()
+
+
+def _evidence(reason: str, done: int, steps: int, exception: BaseException | None) -> CompletedEvidence | ExceptionEvidence:
+    """Typed stop evidence (the format's per-reason models): steps done of steps planned."""
+    counted = DiffusionSteps(steps_done=done, steps_planned=steps, steps_planned_source="requested_num_inference_steps",
+                             num_inference_steps=steps, timesteps_planned_dry_run=None, step_observation="counter",
+                             denoising_loops=1, output_returned=exception is None)
+    if exception is None:
+        return CompletedEvidence(steps=counted)
+    return ExceptionEvidence(type=type(exception).__name__, message=str(exception), steps=counted)

@@ -1,0 +1,174 @@
+"""Versioned reading: snapshots written by earlier genrun releases verify and report forever, migrated in
+memory only; an artifact from a newer genrun is refused with a message that says which genrun wrote it.
+
+tests/fixtures/format-1/ holds two snapshots written by genrun 0.1.0 (format 1). Never edit or regenerate
+them (see their README); copies are changed here, never the fixtures.
+"""
+
+import shutil
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+
+from genrun.analysis.report import Report
+from genrun.runner.cli import main
+from genrun.runner.plan import plan_request
+from genrun.schemas import (
+    FORMAT_HISTORY,
+    FORMAT_VERSION,
+    CompletedEvidence,
+    Environment,
+    EosEvidence,
+    GenerationStop,
+    NewerFormat,
+    Result,
+    layout,
+)
+from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
+from conftest import tiny_request, write_request
+
+FIXTURES = Path(__file__).parent / "fixtures" / "format-1"
+LM = FIXTURES / "20261201T003156Z-tiny-6f6cc2"
+DIFFUSION = FIXTURES / "20261201T003210Z-tiny-diffusion-cab1ea"
+
+
+def _cli_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, dict]:
+    code = main([*map(str, args), "--json"])
+    return code, orjson.loads(capsys.readouterr().out)
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _writable_copy(source: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / source.name
+    shutil.copytree(source, copy)
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return copy
+
+
+def _bump(path: Path, **changes: object) -> None:
+    path.write_bytes(orjson.dumps(orjson.loads(path.read_bytes()) | changes))
+
+
+def test_fixtures_are_format_1_written_by_0_1_0() -> None:
+    assert FORMAT_HISTORY[1].startswith("genrun 0.1.0") and FORMAT_VERSION in FORMAT_HISTORY
+    for snapshot in (LM, DIFFUSION):
+        assert orjson.loads((snapshot / layout.STOP).read_bytes())["schema_version"] == 1
+        assert orjson.loads((snapshot / layout.ENVIRONMENT).read_bytes())["genrun_version"] == "0.1.0"
+
+
+@pytest.mark.parametrize("snapshot", [LM, DIFFUSION], ids=["lm", "diffusion"])
+def test_format_1_snapshot_verifies_and_reports_unchanged(snapshot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digests(snapshot)
+    code, verified = _cli_json(capsys, "verify", snapshot)
+    failed = [f"{f['name']}: {f['message']}" for f in verified["findings"] if f["status"] in ("FAIL", "WARN")]
+    assert code == 0 and not failed, failed
+    code, report = _cli_json(capsys, "report", snapshot)
+    assert code == 0 and report["state"] == "sealed" and report["status"] == "succeeded", report["headline"]
+    assert report["sequences"][0]["evidence"]["reason"] == report["sequences"][0]["reason"]  # migrated to typed evidence
+    assert Report.model_validate(report).budget.plan is not None  # the --json document is the typed Report
+    assert _digests(snapshot) == before, "reading migrated in memory only: no file may change"
+
+
+def test_format_1_stop_evidence_migrates_to_one_model_per_reason() -> None:
+    lm = GenerationStop.model_validate_json((LM / layout.STOP).read_bytes())
+    diffusion = GenerationStop.model_validate_json((DIFFUSION / layout.STOP).read_bytes())
+    assert lm.schema_version == FORMAT_VERSION and diffusion.schema_version == FORMAT_VERSION
+    assert lm.sequences[0].evidence == EosEvidence(eos_token_id=2, source="model_generation_config", stop_length=19)
+    evidence = diffusion.sequences[0].evidence
+    assert isinstance(evidence, CompletedEvidence) and (evidence.steps.steps_done, evidence.steps.steps_planned) == (10, 10)
+
+
+@pytest.mark.parametrize("record", [
+    {"reason": "interrupted", "evidence": {"signal": "SIGTERM"}},
+    {"reason": "exception", "evidence": {"type": "ValueError", "message": "m"}},
+    {"reason": "unknown", "evidence": {"note": "beam search"}},
+    {"reason": "unknown", "evidence": {"stop_length": 9, "custom_criteria": ["Mine"], "note": "only custom"}},
+    {"reason": "max_new_tokens", "evidence": {"stop_length": 9, "limit": 3, "source": "request"}},
+    {"reason": "max_length", "evidence": {"stop_length": 9, "limit": 9, "source": "library_default"}},
+    {"reason": "max_time", "evidence": {"stop_length": 9, "max_time": 0.5, "source": "request"}},
+    {"reason": "stop_string", "evidence": {"stop_length": 9, "stop_strings": ["1"], "stop_string": "1", "source": "request"}},
+    {"reason": "interrupted", "evidence": {"steps_done": 2, "steps_planned": 10, "steps_planned_source": "denoising_loop",
+     "num_inference_steps": 10, "timesteps_planned_dry_run": 10, "step_observation": "progress_bar", "denoising_loops": 1,
+     "output_returned": False, "signal": "SIGINT", "interrupt_flag_set_at_step": 2}},
+    {"reason": "exception", "exception": {"type": "RuntimeError", "message": "boom", "traceback": "tb"}, "evidence": {
+     "steps_done": 0, "steps_planned": 10, "steps_planned_source": "requested_num_inference_steps", "num_inference_steps": 10,
+     "timesteps_planned_dry_run": None, "step_observation": None, "denoising_loops": 0, "output_returned": False}},
+], ids=lambda r: r["reason"] + ("-steps" if "steps_done" in r["evidence"] else ""))
+def test_every_format_1_evidence_shape_migrates(record: dict) -> None:
+    """The format-1 evidence dicts genrun 0.1.0 wrote, per reason (runner/instrument/stops.py, diffusers stop_record)."""
+    row = {"index": 0, "call_index": 0, "generated": 2, "last_token_id": None, "fired": [], "eos_token_ids": [],
+           "max_new_tokens": None, "max_length": None, "prompt_length": None, "exception": None} | record
+    stop = GenerationStop.model_validate({"schema_version": 1, "sequences": [row]}).sequences[0]
+    assert stop.evidence.reason == stop.reason
+    again = GenerationStop.model_validate_json(GenerationStop(sequences=(stop,)).model_dump_json())
+    assert again.sequences[0] == stop
+
+
+def test_evidence_tagged_for_another_reason_is_refused() -> None:
+    row = {"index": 0, "call_index": 0, "reason": "eos", "generated": 2, "last_token_id": 2, "fired": [], "eos_token_ids": [2],
+           "max_new_tokens": None, "max_length": None, "prompt_length": None,
+           "evidence": {"reason": "interrupted", "signal": "SIGINT"}}
+    with pytest.raises(ValueError, match="evidence is tagged 'interrupted' but reason is 'eos'"):
+        GenerationStop.model_validate({"schema_version": FORMAT_VERSION, "sequences": [row]})
+
+
+def test_newer_artifact_is_refused_naming_the_genrun_that_wrote_it() -> None:
+    """Not a validation error (which would read as damage): `NewerFormat`, naming the writer when the file records it."""
+    result = orjson.loads((LM / layout.RESULT).read_bytes()) | {"schema_version": 99}
+    with pytest.raises(NewerFormat, match=rf"^written by a newer genrun \(format 99\); this genrun reads up to {FORMAT_VERSION}: upgrade"):
+        Result.model_validate(result)
+    environment = orjson.loads((LM / layout.ENVIRONMENT).read_bytes()) | {"schema_version": 99, "genrun_version": "7.0.0"}
+    with pytest.raises(NewerFormat, match=rf"^written by genrun 7\.0\.0 \(format 99\); this genrun reads up to {FORMAT_VERSION}: upgrade"):
+        Environment.model_validate(environment)
+
+
+def test_verify_and_report_refuse_a_newer_snapshot_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = _writable_copy(LM, tmp_path)
+    _bump(copy / layout.STOP, schema_version=99)
+    _bump(copy / layout.ENVIRONMENT, schema_version=99, genrun_version="7.0.0")
+    expected = f"written by genrun 7.0.0 (format 99); this genrun reads up to {FORMAT_VERSION}: upgrade"
+    code, verified = _cli_json(capsys, "verify", copy)
+    artifacts = next(f for f in verified["findings"] if f["name"] == "artifacts_valid")
+    assert code != 0 and artifacts["status"] == "FAIL"
+    assert artifacts["evidence"]["problems"] == {layout.STOP: expected, layout.ENVIRONMENT: expected}
+    code, report = _cli_json(capsys, "report", copy)
+    assert code == 0 and f"{layout.STOP}: {expected}" in report["notes"]
+
+
+def test_a_newer_progress_stream_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = _writable_copy(LM, tmp_path)
+    lines = (copy / layout.PROGRESS).read_bytes().splitlines(keepends=True)
+    lines[0] = orjson.dumps(orjson.loads(lines[0]) | {"schema_version": 99}) + b"\n"
+    (copy / layout.PROGRESS).write_bytes(b"".join(lines))
+    code, verified = _cli_json(capsys, "verify", copy)
+    artifacts = next(f for f in verified["findings"] if f["name"] == "artifacts_valid")
+    assert code != 0 and artifacts["evidence"]["problems"] == {
+        layout.PROGRESS: f"written by genrun 0.1.0 (format 99); this genrun reads up to {FORMAT_VERSION}: upgrade"}
+
+
+def test_execute_refuses_a_plan_from_a_newer_genrun(tmp_path: Path, tiny_lm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snapshot = plan_request(write_request(tmp_path, tiny_request(tiny_lm)), store=tmp_path / "store")
+    _bump(snapshot / layout.MODEL, schema_version=99)
+    _bump(snapshot / layout.ENVIRONMENT, genrun_version="7.0.0")
+    entries = [(rel, sha256_file(snapshot / rel)) for rel in manifest_candidates(snapshot) if rel != layout.FROZEN_MANIFEST]
+    (snapshot / layout.FROZEN_MANIFEST).write_bytes(render_sha256sum(entries))  # a consistent plan, just newer
+    code = main(["execute", str(snapshot)])
+    err = capsys.readouterr().err
+    assert code != 0 and "written by genrun 7.0.0 (format 99)" in " ".join(err.split()), err
+    assert not (snapshot / layout.PROGRESS).exists() and not (snapshot / layout.RESULT).exists()
+
+
+def test_a_newer_signoff_is_reported_not_raised(tmp_path: Path) -> None:
+    from genrun.analysis.signoffs import evaluate_signoffs
+
+    copy = _writable_copy(LM, tmp_path)
+    (record,) = (copy / layout.SIGNOFFS_DIR).glob("*.json")
+    _bump(record, schema_version=99)
+    (status,) = evaluate_signoffs(copy, None)
+    assert status.state == "invalid" and "written by genrun 0.1.0 (format 99)" in status.reason
