@@ -15,7 +15,6 @@ from ._load import Snapshot
 
 LIBRARY_DEFAULT_NEW_TOKENS = 20  # transformers 5.x: max_length = prompt + 20 when nothing is set
 _LENGTH_KEYS = ("max_new_tokens", "max_length")
-_LISTY_KEYS = {"eos_token_id", "stop_strings"}  # generate accepts a scalar or a list; the effective config keeps a list
 
 
 def check_request_round_trip(snap: Snapshot, ctx: CheckContext) -> Finding:

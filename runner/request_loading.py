@@ -49,7 +49,7 @@ def request_from_model(request: Request, base_dir: Path) -> LoadedRequest:
 
 
 def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
-    """Decode and validate request bytes (used by plan and by analysis' round-trip check)."""
+    """Decode and validate request bytes (used by plan; analysis re-parses the frozen source on its own)."""
     try:
         text = source.decode("utf-8")
     except UnicodeDecodeError as exc:
