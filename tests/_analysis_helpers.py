@@ -7,7 +7,6 @@ would (chmod u+w, then edit), never by writing snapshot files from scratch.
 """
 
 import json
-import os
 import shutil
 import signal
 import stat
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
+from conftest import CliRun, run_cli
 from genrun.schemas import layout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -283,10 +283,9 @@ def edit_json(snapshot: Path, rel: str, change: Callable[[dict], None]) -> None:
     edit_bytes(snapshot, rel, rewrite)
 
 
-def run_genrun(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+def run_genrun(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> CliRun:
+    """The real CLI, in-process (`conftest.run_cli`)."""
+    return run_cli(*args, env=env, timeout=timeout)
 
 
 def finding(verification: Any, name: str) -> Any:

@@ -31,7 +31,7 @@ from _diffusion_helpers import (
     read_json,
     unit_records,
 )
-from conftest import run_cli, write_request
+from conftest import CliRun, run_cli, write_request
 from genrun.runner.errors import BudgetRefused, RequestError
 from genrun.runner.execute import execute_snapshot
 from genrun.runner.plan import plan_request
@@ -55,7 +55,7 @@ def tiny_audio(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def example_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+def example_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliRun, Path]:
     """`genrun run examples/tiny-diffusion.toml --json` through the real CLI."""
     store = tmp_path_factory.mktemp("example-store")
     proc = run_cli("run", EXAMPLE, "--store", store, "--json")

@@ -13,15 +13,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _lm_helpers import REPO, assert_counts_agree, random_lm, read_ids, read_json, read_progress, request_text, shared_dir
+from _lm_helpers import REPO, FixtureModels, assert_counts_agree, read_ids, read_json, read_progress, request_text
 from genrun.runner.store import is_sealed
 
 MAX_NEW = 6000
 
 
 @pytest.fixture(scope="module")
-def endless(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return random_lm(shared_dir(tmp_path_factory, "random-no-eos"))
+def endless(fixture_models: FixtureModels) -> Path:
+    return fixture_models.get("random-no-eos")
 
 
 def _snapshot_in(store: Path) -> Path | None:
