@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from _lm_helpers import FixtureModels
 
 REPO = Path(__file__).resolve().parent.parent
+PROCESS_TIMEOUT_S = 900
+"""When a test gives up on a child process: a safety net for a hung child, never a measurement (a loaded
+2-core machine can take minutes just to import torch in a fresh process)."""
 EXAMPLES = REPO / "examples"
 TINY_LM = EXAMPLES / "models" / "tiny-lm"
 
@@ -53,7 +56,7 @@ def fixture_models(tmp_path_factory: pytest.TempPathFactory) -> "FixtureModels":
     return FixtureModels(tmp_path_factory.mktemp("fixture-models"))
 
 
-def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> CliRun:
+def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = PROCESS_TIMEOUT_S) -> CliRun:
     """Run the real `genrun` CLI in this process: `genrun.runner.cli.main([...])` with stdout/stderr captured.
 
     `env` entries are applied for the call and the whole environment is restored afterwards; `cwd` is
@@ -85,7 +88,7 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | No
 
 
 def run_cli_subprocess(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
-                       timeout: float = 300) -> subprocess.CompletedProcess[str]:
+                       timeout: float = PROCESS_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run the real `genrun` CLI in a subprocess (`python -m genrun.runner.cli`): for tests whose point is a process
     (signals, kills, concurrency, import isolation, end-to-end smoke tests)."""
     full_env = {**os.environ, **(env or {})}

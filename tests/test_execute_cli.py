@@ -10,7 +10,7 @@ import orjson
 import pytest
 from safetensors.torch import load_file
 
-from conftest import CliRun, run_cli
+from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 
 from _lm_helpers import REPO, assert_counts_agree, plan, read_json, read_progress, request_text, write_entry_module
 from genrun.runner.execute import execute_snapshot
@@ -95,7 +95,7 @@ def _execute_with_stderr_on_a_terminal(snapshot: Path) -> tuple[int, str, str]:
         if not data:
             break
         chunks.append(data)
-    out, _ = proc.communicate(timeout=300)
+    out, _ = proc.communicate(timeout=PROCESS_TIMEOUT_S)
     os.close(leader)
     return proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import orjson
 import pytest
 from _snapshot_factory import make_planned_snapshot, make_sealed_snapshot
-from conftest import CliRun, run_cli
+from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 
 from genrun.analysis.signoffs import (
     NO_ALLOWED_SIGNERS,
@@ -96,7 +96,7 @@ def genrun(*args: str, env: dict[str, str] | None = None) -> CliRun:
 
 def genrun_without_a_terminal(*args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess in a new session: no controlling terminal, so ssh-keygen cannot prompt."""
-    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *args], capture_output=True, text=True, timeout=120, start_new_session=True)
+    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *args], capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, start_new_session=True)
 
 
 def only(statuses: list[SignoffStatus]) -> SignoffStatus:
@@ -454,7 +454,7 @@ def test_concurrent_signoffs_both_survive(tmp_path: Path, keys: Keys) -> None:
     command = [sys.executable, "-m", "genrun.runner.cli", "signoff", str(snapshot), "--decision", "accept", "--key", str(keys.alice)]
     runs = [subprocess.Popen([*command, "--by", ALICE, "--note", f"run {i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i in range(2)]
-    outcomes = [run.communicate(timeout=120) for run in runs]
+    outcomes = [run.communicate(timeout=PROCESS_TIMEOUT_S) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outcomes
 
     records = sorted((snapshot / layout.SIGNOFFS_DIR).glob("*.json"))
