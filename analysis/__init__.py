@@ -12,16 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._finding import Examined, Finding, Status
+    from ._diff_render import render_diff
     from ._load import Snapshot, SnapshotNotFound, read_snapshot
+    from ._plot import PlotError, write_plot
+    from ._report_render import render_report
     from .diff import SnapshotDiff, diff_snapshots
     from .report import Report, report_snapshot
+    from .signoffs import evaluate_signoffs, summarize_signoffs
     from .verify import Verification, summary_line, verify_snapshot
 
 _HOME = {
     "Examined": "._finding", "Finding": "._finding", "Status": "._finding",
     "Snapshot": "._load", "SnapshotNotFound": "._load", "read_snapshot": "._load",
-    "SnapshotDiff": ".diff", "diff_snapshots": ".diff",
-    "Report": ".report", "report_snapshot": ".report",
+    "SnapshotDiff": ".diff", "diff_snapshots": ".diff", "render_diff": "._diff_render",
+    "Report": ".report", "report_snapshot": ".report", "render_report": "._report_render",
+    "PlotError": "._plot", "write_plot": "._plot",
+    "evaluate_signoffs": ".signoffs", "summarize_signoffs": ".signoffs",
     "Verification": ".verify", "summary_line": ".verify", "verify_snapshot": ".verify",
 }
 

@@ -12,7 +12,6 @@ from ._finding import Examined, Finding, skip, worst
 from ._load import Snapshot
 
 _LENGTH_KEYS = ("max_new_tokens", "max_length")
-_LISTY_KEYS = {"eos_token_id", "stop_strings"}  # generate accepts a scalar or a list; the effective config keeps a list
 
 
 def check_request_round_trip(snap: Snapshot, ctx: CheckContext) -> Finding:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from genrun.schemas import PipelineCallBeforeCall, StopEvidence
+from genrun.schemas.rendering import human_bytes
 
 from .report import Report
 
@@ -221,10 +222,4 @@ def _seconds(value: float | None) -> str:
 
 
 def _bytes(value: int | None) -> str:
-    if value is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return str(value)
+    return "—" if value is None else human_bytes(value)

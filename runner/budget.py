@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import DomainEstimate, Request, TokenBudget, layout
+from genrun.schemas.rendering import human_bytes
 
 from .errors import BudgetRefused
 
@@ -185,9 +186,9 @@ def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tupl
         )
     if budget.fits_memory is False:
         reasons.append(
-            f"needs ~{_gib(budget.required_bytes)} (weights {_gib(budget.weight_bytes)} + KV {_gib(budget.kv_bytes_at_budget or 0)} "
-            f"for {budget.rows_per_request} row(s) x {budget.effective_max_length or 0:,} tokens + activations {_gib(budget.activation_bytes_estimate)} "
-            f"+ margin {_gib(budget.margin_bytes)}) but {budget.device} has {_gib(budget.device_memory_free_bytes or 0)} free; "
+            f"needs ~{human_bytes(budget.required_bytes)} (weights {human_bytes(budget.weight_bytes)} + KV {human_bytes(budget.kv_bytes_at_budget or 0)} "
+            f"for {budget.rows_per_request} row(s) x {budget.effective_max_length or 0:,} tokens + activations {human_bytes(budget.activation_bytes_estimate)} "
+            f"+ margin {human_bytes(budget.margin_bytes)}) but {budget.device} has {human_bytes(budget.device_memory_free_bytes or 0)} free; "
             "lower the budget or the batch, use a smaller dtype, free memory, or pass --force"
         )
     return tuple(reasons)
@@ -198,6 +199,3 @@ def enforce(budget: TokenBudget) -> None:
     if budget.refusals and not budget.forced:
         raise BudgetRefused("pre-flight refused the plan:" + "".join(f"\n  - {r}" for r in budget.refusals))
 
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"

@@ -61,18 +61,16 @@ def identify_code(
     entrypoint_modules: Sequence[str | CodeRef],
     search_path: Sequence[Path],
     model_dir: Path | None,
-    trust_remote_code: bool,
 ) -> CodeIdentity:
     """Hash genrun, the modules of the `module:function` entry points/loaders, and the model directory's `*.py`.
 
     `search_path` is where the runner will look for user modules before `sys.path` (e.g. the
     request file's directory). A plain string in `entrypoint_modules` is reported as
     `[entrypoint] callable` in errors; pass `code_refs(...)` to name `[model] loader` too.
-    Remote code is recorded whenever the model directory has Python files, whatever
-    `trust_remote_code` says: with it off they are not run, but they are part of the checkpoint,
-    and a later run with it on must be comparable.
+    Remote code is recorded whenever the model directory has Python files, whatever the request's
+    `trust_remote_code` says (it is frozen in request.json): with it off they are not run, but they
+    are part of the checkpoint, and a later run with it on must be comparable.
     """
-    del trust_remote_code  # it is frozen in request.json; the files are hashed either way (see above)
     refs = [r if isinstance(r, CodeRef) else CodeRef("[entrypoint] callable", r) for r in entrypoint_modules]
     sources = [module_source(ref, search_path) for ref in refs]
     entry_files = sorted({f for s in sources for f in s.files})

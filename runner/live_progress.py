@@ -11,15 +11,11 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from genrun.schemas.rendering import human_bytes
 
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "mem ?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
+
+def _memory(n: int | None) -> str:
+    return "mem ?" if n is None else human_bytes(n)
 
 
 class LiveProgress:
@@ -41,11 +37,11 @@ class LiveProgress:
             auto_refresh=False,
             transient=False,
         )
-        self._task = self._progress.add_task("generate", total=planned_units, unit=unit, rate=0.0, memory=_human_bytes(None))
+        self._task = self._progress.add_task("generate", total=planned_units, unit=unit, rate=0.0, memory=_memory(None))
 
     def update(self, generated: int, units_per_s: float, rss_bytes: int | None) -> None:
         """Show the current count, rate and resident memory."""
-        self._progress.update(self._task, completed=generated, rate=units_per_s, memory=_human_bytes(rss_bytes))
+        self._progress.update(self._task, completed=generated, rate=units_per_s, memory=_memory(rss_bytes))
         self._progress.refresh()
 
     def __enter__(self) -> "LiveProgress":

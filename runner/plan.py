@@ -31,7 +31,7 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
     resolved = resolve_model_dir(request.model, base_dir)
     backend.validate_request(request, resolved.path)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
-    code = identify_code(user_code, [base_dir], resolved.path, request.model.trust_remote_code)
+    code = identify_code(user_code, [base_dir], resolved.path)
     model = identify_model(request.model, base_dir)
     budget = backend.estimate_budget(request, resolved.path, model.weight_bytes, force)
     enforce(budget)

@@ -6,8 +6,6 @@ from pathlib import Path
 
 from . import layout
 
-HASH_CHUNK = 1 << 20  # bytes; file_digest reads in its own chunks, this is for partial reads
-
 
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file's content (hashlib.file_digest: the single-core limit, no Python loop)."""

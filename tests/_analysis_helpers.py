@@ -7,7 +7,6 @@ would (chmod u+w, then edit), never by writing snapshot files from scratch.
 """
 
 import json
-import os
 import shutil
 import signal
 import stat
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
+from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 from genrun.schemas import layout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -206,7 +206,7 @@ def make_signalled_snapshots(root: Path, signals: dict[str, signal.Signals]) -> 
     runs = {name: _start_slow_run(root / name) for name in signals}
     try:
         pending = dict(runs)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
         while pending and time.monotonic() < deadline:
             for name, (proc, store) in list(pending.items()):
                 progress = [p / layout.PROGRESS for p in store.glob("2*")] if store.is_dir() else []
@@ -216,10 +216,10 @@ def make_signalled_snapshots(root: Path, signals: dict[str, signal.Signals]) -> 
                 elif proc.poll() is not None:
                     raise AssertionError(f"the slow run {name} ended before it could be signalled: {proc.stderr.read().decode()[-2000:]}")
             time.sleep(0.02)
-        assert not pending, f"no progress record within 120 s from {sorted(pending)}"
+        assert not pending, f"no progress record within {PROCESS_TIMEOUT_S} s from {sorted(pending)}"
         for name, (proc, _) in runs.items():
             expected = -signal.SIGKILL if signals[name] == signal.SIGKILL else 128 + signals[name]  # genrun exits 130 on SIGINT
-            assert proc.wait(timeout=60) == expected, proc.stderr.read().decode()[-2000:]
+            assert proc.wait(timeout=PROCESS_TIMEOUT_S) == expected, proc.stderr.read().decode()[-2000:]
     finally:
         for proc, _ in runs.values():
             if proc.poll() is None:
@@ -283,10 +283,9 @@ def edit_json(snapshot: Path, rel: str, change: Callable[[dict], None]) -> None:
     edit_bytes(snapshot, rel, rewrite)
 
 
-def run_genrun(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+def run_genrun(*args: str | Path, env: dict[str, str] | None = None, timeout: float = PROCESS_TIMEOUT_S) -> CliRun:
+    """The real CLI, in-process (`conftest.run_cli`)."""
+    return run_cli(*args, env=env, timeout=timeout)
 
 
 def finding(verification: Any, name: str) -> Any:

@@ -7,12 +7,14 @@ Models are real checkpoints loaded with `from_pretrained` by the code under test
 - `random_lm`: a randomly initialised Llama with the same tokenizer and a long context; with
   the default generation config it has **no EOS**, so it only stops on a limit (for max_time,
   signals and long runs).
-Builds are cached by directory, so several test modules can share one build per session.
+Every built variant is named once in `MODEL_BUILDS` and shared by the whole session through conftest's
+`fixture_models` (builds are cached by directory).
 """
 
 import json
 import shutil
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -310,11 +312,34 @@ def write_entry_module(directory: Path, name: str) -> str:
     return name
 
 
-def shared_dir(tmp_path_factory: Any, name: str) -> Path:
-    """A directory shared by every test module of the session (builds above are cached by path)."""
-    root = tmp_path_factory.getbasetemp() / "lm-helpers"
-    root.mkdir(exist_ok=True)
-    return root / name
+MODEL_BUILDS: dict[str, Callable[["FixtureModels"], Path]] = {
+    "random-no-eos": lambda m: random_lm(m.dir("random-no-eos")),
+    "tiny-pad-unset": lambda m: tiny_lm_variant(m.dir("tiny-pad-unset"), {"bos_token_id": 1, "eos_token_id": EOS}, {"pad_token_id": None}),
+    "tiny-no-eos": lambda m: tiny_lm_variant(m.dir("tiny-no-eos"), {"bos_token_id": 1, "pad_token_id": PAD}, {"eos_token_id": None}),
+    "tiny-max-length-12": lambda m: tiny_lm_variant(
+        m.dir("tiny-max-length-12"), {"bos_token_id": 1, "eos_token_id": EOS, "pad_token_id": PAD, "max_length": 12}),
+    "tiny-sampling": lambda m: tiny_lm_variant(m.dir("tiny-sampling"), {
+        "bos_token_id": 1, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": True, "temperature": 0.6, "top_k": 5, "top_p": 0.9}),
+    "bpe-tokenizer": lambda m: bpe_tokenizer_dir(m.dir("bpe-tokenizer")),
+    "bpe-no-eos": lambda m: random_bpe_lm(m.dir("bpe-no-eos"), m.get("bpe-tokenizer"), {"bos_token_id": 2, "pad_token_id": 1}),
+    "bpe-pad-unset": lambda m: random_bpe_lm(m.dir("bpe-pad-unset"), m.get("bpe-tokenizer"), {"bos_token_id": 2, "eos_token_id": 0}),
+}
+"""Every locally built fixture model, by name: one definition each, built on first use, once per session."""
+
+
+class FixtureModels:
+    """The session's fixture models (conftest's `fixture_models`): `get(name)` builds `MODEL_BUILDS[name]` once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def dir(self, name: str) -> Path:
+        """Where model `name` is built."""
+        return self.root / name
+
+    def get(self, name: str) -> Path:
+        """The built model directory (builds are cached by path, so a second call only checks it exists)."""
+        return MODEL_BUILDS[name](self)
 
 
 def assert_counts_agree(snapshot: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from _analysis_helpers import REPO, copy_snapshot, snapshots, tree_state  # noqa: F401
+from conftest import PROCESS_TIMEOUT_S
 
 BLOCKED = ("torch", "transformers", "diffusers")
 
@@ -74,7 +75,7 @@ def run_cli_commands(commands: list[list[str]], *, block: bool, drop_to: int | N
     """Run `commands` through `genrun.runner.cli.main` in one subprocess and return its RESULT line."""
     script = CLI_RUNNER.format(blocked=BLOCKED, block=block, drop_to=drop_to)
     proc = subprocess.run([sys.executable, "-c", script, json.dumps(commands), json.dumps(warmup or [])], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
+                          capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, env={**os.environ, "COLUMNS": "120"})
     result_lines = [line for line in proc.stderr.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and result_lines, proc.stderr[-3000:]
     return json.loads(result_lines[-1].removeprefix("RESULT "))
@@ -92,7 +93,7 @@ def test_verify_report_and_diff_run_without_torch_transformers_or_diffusers(snap
 def test_the_block_is_real(snapshots) -> None:
     """The same runner without the block does load torch when asked to plan: so an empty list above means something."""
     script = CLI_RUNNER.format(blocked=BLOCKED, block=True, drop_to=None) + "\nimport torch\n"
-    proc = subprocess.run([sys.executable, "-c", script, "[]", "[]"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", script, "[]", "[]"], cwd=REPO, capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     assert proc.returncode != 0 and "import of torch blocked" in proc.stderr
 
 

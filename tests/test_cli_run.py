@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from conftest import EXAMPLES, REPO, run_cli
+from conftest import EXAMPLES, PROCESS_TIMEOUT_S, REPO, run_cli
 from genrun.schemas import layout
 
 
@@ -47,7 +47,7 @@ def test_four_concurrent_runs_make_four_complete_snapshots(tmp_path: Path) -> No
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)
     ]
-    outputs = [p.communicate(timeout=600) for p in procs]
+    outputs = [p.communicate(timeout=PROCESS_TIMEOUT_S) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in outputs]
     reported = {orjson.loads(out)["snapshot"] for out, _ in outputs}
     on_disk = sorted(p for p in store.iterdir())

@@ -41,15 +41,15 @@ def test_entrypoint_module_identity_is_stable_and_follows_edits(tmp_path: Path) 
     module = user / "my_entry.py"
     module.write_text("def run(model, tok, inputs, generation):\n    return 1\n")
 
-    first = identify_code(["my_entry:run"], [user], None, trust_remote_code=False)
-    assert first == identify_code(["my_entry:run"], [user], None, trust_remote_code=False)
+    first = identify_code(["my_entry:run"], [user], None)
+    assert first == identify_code(["my_entry:run"], [user], None)
     assert first.entrypoint is not None
     assert first.entrypoint.root == str(user)
     assert [(f.path, f.sha256) for f in first.entrypoint.files] == [("my_entry.py", sha256_file(module))]
     assert first.remote_code is None
 
     module.write_text("def run(model, tok, inputs, generation):\n    return 2\n")
-    edited = identify_code(["my_entry:run"], [user], None, trust_remote_code=False)
+    edited = identify_code(["my_entry:run"], [user], None)
     assert edited.entrypoint is not None and edited.entrypoint.digest != first.entrypoint.digest
     assert edited.genrun == first.genrun
     CodeIdentity.model_validate_json(edited.model_dump_json())  # what code.json will hold round-trips
@@ -66,7 +66,7 @@ def test_package_entrypoint_is_hashed_whole_and_never_imported(tmp_path: Path) -
     (pkg / "helpers.py").write_text("X = 1\n")
 
     refs = code_refs(None, "gen_pkg_never_imported.inner.loader:load")
-    identity = identify_code(refs, [tmp_path / "user"], None, trust_remote_code=False)
+    identity = identify_code(refs, [tmp_path / "user"], None)
     assert identity.entrypoint is not None
     assert [f.path for f in identity.entrypoint.files] == [
         "gen_pkg_never_imported/__init__.py",
@@ -83,7 +83,7 @@ def test_entrypoint_and_loader_from_two_places(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "entry_a.py").write_text("def run(*a): pass\n")
     (tmp_path / "b" / "loader_b.py").write_text("def load(*a): pass\n")
-    identity = identify_code(code_refs("entry_a:run", "loader_b:load"), [tmp_path / "a", tmp_path / "b"], None, False)
+    identity = identify_code(code_refs("entry_a:run", "loader_b:load"), [tmp_path / "a", tmp_path / "b"], None)
     assert identity.entrypoint is not None
     assert identity.entrypoint.root == str(tmp_path)
     assert [f.path for f in identity.entrypoint.files] == ["a/entry_a.py", "b/loader_b.py"]
@@ -91,7 +91,7 @@ def test_entrypoint_and_loader_from_two_places(tmp_path: Path) -> None:
 
 def test_unknown_entrypoint_module_names_the_field_value_and_fix(tmp_path: Path) -> None:
     with pytest.raises(RequestError) as entry:
-        identify_code(["no_such_module_xyz.sub:run"], [tmp_path], None, trust_remote_code=False)
+        identify_code(["no_such_module_xyz.sub:run"], [tmp_path], None)
     assert entry.value.exit_code == 2
     assert str(entry.value) == (
         f"[entrypoint] callable 'no_such_module_xyz.sub:run': module 'no_such_module_xyz.sub' cannot be found "
@@ -101,20 +101,20 @@ def test_unknown_entrypoint_module_names_the_field_value_and_fix(tmp_path: Path)
     (tmp_path / "real_pkg_for_test").mkdir()
     (tmp_path / "real_pkg_for_test" / "__init__.py").write_text("")
     with pytest.raises(RequestError, match=r"^\[model\] loader 'real_pkg_for_test.missing:load': module 'real_pkg_for_test.missing'"):
-        identify_code(code_refs(None, "real_pkg_for_test.missing:load"), [tmp_path], None, trust_remote_code=False)
+        identify_code(code_refs(None, "real_pkg_for_test.missing:load"), [tmp_path], None)
 
 
 def test_remote_code_is_recorded_whenever_the_model_dir_has_python(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    assert identify_code([], [], model, trust_remote_code=True).remote_code is None
+    assert identify_code([], [], model).remote_code is None
 
     (model / "modeling_custom.py").write_text("class Custom: pass\n")
-    for trust in (False, True):  # hashed either way: it is part of the checkpoint
-        remote = identify_code([], [], model, trust_remote_code=trust).remote_code
-        assert remote is not None
-        assert [(f.path, f.sha256) for f in remote.files] == [("modeling_custom.py", sha256_file(model / "modeling_custom.py"))]
+    # identify_code takes no trust_remote_code: the files are hashed whatever the request says (part of the checkpoint)
+    remote = identify_code([], [], model).remote_code
+    assert remote is not None
+    assert [(f.path, f.sha256) for f in remote.files] == [("modeling_custom.py", sha256_file(model / "modeling_custom.py"))]
 
 
 # --- environment ----------------------------------------------------------------------------------

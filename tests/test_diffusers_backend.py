@@ -31,7 +31,7 @@ from _diffusion_helpers import (
     read_json,
     unit_records,
 )
-from conftest import run_cli, write_request
+from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli, write_request
 from genrun.runner.errors import BudgetRefused, RequestError
 from genrun.runner.execute import execute_snapshot
 from genrun.runner.plan import plan_request
@@ -55,7 +55,7 @@ def tiny_audio(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def example_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+def example_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliRun, Path]:
     """`genrun run examples/tiny-diffusion.toml --json` through the real CLI."""
     store = tmp_path_factory.mktemp("example-store")
     proc = run_cli("run", EXAMPLE, "--store", store, "--json")
@@ -248,7 +248,7 @@ def _run_and_interrupt(tmp_path: Path, text: str) -> tuple[int, Path]:
     with open(tmp_path / "stderr.txt", "w") as err:  # a file, not a pipe: a full pipe would block the child
         proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
         snapshot = None
         while snapshot is None and time.monotonic() < deadline and proc.poll() is None:
             found = [p for p in store.iterdir() if not p.name.startswith(".")] if store.is_dir() else []
@@ -259,7 +259,7 @@ def _run_and_interrupt(tmp_path: Path, text: str) -> tuple[int, Path]:
             proc.kill()
             raise AssertionError(f"no progress record before exit/timeout: {(tmp_path / 'stderr.txt').read_text()[-2000:]}")
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=240)
+        code = proc.wait(timeout=PROCESS_TIMEOUT_S)
     return code, snapshot
 
 
@@ -422,7 +422,7 @@ def test_transformers_path_runs_without_diffusers(tmp_path: Path) -> None:
 
     def blocked(*args: str | Path) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", _BLOCK_DIFFUSERS, *map(str, args)], cwd=REPO, capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                              text=True, timeout=PROCESS_TIMEOUT_S, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
     run = blocked("run", REPO / "examples" / "tiny.toml", "--store", tmp_path / "lm", "--json")
     assert run.returncode == 0, run.stderr

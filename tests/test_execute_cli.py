@@ -10,6 +10,8 @@ import orjson
 import pytest
 from safetensors.torch import load_file
 
+from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
+
 from _lm_helpers import REPO, assert_counts_agree, plan, read_json, read_progress, request_text, write_entry_module
 from genrun.runner.execute import execute_snapshot
 from genrun.schemas import EVENT_ADAPTER, GeneratedTokenIds, GenerationConfigBeforeGenerate, GenerationStop, Result, layout
@@ -19,8 +21,8 @@ EXECUTION_ARTIFACTS = (
 )
 
 
-def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+def cli(*args: str, cwd: Path = REPO) -> CliRun:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_run_on_the_bundled_model_writes_every_artifact_with_agreeing_counts(tmp_path: Path) -> None:
@@ -80,6 +82,7 @@ def test_frame_units(tmp_path: Path, tiny_lm: Path, tokens_per_frame: int) -> No
 
 
 def _execute_with_stderr_on_a_terminal(snapshot: Path) -> tuple[int, str, str]:
+    """A process is the point: its stderr must be a real terminal."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, stdout=subprocess.PIPE, stderr=follower)
     os.close(follower)
@@ -92,7 +95,7 @@ def _execute_with_stderr_on_a_terminal(snapshot: Path) -> tuple[int, str, str]:
         if not data:
             break
         chunks.append(data)
-    out, _ = proc.communicate(timeout=300)
+    out, _ = proc.communicate(timeout=PROCESS_TIMEOUT_S)
     os.close(leader)
     return proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
 

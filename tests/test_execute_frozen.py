@@ -2,14 +2,14 @@
 entry-point code or model files changed, a snapshot that already ran, and a missing approval."""
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
-from _lm_helpers import REPO, plan, request_text, tiny_lm_variant, write_entry_module
+from conftest import REPO, run_cli, run_cli_subprocess
+
+from _lm_helpers import plan, request_text, tiny_lm_variant, write_entry_module
 from genrun.runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
 from genrun.runner.execute import execute_snapshot
 from genrun.runner.store import is_sealed
@@ -24,7 +24,7 @@ def _nothing_written(snapshot: Path) -> None:
 def test_a_changed_frozen_file_is_refused_through_the_cli(tmp_path: Path, tiny_lm: Path) -> None:
     snapshot = plan(tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}))
     (snapshot / layout.REQUEST).write_bytes((snapshot / layout.REQUEST).read_bytes() + b"\n")  # still valid JSON
-    proc = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
+    proc = run_cli("execute", snapshot)
     assert proc.returncode == 1
     assert "frozen file request.json changed since planning" in proc.stderr and "plan the request again" in proc.stderr
     _nothing_written(snapshot)
@@ -50,15 +50,15 @@ def test_changed_genrun_code_is_refused_naming_the_file(tmp_path: Path, tiny_lm:
         (source / "genrun" / package).symlink_to(Path("..") / package)
     request = tmp_path / "r.toml"
     request.write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
-    cli = [sys.executable, "-m", "genrun.runner.cli"]
-    planned = subprocess.run([*cli, "plan", str(request), "--store", str(tmp_path / "store"), "--json"], cwd=source, capture_output=True, text=True)
+    # A process is the point: it must import genrun from the copy (cwd=source), not from this checkout.
+    planned = run_cli_subprocess("plan", request, "--store", tmp_path / "store", "--json", cwd=source)
     assert planned.returncode == 0, planned.stderr
     snapshot = Path(orjson.loads(planned.stdout)["snapshot"])
     code = orjson.loads((snapshot / layout.CODE).read_bytes())
     assert code["genrun"]["root"] == str(source)  # the copy planned it
     with open(source / "runner" / "live_progress.py", "a") as f:
         f.write("# an edit after planning\n")
-    proc = subprocess.run([*cli, "execute", str(snapshot)], cwd=source, capture_output=True, text=True)
+    proc = run_cli_subprocess("execute", snapshot, cwd=source)
     assert proc.returncode == 1
     assert "genrun's own code changed since planning" in proc.stderr and "runner/live_progress.py" in proc.stderr
     _nothing_written(snapshot)
@@ -100,7 +100,7 @@ def test_approval_is_required_before_anything_runs(tmp_path: Path, tiny_lm: Path
 def test_policy_requires_approval_too(tmp_path: Path, tiny_lm: Path) -> None:
     text = request_text(tiny_lm, generation={"max_new_tokens": 8}) + "[policy]\nrequire_approval = true\n"
     snapshot = plan(tmp_path, text)
-    proc = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, capture_output=True, text=True)
+    proc = run_cli("execute", snapshot)
     assert proc.returncode == ApprovalRequired.exit_code and "approv" in proc.stderr
     _nothing_written(snapshot)
 

@@ -13,15 +13,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _lm_helpers import REPO, assert_counts_agree, random_lm, read_ids, read_json, read_progress, request_text, shared_dir
+from conftest import PROCESS_TIMEOUT_S
+
+from _lm_helpers import REPO, FixtureModels, assert_counts_agree, read_ids, read_json, read_progress, request_text
 from genrun.runner.store import is_sealed
 
 MAX_NEW = 6000
 
 
 @pytest.fixture(scope="module")
-def endless(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return random_lm(shared_dir(tmp_path_factory, "random-no-eos"))
+def endless(fixture_models: FixtureModels) -> Path:
+    return fixture_models.get("random-no-eos")
 
 
 def _snapshot_in(store: Path) -> Path | None:
@@ -29,7 +31,7 @@ def _snapshot_in(store: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _wait_for_progress(store: Path, proc: subprocess.Popen, timeout: float = 180) -> Path:
+def _wait_for_progress(store: Path, proc: subprocess.Popen, timeout: float = PROCESS_TIMEOUT_S) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         snapshot = _snapshot_in(store)
@@ -47,7 +49,7 @@ def _interrupt(args: list[str], store: Path, sig: signal.Signals) -> tuple[subpr
     proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     snapshot = _wait_for_progress(store, proc)
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=180)
+    out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), snapshot
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import LlamaForCausalLM
 
-from _lm_helpers import EOS, PAD, plan, read_json, request_text, shared_dir, tiny_lm_variant, write_entry_module
+from _lm_helpers import EOS, FixtureModels, plan, read_json, request_text, write_entry_module
 from genrun.runner.execute import execute_snapshot
 
 
@@ -52,19 +52,18 @@ def run_and_compare(tmp_path: Path, text: str, used: list) -> dict:
 
 
 @pytest.fixture(scope="session")
-def checkpoint_limits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_lm_variant(shared_dir(tmp_path_factory, "tiny-max-length-12"), {"bos_token_id": 1, "eos_token_id": EOS, "pad_token_id": PAD, "max_length": 12})
+def checkpoint_limits(fixture_models: FixtureModels) -> Path:
+    return fixture_models.get("tiny-max-length-12")
 
 
 @pytest.fixture(scope="session")
-def sampling_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    settings = {"bos_token_id": 1, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": True, "temperature": 0.6, "top_k": 5, "top_p": 0.9}
-    return tiny_lm_variant(shared_dir(tmp_path_factory, "tiny-sampling"), settings)
+def sampling_checkpoint(fixture_models: FixtureModels) -> Path:
+    return fixture_models.get("tiny-sampling")
 
 
 @pytest.fixture(scope="session")
-def pad_unset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_lm_variant(shared_dir(tmp_path_factory, "tiny-pad-unset"), {"bos_token_id": 1, "eos_token_id": EOS}, {"pad_token_id": None})
+def pad_unset(fixture_models: FixtureModels) -> Path:
+    return fixture_models.get("tiny-pad-unset")
 
 
 def test_checkpoint_max_length(tmp_path: Path, used: list, checkpoint_limits: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PROCESS_TIMEOUT_S
 from genrun.runner import _hash_cache
 from genrun.runner.errors import RequestError
 from genrun.runner.model_identity import hf_hub_cache_dir, identify_model, resolve_model_dir
@@ -307,7 +308,7 @@ def test_four_concurrent_processes_share_one_cache(tmp_path: Path) -> None:
         """
     )
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
-    outputs = [p.communicate(timeout=120) for p in procs]
+    outputs = [p.communicate(timeout=PROCESS_TIMEOUT_S) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in outputs]
     assert all(err == "" for _, err in outputs)  # no corrupt-entry warnings
     digests = {out.strip() for out, _ in outputs}

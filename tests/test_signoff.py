@@ -20,6 +20,7 @@ from typing import NamedTuple
 import orjson
 import pytest
 from _snapshot_factory import make_planned_snapshot, make_sealed_snapshot
+from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 
 from genrun.analysis.signoffs import (
     NO_ALLOWED_SIGNERS,
@@ -88,11 +89,14 @@ def git_set(key: str, value: str) -> None:
     subprocess.run(["git", "config", "--global", key, value], check=True)
 
 
-def genrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess, in a new session: no controlling terminal, so nothing can prompt."""
-    return subprocess.run(
-        [sys.executable, "-m", "genrun.runner.cli", *args], capture_output=True, text=True, env=env, timeout=120, start_new_session=True
-    )
+def genrun(*args: str, env: dict[str, str] | None = None) -> CliRun:
+    """The real CLI, in-process (`env` overrides os.environ for the call)."""
+    return run_cli(*args, env=env)
+
+
+def genrun_without_a_terminal(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess in a new session: no controlling terminal, so ssh-keygen cannot prompt."""
+    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *args], capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, start_new_session=True)
 
 
 def only(statuses: list[SignoffStatus]) -> SignoffStatus:
@@ -450,7 +454,7 @@ def test_concurrent_signoffs_both_survive(tmp_path: Path, keys: Keys) -> None:
     command = [sys.executable, "-m", "genrun.runner.cli", "signoff", str(snapshot), "--decision", "accept", "--key", str(keys.alice)]
     runs = [subprocess.Popen([*command, "--by", ALICE, "--note", f"run {i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i in range(2)]
-    outcomes = [run.communicate(timeout=120) for run in runs]
+    outcomes = [run.communicate(timeout=PROCESS_TIMEOUT_S) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outcomes
 
     records = sorted((snapshot / layout.SIGNOFFS_DIR).glob("*.json"))
@@ -520,7 +524,7 @@ def test_key_that_cannot_sign_exits_2_and_leaves_nothing(tmp_path: Path) -> None
     protected = tmp_path / "protected"
     subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "secret", "-f", str(protected)], check=True)
     # The CLI runs without a terminal (new session), so ssh-keygen cannot ask for the passphrase.
-    done = genrun("signoff", str(snapshot), "--decision", "approve", "--by", ALICE, "--key", str(protected))
+    done = genrun_without_a_terminal("signoff", str(snapshot), "--decision", "approve", "--by", ALICE, "--key", str(protected))
     assert done.returncode == 2
     message = " ".join(done.stderr.split())
     assert f"ssh-keygen could not sign with {protected} (--key)" in message and "ssh-agent" in message

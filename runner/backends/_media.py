@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from genrun.schemas.rendering import array_or
+
 from .._io import write_bytes_atomic
 
 IMAGE_FIELDS = ("images", "image")
@@ -155,6 +157,5 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _describe(value: Any) -> Any:
-    tolist = getattr(value, "tolist", None)
-    return tolist() if callable(tolist) else repr(value)
+_describe = array_or(repr)
+"""orjson's `default` for other output fields: arrays to lists, anything else by repr."""

@@ -39,6 +39,7 @@ from genrun.schemas import (
     layout,
 )
 from genrun.schemas.progress import Unit
+from genrun.schemas.rendering import jsonable
 
 from .. import interrupts
 from .._io import write_model_atomic
@@ -406,7 +407,7 @@ def describe_call(ctx: ExecutionContext, pipe: Any, plan: CallPlan, kwargs: dict
         pipeline_class=type(pipe).__name__,
         components={name: (type(c).__name__ if c is not None else None) for name, c in pipe.components.items()},
         scheduler_class=type(pipe.scheduler).__name__,
-        scheduler_config=_jsonable(dict(pipe.scheduler.config)),
+        scheduler_config=jsonable(dict(pipe.scheduler.config), repr),
         num_inference_steps=plan.steps,
         num_inference_steps_source=None if plan.steps is None else ("request" if plan.steps_from_request else "pipeline_default"),
         timesteps_planned=timesteps,
@@ -489,17 +490,7 @@ def _describe(name: str, value: Any, seed: int) -> Any:
         return f"torch.Generator(device='cpu').manual_seed({seed})"
     if name == CALLBACK and value is not None:
         return "genrun step observer (counts each step; sets the interrupt flag on SIGINT/SIGTERM)"
-    return _jsonable(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return repr(value)
+    return jsonable(value, repr)
 
 
 def _number(value: Any) -> float | None:

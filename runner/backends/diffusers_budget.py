@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import Request, TokenBudget
+from genrun.schemas.rendering import human_bytes
 
 from ..budget import DTYPE_BYTES, memory_fit, with_refusals
 from ..errors import RequestError
@@ -215,14 +216,6 @@ def memory_refusals(budget: TokenBudget, latents: int, activations: int, margin_
         f"but {budget.device} has {human_bytes(budget.device_memory_free_bytes or 0)} free; lower the batch or the image size, "
         "use a smaller [model] dtype, lower memory_margin_fraction, free memory, or pass --force",
     )
-
-
-def human_bytes(n: int) -> str:
-    """`1.50 GiB`, `12.3 MiB`, `812 KiB`, `17 B` (with the exact byte count for small values)."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit} ({n:,} B)" if unit == "GiB" else f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _per_prompt(generation: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from genrun.schemas.rendering import array_or
+
 from .._io import write_bytes_atomic
 from ..errors import RequestError
 
@@ -52,12 +54,8 @@ def resolve_callable(reference: str, field: str) -> Callable[..., Any]:
     return function
 
 
-def _fallback(value: Any) -> Any:
-    """orjson's `default`: tensors to lists, everything else to `str()`."""
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return tolist()
-    return str(value)
+_fallback = array_or(str)
+"""orjson's `default`: tensors to lists, everything else to `str()`."""
 
 
 def save_entrypoint_result(outputs_dir: Path, value: Any) -> tuple[str, ...]:

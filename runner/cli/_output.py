@@ -7,9 +7,29 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
-stderr_console = Console(stderr=True, highlight=False)
+class _StreamConsole:
+    """A rich `Console` on whatever `sys.stdout`/`sys.stderr` is when it prints.
+
+    A Console made at import decides colour and terminal-ness once, for the stream of that moment;
+    `main()` called in-process (tests, a program embedding the CLI) may have redirected the stream
+    since, so the Console is remade whenever the stream object changes.
+    """
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._stream: Any = None
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        stream = sys.stderr if self._stderr else sys.stdout
+        if self._console is None or stream is not self._stream:
+            self._stream, self._console = stream, Console(file=stream, highlight=False)
+        return getattr(self._console, name)
+
+
+stderr_console: Console = _StreamConsole(stderr=True)  # type: ignore[assignment]
 """Diagnostics, progress and human summaries."""
-stdout_console = Console(highlight=False)
+stdout_console: Console = _StreamConsole(stderr=False)  # type: ignore[assignment]
 """Human tables that a user may pipe (ls, verify, report)."""
 
 

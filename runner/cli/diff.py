@@ -26,8 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.analysis import SnapshotNotFound, diff_snapshots
-    from genrun.analysis._diff_render import render_diff
+    from genrun.analysis import SnapshotNotFound, diff_snapshots, render_diff
     from genrun.runner.errors import SnapshotError
 
     try:

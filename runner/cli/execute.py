@@ -7,6 +7,7 @@ from rich.markup import escape
 
 from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.stop import describe_stop
+from genrun.schemas.rendering import human_bytes
 
 from ._output import print_json, stderr_console
 
@@ -65,7 +66,7 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     phases = [("load", t.load_s), (first, t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
     out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None))
     if result.peak_memory.rss_bytes is not None:
-        out.print(f"  peak rss {result.peak_memory.rss_bytes / 2**20:,.0f} MiB")
+        out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}")
     if result.exception is not None:
         out.print(f"  [red]exception[/] {escape(result.exception.type)}: {escape(result.exception.message)}")
     if result.signal is not None:

@@ -78,7 +78,7 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
 def _signoff_summary(snapshot: Path, allowed_signers: Path | None) -> str:
     if not any((snapshot / layout.SIGNOFFS_DIR).glob("*.json")):
         return "-"
-    from genrun.analysis.signoffs import evaluate_signoffs, summarize_signoffs
+    from genrun.analysis import evaluate_signoffs, summarize_signoffs
 
     return summarize_signoffs(evaluate_signoffs(snapshot, allowed_signers))
 

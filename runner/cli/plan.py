@@ -6,6 +6,7 @@ from rich.markup import escape
 
 from genrun.schemas import TokenBudget, layout
 from genrun.schemas.digests import plan_digest
+from genrun.schemas.rendering import human_bytes
 
 from ._output import print_json, stderr_console
 
@@ -51,7 +52,7 @@ def print_plan_summary(snapshot, budget: TokenBudget) -> None:
         parts.append(f"prompt {budget.prompt_tokens:,} tokens")
     if budget.context_limit is not None:
         parts.append(f"context {budget.context_limit:,}")
-    parts.append(f"needs ~{budget.required_bytes / 2**20:,.0f} MiB of {budget.device}")
+    parts.append(f"needs ~{human_bytes(budget.required_bytes)} of {budget.device}")
     stderr_console.print("  " + ", ".join(parts))
     for refusal in budget.refusals:
         stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}")

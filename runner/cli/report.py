@@ -28,9 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.analysis import SnapshotNotFound, report_snapshot
-    from genrun.analysis._plot import PlotError, write_plot
-    from genrun.analysis._report_render import render_report
+    from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
     from genrun.runner.errors import GenrunError, SnapshotError
 
     try:

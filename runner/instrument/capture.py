@@ -1,6 +1,5 @@
 """Typed records of the generate calls made during a run, and the per-row results derived from them."""
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -35,8 +34,6 @@ class CallCapture:
 
     index: int
     """0 for the first outermost call of the run."""
-    model: Any
-    """The model generate ran on."""
     arguments: CallArguments
     """What the caller passed."""
     caller: LimitSource
@@ -45,10 +42,6 @@ class CallCapture:
     """The tee (absent for beam search, which refuses streamers)."""
     input_rows: int | None
     """Rows of the input tensor the caller passed, when one was passed."""
-    started_at: float = field(default_factory=time.monotonic)
-    """`time.monotonic()` when the call began."""
-    ended_at: float | None = None
-    """`time.monotonic()` when it returned or raised."""
     prompt_length: int | None = None
     """Padded prompt length generate used (`input_ids_length` of `_prepare_generated_length`)."""
     batch_rows: int | None = None

@@ -74,8 +74,6 @@ class RecordingCriteriaList(StoppingCriteriaList):
         self.names: tuple[str, ...] = tuple(type(c).__name__ for c in self)
         self.mode = mode
         self.rows: int | None = None
-        self.steps_seen = 0
-        """How many times generate asked the list (one per decoding step)."""
         # host mode: python lists, filled only at steps where rows finish
         self._done: torch.Tensor | None = None  # [rows] bool
         self._stop_length: list[int | None] = []
@@ -88,7 +86,6 @@ class RecordingCriteriaList(StoppingCriteriaList):
         results = [c(input_ids, scores, **kwargs) for c in self]
         if self.rows is None:
             self._initialise(input_ids)
-        self.steps_seen += 1
         if not results:
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         if not all(isinstance(r, torch.Tensor) for r in results):  # ConfidenceCriteria returns a python bool

@@ -9,10 +9,11 @@ already merged passed config > kwargs > `model.generation_config` > global defau
 
 from typing import Any, NamedTuple
 
-import torch
 from transformers import GenerationConfig
 
 from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
+from genrun.schemas.rendering import array_or
+from genrun.schemas.rendering import jsonable as plain_json
 
 LIMIT_KEYS = ("max_new_tokens", "max_time", "stop_strings", "eos_token_id")
 """Limits whose source is looked up directly; `max_length` is derived (see `limit_sources`)."""
@@ -36,17 +37,16 @@ class CallArguments(NamedTuple):
 
 def jsonable(value: Any) -> Any:
     """Plain JSON values for config fields: tensors as lists, config objects as dicts, anything else as str."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "to_dict"):
+    return plain_json(value, _config_leaf)
+
+
+def _config_leaf(value: Any) -> Any:
+    if hasattr(value, "to_dict"):  # a nested config object (e.g. a watermarking config)
         return jsonable(value.to_dict())
-    return str(value)
+    return _tensor_or_str(value)
+
+
+_tensor_or_str = array_or(str)
 
 
 def public_fields(config: GenerationConfig) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,7 +80,7 @@ def _outermost_call(original: Any, session: CaptureSession, model: Any, args: tu
         stream = TeeStreamer(session.on_step, named.get("streamer"))
         named["streamer"] = stream
     call = CallCapture(
-        index=len(session.calls), model=model, arguments=arguments, caller=session.caller, stream=stream, input_rows=_input_rows(named)
+        index=len(session.calls), arguments=arguments, caller=session.caller, stream=stream, input_rows=_input_rows(named)
     )
     session.calls.append(call)
     session.on_call_start(call)
@@ -95,7 +94,6 @@ def _outermost_call(original: Any, session: CaptureSession, model: Any, args: tu
         call.returned = returned_sequences(result)
         return result
     finally:
-        call.ended_at = time.monotonic()
         restore()
 
 

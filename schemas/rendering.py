@@ -1,0 +1,39 @@
+"""Pure value helpers that runner and analysis share: byte sizes for people, values made JSON-ready.
+
+Torch-free and dependency-free, so analysis may import it; one place for each so the CLI, the
+budget refusals, live progress and the report all print sizes the same way.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+_BYTE_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def human_bytes(n: int | float) -> str:
+    """`1.50 GiB`, `12.3 MiB`, `812.0 KiB`, `17 B`: binary units, two decimals from GiB up."""
+    for unit, size in _BYTE_UNITS:
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}" if size >= 2**30 else f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def jsonable(value: Any, leaf: Callable[[Any], Any] = str) -> Any:
+    """Plain JSON values: mappings (keys as str) and sequences/sets (as lists) recursed, any other value through `leaf`."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v, leaf) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v, leaf) for v in value]
+    return leaf(value)
+
+
+def array_or(describe: Callable[[Any], str]) -> Callable[[Any], Any]:
+    """A leaf (or orjson `default`): arrays and tensors as nested lists (`tolist()`), anything else described by `describe`."""
+
+    def leaf(value: Any) -> Any:
+        tolist = getattr(value, "tolist", None)
+        return tolist() if callable(tolist) else describe(value)
+
+    return leaf
