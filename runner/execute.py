@@ -23,6 +23,7 @@ from ._io import write_model_atomic
 from .backends import Backend, BackendOutcome, ExecutionContext, exception_info, get_backend, progress_unit
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
+from .determinism import deterministic_mode, with_sampling
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .interrupts import EXIT_CODES, RunInterrupted, disarm, interrupt_gate, later_signals
 from .live_progress import LiveProgress, wants_live
@@ -82,8 +83,10 @@ def execute_snapshot(snapshot_dir: Path, *, require_approval: bool = False, live
             import_paths=entrypoint_paths(plan.code),
         )
         with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
-            outcome = run_backend(backend, ctx)
+            with deterministic_mode(plan.request, device) as determinism:
+                outcome = run_backend(backend, ctx)
             write_terminal_event(recorder, outcome)
+        write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
         result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin)
         write_model_atomic(snapshot_dir / layout.RESULT, result)

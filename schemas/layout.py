@@ -7,6 +7,7 @@ CODE = "code.json"
 MODEL = "model.json"
 TOKEN_BUDGET = "token-budget.json"
 FROZEN_MANIFEST = "frozen-sha256.txt"
+LINEAGE = "lineage.json"  # rerun children only: parent, changes, why (frozen with the plan)
 
 GENERATION_CONFIG = "generation-config.before-generate.json"
 PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made
@@ -15,6 +16,7 @@ TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
 RESULT = "result.json"
+DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
 OUTPUTS_DIR = "outputs"
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
