@@ -108,6 +108,7 @@ def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
         why = snap.problems.get(layout.FROZEN_MANIFEST, "missing")
         return Finding(name=name, status="FAIL", message=f"frozen-sha256.txt cannot be used: {why}", examined=Examined(files=1))
     expected = set(layout.FROZEN_FILES) | ({snap.request_source_name} if snap.request_source_name else set())
+    expected |= {layout.LINEAGE} & set(snap.files)  # a lineage claim added after planning is not frozen evidence
     frozen = snap.frozen_manifest
     not_frozen = sorted(expected - set(frozen))
     gone = sorted(rel for rel in frozen if rel not in snap.files)

@@ -27,3 +27,10 @@ def run_request(capsys: pytest.CaptureFixture[str], directory: Path, text: str, 
     """Write a request into `directory` and `genrun run` it into `directory/store`; the sealed snapshot."""
     (directory / name).write_text(text)
     return Path(run_json(capsys, "run", directory / name, "--store", directory / "store")["snapshot"])
+
+
+def sealed_run(directory: Path, text: str) -> Path:
+    """For module fixtures (no capsys there): write a request, `genrun run` it, return the sealed snapshot."""
+    (directory / "r.toml").write_text(text)
+    assert main(["run", str(directory / "r.toml"), "--store", str(directory / "store"), "--json"]) == 0
+    return next(p for p in (directory / "store").iterdir() if not p.name.startswith("."))

@@ -7,19 +7,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genrun.runner.cli import main
 from genrun.schemas import layout
 
-from _cli_helpers import cli
+from _cli_helpers import cli, sealed_run
 from _lm_helpers import request_text
 
 
 @pytest.fixture(scope="module")
 def sealed(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Path:
-    directory = tmp_path_factory.mktemp("diff-files")
-    (directory / "r.toml").write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
-    assert main(["run", str(directory / "r.toml"), "--store", str(directory / "store"), "--json"]) == 0
-    return next(p for p in (directory / "store").iterdir() if not p.name.startswith("."))
+    return sealed_run(tmp_path_factory.mktemp("diff-files"), request_text(tiny_lm, generation={"max_new_tokens": 8}))
 
 
 def writable_copy(source: Path, dest: Path) -> Path:

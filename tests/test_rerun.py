@@ -11,10 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from genrun.runner.cli import main
 from genrun.schemas import Lineage, layout
 
-from _cli_helpers import cli, run_json, run_request
+from _cli_helpers import cli, run_json, run_request, sealed_run
 from _lm_helpers import random_lm, read_ids, read_json, request_text
 
 pytestmark = pytest.mark.usefixtures("isolated_caches")
@@ -31,10 +30,7 @@ def rerun(capsys, parent: Path, *args: str) -> dict:
 @pytest.fixture(scope="module")
 def shared_parent(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Path:
     """A sealed greedy run that tests only read (children land beside it)."""
-    directory = tmp_path_factory.mktemp("shared-parent")
-    (directory / "r.toml").write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
-    assert main(["run", str(directory / "r.toml"), "--store", str(directory / "store"), "--json"]) == 0
-    return next(p for p in (directory / "store").iterdir() if not p.name.startswith("."))
+    return sealed_run(tmp_path_factory.mktemp("shared-parent"), request_text(tiny_lm, generation={"max_new_tokens": 8}))
 
 
 def store_entries(store: Path) -> list[str]:
