@@ -121,7 +121,8 @@ def identity_differences(parent: Path) -> list[str]:
         try:
             check(identity)
         except FrozenMismatch as exc:
-            found.append(str(exc).split("; restore")[0].split("; run the genrun")[0])
+            # execute's message ends with its own fix ("; restore them or plan again"); rerun gives its own
+            found.append(str(exc).split("; restore")[0].split("; run the genrun")[0].replace("since planning", "since the parent was planned"))
     return found
 
 
