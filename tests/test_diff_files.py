@@ -9,7 +9,7 @@ import pytest
 
 from genrun.schemas import layout
 
-from _cli_helpers import cli, sealed_run
+from _cli_helpers import cli, run_request, sealed_run
 from _lm_helpers import request_text
 
 
@@ -60,3 +60,11 @@ def test_copy_with_a_file_removed_names_it(capsys, tmp_path: Path, sealed: Path)
     assert document["identical"] is False
     assert document["files"]["added"] == [layout.TOKEN_IDS_SUMMARY]
     assert document["unverified"] == {"a": [f"{layout.TOKEN_IDS_SUMMARY} (missing)"]}
+
+
+def test_two_runs_of_one_request_are_identical_timings_aside(capsys, tmp_path: Path, sealed: Path, tiny_lm: Path) -> None:
+    again = run_request(capsys, tmp_path, request_text(tiny_lm, generation={"max_new_tokens": 8}), "r.toml")
+    document = orjson.loads(cli(capsys, "diff", sealed, again, "--json")[1])
+    assert document["identical"] is True, document
+    assert {layout.PROGRESS, layout.RESULT} <= set(document["files"]["changed"])  # clock readings differ, and are named
+    assert document["lineage"] is None

@@ -114,9 +114,10 @@ def test_run_ending_by_eos_rerun_with_a_larger_limit_stops_at_the_same_place(cap
     assert "row 0 stopped at the same place by EOS: the parent's stop was not the limit (both 10 tokens, limit 16 -> 64)" in verdict["sentence"]
 
 
-def test_suppress_eos_says_how_far_each_row_went_past_its_eos(capsys, tmp_path: Path, tiny_lm: Path) -> None:
+@pytest.mark.parametrize("how", [("--suppress-eos",), ("--set", "generation.suppress_tokens=[2]")], ids=["flag", "set"])
+def test_suppress_eos_says_how_far_each_row_went_past_its_eos(capsys, tmp_path: Path, tiny_lm: Path, how) -> None:
     parent = make_parent(capsys, tmp_path, request_text(tiny_lm, prompt="count down from 3 :", generation={"max_new_tokens": 12}))
-    done = rerun(capsys, parent, "--suppress-eos")
+    done = rerun(capsys, parent, *how)
     verdict = done["verdict"]
     assert verdict["kind"] == "eos_suppressed"
     row = verdict["rows"][0]
@@ -227,3 +228,12 @@ def _sha256(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_unquoted_string_value_and_a_changed_prompt_diverge_at_token_0(capsys, shared_parent: Path) -> None:
+    done = rerun(capsys, shared_parent, "--set", "input.prompt=count down from 2 :")
+    assert done["lineage"]["changes"][0]["child_value"] == "count down from 2 :"
+    verdict = done["verdict"]
+    assert verdict["kind"] == "diverged"
+    assert verdict["sentence"].startswith("diverged at token 0 of row 0 (with input.prompt 'count down from 3 :' -> 'count down from 2 :')")
+    assert verdict["sentence"].endswith("no recorded environment or determinism setting differs")
