@@ -16,7 +16,7 @@ from genrun.schemas import GenerationConfigBeforeGenerate, Lineage, Request, Req
 from genrun.schemas.digests import parse_sha256sum, sha256_file
 
 from .errors import FrozenMismatch, RequestError, SnapshotError
-from .execute import load_frozen, verify_code, verify_model
+from .execute import FrozenPlan, load_frozen, verify_code, verify_model
 from .request_loading import _inner_model, format_validation_error, unknown_key_message
 from .store import is_sealed, open_snapshot
 
@@ -52,7 +52,7 @@ def plan_rerun(
     parent = open_snapshot(parent_dir).absolute()
     snapshot_digest = verify_sealed_parent(parent)
     frozen = load_frozen(parent)
-    differences = identity_differences(parent)
+    differences = identity_differences(frozen)
     if differences and not allow_changed:
         raise FrozenMismatch(
             f"cannot rerun {parent.name} as it was made: " + "; ".join(differences)
@@ -113,9 +113,8 @@ def verify_sealed_parent(parent: Path) -> str:
     return sha256_file(manifest)
 
 
-def identity_differences(parent: Path) -> list[str]:
+def identity_differences(frozen: FrozenPlan) -> list[str]:
     """`execute`'s checks of the parent's frozen model and code against what is on disk now; one message per difference."""
-    frozen = load_frozen(parent)
     found = []
     for check, identity in ((verify_model, frozen.model), (verify_code, frozen.code)):
         try:
@@ -126,25 +125,23 @@ def identity_differences(parent: Path) -> list[str]:
     return found
 
 
-def parent_base_dir(frozen: Any) -> tuple[Path, bool]:
+def parent_base_dir(frozen: FrozenPlan) -> tuple[Path, bool]:
     """Where the parent's relative paths resolved from; (dir, True) when the model path must be made absolute.
 
     Entry-point and loader modules were found in the request file's directory (`code.json`
     `entrypoint.root`); a relative `[model] path` is re-resolved from the ancestor of the parent's
     resolved model directory that gives the same directory again.
     """
-    if frozen.code.entrypoint is not None:
-        base = Path(frozen.code.entrypoint.root)
-        if _resolves_to(base, frozen.request.model.path, frozen.model.resolved_path):
-            return base, False
-    path = frozen.request.model.path
-    resolved = Path(frozen.model.resolved_path)
+    entry_root = Path(frozen.code.entrypoint.root) if frozen.code.entrypoint is not None else None
+    path, resolved = frozen.request.model.path, Path(frozen.model.resolved_path)
     if frozen.model.source != "local" or Path(path).is_absolute():
-        return (Path(frozen.code.entrypoint.root) if frozen.code.entrypoint else Path.cwd()), False
+        return entry_root or Path.cwd(), False
+    if entry_root is not None:  # the modules must be found again: keep their directory, pin the model if need be
+        return entry_root, not _resolves_to(entry_root, path, resolved)
     for ancestor in resolved.parents:
         if _resolves_to(ancestor, path, resolved):
             return ancestor, False
-    return (Path(frozen.code.entrypoint.root) if frozen.code.entrypoint else Path.cwd()), True
+    return Path.cwd(), True
 
 
 def _resolves_to(base: Path, path: str, resolved: str | Path) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from genrun.schemas import Lineage, layout
 
 from _cli_helpers import cli, run_json, run_request, sealed_run
-from _lm_helpers import random_lm, read_ids, read_json, request_text
+from _lm_helpers import random_lm, read_ids, read_json, request_text, write_entry_module
 
 pytestmark = pytest.mark.usefixtures("isolated_caches")
 
@@ -237,3 +237,16 @@ def test_unquoted_string_value_and_a_changed_prompt_diverge_at_token_0(capsys, s
     assert verdict["kind"] == "diverged"
     assert verdict["sentence"].startswith("diverged at token 0 of row 0 (with input.prompt 'count down from 3 :' -> 'count down from 2 :')")
     assert verdict["sentence"].endswith("no recorded environment or determinism setting differs")
+
+
+def test_entry_point_and_relative_model_path_resolve_as_the_parent_resolved_them(capsys, tmp_path: Path, tiny_lm: Path) -> None:
+    """The parent's request file sat next to its entry-point module and named the model relatively; the rerun runs from elsewhere."""
+    project = tmp_path / "project"
+    shutil.copytree(tiny_lm, project / "models" / "lm")
+    module = write_entry_module(project, "rerun_entry_points")
+    text = request_text(Path("models/lm"), generation={"max_new_tokens": 8}, entrypoint=f"{module}:decode_only")
+    parent = make_parent(capsys, project, text)
+    done = rerun(capsys, parent, "--set", "generation.max_new_tokens=16")
+    assert done["lineage"]["model_path_rewritten"] is False
+    assert read_json(Path(done["child"]), layout.REQUEST)["model"]["path"] == "models/lm"
+    assert done["verdict"]["rows"][0]["outcome"] == "same_place_by_eos"
