@@ -168,6 +168,8 @@ def test_child_lineage_verifies_and_parent_signoff_stays_valid(capsys, tmp_path:
     assert layout.LINEAGE in (child / layout.MANIFEST).read_text()
     code, out, err = cli(capsys, "verify", child, "--json")
     assert code == 0 and orjson.loads(out)["summary"]["failed"] == 0, out
+    (lineage_finding,) = [f for f in orjson.loads(out)["findings"] if f["name"] == "lineage"]
+    assert lineage_finding["status"] == "PASS" and "parent digest matches" in lineage_finding["message"]
     assert (parent / layout.MANIFEST).read_bytes() == manifest
     assert [s.state for s in evaluate_signoffs(parent, None)] == ["unsigned"]
     code, out, _ = cli(capsys, "verify", parent, "--json")
