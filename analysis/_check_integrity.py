@@ -109,7 +109,7 @@ def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
         fact = snap.files.get(rel)
         if fact is None:
             return None
-        return fact.sha256 or frozen[rel]  # loaded without hashing: cannot tell, so not reported as changed
+        return fact.sha256 or frozen.get(rel, "present")  # loaded without hashing: cannot tell, so not reported as changed
 
     found = layout.check_frozen(frozen, [snap.request_source_name] if snap.request_source_name else [], digest_of)
     not_frozen, gone, changed = list(found.not_frozen), list(found.missing), list(found.changed)

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._diffing import short_value
+from ._verdict import LineageVerdict
 from .diff import FieldChange, FileSetChange, SnapshotDiff
 
 
@@ -30,6 +31,12 @@ def render_diff(diff: SnapshotDiff, console: Console) -> None:
     _sequences(console, diff)
     if diff.outputs is not None:
         _fileset(console, "Outputs", diff.outputs)
+    if diff.files is not None:
+        _fileset(console, "Files (bytes on disk)", diff.files)
+    for side, found in diff.unverified.items():
+        console.print(Text(f"{side.upper()} does not match its own manifest: {', '.join(found)}", style="bold red"))
+    if diff.lineage is not None:
+        render_verdict(diff.lineage, console)
     console.print(Text("identical (timings aside)" if diff.identical else "the snapshots differ", style="bold"))
 
 
@@ -67,3 +74,16 @@ def _sequences(console: Console, diff: SnapshotDiff) -> None:
         style = "" if s.identical and s.reason_a == s.reason_b else "yellow"
         table.add_row(str(s.index), str(s.reason_a), str(s.reason_b), str(s.count_a), str(s.count_b), Text(first, style=style))
     console.print(table)
+
+
+def render_verdict(verdict: LineageVerdict, console: Console) -> None:
+    """The rerun verdict: one sentence, then the per-row evidence when there is more than one row."""
+    from .lineage import describe_changes
+
+    console.print(Text(f"Lineage: {verdict.child} was rerun from {verdict.parent} ({describe_changes(verdict.changes)})"))
+    for allowed in verdict.changed_since_parent:
+        console.print(Text(f"  allowed with --allow-changed: {allowed}", style="yellow"))
+    console.print(Text(f"Verdict: {verdict.sentence}", style="bold"), soft_wrap=True)
+    if len(verdict.rows) > 1 and verdict.kind in ("limit_raised", "eos_suppressed", "diverged"):
+        for row in verdict.rows:
+            console.print(Text(f"  {row.sentence}"))

@@ -18,6 +18,7 @@ from ._check_integrity import (
     check_outputs_listed,
     check_plan_digest_chain,
 )
+from ._check_lineage import check_lineage
 from ._check_limits import check_budget_truncation, check_early_stop, check_hidden_cap, check_library_default_limit, is_suspicious_count
 from ._check_progress import check_progress_stream
 from ._check_request import check_limits_reached_config, check_request_round_trip
@@ -63,6 +64,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("saved_text", check_saved_text),
     CheckSpec("outputs_listed", check_outputs_listed),
     CheckSpec("signoffs", check_signoffs),
+    CheckSpec("lineage", check_lineage),
 )
 """Every check verify runs, in report order."""
 

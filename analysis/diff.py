@@ -11,8 +11,10 @@ from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import CodeIdentity, CodeSet, GenerationConfigBeforeGenerate, Result, Versioned, layout
 
+from ._diff_files import actual_digests, only_volatile_differ, unverified_files
 from ._diffing import Change, diff_values
 from ._load import Snapshot, read_snapshot
+from ._verdict import LineageVerdict
 
 NOT_COMPARED: Mapping[type[BaseModel], Mapping[str, str]] = MappingProxyType({
     Versioned: MappingProxyType({"schema_version": "every artifact is migrated to the current format on load"}),
@@ -91,17 +93,25 @@ class SnapshotDiff(_Model):
     sequences: tuple[SequenceDiff, ...]
     outputs: FileSetChange | None
     """Files under `outputs/` (digests from each manifest); `None` when identical or unsealed."""
+    files: FileSetChange | None = None
+    """Every file by the sha256 of its bytes on disk (manifests aside); `None` when all are the same."""
+    unverified: dict[str, tuple[str, ...]] = {}
+    """`a` / `b` -> files that no longer match that snapshot's own manifest (changed, added, missing)."""
+    lineage: LineageVerdict | None = None
+    """When one snapshot was rerun from the other: what the difference proves (see `genrun rerun`)."""
 
     @property
     def identical(self) -> bool:
         """Nothing differs in any section (timings are not compared)."""
+        files_differ = self.files is not None and not only_volatile_differ(self.files.added, self.files.removed, self.files.changed)
         return not (self.request or self.effective_config or self.environment or self.code or self.model or self.result
-                    or self.outputs or any(not s.identical or s.reason_a != s.reason_b for s in self.sequences))
+                    or self.outputs or files_differ or self.unverified
+                    or any(not s.identical or s.reason_a != s.reason_b for s in self.sequences))
 
 
 def diff_snapshots(a: str | Path, b: str | Path) -> SnapshotDiff:
-    """Compare two snapshots (read-only, no hashing: identities come from the frozen files)."""
-    return diff_loaded(read_snapshot(a, hash_files=False), read_snapshot(b, hash_files=False))
+    """Compare two snapshots (read-only; every file is hashed, so a changed copy is not mistaken for its original)."""
+    return diff_loaded(read_snapshot(a), read_snapshot(b))
 
 
 def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
@@ -117,7 +127,18 @@ def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
         result=_changes(_result_fields(a), _result_fields(b)),
         sequences=tuple(_sequences(a, b)),
         outputs=_outputs(a, b),
+        files=_fileset(None, None, actual_digests(a), actual_digests(b)),
+        unverified={side: found for side, snap in (("a", a), ("b", b)) if (found := unverified_files(snap))},
+        lineage=_lineage(a, b),
     )
+
+
+def _lineage(a: Snapshot, b: Snapshot) -> LineageVerdict | None:
+    """The hook into `lineage.py` (which imports this module, hence the late import)."""
+    from .lineage import descent, lineage_verdict
+
+    found = descent(a, b)
+    return lineage_verdict(*found) if found is not None else None
 
 
 def _changes(a: Any, b: Any) -> tuple[FieldChange, ...]:

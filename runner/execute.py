@@ -27,6 +27,7 @@ from ._io import write_model_atomic
 from .backends import Backend, BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, get_backend
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
+from .determinism import deterministic_mode, with_sampling
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .interrupts import EXIT_CODES, RunInterrupted, disarm, interrupt_gate, later_signals
 from .live_progress import LiveProgress, wants_live
@@ -94,8 +95,10 @@ def execute_snapshot(
             planned_units=plan.budget.requested_units,
         )
         with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
-            outcome = run_backend(backend, ctx, loaded)
+            with deterministic_mode(plan.request, device) as determinism:
+                outcome = run_backend(backend, ctx, loaded)
             write_terminal_event(recorder, outcome)
+        write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
         result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin)
         write_model_atomic(snapshot_dir / layout.RESULT, result)

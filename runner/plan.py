@@ -5,9 +5,12 @@ points, budget) come before hashing gigabytes of weights, and nothing touches th
 everything passed. Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
 """
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from genrun.schemas import Request, layout
+from pydantic import BaseModel
+
+from genrun.schemas import Request, TokenBudget, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
 from .backends import get_backend
@@ -19,13 +22,22 @@ from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
 
 
-def plan_request(request_path: str | Path | Request, store: str | Path | None = None, force: bool = False) -> Path:
+def plan_request(
+    request_path: str | Path | Request, store: str | Path | None = None, force: bool = False,
+    *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None,
+) -> Path:
     """Freeze a request (a file, or a `Request` built in Python) into a new snapshot directory and return its path.
+
+    A `Request` resolves relative paths against `base_dir` (default: the current directory);
+    `extra_frozen` adds files (layout name -> model) frozen with the plan, e.g. a rerun's lineage.
 
     Raises RequestError (exit 2) for a bad request (an unknown backend included) and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written.
     """
-    loaded = request_from_model(request_path, Path.cwd()) if isinstance(request_path, Request) else load_request(request_path)
+    if isinstance(request_path, Request):
+        loaded = request_from_model(request_path, base_dir if base_dir is not None else Path.cwd())
+    else:
+        loaded = load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
     backend = get_backend(request.model.backend)
     resolved = resolve_model_dir(request.model, base_dir)
@@ -44,6 +56,8 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
         write_model_atomic(directory / layout.CODE, code)
         write_model_atomic(directory / layout.MODEL, model)
         write_model_atomic(directory / layout.TOKEN_BUDGET, budget)
+        for name, extra in (extra_frozen or {}).items():
+            write_model_atomic(directory / name, extra)
 
     return create_snapshot(resolve_store(store), request.name, freeze)
 

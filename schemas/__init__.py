@@ -3,6 +3,7 @@
 from .budget import DomainEstimate, TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
 from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
+from .lineage import ChangeAction, Determinism, Lineage, RequestChange
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import (
     EVENT_ADAPTER,
@@ -14,7 +15,7 @@ from .progress import (
     ProgressEvent,
     StartEvent,
 )
-from .request import BudgetSpec, ChatMessage, EntrypointSpec, InputSpec, ModelSpec, PolicySpec, ProgressSpec, Request, UnitsSpec
+from .request import BudgetSpec, ChatMessage, DeterminismSpec, EntrypointSpec, InputSpec, ModelSpec, PolicySpec, ProgressSpec, Request, UnitsSpec
 from .result import ExecutionIdentity, PeakMemory, Result, RunStatus, Timings
 from .signoff import Decision, DigestKind, Signoff
 from .stop import (
@@ -40,7 +41,7 @@ from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
 
 __all__ = [
     "CompletedEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
-    "AnyEvent", "BudgetSpec", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
+    "AnyEvent", "BudgetSpec", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",

@@ -8,6 +8,7 @@ from pydantic import BaseModel, TypeAdapter
 from .budget import TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
+from .lineage import Determinism, Lineage
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import EVENT_ADAPTER
 from .request import Request
@@ -31,6 +32,8 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "generation-stop": GenerationStop,
     "result": Result,
     "signoff": Signoff,
+    "lineage": Lineage,
+    "determinism": Determinism,
 }
 """Schema file stem -> model (or adapter, for the progress event union)."""
 

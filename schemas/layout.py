@@ -27,6 +27,7 @@ CODE = "code.json"
 MODEL = "model.json"
 TOKEN_BUDGET = "token-budget.json"
 FROZEN_MANIFEST = "frozen-sha256.txt"
+LINEAGE = "lineage.json"  # rerun children only: parent, changes, why (frozen with the plan)
 
 # -- execute: written by `genrun execute` ---------------------------------------------------------------------------
 GENERATION_CONFIG = "generation-config.before-generate.json"
@@ -36,6 +37,7 @@ TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
 RESULT = "result.json"
+DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
 OUTPUTS_DIR = "outputs"
 
 # -- seal and sign-off ----------------------------------------------------------------------------------------------
@@ -43,6 +45,8 @@ MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
 
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
+OPTIONAL_FROZEN_FILES = (LINEAGE,)
+"""Frozen at plan time when present (only rerun children have a lineage)."""
 """Frozen at plan time besides the request source (whose extension varies)."""
 
 EXECUTION_FILES = (GENERATION_CONFIG, PIPELINE_CALL, PROGRESS, TOKEN_IDS, TOKEN_IDS_SUMMARY, STOP, RESULT)
@@ -198,7 +202,9 @@ def check_frozen(frozen: Mapping[str, str], request_sources: Collection[str], di
 
     `request_sources` are the `request.source.<ext>` files present (their extension varies).
     """
-    required = [*FROZEN_FILES, *request_sources]
+    # An optional frozen file (a rerun's lineage) that is present must be frozen: added later, it is no evidence.
+    present_optional = [name for name in OPTIONAL_FROZEN_FILES if name in frozen or digest_of(name) is not None]
+    required = [*FROZEN_FILES, *request_sources, *present_optional]
     not_frozen = tuple(sorted(name for name in required if name not in frozen))
     current = {rel: digest_of(rel) for rel in sorted(frozen)}
     missing = tuple(rel for rel, digest in current.items() if digest is None)

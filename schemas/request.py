@@ -150,6 +150,14 @@ class PolicySpec(Strict):
     """Refuse to execute without a valid `approve` sign-off for the current plan digest."""
 
 
+class DeterminismSpec(Strict):
+    """`[determinism]`: how strictly the run must be reproducible."""
+
+    strict: bool = False
+    """Turn on `torch.use_deterministic_algorithms(True)` for the run (and cuBLAS' workspace setting on CUDA);
+    an operation without a deterministic implementation then fails the run instead of varying silently."""
+
+
 class Request(Strict):
     """A whole request file, every default explicit once normalised."""
 
@@ -173,3 +181,5 @@ class Request(Strict):
     """Unit of progress and requested duration."""
     policy: PolicySpec = PolicySpec()
     """Run preconditions."""
+    determinism: DeterminismSpec | None = None
+    """Reproducibility settings; `None` (no table) runs with torch's defaults."""

@@ -12,6 +12,9 @@ from conftest import run_cli, tiny_request, write_request
 from genrun.runner.plan import plan_request
 from genrun.schemas import (
     EVENT_ADAPTER,
+    Determinism,
+    Lineage,
+    RequestChange,
     CodeIdentity,
     Environment,
     EosEvidence,
@@ -76,6 +79,13 @@ def _hand_made() -> list[BaseModel]:
                outputs=("outputs/sequence_0.txt",), forced=False),
         Signoff(decision="accept", digest_kind="snapshot", digest="0" * 64, snapshot_id="x", by="a@b", at="2026-11-29T00:00:00Z",
                 note=None, accepted_gaps=("no scores",), genrun_version="0.1.0", signed=False),
+        Lineage(parent_id="p", parent_path="/s/p", parent_snapshot_digest="1" * 64, parent_plan_digest="2" * 64,
+                changes=(RequestChange(key="generation.max_new_tokens", action="set", parent_value=16, child_value=64),
+                         RequestChange(key="generation.top_k", action="unset", parent_value=5, child_absent=True)),
+                note="EOS or cap?", allow_changed=True, changed_since_parent=("the model files changed",)),
+        Determinism(seed=0, strict_requested=True, deterministic_algorithms=True, deterministic_warn_only=False, sampling=False,
+                    device="cuda:0", torch_threads=2, torch_interop_threads=2, cudnn_deterministic=True, cudnn_benchmark=False,
+                    cuda_matmul_allow_tf32=False, cublas_workspace_config=":4096:8"),
     ]
 
 
