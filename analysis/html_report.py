@@ -174,8 +174,9 @@ def charts(page: ReviewPage) -> list[Chart]:
     cumulative = [(s.t, s.units_per_s) for s in samples if s.units_per_s is not None]
     rate = [Series(f"{unit}s/s per row, window since previous record", window),
             Series(f"{unit}s/s per row, cumulative since first {unit}", cumulative, dashed=True)]
-    if rows > 1:
+    if rows > 1:  # rows decode in lockstep, so the summed rate is the per-row rate times the rows
         rate.append(Series(f"{unit}s/s summed over {rows} rows, window", [(t, r * rows) for t, r in window]))
+        rate.append(Series(f"{unit}s/s summed over {rows} rows, cumulative", [(t, r * rows) for t, r in cumulative], dashed=True))
     memory = [Series("RSS (process resident memory)", [(s.t, s.rss_bytes / MiB) for s in samples if s.rss_bytes is not None]),
               Series("CUDA allocated", [(s.t, s.cuda_allocated_bytes / MiB) for s in samples if s.cuda_allocated_bytes is not None]),
               Series("CUDA reserved", [(s.t, s.cuda_reserved_bytes / MiB) for s in samples if s.cuda_reserved_bytes is not None],

@@ -141,7 +141,9 @@ def test_interrupted_snapshot(snapshots, browser, tmp_path: Path) -> None:  # no
 
 def test_tampered_snapshot_shows_fail_checks_as_text(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
     tampered = copy_snapshot(snapshots.get("eos"), tmp_path / "store")
+    assert main(["signoff", str(tampered), "--decision", "accept", "--by", "owner@example.com"]) == 0  # unsigned, bound to the digest
     edit_bytes(tampered, layout.RESULT, lambda b: b.replace(b'"succeeded"', b'"succeeded" ', 1))
+    edit_bytes(tampered, layout.MANIFEST, lambda b: b + b"\n")  # the seal changes too: the accept no longer matches
     html = write_page(tampered, tmp_path / "tampered.html")
     opened = Opened(browser, html)
     try:
@@ -149,6 +151,8 @@ def test_tampered_snapshot_shows_fail_checks_as_text(snapshots, browser, tmp_pat
         fails = visible_text(opened, "tr.finding-FAIL")
         assert any(row.startswith("FAIL") and "manifest_integrity" in row for row in fails), fails
         assert "failed" in opened.page.locator("#verify-summary").inner_text()
+        (signoff,) = visible_text(opened, "#signoff ~ table tr:has(td.invalid)")
+        assert "owner@example.com" in signoff and "digest no longer matches" in signoff
         opened.screenshot(tmp_path / "tampered.png")
     finally:
         opened.close()
@@ -160,6 +164,19 @@ def test_readable_with_scripts_disabled(snapshots, browser, tmp_path: Path) -> N
     try:
         assert visible_text(opened, ".stop-reason") == ["eos"]
         assert opened.page.locator("svg.chart").first.bounding_box()["width"] > 100
+    finally:
+        opened.close()
+
+
+def test_batch_names_per_row_and_summed_rates(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.get("batch"), tmp_path / "batch.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        legends = " | ".join(opened.page.locator("svg.chart .legend").all_text_contents())  # SVG text: no inner_text
+        assert "tokens/s per row, cumulative since first token" in legends and "tokens/s summed over 2 rows, cumulative" in legends
+        coverage = visible_text(opened, "#coverage ~ table tr")
+        assert any("row 0:" in r for r in coverage) and any("row 1:" in r for r in coverage)
     finally:
         opened.close()
 
