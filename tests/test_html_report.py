@@ -158,6 +158,19 @@ def test_tampered_snapshot_shows_fail_checks_as_text(snapshots, browser, tmp_pat
         opened.close()
 
 
+def test_killed_snapshot_is_shown_incomplete_with_no_command_to_accept(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.killed(), tmp_path / "killed.html")
+    opened = Opened(browser, html)
+    try:
+        assert opened.errors == []
+        assert opened.page.locator("#headline").inner_text().startswith("incomplete: the run ended without a result")
+        assert visible_text(opened, "pre.command") == []
+        assert "nothing can be accepted until it is sealed" in opened.page.locator("body").inner_text()
+        assert "Last ids in progress.ndjson" in opened.page.locator("body").inner_text()
+    finally:
+        opened.close()
+
+
 def test_readable_with_scripts_disabled(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
     html = write_page(snapshots.get("eos"), tmp_path / "noscript.html")
     opened = Opened(browser, html, javascript=False)

@@ -160,3 +160,15 @@ def test_eta_follows_the_recent_pace_and_its_growth() -> None:
     cumulative_guess = 500 / (500 / _events(lambda n: 0.01 + 0.0001 * n)[-1].t)
     assert cumulative_guess < 0.5 * exact  # the constant-rate ETA would have been badly optimistic
     assert estimate_eta(_events(lambda n: 0.01), None, "token").seconds is None
+
+
+def test_human_line_names_rates_per_row_memory_and_eta() -> None:
+    from genrun.runner.cli.watch import format_update
+
+    update = WatchUpdate(snapshot_id="s", state="running", unit="token", generated=4096, planned_units=65536, rows=2, records=17,
+                         last_event="progress", window_units_per_s=2.9, recent_units_per_s=2.94, cumulative_units_per_s=3.1,
+                         rss_bytes=7 * 2**30, cuda_allocated_bytes=None, cuda_reserved_bytes=None, seconds_since_last_record=12.0,
+                         eta_s=6 * 3600 + 12 * 60, eta_basis="recent windowed rate over the last 8 records", stall_after_s=90.0,
+                         stalled=False, writer="alive")
+    assert format_update(update) == ("running  4,096/65,536 tokens × 2 rows  window 2.9/s  recent 2.9/s  cum 3.1/s per row  "
+                                     "RSS 7.00 GiB  last record 12 s ago  ETA 6 h 12 min")
