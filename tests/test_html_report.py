@@ -244,6 +244,26 @@ def test_store_index_one_line_per_snapshot(snapshots, browser, tmp_path: Path) -
         opened.close()
 
 
+def test_pages_leave_snapshots_untouched_and_never_import_torch(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    import subprocess
+    import sys
+
+    from _analysis_helpers import tree_state
+
+    store = tmp_path / "store"
+    copies = [copy_snapshot(snapshots.get("eos"), store), copy_snapshot(snapshots.killed(), store)]
+    before = [tree_state(c) for c in copies]
+    probe = ("import sys; from genrun.runner.cli import main; "
+             f"codes = [main(['report', {str(copies[0])!r}, '--html', {str(tmp_path / 'a.html')!r}]), "
+             f"main(['report', {str(copies[1])!r}, '--html', {str(tmp_path / 'b.html')!r}]), "
+             f"main(['report', '--store', {str(store)!r}, '--html', {str(tmp_path / 'i.html')!r}])]; "
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'diffusers', 'numpy')); "
+             "assert codes == [0, 0, 0] and heavy == [], (codes, heavy)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [tree_state(c) for c in copies] == before
+
+
 # -- refusals -----------------------------------------------------------------------------------------------------
 
 
