@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._finding import Examined, Finding, Status
-    from ._diff_render import render_diff
+    from ._diff_render import render_diff, render_verdict
+    from ._html_template import render_index_html, render_review_html
     from ._load import Snapshot, SnapshotNotFound, read_snapshot
     from ._plot import PlotError, write_plot
     from ._report_render import render_report
@@ -29,6 +30,8 @@ _HOME = {
     "PlotError": "._plot", "write_plot": "._plot",
     "evaluate_signoffs": ".signoffs", "summarize_signoffs": ".signoffs",
     "Verification": ".verify", "summary_line": ".verify", "verify_snapshot": ".verify",
+    "render_review_html": "._html_template", "render_index_html": "._html_template",
+    "render_verdict": "._diff_render",
 }
 
 __all__ = sorted(_HOME)

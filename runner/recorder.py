@@ -8,6 +8,7 @@ add and two comparisons (count and a monotonic clock read); everything else happ
 when a record or a live-bar refresh is due.
 """
 
+import fcntl
 import os
 import time
 from collections.abc import Callable
@@ -54,6 +55,9 @@ class ProgressRecorder:
         """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it."""
         # O_EXCL: progress of an earlier execution is evidence and must never be appended to.
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        # Held until close: `genrun watch` probes it to tell a live writer from a killed one (the kernel
+        # releases it when this process dies, SIGKILL included). Advisory; nothing else contends for it.
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
         self._origin = origin
         self.unit = unit
         self._every_units = every_units

@@ -3,6 +3,7 @@
 import argparse
 from pathlib import Path
 
+from . import html_report
 from ._output import print_json, stderr_console, stdout_console
 
 
@@ -16,18 +17,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "example: genrun report snapshots/20261129T101500Z-tiny-3fa2c1 --plot /tmp/tiny.png\n"
             "  succeeded: 13 tokens in 0.41 s; stopped by eos\n"
             "  ...\n"
-            "  wrote /tmp/tiny.png"
+            "  wrote /tmp/tiny.png\n\n"
+            "example: genrun report snapshots/20261129T101500Z-tiny-3fa2c1 --html /tmp/review.html\n"
+            "  wrote /tmp/review.html (succeeded: 13 tokens in 0.41 s; stopped by eos; 19 checks: 0 failed, 1 warnings)\n"
+            "example: genrun report --store snapshots --html /tmp/index.html\n"
+            "  wrote /tmp/index.html (12 snapshots)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="snapshot directory (or --store DIR --html FILE for an index page)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]')")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
+    html_report.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.html is not None or args.store is not None:
+        return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
     from genrun.runner.errors import GenrunError, SnapshotError
 

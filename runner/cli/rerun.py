@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import read_snapshot
-    from genrun.analysis._diff_render import render_verdict
+    from genrun.analysis import render_verdict
     from genrun.analysis.lineage import lineage_verdict, read_lineage
     from genrun.runner.rerun import rerun_snapshot
 

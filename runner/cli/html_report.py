@@ -1,0 +1,72 @@
+"""`genrun report SNAPSHOT --html FILE` and `genrun report --store DIR --html FILE`: the review page and the store index.
+
+Kept apart from `report.py` (the terminal report) so each stays small; `report` delegates here
+whenever `--html` or `--store` is given.
+"""
+
+import argparse
+from pathlib import Path
+
+from ._output import stderr_console
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--html`, `--store` and `--allowed-signers` on `genrun report`."""
+    parser.add_argument("--html", type=Path, metavar="FILE",
+                        help="write one self-contained HTML page (inline CSS and SVG, no scripts, no network) for review before signoff")
+    parser.add_argument("--store", metavar="DIR", help="with --html and no SNAPSHOT: an index page of every snapshot in DIR")
+    parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
+                        help="allowed-signers file for judging signed sign-offs (default: git's gpg.ssh.allowedSignersFile)")
+
+
+def handle(args: argparse.Namespace) -> int:
+    from genrun.runner.errors import GenrunError
+
+    if args.html is None:
+        raise GenrunError("--store needs --html FILE (the store index is an HTML page); for one snapshot's terminal report drop --store")
+    if args.json or args.plot is not None:
+        raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
+    if args.snapshot is not None and args.store is not None:
+        raise GenrunError("give either SNAPSHOT (a review page) or --store DIR (an index page), not both")
+    if args.snapshot is None and args.store is None:
+        raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
+    if args.snapshot is not None:
+        return _review_page(args.snapshot, args.html, args.allowed_signers)
+    return _index_page(args.store, args.html, args.allowed_signers)
+
+
+def _review_page(snapshot: str, html: Path, allowed_signers: Path | None) -> int:
+    from genrun.analysis import SnapshotNotFound
+    from genrun.analysis import render_review_html
+    from genrun.analysis.html_report import HtmlReportError, review_snapshot, write_html
+    from genrun.runner.errors import GenrunError, SnapshotError
+
+    try:
+        page = review_snapshot(snapshot, allowed_signers)
+        written = write_html(render_review_html(page), html, forbidden_roots=[Path(snapshot)])
+    except SnapshotNotFound as exc:
+        raise SnapshotError(str(exc)) from None
+    except HtmlReportError as exc:
+        raise GenrunError(str(exc)) from None
+    summary = page.verification.summary
+    stderr_console.print(f"wrote {written} ({page.report.headline}; {summary.checks} checks: {summary.failed} failed, "
+                         f"{summary.warnings} warnings)", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _index_page(store: str, html: Path, allowed_signers: Path | None) -> int:
+    from genrun.analysis import render_index_html
+    from genrun.analysis.html_report import HtmlReportError, store_index, write_html
+    from genrun.runner.errors import GenrunError, StoreError
+    from genrun.runner.store import list_snapshots, resolve_store
+
+    root = resolve_store(store)
+    if not root.is_dir():
+        raise StoreError(f"--store {root} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
+    snapshots = list_snapshots(root)
+    try:
+        written = write_html(render_index_html(store_index(root, snapshots, allowed_signers)), html, forbidden_roots=snapshots)
+    except HtmlReportError as exc:
+        raise GenrunError(str(exc)) from None
+    stderr_console.print(f"wrote {written} ({len(snapshots)} snapshots)", markup=False, highlight=False, soft_wrap=True)
+    return 0

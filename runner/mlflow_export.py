@@ -1,0 +1,190 @@
+"""`genrun export SNAPSHOT --mlflow`: one MLflow run per snapshot, made after the fact from what the snapshot recorded.
+
+Nothing is logged during generation: an MLflow call costs milliseconds, which on a small model
+is a large share of each token's time. Instead the progress stream is replayed here with its
+real timestamps (the start record's wall time + each record's `t`), so MLflow's charts show the
+run as it happened. Params come from the effective configuration, tags carry the state, stop
+reasons and digests, and the snapshot directory is uploaded as artifacts under `snapshot/`.
+
+Needs the optional extra: `pip install 'genrun[mlflow]'`.
+"""
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from genrun.analysis import Snapshot, read_snapshot
+
+from .errors import GenrunError, SnapshotError
+
+DEFAULT_EXPERIMENT = "genrun"
+TAG_PREFIX = "genrun."
+ARTIFACT_DIR = "snapshot"
+PARAM_VALUE_LIMIT = 6000  # characters; MLflow refuses longer param values
+BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits per call
+PROGRESS_METRICS = ("generated", "units_per_s", "window_units_per_s", "rss_bytes", "cuda_allocated_bytes", "cuda_reserved_bytes")
+"""Fields of progress records logged as metrics (step = units generated so far)."""
+MLFLOW_MISSING = "MLflow is not installed: pip install 'genrun[mlflow]' (or pip install mlflow)"
+
+
+class ExportError(GenrunError):
+    """The snapshot cannot be exported (not run yet, already exported, MLflow missing or refusing)."""
+
+
+class ExportedRun(NamedTuple):
+    """Where the snapshot went."""
+
+    run_id: str
+    experiment_id: str
+    tracking_uri: str
+    params: int
+    metrics: int
+    """Metric values logged (progress replay + summary)."""
+    artifacts: int
+    """Files uploaded."""
+
+
+def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
+                     again: bool = False) -> ExportedRun:
+    """Create one MLflow run for the snapshot (refused when one exists for it, unless `again`)."""
+    try:
+        import mlflow
+        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise ExportError(MLFLOW_MISSING) from None
+    from genrun.analysis import SnapshotNotFound
+
+    try:
+        snap = read_snapshot(snapshot_dir, hash_files=False)
+    except SnapshotNotFound as exc:
+        raise SnapshotError(str(exc)) from None
+    if snap.progress is None or not snap.progress.events:
+        raise ExportError(f"{snap.path} has no progress records (planned, never executed): run 'genrun execute {snap.path}' first")
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = _experiment_id(client, experiment)
+    if not again:
+        existing = client.search_runs([experiment_id], filter_string=f"tags.`{TAG_PREFIX}snapshot_id` = '{snap.id}'", max_results=1)
+        if existing:
+            raise ExportError(f"{snap.id} is already exported as MLflow run {existing[0].info.run_id} in experiment '{experiment}'; "
+                              "pass --again to create another run")
+    start_ms, end_ms = _run_times(snap)
+    tags = tags_of(snap)
+    run = client.create_run(experiment_id, start_time=start_ms, tags=tags, run_name=snap.id)
+    run_id = run.info.run_id
+    try:
+        params = [Param(k, v) for k, v in params_of(snap).items()]
+        metrics = [Metric(k, v, ts, step) for k, v, ts, step in metrics_of(snap, start_ms, end_ms)]
+        for batch in _chunks(params, BATCH_PARAMS):
+            client.log_batch(run_id, params=batch)
+        for batch in _chunks(metrics, BATCH_METRICS):
+            client.log_batch(run_id, metrics=batch)
+        client.log_artifacts(run_id, str(snap.path), artifact_path=ARTIFACT_DIR)
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id, status=_mlflow_status(snap), end_time=end_ms)
+    artifacts = sum(1 for p in snap.path.rglob("*") if p.is_file())
+    return ExportedRun(run_id, experiment_id, uri, len(params), len(metrics), artifacts)
+
+
+def params_of(snap: Snapshot) -> dict[str, str]:
+    """Flat `section.key` -> value: the request, then the effective generation config as generate used it."""
+    found: dict[str, Any] = {}
+    if snap.request_json is not None:
+        found.update(_flatten(snap.request_json, "request"))
+    for cfg in snap.generation_configs:
+        prefix = "effective" if cfg.call_index == 0 else f"effective.call{cfg.call_index}"
+        found.update(_flatten(dict(cfg.effective), prefix))
+        found.update(_flatten(dict(cfg.limit_sources), f"{prefix}_source"))
+    if snap.budget is not None:
+        found.update(_flatten({k: v for k, v in snap.budget.model_dump(mode="json").items() if not isinstance(v, (dict, list))}, "budget"))
+    return {k: _param_value(v) for k, v in found.items()}
+
+
+def tags_of(snap: Snapshot) -> dict[str, str]:
+    """State, stop reasons, digests and identity, under `genrun.`."""
+    state = snap.result.status if snap.result is not None else "incomplete"
+    tags = {"snapshot_id": snap.id, "state": state, "sealed": str(snap.is_sealed).lower()}
+    if snap.stop is not None:
+        reasons = [s.reason for s in snap.stop.sequences]
+        tags["stop_reasons"] = ",".join(sorted(set(reasons))) or "none"
+        tags.update({f"stop_reason.row{s.index}": s.reason for s in snap.stop.sequences[:32]})
+    for name, value in (("plan_digest", snap.plan_digest), ("snapshot_digest", snap.snapshot_digest),
+                        ("model_digest", snap.model.digest if snap.model else None),
+                        ("code_digest", snap.code.genrun.digest if snap.code else None),
+                        ("exit_code", snap.result.exit_code if snap.result else None), ("unit", snap.unit),
+                        ("backend", snap.backend)):
+        if value is not None:
+            tags[name] = str(value)
+    return {TAG_PREFIX + k: v for k, v in tags.items()} | {"mlflow.source.name": "genrun"}
+
+
+def metrics_of(snap: Snapshot, start_ms: int, end_ms: int) -> Iterator[tuple[str, float, int, int]]:
+    """(key, value, timestamp ms, step): every progress record at its real time, then result.json's summary at the end."""
+    events = snap.progress.events if snap.progress else ()
+    origin = events[0].t if events else 0.0
+    for e in events:
+        at = start_ms + round((e.t - origin) * 1000)
+        for key in PROGRESS_METRICS:
+            value = getattr(e, key, None)
+            if value is not None:
+                yield f"progress.{key}", float(value), at, e.generated
+    if snap.result is not None:
+        r = snap.result
+        summary = {"generated": r.generated, "generated_tokens": r.generated_tokens, "units_per_s": r.units_per_s,
+                   "load_s": r.timings.load_s, "first_token_s": r.timings.first_token_s, "decode_s": r.timings.decode_s,
+                   "total_s": r.timings.total_s, "peak_rss_bytes": r.peak_memory.rss_bytes,
+                   "peak_cuda_allocated_bytes": r.peak_memory.cuda_allocated_bytes, "produced_seconds": r.produced_seconds}
+        final_step = max((e.generated for e in events), default=0)
+        for key, value in summary.items():
+            if value is not None:
+                yield f"result.{key}", float(value), end_ms, final_step
+
+
+def _run_times(snap: Snapshot) -> tuple[int, int]:
+    """Start and end of the run in ms since the epoch, from the start record's wall time and the last record's `t`."""
+    events = snap.progress.events
+    start = next((e for e in events if e.event == "start"), None)
+    if start is None:
+        raise ExportError(f"{snap.path}: progress.ndjson has no 'start' record, so the run's times are unknown; check with 'genrun verify'")
+    start_ms = round(datetime.fromisoformat(start.wall_time).timestamp() * 1000)
+    return start_ms, start_ms + round((events[-1].t - start.t) * 1000)
+
+
+def _experiment_id(client: Any, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        if found.lifecycle_stage != "active":
+            raise ExportError(f"MLflow experiment '{name}' is deleted; restore it in MLflow or pass --experiment with another name")
+        return found.experiment_id
+    return client.create_experiment(name)
+
+
+def _mlflow_status(snap: Snapshot) -> str:
+    if snap.result is None:
+        return "KILLED"
+    return {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}[snap.result.status]
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, inner in value.items():
+            flat.update(_flatten(inner, f"{prefix}.{key}"))
+        return flat
+    return {prefix: value}
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return text if len(text) <= PARAM_VALUE_LIMIT else text[: PARAM_VALUE_LIMIT - 1] + "…"
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,289 @@
+"""`genrun report --html`: the review page and the store index, opened in a real headless Chromium.
+
+Snapshots come from the real runner (tests/_analysis_helpers.py); the pages from the real CLI
+(`genrun.runner.cli.main`, in-process); the browser is Debian's `chromium` driven by Playwright
+through its `executable_path` (no browser download). Screenshots are kept under pytest's tmp dir
+and their paths printed (`pytest -s` shows them).
+"""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from genrun.runner.cli import main
+from genrun.schemas import layout
+
+from _analysis_helpers import REPO, TINY_LM, copy_snapshot, edit_bytes, request_toml, snapshots  # noqa: F401 - fixture
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None:  # .ci/run installs it; a developer machine without it must say so, not pass
+    pytest.fail("Debian's 'chromium' is needed for the browser tests: apt-get install -y chromium (.ci/run does this)",
+                pytrace=False)
+
+HOSTILE = '<script>window.__pwned = 1; alert("x")</script><img src=x onerror="window.__pwned = 2"><b>bold</b> & "quotes"'
+
+ESCAPING_ENTRYPOINT = f'''
+def echo_html(model, tokenizer, inputs, generation, **kwargs):
+    encoded = tokenizer(inputs["prompt"], return_tensors="pt")
+    out = model.generate(**encoded, **generation)
+    return {HOSTILE!r} + " :: " + tokenizer.decode(out[0], skip_special_tokens=False)
+'''
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for the module (Debian's binary; Playwright never downloads one here)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class Opened:
+    """A page loaded from a file, with the console errors and dialogs it produced."""
+
+    def __init__(self, browser, html: Path, javascript: bool = True) -> None:
+        self.context = browser.new_context(java_script_enabled=javascript, viewport={"width": 1200, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto(html.as_uri(), wait_until="load")
+
+    def screenshot(self, path: Path) -> Path:
+        self.page.screenshot(path=str(path), full_page=True)
+        print(f"screenshot: {path}")
+        return path
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def write_page(snapshot: Path, out: Path) -> Path:
+    """`genrun report SNAPSHOT --html OUT` through the real CLI."""
+    assert main(["report", str(snapshot), "--html", str(out)]) == 0
+    return out
+
+
+def assert_renders(opened: Opened, html: Path) -> None:
+    """Loads with no console errors, asks nothing from the network, and every chart has a real size."""
+    assert opened.errors == [], opened.errors
+    assert [u for u in opened.requests if not u.startswith("file:")] == []
+    charts = opened.page.locator("svg.chart")
+    assert charts.count() >= 2, "throughput and memory charts expected"
+    for i in range(charts.count()):
+        box = charts.nth(i).bounding_box()
+        assert box is not None and box["width"] > 100 and box["height"] > 50, box
+    assert "<script" not in html.read_text().lower()
+
+
+def visible_text(opened: Opened, selector: str) -> list[str]:
+    found = opened.page.locator(selector)
+    return [found.nth(i).inner_text().strip() for i in range(found.count()) if found.nth(i).is_visible()]
+
+
+# -- the four snapshot kinds the issue names ----------------------------------------------------------------------
+
+
+def test_succeeded_snapshot_reads_well(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.get("eos"), tmp_path / "eos.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        assert visible_text(opened, ".stop-reason") == ["eos"]
+        assert "succeeded" in opened.page.locator("#headline").inner_text()
+        assert visible_text(opened, "tr.finding-FAIL") == []
+        commands = visible_text(opened, "pre.command")
+        assert commands[0] == f"genrun signoff {snapshots.get('eos')} --decision accept"
+        body = opened.page.locator("body").inner_text()
+        for words in ("max_new_tokens", "request", "tokens/s per row", "MiB", "time since the run started (s)", "Budget vs actual",
+                      "Timings", "plan digest", "snapshot digest"):
+            assert words in body, words
+        opened.screenshot(tmp_path / "eos.png")
+    finally:
+        opened.close()
+
+
+def test_failed_snapshot_shows_the_exception_and_its_fail(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.get("exception"), tmp_path / "exception.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        assert visible_text(opened, ".stop-reason") == ["exception"]
+        assert "failed" in opened.page.locator("#headline").inner_text()
+        warned = visible_text(opened, "tr.finding-WARN")
+        assert any(row.startswith("WARN") and "completeness" in row and "failed with ValueError" in row for row in warned), warned
+        stops = opened.page.locator("#stops").locator("xpath=following-sibling::table[1]").inner_text()
+        assert "ValueError: substring not found" in stops
+        opened.screenshot(tmp_path / "exception.png")
+    finally:
+        opened.close()
+
+
+def test_interrupted_snapshot(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.interrupted(), tmp_path / "interrupted.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        assert "interrupted" in opened.page.locator("#headline").inner_text()
+        assert visible_text(opened, ".stop-reason") == ["interrupted"]
+    finally:
+        opened.close()
+
+
+def test_tampered_snapshot_shows_fail_checks_as_text(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    tampered = copy_snapshot(snapshots.get("eos"), tmp_path / "store")
+    assert main(["signoff", str(tampered), "--decision", "accept", "--by", "owner@example.com"]) == 0  # unsigned, bound to the digest
+    edit_bytes(tampered, layout.RESULT, lambda b: b.replace(b'"succeeded"', b'"succeeded" ', 1))
+    edit_bytes(tampered, layout.MANIFEST, lambda b: b + b"\n")  # the seal changes too: the accept no longer matches
+    html = write_page(tampered, tmp_path / "tampered.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        fails = visible_text(opened, "tr.finding-FAIL")
+        assert any(row.startswith("FAIL") and "manifest_integrity" in row for row in fails), fails
+        assert "failed" in opened.page.locator("#verify-summary").inner_text()
+        (signoff,) = visible_text(opened, "#signoff ~ table tr:has(td.invalid)")
+        assert "owner@example.com" in signoff and "digest no longer matches" in signoff
+        opened.screenshot(tmp_path / "tampered.png")
+    finally:
+        opened.close()
+
+
+def test_killed_snapshot_is_shown_incomplete_with_no_command_to_accept(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.killed(), tmp_path / "killed.html")
+    opened = Opened(browser, html)
+    try:
+        assert opened.errors == []
+        assert opened.page.locator("#headline").inner_text().startswith("incomplete: the run ended without a result")
+        assert visible_text(opened, "pre.command") == []
+        assert "nothing can be accepted until it is sealed" in opened.page.locator("body").inner_text()
+        assert "Last ids in progress.ndjson" in opened.page.locator("body").inner_text()
+    finally:
+        opened.close()
+
+
+def test_readable_with_scripts_disabled(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.get("eos"), tmp_path / "noscript.html")
+    opened = Opened(browser, html, javascript=False)
+    try:
+        assert visible_text(opened, ".stop-reason") == ["eos"]
+        assert opened.page.locator("svg.chart").first.bounding_box()["width"] > 100
+    finally:
+        opened.close()
+
+
+def test_batch_names_per_row_and_summed_rates(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    html = write_page(snapshots.get("batch"), tmp_path / "batch.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        legends = " | ".join(opened.page.locator("svg.chart .legend").all_text_contents())  # SVG text: no inner_text
+        assert "tokens/s per row, cumulative since first token" in legends and "tokens/s summed over 2 rows, cumulative" in legends
+        coverage = visible_text(opened, "#coverage ~ table tr")
+        assert any("row 0:" in r for r in coverage) and any("row 1:" in r for r in coverage)
+    finally:
+        opened.close()
+
+
+# -- escaping -----------------------------------------------------------------------------------------------------
+
+
+def test_html_in_prompt_and_output_is_text_never_executed(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    from genrun.runner.execute import execute_snapshot
+    from genrun.runner.plan import plan_request
+
+    (tmp_path / "echo_entry.py").write_text(ESCAPING_ENTRYPOINT)
+    request = tmp_path / "request.toml"
+    request.write_text(request_toml("hostile", TINY_LM, f"count down from 3 : {HOSTILE}", {"max_new_tokens": 6, "do_sample": False},
+                                    entrypoint={"callable": "echo_entry:echo_html"}))
+    snapshot = plan_request(request, tmp_path / "store")
+    execute_snapshot(snapshot, live=False)
+    html = write_page(snapshot, tmp_path / "hostile.html")
+    raw = html.read_text()
+    assert "<script" not in raw.lower() and "onerror=" not in raw.replace("onerror=&#34;", "")
+    assert "&lt;script&gt;" in raw
+    opened = Opened(browser, html)
+    try:
+        assert opened.dialogs == [] and opened.errors == []
+        assert opened.page.evaluate("window.__pwned === undefined")
+        assert HOSTILE in opened.page.locator("pre.input").first.inner_text()
+        assert HOSTILE in opened.page.locator("pre.output").first.inner_text()
+        assert opened.page.locator("pre.input b, pre.output b, pre.input img").count() == 0
+    finally:
+        opened.close()
+
+
+# -- the store index ----------------------------------------------------------------------------------------------
+
+
+def test_store_index_one_line_per_snapshot(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
+    store = tmp_path / "store"
+    good = copy_snapshot(snapshots.get("eos"), store)
+    bad = copy_snapshot(snapshots.get("budget"), store)
+    edit_bytes(bad, layout.RESULT, lambda b: b + b" ")
+    html = tmp_path / "index.html"
+    assert main(["report", "--store", str(store), "--html", str(html)]) == 0
+    opened = Opened(browser, html)
+    try:
+        assert opened.errors == []
+        rows = {r.split()[0]: r for r in visible_text(opened, "tr.snapshot")}
+        assert set(rows) == {good.name, bad.name}
+        assert re.search(r"succeeded\s+yes\s+eos\s+\d+\s+0\s+no sign-offs", rows[good.name]), rows[good.name]
+        assert re.search(r"max_new_tokens\s+\d+\s+[1-9]", rows[bad.name]), rows[bad.name]
+        opened.screenshot(tmp_path / "index.png")
+    finally:
+        opened.close()
+
+
+def test_pages_leave_snapshots_untouched_and_never_import_torch(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    import subprocess
+    import sys
+
+    from _analysis_helpers import tree_state
+
+    store = tmp_path / "store"
+    copies = [copy_snapshot(snapshots.get("eos"), store), copy_snapshot(snapshots.killed(), store)]
+    before = [tree_state(c) for c in copies]
+    probe = ("import sys; from genrun.runner.cli import main; "
+             f"codes = [main(['report', {str(copies[0])!r}, '--html', {str(tmp_path / 'a.html')!r}]), "
+             f"main(['report', {str(copies[1])!r}, '--html', {str(tmp_path / 'b.html')!r}]), "
+             f"main(['report', '--store', {str(store)!r}, '--html', {str(tmp_path / 'i.html')!r}])]; "
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'diffusers', 'numpy')); "
+             "assert codes == [0, 0, 0] and heavy == [], (codes, heavy)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [tree_state(c) for c in copies] == before
+
+
+# -- refusals -----------------------------------------------------------------------------------------------------
+
+
+def test_refuses_to_write_inside_the_snapshot(snapshots, tmp_path: Path, capsys) -> None:  # noqa: F811
+    snapshot = copy_snapshot(snapshots.get("eos"), tmp_path / "store")
+    assert main(["report", str(snapshot), "--html", str(snapshot / "review.html")]) == 1
+    assert "analysis never writes into a snapshot" in capsys.readouterr().err
+    assert not (snapshot / "review.html").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--store", "{store}"], "--store needs --html FILE"),
+    (["--html", "{out}"], "--html needs SNAPSHOT"),
+    (["{snapshot}", "--store", "{store}", "--html", "{out}"], "not both"),
+    (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined"),
+    (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first"),
+])
+def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, argv, message) -> None:  # noqa: F811
+    values = {"store": str(tmp_path), "out": str(tmp_path / "o.html"), "snapshot": str(snapshots.get("eos")),
+              "missing": str(tmp_path / "nope")}
+    assert main(["report", *(a.format(**values) for a in argv)]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o.html").exists()

@@ -1,0 +1,174 @@
+"""`genrun watch`: following real `genrun run` subprocesses (to the end, SIGKILLed), `--json`, refusals, the ETA.
+
+The runs use a slow entry point (every decoding step sleeps) so that there is something to follow;
+`watch` runs as its own process, as an operator's second terminal would. Nothing asserts on
+elapsed time: only on the updates `watch` printed and on its exit code.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from genrun.analysis.watch import INCOMPLETE_EXIT, WatchUpdate, estimate_eta
+from genrun.runner.cli import main
+from genrun.schemas import FirstTokenEvent, ProgressEvent, StartEvent
+
+from _analysis_helpers import REPO, SLOW_ENTRYPOINT, TINY_LM, request_toml, snapshots  # noqa: F401 - fixture
+
+
+def start_slow_run(work: Path, countdown: int = 40, every_seconds: float = 0.5) -> tuple[subprocess.Popen, Path]:
+    """`genrun run` on the slow entry point in a subprocess; returns it and its store."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "slow_entry.py").write_text(SLOW_ENTRYPOINT)
+    request = work / "request.toml"
+    request.write_text(request_toml("watched", TINY_LM, f"count down from {countdown} :", {"max_new_tokens": 64, "do_sample": False},
+                                    entrypoint={"callable": "slow_entry:generate_slowly"},
+                                    progress={"every_units": 2, "every_seconds": every_seconds}))
+    store = work / "store"
+    run = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)], cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return run, store
+
+
+def wait_for_snapshot(run: subprocess.Popen, store: Path) -> Path:
+    """The snapshot directory, as soon as planning has renamed it into the store."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        found = [p for p in store.glob("2*") if p.is_dir()] if store.is_dir() else []
+        if found:
+            return found[0]
+        assert run.poll() is None, run.stderr.read()[-2000:]
+        time.sleep(0.05)
+    raise AssertionError("no snapshot appeared within 180 s")
+
+
+def start_watch(snapshot: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "watch", str(snapshot), "--json", "--interval", "0.1", *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def updates(lines: str) -> list[WatchUpdate]:
+    """Every stdout line of `watch --json` is one WatchUpdate."""
+    return [WatchUpdate.model_validate_json(line) for line in lines.splitlines() if line.strip()]
+
+
+def test_follows_a_real_run_to_its_end(tmp_path: Path) -> None:
+    run, store = start_slow_run(tmp_path)
+    try:
+        snapshot = wait_for_snapshot(run, store)
+        watch = start_watch(snapshot, "--stall-after", "120")
+        out, err = watch.communicate(timeout=300)
+        assert run.wait(timeout=60) == 0
+    finally:
+        run.kill()
+    seen = updates(out)
+    assert watch.returncode == 0, err
+    final = seen[-1]
+    assert final.state == "sealed" and final.status == "succeeded" and final.exit_code == 0 and final.stop_reasons == ("eos",)
+    running = [u for u in seen if u.state == "running" and u.records > 0]
+    assert running, f"watch never saw the run in progress: {[u.state for u in seen]}"
+    counts = [u.generated for u in running if u.generated is not None]
+    assert counts == sorted(counts) and counts[-1] > 0
+    assert all(u.rss_bytes for u in running if u.last_event == "progress")
+    assert any(u.eta_s is not None and u.planned_units == 64 for u in running)
+    assert final.generated == 41  # "count down from 40 :" -> 39 … 0 <eos>: 40 numbers and EOS
+
+
+def test_sigkilled_run_warns_stall_then_reports_incomplete(tmp_path: Path) -> None:
+    run, store = start_slow_run(tmp_path, countdown=63)
+    try:
+        snapshot = wait_for_snapshot(run, store)
+        watch = start_watch(snapshot, "--stall-after", "1")
+        deadline = time.monotonic() + 180
+        while b'"event":"progress"' not in ((snapshot / "progress.ndjson").read_bytes() if (snapshot / "progress.ndjson").exists() else b""):
+            assert time.monotonic() < deadline and run.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.02)
+        run.send_signal(signal.SIGKILL)
+        assert run.wait(timeout=60) == -signal.SIGKILL
+        out, err = watch.communicate(timeout=120)
+    finally:
+        run.kill()
+    seen = updates(out)
+    assert watch.returncode == INCOMPLETE_EXIT, err
+    states = [u.state for u in seen]
+    assert "stalled" in states and states[-1] == "incomplete", states
+    assert states.index("stalled") < len(states) - 1
+    stalled = [u for u in seen if u.state == "stalled"][-1]  # an earlier one may come while weights load (no record yet)
+    assert stalled.stalled and "STALL" in stalled.message and stalled.seconds_since_last_record > 1
+    assert "STALL" in err  # the warning also reaches a person reading stderr
+    assert seen[-1].writer == "gone" and "incomplete" in seen[-1].message
+
+
+def test_watch_on_a_killed_snapshot_exits_incomplete(snapshots, capsys) -> None:  # noqa: F811
+    code = main(["watch", str(snapshots.killed()), "--stall-after", "0.5", "--interval", "0.05"])
+    out = capsys.readouterr().out
+    assert code == INCOMPLETE_EXIT
+    assert "STALL" in out and "incomplete: the writer is gone" in out
+
+
+def test_watch_on_a_sealed_snapshot_returns_the_runs_exit_code(snapshots, capsys) -> None:  # noqa: F811
+    assert main(["watch", str(snapshots.get("exception"))]) == 1
+    assert "sealed: failed (exit 1)" in capsys.readouterr().out
+    assert main(["watch", str(snapshots.get("eos")), "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["stop_reasons"] == ["eos"]
+
+
+def test_watch_never_imports_torch(snapshots) -> None:  # noqa: F811
+    probe = (f"import sys; from genrun.runner.cli import main; code = main(['watch', {str(snapshots.get('eos'))!r}]); "
+             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'; sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["{tmp}"], "is not a genrun snapshot"),
+    (["{snapshot}", "--interval", "0"], "--interval 0 must be a positive number"),
+    (["{snapshot}", "--stall-after", "-1"], "--stall-after -1 must be a positive number"),
+])
+def test_refusals(snapshots, tmp_path: Path, capsys, argv, message) -> None:  # noqa: F811
+    values = {"tmp": str(tmp_path), "snapshot": str(snapshots.get("eos"))}
+    assert main(["watch", *(a.format(**values) for a in argv)]) == 1
+    assert message in capsys.readouterr().err
+
+
+# -- the ETA ------------------------------------------------------------------------------------------------------
+
+
+def _events(seconds_per_unit) -> list:
+    """A start record and progress records every 100 units, each unit taking `seconds_per_unit(n)`."""
+    events = [StartEvent(seq=0, t=0.0, generated=0, wall_time="2026-12-01T00:00:00+00:00", unit="token", planned_units=1000, rows=1),
+              FirstTokenEvent(seq=1, t=0.0, generated=0)]
+    t = 0.0
+    for n in range(100, 600, 100):
+        t += sum(seconds_per_unit(k) for k in range(n - 100, n))
+        events.append(ProgressEvent(seq=len(events), t=t, generated=n, units_per_s=n / t, window_units_per_s=100 / (t - events[-1].t)))
+    return events
+
+
+def test_eta_follows_the_recent_pace_and_its_growth() -> None:
+    constant = estimate_eta(_events(lambda n: 0.01), 1000, "token")
+    assert constant.seconds == pytest.approx(500 * 0.01, rel=1e-6) and "recent windowed rate" in constant.basis
+    growing = estimate_eta(_events(lambda n: 0.01 + 0.0001 * n), 1000, "token")
+    exact = sum(0.01 + 0.0001 * n for n in range(500, 1000))
+    assert growing.seconds == pytest.approx(exact, rel=0.01) and "growing with position" in growing.basis
+    cumulative_guess = 500 / (500 / _events(lambda n: 0.01 + 0.0001 * n)[-1].t)
+    assert cumulative_guess < 0.5 * exact  # the constant-rate ETA would have been badly optimistic
+    assert estimate_eta(_events(lambda n: 0.01), None, "token").seconds is None
+
+
+def test_human_line_names_rates_per_row_memory_and_eta() -> None:
+    from genrun.runner.cli.watch import format_update
+
+    update = WatchUpdate(snapshot_id="s", state="running", unit="token", generated=4096, planned_units=65536, rows=2, records=17,
+                         last_event="progress", window_units_per_s=2.9, recent_units_per_s=2.94, cumulative_units_per_s=3.1,
+                         rss_bytes=7 * 2**30, cuda_allocated_bytes=None, cuda_reserved_bytes=None, seconds_since_last_record=12.0,
+                         eta_s=6 * 3600 + 12 * 60, eta_basis="recent windowed rate over the last 8 records", stall_after_s=90.0,
+                         stalled=False, writer="alive")
+    assert format_update(update) == ("running  4,096/65,536 tokens × 2 rows  window 2.9/s  recent 2.9/s  cum 3.1/s per row  "
+                                     "RSS 7.00 GiB  last record 12 s ago  ETA 6 h 12 min")
