@@ -1,6 +1,7 @@
 """Pydantic models for requests and every snapshot artifact. Imports neither torch nor transformers."""
 
 from .budget import DomainEstimate, TokenBudget
+from .generation_calls import AudioEvidence, CallEvidence, EvidenceLevel, GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
 from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
 from .pipeline_call import PipelineCallBeforeCall
@@ -21,7 +22,7 @@ from .stop import ExceptionInfo, GenerationStop, SequenceStop, StopReason
 from .token_ids import GeneratedTokenIds, TokenSequenceSummary
 
 __all__ = [
-    "AnyEvent", "BudgetSpec", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
+    "AnyEvent", "AudioEvidence", "BudgetSpec", "CallEvidence", "EvidenceLevel", "GenerationCalls", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",

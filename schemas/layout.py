@@ -14,6 +14,7 @@ PROGRESS = "progress.ndjson"
 TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
+GENERATION_CALLS = "generation-calls.json"  # transformers backend: path and evidence level of each generate call
 RESULT = "result.json"
 OUTPUTS_DIR = "outputs"
 MANIFEST = "manifest-sha256.txt"

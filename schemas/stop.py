@@ -10,6 +10,7 @@ StopReason = Literal[
     "max_new_tokens",
     "max_length",
     "max_time",
+    "custom",
     "interrupted",
     "exception",
     "unknown",
@@ -36,7 +37,7 @@ class SequenceStop(Strict):
     call_index: int
     """Outermost generate call the row belongs to."""
     reason: StopReason
-    """Classified reason; `unknown` when no recorded criterion explains the stop."""
+    """Classified reason; `custom` when only the caller's own StoppingCriteria fired; `unknown` when no recorded criterion explains the stop."""
     generated: int
     """Units generated for this row (tokens; steps for diffusion)."""
     last_token_id: int | None

@@ -3,12 +3,15 @@
 Rules (DESIGN.md vocabulary), per row of every outermost call:
 - the row finished and its stop step is among the kept ids: the criteria that fired at that step,
   attributed by `KIND_PRIORITY` (eos > stop_string > max_new_tokens > max_length > max_time);
-- only criteria genrun does not know fired (a user's own `StoppingCriteria`): `unknown`, with
-  the class names in `fired` and `evidence.custom_criteria` — the vocabulary has no `custom`,
-  and genrun does not guess what a user criterion means;
+- only criteria genrun does not know fired (a user's own `StoppingCriteria`): `custom`, with
+  the class names in `fired` and `evidence.custom_criteria` (genrun does not guess what a user
+  criterion means);
+- beam search: the candidate the beam search finalised for the returned sequence, matched by its
+  ids among those the criteria list saw finish (`criteria.returned_row_states`);
+- continuous batching: the request's own completion rule (`batching.py`);
 - the row did not finish: `interrupted` (a signal), `exception` (generate raised), or
-  `unknown` (generate returned without any criterion firing for the row, e.g. beam search or a
-  callable `custom_generate`, whose rows the criteria list does not map to).
+  `unknown` (generate returned without any criterion firing for the row, e.g. a callable
+  `custom_generate`, whose rows the criteria list does not map to), with the reason in `note`.
 """
 
 from collections.abc import Sequence
@@ -67,10 +70,12 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
     if call.exception is not None:
         return _unfinished(call.exception, base, exception_info)
     note = "generate returned but no recorded stopping criterion fired for this row"
-    if call.criteria is None:
+    if call.missing:
+        note = "; ".join(call.missing)
+    elif call.criteria is None:
         note = "generate returned without building its stopping criteria (e.g. custom_generate)"
-    elif call.stream is None:
-        note = "beam search: the criteria see beams, not the returned sequences"
+    elif call.path == "beam_search":
+        note = "beam search: no finished candidate the criteria list saw matches this returned sequence"
     return SequenceStop(reason="unknown", fired=(), evidence={"note": note}, **base)
 
 
@@ -93,8 +98,10 @@ def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> tuple[str
     sources = config.limit_sources if config else {}
     effective = config.effective if config else {}
     if kind is None:
-        evidence["note"] = "only criteria genrun does not know fired; see fired / custom_criteria"
-        return "unknown", evidence
+        evidence["note"] = "only the caller's own stopping criteria fired; see custom_criteria"
+        return "custom", evidence
+    if call.path == "continuous_batching":
+        evidence["rule"] = "generate_batch's completion rule: the last id is in the EOS set, else the max_new_tokens limit"
     if kind == "eos":
         evidence["eos_token_id"] = state.last_token_id
         evidence["source"] = sources.get("eos_token_id")
