@@ -78,7 +78,8 @@ def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musi
 
     # per-step progress (one record per step: every_units = 1), first-frame timing
     progress = read_progress(snapshot)
-    assert [e["generated"] for e in progress if e["event"] == "progress"] == list(range(1, STEPS + 1))
+    assert [e["event"] for e in progress[:2]] == ["start", "first_token"]
+    assert [e["generated"] for e in progress if e["event"] == "progress"] == list(range(2, STEPS + 1))
     assert result["timings"]["first_token_s"] is not None
 
     calls = read_json(snapshot, "generation-calls.json")
