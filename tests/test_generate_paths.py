@@ -238,3 +238,25 @@ def test_prompt_lookup_decoding_keeps_ids_and_counts_accepted_drafts(tiny_lm: Pa
     assert call.path == "assisted" and call.nested_calls == 0 and call.draft_tokens_proposed is None
     assert row.ids.tolist() == out[0, 6:].tolist() and row.criteria.kinds == ("eos",)
     assert 0 <= call.draft_tokens_accepted < call.stream.steps == out.shape[1] - 6
+
+
+def test_generate_batch_called_directly_is_an_outermost_call(tiny_lm: Path) -> None:
+    """Continuous batching without generate: config, ids and per-request stops, evidence partial."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_lm)
+    prompts = [tok("count down from 2 :")["input_ids"], tok("count down from 9 :")["input_ids"]]
+    small = ContinuousBatchingConfig(page_size=16, num_blocks=16, max_batch_tokens=64, max_requests_per_batch=4)
+    configs: list = []
+    session = CaptureSession(caller="entrypoint", on_step=lambda n: None, on_config=configs.append)
+    with instrument_generate(session):
+        out = model.generate_batch(inputs=prompts, generation_config=GenerationConfig(max_new_tokens=4, eos_token_id=2, do_sample=False),
+                                   continuous_batching_config=small)
+    (call,) = session.calls
+    assert call.path == "continuous_batching" and configs == [call] and "streamer" in call.missing[0]
+    rows = call.row_tokens()
+    assert [r.ids.tolist() for r in rows] == [out["req_0"].generated_tokens, out["req_1"].generated_tokens]
+    assert [r.criteria.kinds for r in rows] == [("eos",), ("max_new_tokens",)]  # "1 0 <eos>" vs cut at 4 of "8 7 ... 0"
+    assert call.config.limit_sources["max_new_tokens"] == "entrypoint"

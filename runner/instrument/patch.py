@@ -53,6 +53,7 @@ _CURRENT: contextvars.ContextVar[CallCapture | None] = contextvars.ContextVar("g
 """The outermost call this context is running; `None` inside nested calls and in foreign threads."""
 _HOOKED = ("_prepare_generated_length", "_get_stopping_criteria")
 _HOOKS_LOCK = threading.Lock()
+NO_STREAMER_IN_BATCHING = "per-step progress and first-token timing: continuous batching accepts no streamer"
 _HOOK_USERS: dict[int, int] = {}  # id(model) -> outermost calls using its instance hooks right now
 
 
@@ -140,8 +141,10 @@ def _make_batch_wrapper(original: Any, session: CaptureSession) -> Any:
             return _nested_call(original, session, self, args, kwargs)
         depth_token = _DEPTH.set(1)
         try:
-            call = CallCapture(index=len(session.calls), model=self, arguments=CallArguments(None, {}, {}), caller=session.caller,
-                               stream=None, input_rows=None, path="continuous_batching")
+            passed = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+            limit = {"max_new_tokens": kwargs["max_new_tokens"]} if kwargs.get("max_new_tokens") is not None else {}
+            call = CallCapture(index=len(session.calls), model=self, arguments=CallArguments(passed, limit, {}), caller=session.caller,
+                               stream=None, input_rows=None, path="continuous_batching", missing=[NO_STREAMER_IN_BATCHING])
             session.calls.append(call)
             session.on_call_start(call)
             try:
@@ -229,7 +232,7 @@ def _prepare_call(signature: inspect.Signature, kind: CallPath, session: Capture
     stream = None
     missing: list[str] = []
     if path == "continuous_batching":
-        missing.append("per-step progress and first-token timing: continuous batching accepts no streamer")
+        missing.append(NO_STREAMER_IN_BATCHING)
     elif path in ("beam_search", "own_generate"):
         # steps are counted by the criteria list; the ids are the returned sequences (beam search) or the
         # criteria's last input (own loops: MusicGen returns audio and, in transformers 5.x, never forwards
