@@ -7,7 +7,7 @@ from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop, layout
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
-from ._rows import eos_positions, rows_of, total_ids
+from ._rows import audio_frames, eos_positions, rows_of, total_ids
 from ._check_tokens import DIFFUSION_SKIP
 
 COMMON_BUDGETS = frozenset({16, 20, 100, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384, 32768, 65536})
@@ -173,6 +173,9 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     units = request.units
     per_second, tokens_per_frame = units.per_second or 1.0, units.tokens_per_frame
     frames = {i: len(ids) // tokens_per_frame for i, ids in snap.token_ids.items()}
+    audio = audio_frames(snap)
+    if audio is not None:  # decoded audio: frames per batch item, at the codec's rate
+        per_second, frames = audio.frames_per_second, dict(enumerate(audio.frames))
     longest = max(frames, key=frames.__getitem__, default=0)
     computed = frames.get(longest, 0) / per_second
     recorded = snap.result.produced_seconds
@@ -188,7 +191,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     if share >= EARLY_STOP_FRACTION:
         return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested ({share:.0%})",
                        evidence=evidence, examined=examined)
-    cause = _early_stop_cause(snap, longest, tokens_per_frame)
+    row = longest * snap.generation_calls.calls[0].audio.codebooks if audio is not None and snap.generation_calls.calls[0].audio else longest
+    cause = _early_stop_cause(snap, row, tokens_per_frame)
     evidence["cause"] = cause
     return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "
                    f"more than 5 % short); {cause}", evidence=evidence, examined=examined)

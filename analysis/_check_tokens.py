@@ -8,7 +8,7 @@ from genrun.schemas import MaxTimeEvidence, SequenceStop, StopStringEvidence, la
 from ._context import CheckContext
 from ._finding import Examined, Finding, Status, skip, worst
 from ._load import Snapshot
-from ._rows import Row, eos_positions, rows_of, total_ids, units_of
+from ._rows import Row, audio_frames, eos_positions, rows_of, total_ids, units_of
 from ._tokenizer import DecoderUnavailable, TextDecoder
 
 DIFFUSION_SKIP = "the run counted steps (a diffusion pipeline or another step-counting backend): no token ids (outputs are checked through the manifest and diffusion_steps)"
@@ -54,7 +54,8 @@ def check_token_counts(snap: Snapshot, ctx: CheckContext) -> Finding:
         evidence["result_generated"] = snap.result.generated
         if snap.result.generated_tokens != total:
             problems.append(f"result.json generated_tokens {snap.result.generated_tokens} != {total} ids saved")
-        units = sum(units_of(snap, c) for c in counts.values())
+        audio = audio_frames(snap)  # decoded audio: frames per batch item, not per row
+        units = sum(audio.frames) if audio is not None else sum(units_of(snap, c) for c in counts.values())
         if snap.result.generated != units:
             problems.append(f"result.json generated {snap.result.generated} != {units} {snap.unit}s from the saved ids")
     last = snap.progress.last if snap.progress else None
@@ -180,6 +181,11 @@ def _judge_stop(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: 
         if isinstance(limit, (int, float)) and elapsed is not None and elapsed < limit:
             return "FAIL", f"{where}: the run lasted {elapsed:.3f} s, less than max_time {limit} s"
         return "PASS", f"sequence {stop.index}: max_time {limit} s (time limits are not visible in the ids)"
+    if stop.reason == "custom":
+        names = stop.evidence.get("custom_criteria") or list(stop.fired)
+        if not names:
+            return "FAIL", f"{where}: reason 'custom' but no criterion is named in fired or evidence.custom_criteria"
+        return "PASS", f"sequence {stop.index}: stopped by the caller's own criteria {names}"
     if stop.reason == "unknown":
         return "WARN", f"{where}: no recorded criterion explains the stop (last id {last}, {count} tokens, fired {list(stop.fired)})"
     return "FAIL", f"{where}: reason {stop.reason!r} is not valid for a token row"

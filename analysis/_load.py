@@ -24,6 +24,7 @@ from genrun.schemas import (
     CodeIdentity,
     Environment,
     GeneratedTokenIds,
+    GenerationCalls,
     GenerationConfigBeforeGenerate,
     GenerationStop,
     ModelIdentity,
@@ -108,6 +109,8 @@ class Snapshot:
     """Row index -> generated ids, new tokens only. # ids: array('q') [count]"""
     token_summary: GeneratedTokenIds | None = None
     stop: GenerationStop | None = None
+    generation_calls: GenerationCalls | None = None
+    """`generation-calls.json` (transformers runs by genrun versions that write it)."""
     result: Result | None = None
     manifest: Mapping[str, str] | None = None
     """`manifest-sha256.txt` entries: path -> sha256."""
@@ -203,6 +206,8 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
         loaded["token_ids"] = _read_token_ids(root, problems)
     loaded["token_summary"] = _read_model(root, layout.TOKEN_IDS_SUMMARY, GeneratedTokenIds, files, problems)
     loaded["stop"] = _read_model(root, layout.STOP, GenerationStop, files, problems)
+    if layout.GENERATION_CALLS in files:
+        loaded["generation_calls"] = _read_model(root, layout.GENERATION_CALLS, GenerationCalls, files, problems)
     loaded["result"] = _read_model(root, layout.RESULT, Result, files, problems)
     if layout.MANIFEST in files:
         loaded["manifest"], loaded["snapshot_digest"] = _read_manifest(root, layout.MANIFEST, problems)

@@ -46,3 +46,27 @@ def units_of(snap: Snapshot, tokens: int) -> int:
     if snap.unit == "frame" and snap.request is not None:
         return tokens // snap.request.units.tokens_per_frame
     return tokens
+
+
+class AudioFrames(NamedTuple):
+    """Decoded frames per batch item of the calls that returned audio, re-derived from the saved ids."""
+
+    frames: tuple[int, ...]
+    """Per batch item: the longest codebook row minus the `codebooks - 1` steps of the delay pattern."""
+    frames_per_second: float
+    """The codec's rate (`generation-calls.json`)."""
+
+
+def audio_frames(snap: Snapshot) -> AudioFrames | None:
+    """`None` unless some call returned decoded audio (MusicGen-style): its ids are `codebooks` rows per item."""
+    calls = snap.generation_calls
+    audio = [c for c in calls.calls if c.audio is not None] if calls is not None else []
+    if not audio or snap.stop is None or snap.token_ids is None:
+        return None
+    frames: list[int] = []
+    for call in audio:
+        lengths = [len(snap.token_ids.get(s.index, ())) for s in snap.stop.sequences if s.call_index == call.call_index]
+        per_item = call.audio.codebooks
+        for start in range(0, len(lengths), per_item):
+            frames.append(max(0, max(lengths[start : start + per_item]) - (per_item - 1)))
+    return AudioFrames(tuple(frames), audio[0].audio.frames_per_second)

@@ -9,6 +9,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from ._check_calls import check_call_evidence
 from ._check_diffusion import check_diffusion_steps
 from ._check_integrity import (
     check_artifacts_valid,
@@ -55,6 +56,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("token_counts", check_token_counts),
     CheckSpec("token_summary", check_token_summary),
     CheckSpec("stop_reasons", check_stop_reasons),
+    CheckSpec("call_evidence", check_call_evidence),
     CheckSpec("hidden_cap", check_hidden_cap),
     CheckSpec("library_default_limit", check_library_default_limit),
     CheckSpec("budget_truncation", check_budget_truncation),

@@ -75,10 +75,16 @@ def kv_bytes_per_token(shape: ModelShape) -> int:
     return 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES.get(shape.dtype, 4)
 
 
-def rows_per_request(request: Request, batch_size: int) -> int:
-    """Rows decoded in parallel: batch x return sequences x beams x CFG-style rows."""
+def rows_per_request(request: Request, batch_size: int, checkpoint: dict[str, Any] | None = None) -> int:
+    """Rows decoded in parallel: batch x return sequences x beams x CFG-style rows.
+
+    `guidance_scale > 1` (request, else the checkpoint's generation config) doubles the rows, as
+    classifier-free guidance decodes a conditional and an unconditional row per request (MusicGen).
+    """
     gen = request.generation
-    return batch_size * int(gen.get("num_return_sequences") or 1) * int(gen.get("num_beams") or 1) * request.budget.rows_per_request
+    guidance = gen.get("guidance_scale", (checkpoint or {}).get("guidance_scale"))
+    cfg_rows = 2 if guidance is not None and guidance > 1 else 1
+    return batch_size * int(gen.get("num_return_sequences") or 1) * int(gen.get("num_beams") or 1) * cfg_rows * request.budget.rows_per_request
 
 
 def domain_estimate(request: Request, requested_units: int | None, prompt_tokens: int, context: int | None) -> DomainEstimate | None:

@@ -1,6 +1,7 @@
 """Pydantic models for requests and every snapshot artifact. Imports neither torch nor transformers."""
 
 from .budget import DomainEstimate, TokenBudget
+from .generation_calls import AudioEvidence, CallEvidence, EvidenceLevel, GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
 from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
 from .lineage import ChangeAction, Determinism, Lineage, RequestChange
@@ -21,6 +22,7 @@ from .signoff import Decision, DigestKind, Signoff
 from .stop import (
     STOP_REASON_MEANING,
     CompletedEvidence,
+    CustomEvidence,
     DiffusionSteps,
     EosEvidence,
     ExceptionEvidence,
@@ -40,8 +42,8 @@ from .token_ids import GeneratedTokenIds, TokenSequenceSummary
 from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
 
 __all__ = [
-    "CompletedEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
-    "AnyEvent", "BudgetSpec", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
+    "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
+    "AnyEvent", "AudioEvidence", "BudgetSpec", "CallEvidence", "EvidenceLevel", "GenerationCalls", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",

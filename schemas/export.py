@@ -6,6 +6,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from .budget import TokenBudget
+from .generation_calls import GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
 from .lineage import Determinism, Lineage
@@ -30,6 +31,7 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "progress-event": EVENT_ADAPTER,
     "generated-token-ids": GeneratedTokenIds,
     "generation-stop": GenerationStop,
+    "generation-calls": GenerationCalls,
     "result": Result,
     "signoff": Signoff,
     "lineage": Lineage,

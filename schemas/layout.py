@@ -36,6 +36,7 @@ PROGRESS = "progress.ndjson"
 TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
+GENERATION_CALLS = "generation-calls.json"  # transformers backend: path and evidence level of each generate call
 RESULT = "result.json"
 DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
 OUTPUTS_DIR = "outputs"

@@ -21,6 +21,7 @@ StopReason = Literal[
     "max_new_tokens",
     "max_length",
     "max_time",
+    "custom",
     "interrupted",
     "exception",
     "unknown",
@@ -33,9 +34,10 @@ STOP_REASON_MEANING: Mapping[str, str] = MappingProxyType({
     "max_new_tokens": "the row reached `max_new_tokens`",
     "max_length": "the row reached `max_length` (prompt included)",
     "max_time": "generation ran past `max_time`",
+    "custom": "only the caller's own StoppingCriteria fired (genrun names them, it does not interpret them)",
     "interrupted": "a signal (SIGINT/SIGTERM) ended the run",
     "exception": "generate (or the pipeline) raised",
-    "unknown": "no recorded criterion genrun knows explains the stop (custom criteria, beam search, custom_generate)",
+    "unknown": "no recorded criterion explains the stop (e.g. a callable custom_generate, or evidence genrun could not attach)",
     "completed": "the diffusion pipeline ran all its steps",
 })
 """Reason -> what it means, in words shown by `execute`, `report` and the format doc."""
@@ -82,6 +84,8 @@ class _TokenStop(Strict):
     """Who set the limit (or EOS set, stop strings) that fired: request, model, library default, entry point."""
     custom_criteria: tuple[str, ...] = ()
     """User criteria that fired at the same step (genrun does not interpret them)."""
+    rule: str | None = None
+    """Set when no live criterion decided (continuous batching): the completion rule that was applied."""
 
 
 class EosEvidence(_TokenStop):
@@ -129,6 +133,17 @@ class MaxTimeEvidence(_TokenStop):
     """Tag."""
     max_time: float | None
     """Effective `max_time`, seconds."""
+
+
+class CustomEvidence(Strict):
+    """`custom`: only the caller's own `StoppingCriteria` fired."""
+
+    reason: Literal["custom"] = "custom"
+    """Tag."""
+    custom_criteria: tuple[str, ...]
+    """Class names of the user criteria that fired."""
+    stop_length: int | None
+    """Sequence length (prompt included) at the step the row finished."""
 
 
 class UnknownEvidence(Strict):
@@ -181,7 +196,7 @@ class CompletedEvidence(Strict):
 
 StopEvidence = Annotated[
     EosEvidence | StopStringEvidence | MaxNewTokensEvidence | MaxLengthEvidence | MaxTimeEvidence
-    | UnknownEvidence | InterruptedEvidence | ExceptionEvidence | CompletedEvidence,
+    | CustomEvidence | UnknownEvidence | InterruptedEvidence | ExceptionEvidence | CompletedEvidence,
     Field(discriminator="reason"),
 ]
 """Evidence of one stop, one model per reason."""
@@ -195,7 +210,7 @@ class SequenceStop(Strict):
     call_index: int
     """Outermost generate call the row belongs to."""
     reason: StopReason
-    """Classified reason; `unknown` when no recorded criterion explains the stop."""
+    """Classified reason; `custom` when only the caller's own StoppingCriteria fired; `unknown` when no recorded criterion explains the stop."""
     generated: int
     """Units generated for this row (tokens; steps for diffusion)."""
     last_token_id: int | None
@@ -237,6 +252,8 @@ def describe_stop(seq: SequenceStop) -> str:
         return f"exception {seq.exception.type}"
     if isinstance(evidence, InterruptedEvidence):
         return f"interrupted ({evidence.signal})"
+    if isinstance(evidence, CustomEvidence):
+        return f"custom ({', '.join(evidence.custom_criteria)})"
     if isinstance(evidence, UnknownEvidence) and evidence.custom_criteria:
         return f"unknown (custom criteria fired: {', '.join(evidence.custom_criteria)})"
     return seq.reason

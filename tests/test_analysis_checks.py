@@ -34,7 +34,7 @@ def test_clean_eos_run_passes_every_check_that_applies(snapshots) -> None:
     assert skipped == {"early_stop", "diffusion_steps", "signoffs", "lineage"}, statuses
     assert set(statuses.values()) == {"PASS", "SKIP"}, statuses
     summary = verification.summary
-    assert (summary.checks, summary.passed, summary.warnings, summary.failed) == (20, 16, 0, 0)  # 20th: lineage (skipped: not a rerun)
+    assert (summary.checks, summary.passed, summary.warnings, summary.failed) == (21, 17, 0, 0)  # lineage skipped (not a rerun); call_evidence passes
     # examined: every file of the snapshot (manifest included), the 13 ids, the 6 progress lines
     files = sum(1 for p in snapshots.get("eos").rglob("*") if p.is_file())
     assert (summary.examined.files, summary.examined.token_ids, summary.examined.progress_records) == (files, 13, 6)

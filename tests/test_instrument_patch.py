@@ -125,8 +125,8 @@ def test_nested_calls_pass_through_uninstrumented(tiny_lm: Path) -> None:
     assert row.ids.tolist() == out[0, 6:].tolist() and row.criteria.kinds == ("eos",)
 
 
-def test_beam_search_gets_no_streamer_and_an_honest_unknown(tmp_path: Path, tiny_lm: Path) -> None:
+def test_beam_search_gets_no_streamer_and_the_finished_hypothesis_reason(tmp_path: Path, tiny_lm: Path) -> None:
     snapshot, _ = execute(tmp_path, request_text(tiny_lm, prompt="count down from 3 :", generation={"max_new_tokens": 8, "num_beams": 2}))
     stop = read_json(snapshot, "generation-stop.json")["sequences"][0]
-    assert stop["reason"] == "unknown" and "beam search" in stop["evidence"]["note"]
+    assert (stop["reason"], stop["fired"]) == ("eos", ["EosTokenCriteria"])
     assert read_json(snapshot, "generated-token-ids.json")["sequences"][0]["text"] == "2 1 0"

@@ -12,6 +12,8 @@ from conftest import run_cli, tiny_request, write_request
 from genrun.runner.plan import plan_request
 from genrun.schemas import (
     EVENT_ADAPTER,
+    AudioEvidence,
+    CallEvidence,
     Determinism,
     Lineage,
     RequestChange,
@@ -22,6 +24,7 @@ from genrun.schemas import (
     ExceptionInfo,
     ExecutionIdentity,
     GeneratedTokenIds,
+    GenerationCalls,
     GenerationConfigBeforeGenerate,
     GenerationStop,
     ModelIdentity,
@@ -77,6 +80,14 @@ def _hand_made() -> list[BaseModel]:
                peak_memory=PeakMemory(rss_bytes=1, cuda_allocated_bytes=None, cuda_reserved_bytes=None),
                exception=None, signal=None, execution_identity=ExecutionIdentity(code_digest="a", model_digest="b", plan_digest="c"),
                outputs=("outputs/sequence_0.txt",), forced=False),
+        GenerationCalls(transformers_version="5.24.0", self_check_problems=(), evidence_level="partial", foreign_thread_calls=1, calls=(
+            CallEvidence(call_index=0, model_class="MusicgenForConditionalGeneration", path="own_generate", evidence_level="full", missing=(),
+                         nested_calls=0, audio=AudioEvidence(codebooks=4, frames_per_second=50.0, sampling_rate=32000, frames=(9,),
+                                                             seconds=(0.18,), files=("audio_0.wav",))),
+            CallEvidence(call_index=1, model_class="LlamaForCausalLM", path="continuous_batching", evidence_level="partial",
+                         missing=("per-step progress",), nested_calls=0),
+            CallEvidence(call_index=2, model_class="LlamaForCausalLM", path="assisted", evidence_level="full", missing=(), nested_calls=3,
+                         draft_tokens_proposed=12, draft_tokens_accepted=5))),
         Signoff(decision="accept", digest_kind="snapshot", digest="0" * 64, snapshot_id="x", by="a@b", at="2026-11-29T00:00:00Z",
                 note=None, accepted_gaps=("no scores",), genrun_version="0.1.0", signed=False),
         Lineage(parent_id="p", parent_path="/s/p", parent_snapshot_digest="1" * 64, parent_plan_digest="2" * 64,

@@ -214,7 +214,7 @@ def test_user_code_failing_after_generate_keeps_the_real_stop(tmp_path: Path, mo
     assert read_progress(snapshot)[-1]["event"] == "exception"
 
 
-def test_custom_criterion_is_unknown_with_its_name_as_evidence(tmp_path: Path, models: dict[str, Path]) -> None:
+def test_custom_criterion_is_custom_with_its_name_as_evidence(tmp_path: Path, models: dict[str, Path]) -> None:
     module = write_entry_module(tmp_path, "entries_custom")
     text = request_text(
         models["tiny"], prompt="count down from 40 :", generation={"max_new_tokens": 30},
@@ -222,7 +222,7 @@ def test_custom_criterion_is_unknown_with_its_name_as_evidence(tmp_path: Path, m
     )
     snapshot, result = run(tmp_path, text)
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["fired"]) == ("unknown", 3, ["StopAfter"])
+    assert (stop["reason"], stop["generated"], stop["fired"]) == ("custom", 3, ["StopAfter"])
     assert stop["evidence"]["custom_criteria"] == ["StopAfter"]
     assert result["status"] == "succeeded"
 

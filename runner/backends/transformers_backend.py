@@ -18,11 +18,11 @@ from genrun.schemas.progress import Unit
 
 from .. import interrupts
 from .._io import write_model_atomic
-from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, instrument_generate, stop_records
+from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
 from ..interrupts import RunInterrupted
 from ..errors import RequestError
 from ..token_artifacts import summarise, write_sequence_texts, write_token_ids, write_token_summary
-from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, refuse_generation
+from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, musicgen, refuse_generation
 from ._prompts import encode_input
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
@@ -33,6 +33,9 @@ class _RunState:
     """What one run accumulated, however far it got."""
 
     tokenizer: Any = None
+    model: Any = None
+    audio: list[musicgen.AudioOutput] = field(default_factory=list)
+    """MusicGen-style models: the decoded audio of each call, saved as WAV."""
     load_s: float | None = None
     generation_started: float | None = None
     generation_ended: float | None = None
@@ -108,7 +111,7 @@ class TransformersBackend:
         else:
             state.notes.append(loaded.reuse_note)
         model, tokenizer = loaded.model, loaded.processor
-        state.tokenizer = tokenizer
+        state.model, state.tokenizer = model, tokenizer
         state.load_s = loaded.load_s
         import torch
 
@@ -121,7 +124,7 @@ class TransformersBackend:
         )
         run_generation = self._prepare_call(ctx, model, tokenizer)
         state.generation_started = time.monotonic()
-        with instrument_generate(state.session):
+        with instrument_generate(state.session, models=(model,)):
             state.value = run_generation()
         state.generation_ended = time.monotonic()
         ctx.recorder.mark_generation_end()
@@ -161,12 +164,41 @@ class TransformersBackend:
         outputs = write_sequence_texts(ctx.outputs_dir, summary)
         if state.returned and ctx.request.entrypoint is not None:
             outputs += save_entrypoint_result(ctx.outputs_dir, state.value)
+        outputs += self._save_audio(ctx, state, calls)
         ctx.recorder.sync_steps(sum(call.steps for call in calls))
-        if state.session is not None and state.session.nested_calls:
-            state.notes.append(f"{state.session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
+        if state.session is not None:
+            self._write_call_evidence(ctx, state)
         if state.returned and not calls:
             state.notes.append("the entry point returned without calling generate")
         return self._outcome(ctx, state, rows, outputs)
+
+    @staticmethod
+    def _save_audio(ctx: ExecutionContext, state: _RunState, calls: list[CallCapture]) -> tuple[str, ...]:
+        """MusicGen-style calls returned decoded audio: WAV files, with frames and seconds from the codec."""
+        codec = musicgen.codec(state.model) if state.model is not None else None
+        written: list[str] = []
+        for call in calls:
+            if call.path == "own_generate" and codec is not None and call.output is not None and getattr(call.output, "ndim", 0) == 3:
+                audio = musicgen.save_call_audio(ctx.outputs_dir, call.index, call.output, codec, call.rows)
+                state.audio.append(audio)
+                written += audio.files
+        units = ctx.request.units
+        if state.audio and units.name == "frame" and units.per_second not in (None, codec.frames_per_second):
+            state.notes.append(f"[units] per_second {units.per_second} differs from the codec's frame_rate {codec.frames_per_second}; "
+                               "frames and produced seconds use the codec")
+        return tuple(written)
+
+    @staticmethod
+    def _write_call_evidence(ctx: ExecutionContext, state: _RunState) -> None:
+        """`generation-calls.json`, and a note for what the summary should say about it."""
+        evidence = generation_calls(state.session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
+        write_model_atomic(ctx.snapshot_dir / layout.GENERATION_CALLS, evidence)
+        if state.session.nested_calls:
+            state.notes.append(f"{state.session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
+        if evidence.foreign_thread_calls:
+            state.notes.append(f"{evidence.foreign_thread_calls} generate call(s) from threads that are not the run's passed through unrecorded")
+        if evidence.evidence_level == "partial":
+            state.notes.append(f"evidence partial: see {layout.GENERATION_CALLS}")
 
     def _outcome(self, ctx: ExecutionContext, state: _RunState, rows: tuple[ClassifiedRow, ...], outputs: tuple[str, ...]) -> BackendOutcome:
         units = ctx.request.units
@@ -180,10 +212,14 @@ class TransformersBackend:
         produced = None
         if unit == "frame" and units.per_second:
             produced = max((c // per_unit for c in counts), default=0) / units.per_second
+        unit, generated = units.name, sum(c // per_unit for c in counts)
+        if state.audio:  # decoded audio: frames and seconds from the codec, whatever the request's units
+            unit, generated = "frame", sum(sum(a.frames) for a in state.audio)
+            produced = max(s for a in state.audio for s in a.seconds) if any(a.seconds for a in state.audio) else 0.0
         failed = state.exception is not None and state.signal is None
         return BackendOutcome(
             unit=unit,
-            generated=sum(c // per_unit for c in counts),
+            generated=generated,
             generated_tokens=sum(counts),
             load_s=state.load_s,
             first_unit_s=first_unit_s,
@@ -217,6 +253,8 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
 
     dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
     options = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
+    if musicgen.is_music_model(ctx.model_dir):
+        return musicgen.load(path, dtype, ctx.device, options)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **options)
     model.to(ctx.device)
     model.eval()

@@ -34,7 +34,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     checkpoint = GenerationConfig.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
     length = effective_length(prompt_tokens, request.generation, checkpoint, context)
 
-    rows = rows_per_request(request, batch_size)
+    rows = rows_per_request(request, batch_size, checkpoint)
     per_token = kv_bytes_per_token(shape)
     kv_total = per_token * length.max_length * rows
     weights = _weights_at_run_dtype(stored_weight_bytes, config, shape.dtype)

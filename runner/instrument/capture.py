@@ -1,8 +1,9 @@
 """Typed records of the generate calls made during a run, and the per-row results derived from them."""
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -10,7 +11,24 @@ from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
 
 from .criteria import RecordingCriteriaList, RowCriteria
 from .effective_config import CallArguments
+from .selfcheck import IMPORT_CHECK, SelfCheck
 from .streamer import TeeStreamer
+
+CallPath = Literal["generate", "beam_search", "assisted", "continuous_batching", "own_generate"]
+"""How a call generated: transformers' generate loop, beam search, assisted / prompt-lookup decoding,
+continuous batching (`cache_implementation="paged"` or `generate_batch`), or a model's own `generate`
+override that never calls transformers' (MusicGen)."""
+
+
+class RequestOutput(NamedTuple):
+    """One request of a continuous-batching call, as `generate_batch` returned it."""
+
+    ids: tuple[int, ...]
+    """Generated ids (no prompt)."""
+    prompt_length: int
+    """Length of this request's prompt."""
+    criteria: RowCriteria
+    """Its stop, from generate_batch's own completion rule (last id in the EOS set, or the limit)."""
 
 
 class RowTokens(NamedTuple):
@@ -34,12 +52,14 @@ class CallCapture:
 
     index: int
     """0 for the first outermost call of the run."""
+    model: Any
+    """The model whose generate this is (instance hooks record only for their own model's call)."""
     arguments: CallArguments
     """What the caller passed."""
     caller: LimitSource
     """`request` (genrun's own call) or `entrypoint` (user code)."""
     stream: TeeStreamer | None
-    """The tee (absent for beam search, which refuses streamers)."""
+    """The tee (absent for beam search and continuous batching, which refuse streamers)."""
     input_rows: int | None
     """Rows of the input tensor the caller passed, when one was passed."""
     prompt_length: int | None = None
@@ -56,6 +76,20 @@ class CallCapture:
     """`sequences` generate returned (`[rows, prompt + new]`), when it returned."""
     exception: BaseException | None = None
     """What generate raised, if it did."""
+    path: CallPath = "generate"
+    """How the call generated."""
+    missing: list[str] = field(default_factory=list)
+    """What could not be recorded for this call, and why (empty: full evidence)."""
+    nested_calls: int = 0
+    """generate calls made from inside this one (an assistant model's drafts, deprecated modes)."""
+    draft_tokens_proposed: int | None = None
+    """Assisted decoding: new tokens the assistant's nested calls returned."""
+    guidance_scale: float | None = None
+    """`guidance_scale` when the length was prepared (MusicGen clears it once its CFG processor is built)."""
+    requests: tuple[RequestOutput, ...] | None = None
+    """Continuous batching: one entry per request."""
+    output: Any = None
+    """What an own-loop `generate` override returned (e.g. MusicGen's audio), for the backend to save."""
 
     @property
     def rows(self) -> int:
@@ -64,24 +98,39 @@ class CallCapture:
             return int(self.returned.shape[0])
         if self.stream is not None and self.stream.prompt is not None:
             return int(self.stream.prompt.shape[0])
+        if self.criteria is not None and self.criteria.rows is not None:
+            return self.criteria.rows
         if self.batch_rows is not None:
             return self.batch_rows
         return self.input_rows or 0
+
+    @property
+    def draft_tokens_accepted(self) -> int | None:
+        """Assisted decoding: tokens emitted beyond one per verification step (drafts the model accepted)."""
+        if self.path != "assisted" or self.stream is None:
+            return None
+        return self.stream.multi_token_extra
 
     def new_ids(self) -> torch.Tensor:
         """`[rows, steps]` of new ids: what generate returned when it did, else what was streamed."""
         if self.returned is not None and self.prompt_length is not None:
             return self.returned[:, self.prompt_length :].to("cpu", torch.long)
+        if self.path == "own_generate" and self.criteria is not None and self.criteria.last_input_ids is not None and self.prompt_length is not None:
+            return self.criteria.last_input_ids[:, self.prompt_length :].to("cpu", torch.long)
         if self.stream is not None:
             return self.stream.tokens().T
         return torch.zeros((self.rows, 0), dtype=torch.long)
 
     def row_tokens(self) -> tuple[RowTokens, ...]:
         """Per row: ids up to and including the recorded stop step (trailing pads and post-stop ids dropped)."""
+        if self.requests is not None:
+            return tuple(
+                RowTokens(self.index, row, torch.tensor(r.ids, dtype=torch.long), r.criteria, True) for row, r in enumerate(self.requests)
+            )
         ids = self.new_ids()
-        states = self.criteria.row_states() if self.criteria is not None else ()
-        if self.stream is None:  # beam search: the criteria's rows are beams, not the returned sequences
-            states = ()
+        states: tuple[RowCriteria | None, ...] = self.criteria.row_states() if self.criteria is not None else ()
+        if self.path == "beam_search":  # the criteria's rows are candidate beams: match the returned sequences instead
+            states = self.criteria.returned_row_states(self.returned) if self.criteria is not None and self.returned is not None else ()
         available = ids.shape[1]
         rows = []
         for row in range(ids.shape[0]):
@@ -124,3 +173,9 @@ class CaptureSession:
     """Outermost calls, in order."""
     nested_calls: int = 0
     """generate calls made from inside another (assistant models, deprecated modes); not recorded separately."""
+    foreign_thread_calls: int = 0
+    """generate calls from threads that are not the run's (passed through, not recorded)."""
+    thread_id: int = field(default_factory=threading.get_ident)
+    """The run's thread (threads it starts while instrumented belong to the run too)."""
+    self_check: SelfCheck = IMPORT_CHECK
+    """Which hooks the installed transformers allows (re-checked when instrumentation starts)."""

@@ -13,6 +13,7 @@ Two bookkeeping modes with the same result:
   per step, read back once when the call ends.
 """
 
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -67,9 +68,28 @@ def criterion_kind(criterion: Any, max_length: int | None, max_new_tokens: int |
 class RecordingCriteriaList(StoppingCriteriaList):
     """A `StoppingCriteriaList` that keeps, per row, which criteria stopped it."""
 
-    def __init__(self, criteria: StoppingCriteriaList, max_length: int | None, max_new_tokens: int | None, mode: str | None = None) -> None:
-        """`mode`: `host`, `device`, or `None` to choose from the first `input_ids` device."""
+    def __init__(
+        self,
+        criteria: StoppingCriteriaList,
+        max_length: int | None,
+        max_new_tokens: int | None,
+        mode: str | None = None,
+        *,
+        on_step: Callable[[int], None] | None = None,
+        beam_search: bool = False,
+    ) -> None:
+        """`mode`: `host`, `device`, or `None` to choose from the first `input_ids` device.
+
+        `on_step`: called once per decoding step (paths without a streamer, e.g. beam search).
+        `beam_search`: the rows are candidate beams; keep each finished candidate's ids so the
+        returned sequences can be matched to what stopped them (`returned_row_states`).
+        """
         super().__init__(criteria)
+        self.on_step = on_step
+        self.beam_search = beam_search
+        self.last_input_ids: torch.Tensor | None = None
+        """The sequences (prompt included) at the last step the list was asked about."""
+        self._finished_candidates: dict[int, dict[tuple[int, ...], tuple[bool, ...]]] = {}  # length -> ids -> fired mask
         self.kinds: tuple[CriterionKind, ...] = tuple(criterion_kind(c, max_length, max_new_tokens) for c in self)
         self.names: tuple[str, ...] = tuple(type(c).__name__ for c in self)
         self.mode = mode
@@ -84,6 +104,7 @@ class RecordingCriteriaList(StoppingCriteriaList):
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         results = [c(input_ids, scores, **kwargs) for c in self]
+        self.last_input_ids = input_ids  # a reference, no copy: the loop builds a new tensor each step
         if self.rows is None:
             self._initialise(input_ids)
         if not results:
@@ -93,7 +114,11 @@ class RecordingCriteriaList(StoppingCriteriaList):
         is_done = results[0]
         for r in results[1:]:
             is_done = is_done | r
-        if self.mode == "host":
+        if self.on_step is not None:
+            self.on_step(1)
+        if self.beam_search:
+            self._record_candidates(results, is_done, input_ids)
+        elif self.mode == "host":
             if is_done.any():
                 self._record_host(results, is_done, input_ids)
         else:
@@ -111,7 +136,36 @@ class RecordingCriteriaList(StoppingCriteriaList):
             self._row(self._stop_length[i] is not None, self._stop_length[i], self._last[i], self._fired[i]) for i in range(self.rows)
         )
 
+    def returned_row_states(self, returned: torch.Tensor) -> tuple[RowCriteria | None, ...]:
+        """Beam search: per returned sequence (`[rows, prompt + new]`), the finished candidate it is.
+
+        A returned sequence is a candidate the beam search finalised when the criteria fired for it,
+        followed by fill ids up to the longest returned row: the longest recorded candidate that is a
+        prefix of the row, with a uniform remainder, is the one (`None` when no candidate matches).
+        """
+        states: list[RowCriteria | None] = []
+        lengths = sorted(self._finished_candidates, reverse=True)
+        for row in returned.tolist():
+            match = None
+            for length in lengths:
+                if length > len(row) or len(set(row[length:])) > 1:
+                    continue
+                fired = self._finished_candidates[length].get(tuple(row[:length]))
+                if fired is not None:
+                    match = self._row(True, length, row[length - 1], fired)
+                    break
+            states.append(match)
+        return tuple(states)
+
     # -- internals ------------------------------------------------------------------------------
+
+    def _record_candidates(self, results: list[torch.Tensor], is_done: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if not is_done.any():
+            return
+        per_criterion = [r.tolist() for r in results]
+        finished = self._finished_candidates.setdefault(int(input_ids.shape[1]), {})
+        for row in is_done.nonzero().flatten().tolist():
+            finished[tuple(input_ids[row].tolist())] = tuple(bool(values[row]) for values in per_criterion)
 
     def _initialise(self, input_ids: torch.Tensor) -> None:
         rows, device = input_ids.shape[0], input_ids.device

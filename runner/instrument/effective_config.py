@@ -128,7 +128,11 @@ def effective_special_tokens(config: GenerationConfig) -> tuple[tuple[int, ...],
     """The EOS id set and pad id generate prepared (`_eos_token_tensor`, `_pad_token_tensor`)."""
     eos = getattr(config, "_eos_token_tensor", None)
     pad = getattr(config, "_pad_token_tensor", None)
-    eos_ids = tuple(int(i) for i in eos.reshape(-1).tolist()) if eos is not None else ()
+    if eos is None:  # paths that never prepare special tokens (continuous batching) use the config's own fields
+        listed = config.eos_token_id
+        eos_ids = (listed,) if isinstance(listed, int) else tuple(int(i) for i in listed or ())
+        return tuple(i for i in eos_ids if i >= 0), config.pad_token_id
+    eos_ids = tuple(int(i) for i in eos.reshape(-1).tolist())
     return eos_ids, (int(pad) if pad is not None else None)
 
 

@@ -3,18 +3,22 @@
 Rules (the stop vocabulary of `genrun.schemas.stop`), per row of every outermost call:
 - the row finished and its stop step is among the kept ids: the criteria that fired at that step,
   attributed by `KIND_PRIORITY` (eos > stop_string > max_new_tokens > max_length > max_time);
-- only criteria genrun does not know fired (a user's own `StoppingCriteria`): `unknown`, with
-  the class names in `fired` and `evidence.custom_criteria` — the vocabulary has no `custom`,
-  and genrun does not guess what a user criterion means;
+- only criteria genrun does not know fired (a user's own `StoppingCriteria`): `custom`, with
+  the class names in `fired` and `evidence.custom_criteria` (genrun does not guess what a user
+  criterion means);
+- beam search: the candidate the beam search finalised for the returned sequence, matched by its
+  ids among those the criteria list saw finish (`criteria.returned_row_states`);
+- continuous batching: the request's own completion rule (`batching.py`);
 - the row did not finish: `interrupted` (a signal), `exception` (generate raised), or
-  `unknown` (generate returned without any criterion firing for the row, e.g. beam search or a
-  callable `custom_generate`, whose rows the criteria list does not map to).
+  `unknown` (generate returned without any criterion firing for the row, e.g. a callable
+  `custom_generate`, whose rows the criteria list does not map to), with the reason in `note`.
 """
 
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from genrun.schemas import (
+    CustomEvidence,
     ExceptionInfo,
     SequenceStop,
     EosEvidence,
@@ -79,10 +83,12 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
     if call.exception is not None:
         return _unfinished(call.exception, base, exception_info)
     note = "generate returned but no recorded stopping criterion fired for this row"
-    if call.criteria is None:
+    if call.missing:
+        note = "; ".join(call.missing)
+    elif call.criteria is None:
         note = "generate returned without building its stopping criteria (e.g. custom_generate)"
-    elif call.stream is None:
-        note = "beam search: the criteria see beams, not the returned sequences"
+    elif call.path == "beam_search":
+        note = "beam search: no finished candidate the criteria list saw matches this returned sequence"
     return SequenceStop(reason="unknown", fired=(), evidence=UnknownEvidence(note=note), **base)
 
 
@@ -102,6 +108,10 @@ def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> StopEvide
         "stop_length": state.stop_length,
         "custom_criteria": tuple(name for name, k in zip(state.fired, state.kinds) if k == "custom"),
     }
+    if kind is None:
+        return CustomEvidence(**common)
+    if call.path == "continuous_batching":
+        common["rule"] = "generate_batch's completion rule: the last id is in the EOS set, else the max_new_tokens limit"
     sources = config.limit_sources if config else {}
     effective = config.effective if config else {}
     if kind == "eos":
@@ -117,7 +127,8 @@ def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> StopEvide
         return MaxLengthEvidence(limit=effective.get("max_length"), source=sources.get("max_length"), **common)
     if kind == "max_time":
         return MaxTimeEvidence(max_time=effective.get("max_time"), source=sources.get("max_time"), **common)
-    return UnknownEvidence(note="only criteria genrun does not know fired; see fired / custom_criteria", **common)
+    return UnknownEvidence(note=f"criterion kind {kind!r} is not in the stop vocabulary", stop_length=common["stop_length"],
+                           custom_criteria=common["custom_criteria"])
 
 
 def matched_stop_string(ids: list[int], stop_strings: list[str], tokenizer: Any) -> str | None:

@@ -27,6 +27,8 @@ class TeeStreamer(BaseStreamer):
         """Decoding steps received."""
         self.ended = False
         """generate called `end()` (it does not on an exception)."""
+        self.multi_token_extra = 0
+        """Assisted decoding: ids put beyond one per put (draft tokens the model accepted)."""
         self._on_step = on_step
         self._inner = inner
         self._chunk: list[torch.Tensor] = []
@@ -45,6 +47,7 @@ class TeeStreamer(BaseStreamer):
             n = value.shape[-1]
             self._chunk.extend(value.reshape(-1, n).T)
             self.steps += n
+            self.multi_token_extra += n - 1
             self._on_step(n)
         if self._inner is not None:
             self._inner.put(value)
