@@ -7,17 +7,29 @@ from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 
 INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
+PLANNED = "planned, not executed"
 _EXECUTION_FILES = (layout.GENERATION_CONFIG, layout.PIPELINE_CALL, layout.PROGRESS, layout.TOKEN_IDS, layout.TOKEN_IDS_SUMMARY,
                     layout.STOP, layout.RESULT)
 _ARTIFACTS = (layout.REQUEST, layout.ENVIRONMENT, layout.CODE, layout.MODEL, layout.TOKEN_BUDGET, layout.FROZEN_MANIFEST,
               *_EXECUTION_FILES, layout.MANIFEST)
 
 
+def is_plan_only(snap: Snapshot) -> bool:
+    """A plan that was never executed: `frozen-sha256.txt` present, no manifest, and no file execution writes.
+
+    Judged from the files present (the snapshot-format module's state is meant to replace this).
+    """
+    return layout.FROZEN_MANIFEST in snap.files and not snap.is_sealed and not any(f in snap.files for f in _EXECUTION_FILES)
+
+
 def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """A finished run has `result.json` and `manifest-sha256.txt`; anything less is a FAIL that says how far it got."""
+    """A finished run has `result.json` and `manifest-sha256.txt`; a plan is a plan; anything else is a FAIL that says how far it got."""
     name = "completeness"
     records = len(snap.progress.events) if snap.progress else 0
     examined = Examined(files=2, progress_records=records)
+    if is_plan_only(snap):  # not a failure: its frozen part is checked by plan_digest_chain and the request checks
+        return Finding(name=name, status="PASS", message=f"{PLANNED}: the frozen plan is checked below; run it with "
+                       f"'genrun execute {snap.path.name}'", evidence={"planned": True}, examined=examined)
     has_result = layout.RESULT in snap.files
     if has_result and snap.is_sealed:
         result = snap.result

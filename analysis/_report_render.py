@@ -42,13 +42,23 @@ def _kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
+def describe_inputs(shown: list, kind: str | None) -> str:
+    """`1 conversation (3 messages); first: system: …` for chat messages, `2 prompts (one batch); first: …` for prompts."""
+    if not shown:
+        return "(none)"
+    first = _cut(str(shown[0]), 120)
+    if kind == "messages":
+        return f"1 conversation ({len(shown)} message{'s' if len(shown) != 1 else ''}, rendered by the chat template); first: {first}"
+    return f"{len(shown)} prompt{'s' if len(shown) != 1 else ''} (one batch); first: {first}"
+
+
 def _request_table(report: Report) -> Table:
-    rows = [(k, v) for k, v in report.request.items() if k != "input"]
+    rows = [(k, v) for k, v in report.request.items() if k not in ("input", "input_kind")]
     shown = report.request.get("input")
     if isinstance(shown, str):
         rows.insert(1, ("input", _cut(shown, 160)))
     elif isinstance(shown, list):
-        rows.insert(1, ("input", f"{len(shown)} prompts/messages; first: {_cut(str(shown[0]), 120)}" if shown else "(none)"))
+        rows.insert(1, ("input", describe_inputs(shown, report.request.get("input_kind"))))
     identity = report.identity
     if identity.get("model_digest"):
         rows.append(("model digest", f"{identity['model_digest'][:16]}…  {identity.get('model_path', '')}"))
@@ -95,8 +105,12 @@ def _timings_line(report: Report) -> Text:
     t = report.timings
     parts = [f"{label} {_seconds(t.get(key))}" for key, label in
              (("load_s", "load"), ("first_token_s", "first token"), ("decode_s", "decode"), ("total_s", "total"))]
-    rate = t.get("units_per_s")
-    if rate:
+    rate, per_row, rows = t.get("units_per_s"), t.get("units_per_s_per_row"), t.get("rows")
+    if rate and rows and rows > 1:
+        parts.append(f"{rate:,.1f} {report.unit}s/s summed over {rows:g} rows")
+        if per_row:
+            parts.append(f"{per_row:,.1f} {report.unit}s/s per row")
+    elif rate:
         parts.append(f"{rate:,.1f} {report.unit}s/s")
     return Text("Timings: " + " · ".join(parts))
 
@@ -111,8 +125,8 @@ def _budget_table(report: Report) -> Table:
                      + (f" = {used:.0%}" if used is not None else "")))
         if b.get("effective_max_length") is not None:
             rows.append(("length", f"max {b['effective_max_length']} of context {b.get('context_limit')} (fits: {b.get('fits_context')})"))
-        rows.append(("memory", f"estimate {_bytes(b.get('required_bytes'))} (weights {_bytes(b.get('weight_bytes'))}, KV at budget "
-                               f"{_bytes(b.get('kv_bytes_at_budget'))}); free at plan {_bytes(b.get('device_memory_free_bytes'))} "
+        estimate = b.get("memory_breakdown") or f"~{_bytes(b.get('required_bytes'))}"
+        rows.append(("memory", f"needs {estimate}; free at plan {_bytes(b.get('device_memory_free_bytes'))} "
                                f"(fits: {b.get('fits_memory')}){' FORCED' if b.get('forced') else ''}"))
     elif "generated_max" in b:
         rows.append((f"{report.unit}s", str(b["generated_max"])))
@@ -152,7 +166,7 @@ def _print_charts(report: Report, console: Console) -> None:
     span = f"t = {samples[0].t:.2f} … {samples[-1].t:.2f} s, {report.progress_records} records"
     console.print(Text(f"Over time ({span})", style="bold"))
     series = {
-        f"{report.unit}s/s (window)": [s.window_units_per_s for s in samples if s.window_units_per_s is not None],
+        f"{report.unit}s/s per row (window)": [s.window_units_per_s for s in samples if s.window_units_per_s is not None],
         f"{report.unit}s generated": [float(s.generated) for s in samples],
         "RSS MiB": [s.rss_bytes / 2**20 for s in samples if s.rss_bytes is not None],
         "CUDA alloc MiB": [s.cuda_allocated_bytes / 2**20 for s in samples if s.cuda_allocated_bytes is not None],

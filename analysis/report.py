@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import GenerationConfigBeforeGenerate
 
-from ._check_integrity import INCOMPLETE
+from .memory_estimate import describe_memory
+from ._check_integrity import INCOMPLETE, PLANNED, is_plan_only
 from ._load import Snapshot, read_snapshot
 from ._rows import eos_positions, rows_of
 from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
@@ -144,6 +145,8 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
 
 
 def _headline(snap: Snapshot) -> str:
+    if is_plan_only(snap):
+        return f"{PLANNED} (run it with 'genrun execute {snap.path.name}')"
     if snap.result is None:
         last = snap.progress.last if snap.progress else None
         where = f"; last record '{last.event}' at t={last.t:.2f} s with {last.generated} {snap.unit}s" if last else ""
@@ -167,8 +170,9 @@ def _request_essentials(snap: Snapshot) -> dict[str, Any]:
         shown = list(inputs.prompts)
     else:
         shown = [f"{m.role}: {m.content}" for m in inputs.messages or ()]
+    kind = "prompt" if inputs.prompt is not None else "prompts" if inputs.prompts is not None else "messages"
     essentials = {"name": request.name, "model": request.model.path, "backend": request.model.backend, "dtype": request.model.dtype,
-                  "device": request.model.device, "input": shown, "generation": request.generation, "seed": request.seed}
+                  "device": request.model.device, "input": shown, "input_kind": kind, "generation": request.generation, "seed": request.seed}
     if request.entrypoint is not None:
         essentials["entrypoint"] = request.entrypoint.callable
     if request.units.name == "frame":
@@ -251,7 +255,8 @@ def _timings(snap: Snapshot) -> dict[str, float | None]:
     if snap.result is not None:
         t = snap.result.timings
         return {"load_s": t.load_s, "first_token_s": t.first_token_s, "decode_s": t.decode_s, "total_s": t.total_s,
-                "units_per_s": snap.result.units_per_s}
+                "units_per_s": snap.result.units_per_s, "units_per_s_per_row": snap.result.units_per_s_per_row,
+                "rows": snap.result.rows}
     events = snap.progress.events if snap.progress else ()
     start = next((e.t for e in events if e.event == "start"), None)
     first = next((e.t for e in events if e.event == "first_token"), None)
@@ -269,6 +274,8 @@ def _budget(snap: Snapshot) -> dict[str, Any]:
                      context_limit=budget.context_limit, fits_context=budget.fits_context, kv_bytes_at_budget=budget.kv_bytes_at_budget,
                      weight_bytes=budget.weight_bytes, required_bytes=budget.required_bytes,
                      device_memory_free_bytes=budget.device_memory_free_bytes, fits_memory=budget.fits_memory, forced=budget.forced)
+        found.update(activation_bytes_estimate=budget.activation_bytes_estimate, margin_bytes=budget.margin_bytes,
+                     device_memory_total_bytes=budget.device_memory_total_bytes, memory_breakdown=describe_memory(budget))
         if budget.domain is not None:
             found["domain"] = budget.domain.model_dump(mode="json")
     counts = [len(a) for a in snap.token_ids.values()] if snap.token_ids else [s.generated for s in (snap.stop.sequences if snap.stop else ())]
@@ -302,7 +309,7 @@ def _samples(snap: Snapshot) -> list[Sample]:
 
 def _notes(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> list[str]:
     notes = []
-    if not snap.is_sealed:
+    if not snap.is_sealed and not is_plan_only(snap):  # a plan is protected by frozen-sha256.txt, and sealed when it runs
         notes.append("not sealed: no manifest-sha256.txt, so these files are not protected (run 'genrun verify')")
     if snap.progress is not None and snap.progress.truncated_tail:
         notes.append(f"progress.ndjson: {snap.progress.truncated_tail}")

@@ -12,6 +12,7 @@ from ._io import write_bytes_atomic, write_model_atomic
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .environment import capture_environment
+from .device_check import require_device
 from .errors import RequestError
 from .generation_keys import validate_generation
 from .model_identity import identify_model, resolve_model_dir
@@ -29,6 +30,7 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
     request, base_dir = loaded.request, loaded.path.parent
     if request.model.backend == "transformers" and request.input.is_empty() and request.entrypoint is None:
         raise RequestError("[input] is empty; a causal LM needs one of 'prompt', 'prompts' or 'messages'")
+    require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     validate_generation(request.generation, request.model.backend, resolved.path)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)

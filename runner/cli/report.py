@@ -20,7 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, id, or unique id prefix in the store")
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]')")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
@@ -32,9 +33,10 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.analysis._plot import PlotError, write_plot
     from genrun.analysis._report_render import render_report
     from genrun.runner.errors import GenrunError, SnapshotError
+    from genrun.runner.store import find_snapshot
 
     try:
-        report = report_snapshot(args.snapshot)
+        report = report_snapshot(find_snapshot(args.snapshot, args.store))
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.plot is not None:

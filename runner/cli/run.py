@@ -4,7 +4,9 @@ import argparse
 
 from genrun.schemas import TokenBudget, layout
 
+from ._interrupt import report_interrupt
 from ._output import print_json
+from .execute import add_approval_arguments
 from .plan import add_plan_arguments, print_plan_summary
 
 
@@ -23,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_plan_arguments(parser)
-    parser.add_argument("--require-approval", action="store_true", help="refuse to run without a valid approve sign-off")
+    add_approval_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -33,10 +35,14 @@ def handle(args: argparse.Namespace) -> int:
 
     from .execute import render_summary
 
-    snapshot = plan_request(args.request, store=args.store, force=args.force)
-    if not args.json:
-        print_plan_summary(snapshot, TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()))
-    result = execute_snapshot(snapshot, require_approval=args.require_approval, live=None if not args.json else False)
+    snapshot = None
+    try:
+        snapshot = plan_request(args.request, store=args.store, force=args.force)
+        if not args.json:
+            print_plan_summary(snapshot, TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()))
+        result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
+    except KeyboardInterrupt:
+        return report_interrupt(snapshot)
     if args.json:
         print_json({"snapshot": str(snapshot), "result": result.model_dump(mode="json")})
     else:
