@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from .install_hint import install_hint
 from .report import Report
 
-PLOT_EXTRA = "pip install 'genrun[plot]'"
+PLOT_EXTRA = install_hint("plot")
 
 
 class PlotError(RuntimeError):

@@ -55,9 +55,10 @@ def handle(args: argparse.Namespace) -> int:
     width = stdout_console.width if stdout_console.is_terminal else None  # piped: never cut anything
     shown = columns_that_fit(cells, width)
     table = Table(title=f"{len(rows)} snapshot(s) in {store}", title_justify="left")
+    id_fits = width is None or _table_width(cells, [0]) <= width
     for index in shown:
-        # ids are never cut: other columns go first (they are in --json and 'genrun verify ID')
-        table.add_column(COLUMNS[index], no_wrap=index == 0, overflow="fold")
+        # ids are never cut: other columns go first (they are in --json); an id wider than the terminal wraps whole
+        table.add_column(COLUMNS[index], no_wrap=index == 0 and id_fits, overflow="fold")
     for row in cells:
         table.add_row(*(row[index] for index in shown))
     # piped: a console exactly as wide as the table (rich would otherwise cut to 80 columns)
@@ -86,14 +87,14 @@ def _table_width(cells: list[tuple[str, ...]], shown: list[int]) -> int:
 
 
 def columns_that_fit(cells: list[tuple[str, ...]], width: int | None) -> list[int]:
-    """Indexes of the columns to show: all when `width` is None, else drop from the right until the full ids fit.
+    """Indexes of the columns to show: all when `width` is None, else drop from the right until the table fits.
 
-    The last kept optional column may still wrap (rich folds it); the id column never does.
+    The id column always stays; only when an id alone is wider than the terminal does it wrap (never cut).
     """
     shown = list(range(len(COLUMNS)))
     if width is None:
         return shown
-    while len(shown) > 2 and _table_width(cells, shown[:-1]) + min(12, _table_width(cells, shown[-1:])) > width:
+    while len(shown) > 1 and _table_width(cells, shown) > width:
         shown.pop()
     return shown
 

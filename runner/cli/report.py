@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, id, or unique id prefix in the store")
     parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
-                        help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]')")
+                        help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]', or pip install -e '.[plot]' in a checkout)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
     parser.set_defaults(handler=handle)
 

@@ -17,8 +17,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Freeze REQUEST into a snapshot, run it with full instrumentation, and seal the snapshot.",
         epilog=(
             "example: genrun run examples/tiny.toml\n"
-            "  planned snapshots/20261129T101500Z-tiny-3fa2c1 ...\n"
-            "  succeeded: sequence 0 stopped by eos (id 1) after 8 tokens\n"
+            "  planned snapshots/20261129T101500Z-tiny-3fa2c1 (plan digest 9b1e4c0d2f7a…)\n"
+            "    budget: 64 tokens (request), prompt 5 tokens, context 256\n"
+            "    memory: needs ~2.35 GiB of cpu = weights 309.3 KiB + KV cache 19.0 KiB + activations 192 B + margin 2.35 GiB (…)\n"
+            "  succeeded: snapshots/20261129T101500Z-tiny-3fa2c1\n"
+            "    sequence 0: eos (id 2) after 13 tokens\n"
+            "Ctrl-C before execution starts keeps the plan (exit 130): run it later with 'genrun execute ID'.\n"
             "exit codes: 0 success (any stop reason), 1 generation failed, 2 request refused,\n"
             "            3 pre-flight budget refused, 130/143 interrupted (SIGINT/SIGTERM)"
         ),

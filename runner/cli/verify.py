@@ -3,6 +3,8 @@
 import argparse
 from pathlib import Path
 
+from genrun.analysis.checks import CHECKS
+
 from ._output import print_json, stdout_console
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -17,7 +19,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "example: genrun verify snapshots/20261129T101500Z-tiny-3fa2c1\n"
             "  completeness         PASS  sealed: result.json (status succeeded) and manifest-sha256.txt are present\n"
             "  ...\n"
-            "  19 checks: 14 passed, 0 warnings, 0 failed, 5 skipped; examined 14 files, 13 token ids, 6 progress records"
+            f"  {len(CHECKS)} checks: P passed, W warnings, F failed, S skipped; examined N files, T token ids, R progress records\n"
+            "a planned, never-executed snapshot passes as 'planned, not executed' (its frozen part is checked)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
