@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ._finding import Examined, Finding, Status
     from ._diff_render import render_diff, render_verdict
     from ._html_template import render_index_html, render_review_html
+    from .memory_estimate import describe_memory
     from ._load import Snapshot, SnapshotNotFound, read_snapshot
     from ._plot import PlotError, write_plot
     from ._report_render import render_report
@@ -32,6 +33,7 @@ _HOME = {
     "Verification": ".verify", "summary_line": ".verify", "verify_snapshot": ".verify",
     "render_review_html": "._html_template", "render_index_html": "._html_template",
     "render_verdict": "._diff_render",
+    "describe_memory": ".memory_estimate",
 }
 
 __all__ = sorted(_HOME)

@@ -8,13 +8,22 @@ from ._load import Snapshot
 
 INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
 _ARTIFACTS = (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST)
+PLANNED = "planned, not executed"
+
+
+def is_plan_only(snap: Snapshot) -> bool:
+    """A plan that was never executed (the format module's `planned` state)."""
+    return snap.state is layout.SnapshotState.PLANNED
 
 
 def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """A finished run has `result.json` and `manifest-sha256.txt`; anything less is a FAIL that says how far it got."""
+    """A finished run has `result.json` and `manifest-sha256.txt`; a plan is a plan; anything else is a FAIL that says how far it got."""
     name = "completeness"
     records = len(snap.progress.events) if snap.progress else 0
     examined = Examined(files=2, progress_records=records)
+    if is_plan_only(snap):  # not a failure: its frozen part is checked by plan_digest_chain and the request checks
+        return Finding(name=name, status="PASS", message=f"{PLANNED}: the frozen plan is checked below; run it with "
+                       f"'genrun execute {snap.path.name}'", evidence={"planned": True}, examined=examined)
     has_result = layout.RESULT in snap.files
     if has_result and snap.is_sealed:
         result = snap.result

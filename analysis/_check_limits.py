@@ -33,10 +33,10 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
     """No EOS evidence and a count that is a power of two or a common default budget: WARN, unless the request's own limit explains it.
 
     Explained means: the recorded reason is `max_new_tokens`/`max_length`, the count equals that
-    limit, and the limit came from the request (`limit_sources`). Then the cap is not hidden (it is
-    the user's own number; `budget_truncation` still warns that the output was cut). A limit from
-    the model's generation_config, a library default, an entry point, `unknown` or any other reason
-    is a WARN: that is what the 16,384-token incident looked like.
+    limit as the call's effective config has it, and the user set it: its source (`limit_sources`)
+    is the request, or an entry point that passed the request's own value through. A limit from the
+    model's generation_config, a library default, an entry point's own number, `unknown` or any
+    other reason is a WARN: that is what the 16,384-token incident looked like.
     """
     name = "hidden_cap"
     if snap.counts_steps:
@@ -70,15 +70,36 @@ def _kind(count: int) -> str:
     return "a power of two" if count & (count - 1) == 0 else "a common default budget"
 
 
-def _request_limit_explains(snap: Snapshot, stop: SequenceStop, count: int) -> str | None:
-    """'the request's own max_new_tokens=16 (recorded stop)' when the request's limit explains the count."""
+def user_set_limit(snap: Snapshot, stop: SequenceStop) -> str | None:
+    """Who set the limit that cut this row, when it was the user: the request, or an entry point passing the request's value.
+
+    Read from the call's effective config and `limit_sources`; None when the limit came from
+    anywhere else (model generation_config, library default, an entry point's own number).
+    """
     config = _config_of(snap, stop)
-    if stop.reason not in _LENGTH_REASONS or config is None or config.limit_sources.get(stop.reason) != "request":
+    if stop.reason not in _LENGTH_REASONS or config is None:
         return None
-    if stop.reason == "max_new_tokens" and stop.max_new_tokens == count:
-        return f"the request's own max_new_tokens={count} (recorded stop max_new_tokens)"
-    if stop.reason == "max_length" and stop.prompt_length is not None and stop.max_length == stop.prompt_length + count:
-        return f"the request's own max_length={stop.max_length} (prompt {stop.prompt_length} + {count}; recorded stop max_length)"
+    source = config.limit_sources.get(stop.reason)
+    effective = config.effective.get(stop.reason)
+    if source == "request":
+        return "the request"
+    requested = snap.request.generation.get(stop.reason) if snap.request is not None else None
+    if source == "entrypoint" and requested is not None and requested == effective:
+        return "the request (passed through by the entry point)"
+    return None
+
+
+def _request_limit_explains(snap: Snapshot, stop: SequenceStop, count: int) -> str | None:
+    """'the request's own max_new_tokens=16 (recorded stop)' when the user's limit explains the count."""
+    who = user_set_limit(snap, stop)
+    if who is None:
+        return None
+    config = _config_of(snap, stop)
+    effective = config.effective.get(stop.reason) if config is not None else None
+    if stop.reason == "max_new_tokens" and effective == count:
+        return f"max_new_tokens={count} set by {who} (recorded stop max_new_tokens)"
+    if stop.reason == "max_length" and stop.prompt_length is not None and effective == stop.prompt_length + count:
+        return f"max_length={effective} set by {who} (prompt {stop.prompt_length} + {count}; recorded stop max_length)"
     return None
 
 
@@ -119,7 +140,11 @@ def check_library_default_limit(snap: Snapshot, ctx: CheckContext) -> Finding:
 
 
 def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """A row that reached `max_new_tokens`/`max_length` was cut by the budget: WARN with the numbers and the plan's estimate."""
+    """A row cut by `max_new_tokens`/`max_length` is a WARN when that limit came from elsewhere than the user, or the plan's estimate needed more.
+
+    A limit the user set and reached is information (PASS, with the numbers): `verify --strict`
+    must pass on ordinary runs that asked for N tokens and got N.
+    """
     name = "budget_truncation"
     if snap.counts_steps:
         return skip(name, DIFFUSION_SKIP)
@@ -145,8 +170,28 @@ def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
              f"max_length {s.max_length})" if s.reason == "max_new_tokens" else
              f"sequence {s.index} was cut by max_length: prompt {s.prompt_length} + {s.generated} new tokens = max_length {s.max_length}"
              for s in cut]
-    message = "output truncated by the budget: " + "; ".join(parts) + f". {_describe_estimate(budget)}"
+    setters = {s.index: user_set_limit(snap, s) for s in cut}
+    needed = _estimate_needs_more(budget)
+    evidence.update(set_by_user={f"sequence_{i}": who is not None for i, who in setters.items()}, estimate_needs_more=needed)
+    if needed is None and all(setters.values()):
+        who = sorted(set(filter(None, setters.values())))
+        message = (f"reached the limit set by {' and '.join(who)} (information, not a problem): " + "; ".join(parts)
+                   + ". Raise max_new_tokens if the output should be longer.")
+        return Finding(name=name, status="PASS", message=message, evidence=evidence, examined=examined)
+    why = needed or "the limit did not come from the request (see limits_reached_config / hidden_cap)"
+    message = "output truncated by the budget: " + "; ".join(parts) + f"; {why}. {_describe_estimate(budget)}"
     return Finding(name=name, status="WARN", message=message, evidence=evidence, examined=examined)
+
+
+def _estimate_needs_more(budget: Any) -> str | None:
+    """'the plan's own estimate needed 750 units' when the domain estimate exceeds the requested budget; else None."""
+    domain = budget.domain if budget is not None else None
+    if domain is None or not budget.requested_units:
+        return None
+    wanted = max(domain.observed_units or 0, domain.conservative_units or 0)
+    if wanted > budget.requested_units:
+        return f"the plan's own estimate needed up to {wanted:,} {budget.units}s, more than the {budget.requested_units:,} requested"
+    return None
 
 
 def _describe_estimate(budget: Any) -> str:

@@ -6,7 +6,10 @@ The one check that is not pure: judging a signature runs `ssh-keygen -Y verify` 
 Policy: `invalid` is a FAIL. `unsigned` (bound to the current digest, no signature) is a PASS
 with a note, because the binding holds and signing is the owner's choice; but when the user
 passed `--allowed-signers`, they asked for signatures, so an unsigned record is a WARN.
-A valid `reject` is a WARN: the owner judged the results unusable.
+A valid `reject` is a WARN: the owner judged the results unusable. A signed record checked
+without any allowed-signers file is `unverified`: a WARN ("signed, not verified"), not a FAIL,
+since nothing is known to be wrong. A `revoked` record is shown as such (superseded by its
+owner), not as invalid.
 """
 
 from genrun.schemas import layout
@@ -34,15 +37,28 @@ def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
     invalid = [s for s in statuses if s.state == "invalid"]
     unsigned = [s for s in statuses if s.state == "unsigned"]
     rejected = [s for s in statuses if s.state == "valid" and s.decision == "reject"]
-    described = ", ".join(f"{s.decision or s.file} {s.state} ({s.by})" for s in statuses)
+    unverified = [s for s in statuses if s.state == "unverified"]
+    described = ", ".join(_describe(s) for s in statuses)
     if invalid:
         why = "; ".join(f"{s.file}: {s.reason}" for s in invalid)
         return Finding(name=name, status="FAIL", message=f"{len(invalid)} invalid sign-off(s): {why}", evidence=evidence, examined=examined)
     if rejected:
         return Finding(name=name, status="WARN", message=f"the owner rejected this snapshot: {described}", evidence=evidence, examined=examined)
+    if unverified:
+        return Finding(name=name, status="WARN", message=f"{len(unverified)} sign-off(s) signed, not verified (no allowed-signers file: "
+                       f"pass --allowed-signers FILE or set GENRUN_ALLOWED_SIGNERS): {described}", evidence=evidence, examined=examined)
     if unsigned and ctx.allowed_signers is not None:
         return Finding(name=name, status="WARN", message=f"{len(unsigned)} sign-off(s) carry no signature although --allowed-signers was "
                        f"given: {described}", evidence=evidence, examined=examined)
     note = " (unsigned records bind the current digest but prove nothing about who wrote them)" if unsigned else ""
     return Finding(name=name, status="PASS", message=f"{len(statuses)} sign-off(s) bound to the current digests: {described}{note}",
                    evidence=evidence, examined=examined)
+
+
+def _describe(status) -> str:  # noqa: ANN001 (SignoffStatus, imported lazily above)
+    """`approve valid (alice@x)`, `approve revoked (alice@x; revoked by bob@x in 2026…-revoke-….json)`."""
+    if status.state == "revoked":
+        return f"{status.decision} revoked ({status.by}; {status.reason.split(';')[0]})"
+    if status.decision == "revoke":
+        return f"revoke of {status.revokes} {status.state} ({status.by})"
+    return f"{status.decision or status.file} {status.state} ({status.by})"

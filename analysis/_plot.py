@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from .install_hint import install_hint
 from .report import Report
 
-PLOT_EXTRA = "pip install 'genrun[plot]'"
+PLOT_EXTRA = install_hint("plot")
 
 
 class PlotError(RuntimeError):
@@ -28,10 +29,10 @@ def write_plot(report: Report, target: Path) -> Path:
     samples = report.samples
     fig, (rate_ax, mem_ax) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     rated = [s for s in samples if s.window_units_per_s is not None]
-    rate_ax.plot([s.t for s in rated], [s.window_units_per_s for s in rated], label="window")
+    rate_ax.plot([s.t for s in rated], [s.window_units_per_s for s in rated], label="per row, window")
     cumulative = [s for s in samples if s.units_per_s is not None]
-    rate_ax.plot([s.t for s in cumulative], [s.units_per_s for s in cumulative], label="cumulative")
-    rate_ax.set_ylabel(f"{report.unit}s/s")
+    rate_ax.plot([s.t for s in cumulative], [s.units_per_s for s in cumulative], label="per row, cumulative")
+    rate_ax.set_ylabel(f"{report.unit}s/s per row")
     rate_ax.legend(loc="best")
     rate_ax.set_title(f"{report.snapshot_id}: {report.headline}", fontsize=9)
     for label, attr in (("RSS", "rss_bytes"), ("CUDA allocated", "cuda_allocated_bytes"), ("CUDA reserved", "cuda_reserved_bytes")):

@@ -54,6 +54,16 @@ def _pipeline_rows(call: PipelineCallBeforeCall) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in found.items() if v is not None]
 
 
+def describe_inputs(shown: tuple[str, ...] | None, kind: str | None) -> str:
+    """`1 conversation (3 messages, ...); first: system: …` for chat messages, `2 prompts (one batch); first: …` for prompts."""
+    if not shown:
+        return "(none)"
+    first = _cut(str(shown[0]), 120)
+    if kind == "messages":
+        return f"1 conversation ({len(shown)} message{'s' if len(shown) != 1 else ''}, rendered by the chat template); first: {first}"
+    return f"{len(shown)} prompt{'s' if len(shown) != 1 else ''} (one batch); first: {first}"
+
+
 def _request_table(report: Report) -> Table:
     request = report.request
     rows: list[tuple[str, Any]] = []
@@ -64,7 +74,7 @@ def _request_table(report: Report) -> Table:
         if isinstance(shown, str):
             rows.insert(1, ("input", _cut(shown, 160)))
         else:
-            rows.insert(1, ("input", f"{len(shown)} prompts/messages; first: {_cut(str(shown[0]), 120)}" if shown else "(none)"))
+            rows.insert(1, ("input", describe_inputs(shown, request.input_kind)))
     identity = report.identity
     if identity.model_digest:
         rows.append(("model digest", f"{identity.model_digest[:16]}…  {identity.model_path or ''}"))
@@ -121,7 +131,11 @@ def _timings_line(report: Report) -> Text:
     parts = [f"{label} {_seconds(value)}" for value, label in
              ((t.load_s, "load"), (t.first_token_s, "first token"), (t.decode_s, "decode"), (t.total_s, "total"))]
     rate = t.units_per_s
-    if rate:
+    if rate and t.rows and t.rows > 1:
+        parts.append(f"{rate:,.1f} {report.unit}s/s summed over {t.rows:g} rows")
+        if t.units_per_s_per_row:
+            parts.append(f"{t.units_per_s_per_row:,.1f} {report.unit}s/s per row")
+    elif rate:
         parts.append(f"{rate:,.1f} {report.unit}s/s")
     return Text("Timings: " + " · ".join(parts))
 
@@ -135,8 +149,7 @@ def _budget_table(report: Report) -> Table:
                      + (f" = {b.used_fraction:.0%}" if b.used_fraction is not None else "")))
         if plan.effective_max_length is not None:
             rows.append(("length", f"max {plan.effective_max_length} of context {plan.context_limit} (fits: {plan.fits_context})"))
-        rows.append(("memory", f"estimate {_bytes(plan.required_bytes)} (weights {_bytes(plan.weight_bytes)}, KV at budget "
-                               f"{_bytes(plan.kv_bytes_at_budget)}); free at plan {_bytes(plan.device_memory_free_bytes)} "
+        rows.append(("memory", f"needs {b.memory_breakdown}; free at plan {_bytes(plan.device_memory_free_bytes)} "
                                f"(fits: {plan.fits_memory}){' FORCED' if plan.forced else ''}"))
     elif b.generated_max is not None:
         rows.append((f"{report.unit}s", str(b.generated_max)))
@@ -175,7 +188,7 @@ def _print_charts(report: Report, console: Console) -> None:
     span = f"t = {samples[0].t:.2f} … {samples[-1].t:.2f} s, {report.progress_records} records"
     console.print(Text(f"Over time ({span})", style="bold"))
     series = {
-        f"{report.unit}s/s (window)": [s.window_units_per_s for s in samples if s.window_units_per_s is not None],
+        f"{report.unit}s/s per row (window)": [s.window_units_per_s for s in samples if s.window_units_per_s is not None],
         f"{report.unit}s generated": [float(s.generated) for s in samples],
         "RSS MiB": [s.rss_bytes / 2**20 for s in samples if s.rss_bytes is not None],
         "CUDA alloc MiB": [s.cuda_allocated_bytes / 2**20 for s in samples if s.cuda_allocated_bytes is not None],

@@ -5,14 +5,15 @@ into rich text and `_plot` into a PNG. Works on incomplete snapshots: whatever e
 """
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, StopEvidence, TokenBudget, UnitsSpec
 from genrun.schemas.layout import SnapshotState, Unit
 
-from ._check_integrity import INCOMPLETE
+from .memory_estimate import describe_memory
+from ._check_integrity import INCOMPLETE, PLANNED, is_plan_only
 from ._load import Snapshot, read_snapshot
 from ._rows import eos_positions, rows_of
 from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
@@ -74,6 +75,8 @@ class RequestSummary(_Model):
     device: str
     input: str | tuple[str, ...] | None
     """The prompt, the prompts, or the messages as `role: content`; `None` when the request has no input."""
+    input_kind: Literal["prompt", "prompts", "messages"] | None = None
+    """Which `[input]` key `input` came from (messages are one conversation, prompts one batch)."""
     generation: dict[str, Any]
     """`[generation]` as given (the library's own keyword arguments: open by contract)."""
     seed: int
@@ -107,6 +110,11 @@ class TimingsSummary(_Model):
     decode_s: float | None
     total_s: float | None
     units_per_s: float | None
+    """Summed over rows."""
+    units_per_s_per_row: float | None = None
+    """The same rate for one row (summed / rows)."""
+    rows: int | None = None
+    """Rows decoded in parallel."""
 
 
 class BudgetSummary(_Model):
@@ -114,6 +122,8 @@ class BudgetSummary(_Model):
 
     plan: TokenBudget | None
     """`token-budget.json` as planned."""
+    memory_breakdown: str | None = None
+    """The planned memory in words: weights, KV cache, activations and margin, each named."""
     generated_max: int | None = None
     """Units of the longest row (from ids, stop records, or the last progress record of a killed run)."""
     used_fraction: float | None = None
@@ -208,6 +218,8 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
 
 
 def _headline(snap: Snapshot) -> str:
+    if is_plan_only(snap):
+        return f"{PLANNED} (run it with 'genrun execute {snap.path.name}')"
     if snap.result is None:
         last = snap.progress.last if snap.progress else None
         where = f"; last record '{last.event}' at t={last.t:.2f} s with {last.generated} {snap.unit}s" if last else ""
@@ -233,8 +245,9 @@ def _request_essentials(snap: Snapshot) -> RequestSummary | None:
         shown = tuple(inputs.prompts)
     else:
         shown = tuple(f"{m.role}: {m.content}" for m in inputs.messages) if inputs.messages else None
+    kind = "prompt" if inputs.prompt is not None else "prompts" if inputs.prompts is not None else "messages" if inputs.messages else None
     return RequestSummary(name=request.name, model=request.model.path, backend=request.model.backend, dtype=request.model.dtype,
-                          device=request.model.device, input=shown, generation=request.generation, seed=request.seed,
+                          device=request.model.device, input=shown, input_kind=kind, generation=request.generation, seed=request.seed,
                           entrypoint=request.entrypoint.callable if request.entrypoint else None,
                           units=request.units if request.units.name == "frame" else None)
 
@@ -304,7 +317,8 @@ def _timings(snap: Snapshot) -> TimingsSummary:
     if snap.result is not None:
         t = snap.result.timings
         return TimingsSummary(load_s=t.load_s, first_token_s=t.first_token_s, decode_s=t.decode_s, total_s=t.total_s,
-                              units_per_s=snap.result.units_per_s)
+                              units_per_s=snap.result.units_per_s, units_per_s_per_row=snap.result.units_per_s_per_row,
+                              rows=snap.result.rows)
     events = snap.progress.events if snap.progress else ()
     start = next((e.t for e in events if e.event == "start"), None)
     first = next((e.t for e in events if e.event == "first_token"), None)
@@ -315,7 +329,7 @@ def _timings(snap: Snapshot) -> TimingsSummary:
 
 def _budget(snap: Snapshot) -> BudgetSummary:
     budget = snap.budget
-    found: dict[str, Any] = {}
+    found: dict[str, Any] = {"memory_breakdown": describe_memory(budget) if budget is not None else None}
     counts = [len(a) for a in snap.token_ids.values()] if snap.token_ids else [s.generated for s in (snap.stop.sequences if snap.stop else ())]
     if not counts and snap.progress is not None and snap.progress.last is not None:  # killed: the stream is the only count
         counts = [snap.progress.last.generated]
@@ -347,7 +361,7 @@ def _samples(snap: Snapshot) -> list[Sample]:
 
 def _notes(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> list[str]:
     notes = []
-    if not snap.is_sealed:
+    if not snap.is_sealed and not is_plan_only(snap):  # a plan is protected by frozen-sha256.txt, and sealed when it runs
         notes.append("not sealed: no manifest-sha256.txt, so these files are not protected (run 'genrun verify')")
     if snap.progress is not None and snap.progress.truncated_tail:
         notes.append(f"progress.ndjson: {snap.progress.truncated_tail}")

@@ -4,6 +4,12 @@ A record is judged against the snapshot as it is *now*: its digest must still eq
 plan digest (`approve`) or snapshot digest (`accept`, `reject`), and when it is signed its
 SSH signature must verify with `ssh-keygen -Y verify` against an allowed-signers file, for the
 record's `by` as principal and the namespace `<decision>@genrun` (git's SSH signing scheme).
+Without any allowed-signers file a signed record is `unverified` ("signed, not verified"), not
+invalid: nothing says it is false, only that nobody said whose keys to trust.
+
+A `revoke` record supersedes an earlier record: it binds the sha256 of that record's file, and the
+revoked record is then reported as `revoked` (and never opens the approval gate). Revoking only
+takes authority away, so a revocation whose binding holds is honoured whether or not it is signed.
 
 This module checks the digests a record binds; it does not re-hash the files a manifest lists.
 That a sealed file still matches `manifest-sha256.txt` is verify's manifest check: together
@@ -14,7 +20,10 @@ Imports only the standard library, pydantic and `schemas` (no torch, transformer
 
 import base64
 import binascii
+import hashlib
+import os
 import re
+import shlex
 import shutil
 import struct
 import subprocess
@@ -28,16 +37,21 @@ from genrun.schemas import NewerFormat, layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
 
-SignoffState = Literal["valid", "unsigned", "invalid"]
+SignoffState = Literal["valid", "unsigned", "unverified", "revoked", "invalid"]
 
 NAMESPACE_SUFFIX = "@genrun"
 SIGNATURE_SUFFIX = ".sig"
-DIGEST_KIND_OF: dict[str, DigestKind] = {"approve": "plan", "accept": "snapshot", "reject": "snapshot"}
-"""Which digest each decision binds: a plan is approved before it runs, results are judged after sealing."""
+DIGEST_KIND_OF: dict[str, DigestKind] = {"approve": "plan", "accept": "snapshot", "reject": "snapshot", "revoke": "record"}
+"""Which digest each decision binds: a plan is approved before it runs, results are judged after sealing,
+a revocation binds the record it supersedes."""
+ALLOWED_SIGNERS_ENV = "GENRUN_ALLOWED_SIGNERS"
 
 SSH_KEYGEN = "ssh-keygen"
 SSH_KEYGEN_MISSING = "ssh-keygen not found: install the 'openssh-client' package (Debian/Ubuntu: apt-get install openssh-client)"
-NO_ALLOWED_SIGNERS = "no allowed-signers file: pass --allowed-signers FILE or set git's gpg.ssh.allowedSignersFile"
+NO_ALLOWED_SIGNERS = (
+    f"no allowed-signers file: pass --allowed-signers FILE, set {ALLOWED_SIGNERS_ENV} or git's gpg.ssh.allowedSignersFile"
+)
+UNVERIFIED = "signed, not verified (no allowed-signers file)"
 SSH_KEYGEN_TIMEOUT = 60  # seconds; verification of one small file takes milliseconds
 DIGEST_SHOWN = 12  # hex characters of a digest in messages
 
@@ -54,7 +68,9 @@ class SignoffStatus(NamedTuple):
     at: str | None
     state: SignoffState
     reason: str
-    """Why it is invalid; "no signature" when unsigned; "signed by <principal> (<key>)" when valid."""
+    """Why it is invalid or revoked; "no signature" when unsigned; "signed by <principal> (<key>)" when valid."""
+    revokes: str | None = None
+    """For a `revoke` record: the file name of the record it supersedes."""
 
 
 def namespace_for(decision: str) -> str:
@@ -63,9 +79,14 @@ def namespace_for(decision: str) -> str:
 
 
 def default_allowed_signers() -> Path | None:
-    """git's `gpg.ssh.allowedSignersFile` (with `~` expanded), or None when it is unset or git is missing."""
-    value = git_config("gpg.ssh.allowedSignersFile")
+    """`$GENRUN_ALLOWED_SIGNERS`, then git's `gpg.ssh.allowedSignersFile` (`~` expanded); None when neither is set."""
+    value = os.environ.get(ALLOWED_SIGNERS_ENV) or git_config("gpg.ssh.allowedSignersFile")
     return Path(value).expanduser() if value else None
+
+
+def resolve_allowed_signers(explicit: Path | None) -> Path | None:
+    """`--allowed-signers FILE` wins, then `$GENRUN_ALLOWED_SIGNERS`, then git's setting."""
+    return Path(explicit).expanduser() if explicit is not None else default_allowed_signers()
 
 
 def git_config(key: str) -> str | None:
@@ -89,15 +110,28 @@ def record_files(snapshot_dir: Path) -> list[Path]:
 def evaluate_signoffs(snapshot_dir: Path, allowed_signers: Path | None) -> list[SignoffStatus]:
     """Judge every record under `signoffs/` against the snapshot's current digests and signatures, oldest first.
 
-    `allowed_signers` None means git's `gpg.ssh.allowedSignersFile`; without one, signed records
-    cannot be verified and are reported invalid with the fix.
+    `allowed_signers` None means `$GENRUN_ALLOWED_SIGNERS`, then git's `gpg.ssh.allowedSignersFile`;
+    without any, signed records cannot be verified and are reported `unverified`. Records superseded
+    by a revocation whose binding holds are reported `revoked`.
     """
     snapshot_dir = Path(snapshot_dir)
-    if allowed_signers is None:
-        allowed_signers = default_allowed_signers()
+    allowed_signers = resolve_allowed_signers(allowed_signers)
     current = CurrentDigests.of(snapshot_dir)
     statuses = [evaluate_record(path, snapshot_dir.name, current, allowed_signers) for path in record_files(snapshot_dir)]
-    return sorted(statuses, key=lambda s: (s.at or "", s.file))  # names have whole seconds; `at` has microseconds
+    return apply_revocations(sorted(statuses, key=lambda s: (s.at or "", s.file)))  # names have whole seconds; `at` has microseconds
+
+
+def apply_revocations(statuses: list[SignoffStatus]) -> list[SignoffStatus]:
+    """Mark each record superseded by a not-invalid `revoke` record as `revoked`, naming who revoked it and where."""
+    revoked_by = {s.revokes: s for s in statuses if s.decision == "revoke" and s.state != "invalid" and s.revokes}
+    judged = []
+    for status in statuses:
+        revocation = revoked_by.get(status.file)
+        if revocation is not None and status.decision != "revoke":
+            reason = f"revoked by {revocation.by} in {revocation.file}; before that {status.state}: {status.reason}"
+            status = status._replace(state="revoked", reason=reason)
+        judged.append(status)
+    return judged
 
 
 class CurrentDigests(NamedTuple):
@@ -122,13 +156,17 @@ def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allow
     except (ValidationError, ValueError, OSError) as exc:
         reason = f"record does not parse as a Signoff ({_parse_error(exc)})"
         return SignoffStatus(path.name, None, None, None, None, None, "invalid", reason)
-    problems = binding_problems(record, snapshot_id, current)
+    problems = binding_problems(record, snapshot_id, current, path.parent)
     sig = path.with_name(path.name + SIGNATURE_SUFFIX)
     if not record.signed:
         if sig.exists():
             problems.append(f"record says signed=false but {sig.name} exists")
         state: SignoffState = "invalid" if problems else "unsigned"
         return _status(path, record, state, "; ".join(problems) or "no signature")
+    if allowed_signers is None and sig.is_file():  # nobody named the trusted keys: a warning, not a failure
+        if not _signature_matches(path, sig, namespace_for(record.decision)):
+            problems.append("bad signature: the record does not match its signature (changed after signing, or signed by another file)")
+        return _status(path, record, "invalid" if problems else "unverified", "; ".join(problems) or UNVERIFIED)
     verdict = verify_signature(path, sig, record.by, namespace_for(record.decision), allowed_signers)
     if verdict.ok and not problems:
         return _status(path, record, "valid", verdict.message)
@@ -137,7 +175,7 @@ def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allow
     return _status(path, record, "invalid", "; ".join(problems))
 
 
-def binding_problems(record: Signoff, snapshot_id: str, current: CurrentDigests) -> list[str]:
+def binding_problems(record: Signoff, snapshot_id: str, current: CurrentDigests, signoffs_dir: Path) -> list[str]:
     """What is wrong with the digest a record binds: wrong kind for its decision, other snapshot, changed digest."""
     expected_kind = DIGEST_KIND_OF[record.decision]
     if record.digest_kind != expected_kind:
@@ -145,6 +183,8 @@ def binding_problems(record: Signoff, snapshot_id: str, current: CurrentDigests)
     problems = []
     if record.snapshot_id != snapshot_id:
         problems.append(f"record is for snapshot {record.snapshot_id}, not {snapshot_id}")
+    if record.decision == "revoke":
+        return problems + revocation_problems(record, signoffs_dir)
     now = current.plan if record.digest_kind == "plan" else current.snapshot
     bound = f"record binds {record.digest_kind} digest {short(record.digest)}"
     if now is None:
@@ -153,6 +193,51 @@ def binding_problems(record: Signoff, snapshot_id: str, current: CurrentDigests)
     elif now != record.digest:
         problems.append(f"digest no longer matches: {bound}, current is {short(now)}")
     return problems
+
+
+def revocation_problems(record: Signoff, signoffs_dir: Path) -> list[str]:
+    """A revocation names one existing record (not itself a revocation) and binds that file's current sha256."""
+    if not record.revokes or "/" in record.revokes or record.revokes.startswith("."):
+        return [f"revoke record names no record file under {layout.SIGNOFFS_DIR}/ (revokes={record.revokes!r})"]
+    target = signoffs_dir / record.revokes
+    if not target.is_file():
+        return [f"revoked record {record.revokes} is missing"]
+    actual = hashlib.sha256(target.read_bytes()).hexdigest()
+    if actual != record.digest:
+        return [f"digest no longer matches: record binds record digest {short(record.digest)} of {record.revokes}, current is {short(actual)}"]
+    return []
+
+
+def _signature_matches(record: Path, sig: Path, namespace: str) -> bool:
+    """`ssh-keygen -Y check-novalidate`: the signature is over this record, whoever made it (True if ssh-keygen is absent)."""
+    if shutil.which(SSH_KEYGEN) is None:
+        return True  # cannot tell; the state stays "unverified", which already says nothing was proven
+    return _ssh_keygen(["-Y", "check-novalidate", "-n", namespace, "-s", str(sig)], record).returncode == 0
+
+
+def principals_for_key(allowed_signers: Path, public_key: str, namespace: str) -> list[str]:
+    """The principals an allowed-signers file lists for `public_key` ("ssh-ed25519 AAAA…") and `namespace`.
+
+    Format (ssh-keygen(1), ALLOWED SIGNERS): `principals [options] keytype base64-key [comment]`;
+    lines whose `namespaces="…"` option excludes `namespace`, and wildcard principals, are skipped.
+    """
+    kind, blob = public_key.split()[:2]
+    found: list[str] = []
+    for line in Path(allowed_signers).read_text(errors="replace").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            fields = shlex.split(line)
+        except ValueError:
+            continue
+        if blob not in fields or fields.index(blob) < 2 or fields[fields.index(blob) - 1] != kind:
+            continue
+        options = fields[1 : fields.index(blob) - 1]
+        namespaces = [o.split("=", 1)[1].split(",") for o in options if o.lower().startswith("namespaces=")]
+        if namespaces and namespace not in namespaces[0]:
+            continue
+        found += [p for p in fields[0].split(",") if p and not any(c in p for c in "*?!")]
+    return list(dict.fromkeys(found))
 
 
 class Verdict(NamedTuple):
@@ -240,7 +325,7 @@ def summarize_signoffs(statuses: Iterable[SignoffStatus]) -> str:
     parts = []
     for status in statuses:
         label = f"{status.decision or status.file} {status.state}"
-        if status.state == "invalid":
+        if status.state in ("invalid", "revoked"):
             parts.append(f"{label}: {_short_reason(status.reason)}")
         else:
             parts.append(f"{label} ({status.by})")
@@ -258,7 +343,7 @@ def _short_reason(reason: str) -> str:
 
 
 def _status(path: Path, record: Signoff, state: SignoffState, reason: str) -> SignoffStatus:
-    return SignoffStatus(path.name, record.decision, record.by, record.digest_kind, record.digest, record.at, state, reason)
+    return SignoffStatus(path.name, record.decision, record.by, record.digest_kind, record.digest, record.at, state, reason, record.revokes)
 
 
 def _ssh_keygen(args: Sequence[str], stdin_file: Path | None) -> subprocess.CompletedProcess[str]:

@@ -57,7 +57,8 @@ def plan(request: str | os.PathLike[str] | Request, store: str | os.PathLike[str
     return plan_request(request, store=store, force=force)
 
 
-def execute(snapshot: str | os.PathLike[str], *, require_approval: bool = False, live: bool = False) -> Result:
+def execute(snapshot: str | os.PathLike[str], *, require_approval: bool = False, live: bool = False,
+            allowed_signers: str | os.PathLike[str] | None = None) -> Result:
     """Run a planned snapshot with full instrumentation and seal it; return its `result.json`.
 
     A failure of the model or of user code is recorded (`result.status == "failed"`,
@@ -67,14 +68,16 @@ def execute(snapshot: str | os.PathLike[str], *, require_approval: bool = False,
     offline_hub()
     from genrun.runner.execute import execute_snapshot
 
-    return execute_snapshot(Path(snapshot), require_approval=require_approval, live=live)
+    signers = Path(allowed_signers) if allowed_signers is not None else None
+    return execute_snapshot(Path(snapshot), require_approval=require_approval, live=live, allowed_signers=signers)
 
 
 def run(request: str | os.PathLike[str] | Request, store: str | os.PathLike[str] | None = None, *, force: bool = False,
-        require_approval: bool = False, live: bool = False) -> tuple[Path, Result]:
+        require_approval: bool = False, live: bool = False,
+        allowed_signers: str | os.PathLike[str] | None = None) -> tuple[Path, Result]:
     """`plan` then `execute`; returns the snapshot directory and its result."""
     snapshot = plan(request, store, force=force)
-    return snapshot, execute(snapshot, require_approval=require_approval, live=live)
+    return snapshot, execute(snapshot, require_approval=require_approval, live=live, allowed_signers=allowed_signers)
 
 
 def open_snapshot(path: str | os.PathLike[str]) -> Snapshot:

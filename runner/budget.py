@@ -183,7 +183,15 @@ def resolve_device(device: str) -> str:
 def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tuple[str, ...]:
     """Human reasons the plan must not run; empty when it fits."""
     reasons = []
-    if budget.fits_context is False:
+    if budget.fits_context is False and (budget.prompt_tokens or 0) >= budget.context_limit:
+        prompt = budget.prompt_tokens or 0
+        reasons.append(
+            f"the prompt is too long: {prompt:,} tokens, but the model's context is {budget.context_limit:,} tokens; "
+            f"cut at least {prompt - budget.context_limit + 1:,} tokens from [input] to generate anything "
+            f"({prompt - budget.context_limit + (budget.requested_units or 0):,} to keep {unit_word} = {budget.requested_units or 0:,}), "
+            "or use a model with a longer context"
+        )
+    elif budget.fits_context is False:
         allowed = budget.context_limit - (budget.prompt_tokens or 0)
         reasons.append(
             f"prompt ({budget.prompt_tokens:,} tokens) + budget ({budget.requested_units:,}) = {budget.effective_max_length:,} "

@@ -57,7 +57,8 @@ class VerifiedIdentity(NamedTuple):
 
 
 def execute_snapshot(
-    snapshot_dir: Path, *, require_approval: bool = False, live: bool | None = None, loaded: LoadedModel | None = None
+    snapshot_dir: Path, *, require_approval: bool = False, live: bool | None = None, loaded: LoadedModel | None = None,
+    allowed_signers: Path | None = None,
 ) -> Result:
     """Run a planned snapshot and seal it; returns `result.json`'s content.
 
@@ -72,14 +73,17 @@ def execute_snapshot(
     `GenrunError` before anything is written. Once execution starts, failures of the model or of
     user code and SIGINT/SIGTERM are recorded, not raised: the result says `failed` (exit 1) or
     `interrupted` (exit 130/143). `live=None` shows the progress bar only when stderr is a TTY.
+    `allowed_signers` checks approve signatures (None: `$GENRUN_ALLOWED_SIGNERS`, then git's file).
     """
     origin = time.monotonic()
     snapshot_dir = open_snapshot(snapshot_dir)
     plan, identity = verify_before_loading(snapshot_dir)
-    if require_approval or plan.request.policy.require_approval:
-        from .signoff import check_approval
+    approval_note = None
+    policy = plan.request.policy.require_approval
+    if require_approval or policy:
+        from .signoff import check_approval, describe_approval
 
-        check_approval(snapshot_dir)
+        approval_note = describe_approval(check_approval(snapshot_dir, allowed_signers, allow_unsigned=policy == "any"))
     backend = get_backend(plan.request.model.backend)
     device = resolve_device(plan.request.model.device)
     if loaded is not None and (why := loaded.mismatch(backend.name, plan.model, plan.request, device)) is not None:
@@ -100,7 +104,9 @@ def execute_snapshot(
             write_terminal_event(recorder, outcome)
         write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
-        result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin)
+        result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin, per_row=recorder.generated)
+        if approval_note is not None:
+            result = result.model_copy(update={"notes": (approval_note, *result.notes)})
         write_model_atomic(snapshot_dir / layout.RESULT, result)
     finally:
         recorder.close()
@@ -324,8 +330,12 @@ def write_terminal_event(recorder: ProgressRecorder, outcome: BackendOutcome) ->
         recorder.end()
 
 
-def build_result(plan: FrozenPlan, identity: VerifiedIdentity, outcome: BackendOutcome, memory: MemoryProbe, total_s: float) -> Result:
-    """`result.json` from the outcome: status and exit code, timings, rates, peaks, identities."""
+def build_result(plan: FrozenPlan, identity: VerifiedIdentity, outcome: BackendOutcome, memory: MemoryProbe, total_s: float,
+                 per_row: int | None = None) -> Result:
+    """`result.json` from the outcome: status and exit code, timings, rates (summed over rows and per row), peaks, identities.
+
+    `per_row` is the furthest row's unit count as progress.ndjson counts it.
+    """
     if outcome.signal is not None:
         status, exit_code = "interrupted", EXIT_CODES.get(outcome.signal, 130)
     elif outcome.exception is not None:
@@ -342,6 +352,8 @@ def build_result(plan: FrozenPlan, identity: VerifiedIdentity, outcome: BackendO
         generated=outcome.generated,
         generated_tokens=outcome.generated_tokens,
         units_per_s=rate,
+        rows=len(outcome.stops) or None,
+        units_per_s_per_row=per_row / outcome.decode_s if outcome.decode_s and per_row is not None else None,
         produced_seconds=outcome.produced_seconds,
         requested_seconds=units.requested_seconds if outcome.unit == "frame" else None,
         timings=Timings(load_s=outcome.load_s, first_token_s=outcome.first_unit_s, decode_s=outcome.decode_s, total_s=total_s),

@@ -17,6 +17,7 @@ from .backends import get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .environment import capture_environment
+from .device_check import require_device
 from .model_identity import identify_model, resolve_model_dir
 from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
@@ -40,6 +41,7 @@ def plan_request(
         loaded = load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
     backend = get_backend(request.model.backend)
+    require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     backend.validate_request(request, resolved.path)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)

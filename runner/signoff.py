@@ -17,19 +17,25 @@ namespace per decision means an `accept` signature can never pass as an `approve
 `--key`, else git's `user.signingkey` when `gpg.format = ssh` (a literal `ssh-ed25519 AAAA…` value
 is used through ssh-agent, as git does); with neither the record is unsigned, and says so.
 
-Approval gate (`check_approval`, used by `genrun execute --require-approval` and
-`[policy] require_approval = true`). A plan may run when at least one `approve` record is not
-invalid: its digest equals the *current* plan digest, it is for this snapshot, and, if it is
-signed, its signature verifies against the allowed-signers file for its `by` and the
-`approve@genrun` namespace. Signed-and-verified approvals are preferred; an unsigned approval
-also opens the gate (it records intent, not identity), and the returned status says "unsigned"
-so the executor can show it. A signed approval that cannot be verified (bad signature, unknown
-signer, no allowed-signers file) is invalid and never opens the gate: an unverifiable signature
-is treated as a failed one, not as "unsigned".
+Signer. `--by` defaults to the principal the allowed-signers file lists for the signing key (so
+the record names the principal verification will look up), then git's `user.email`. An explicit
+`--by` that the file lists under other principals only is refused before anything is written.
+
+Revocation. `revoke` appends a record binding the sha256 of an earlier record (signed like the
+rest); the earlier record is then reported `revoked`. Records are still never modified.
+
+Approval gate (`check_approval`, used by `genrun execute/run --require-approval` and `[policy]
+require_approval`). A plan may run only with an `approve` record, not revoked, whose digest equals
+the *current* plan digest and whose signature verifies against the allowed-signers file
+(`--allowed-signers`, `$GENRUN_ALLOWED_SIGNERS`, git's `gpg.ssh.allowedSignersFile`) for its `by` and
+the `approve@genrun` namespace. Anyone who can write the directory can write an unsigned record, so
+an unsigned (or signed but unverifiable) approval opens the gate only when the request explicitly
+says `[policy] require_approval = "any"`; the returned status says so, for the executor to show.
 """
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -43,6 +49,7 @@ from typing import NamedTuple
 
 from genrun.analysis.signoffs import (
     DIGEST_KIND_OF,
+    NO_ALLOWED_SIGNERS,
     SIGNATURE_SUFFIX,
     SSH_KEYGEN,
     SSH_KEYGEN_MISSING,
@@ -50,6 +57,9 @@ from genrun.analysis.signoffs import (
     evaluate_signoffs,
     git_config,
     namespace_for,
+    principals_for_key,
+    record_files,
+    resolve_allowed_signers,
     short,
 )
 from genrun.schemas import layout
@@ -61,8 +71,8 @@ from ._io import fsync_dir, write_model_atomic
 from .errors import ApprovalRequired, SignoffError, StoreError
 from .store import describe_os_error, is_sealed, open_snapshot
 
-DECISIONS = tuple(DIGEST_KIND_OF)
-"""approve, accept, reject."""
+DECISIONS = ("approve", "accept", "reject")
+"""What `--decision` takes; `revoke` is made by `--revoke RECORD` only."""
 READ_ONLY = 0o444
 SIGN_TIMEOUT = 300  # seconds; a passphrase may be typed at the terminal
 NAME_ATTEMPTS = 16  # a name collision needs the same second, decision and 32 random bits
@@ -87,30 +97,36 @@ def make_signoff(
     key: Path | None,
     note: str | None,
     accepted_gaps: Sequence[str],
+    *,
+    allowed_signers: Path | None = None,
+    revokes: str | None = None,
 ) -> Path:
     """Write a new sign-off record (signed when a key is given or configured in git); return its path.
 
-    `by` None means git's `user.email`; `key` None means git's `user.signingkey` if `gpg.format`
-    is `ssh`, else an unsigned record.
+    `by` None means the principal `allowed_signers` (else `$GENRUN_ALLOWED_SIGNERS`, else git's
+    file) lists for the key, then git's `user.email`; `key` None means git's `user.signingkey` if
+    `gpg.format` is `ssh`, else an unsigned record. `decision="revoke"` needs `revokes`: the name
+    (or path) of the record under `signoffs/` it supersedes.
     """
     snapshot_dir = open_snapshot(snapshot_dir)
     if decision not in DIGEST_KIND_OF:
-        raise SignoffError(f"unknown decision {decision!r}: choose one of {', '.join(DECISIONS)}")
+        raise SignoffError(f"unknown decision {decision!r}: choose one of {', '.join(DECISIONS)} (or --revoke RECORD)")
     kind = DIGEST_KIND_OF[decision]
     if kind == "snapshot" and not is_sealed(snapshot_dir):
         raise SignoffError(
             f"{decision} needs a sealed snapshot: {snapshot_dir} has no {layout.MANIFEST} (the run has not finished, "
             "or was killed); run 'genrun execute' or 'genrun verify' first"
         )
-    signer = resolve_signer(by)
+    revoked = find_revoked_record(snapshot_dir, revokes) if decision == "revoke" else None
     signing_key = resolve_key(key)
     if signing_key is not None and shutil.which(SSH_KEYGEN) is None:
         raise SignoffError(SSH_KEYGEN_MISSING)  # before anything is written
+    signer = resolve_signer(by, signing_key, resolve_allowed_signers(allowed_signers), namespace_for(decision))
     now = datetime.now(timezone.utc)
     record = Signoff(
         decision=decision,  # type: ignore[arg-type]  # checked against DIGEST_KIND_OF above
         digest_kind=kind,
-        digest=plan_digest(snapshot_dir) if kind == "plan" else snapshot_digest(snapshot_dir),
+        digest=_bound_digest(snapshot_dir, kind, revoked),
         snapshot_id=snapshot_dir.name,
         by=signer,
         at=now.isoformat(timespec="microseconds").replace("+00:00", "Z"),
@@ -118,20 +134,86 @@ def make_signoff(
         accepted_gaps=tuple(accepted_gaps),
         genrun_version=__version__,
         signed=signing_key is not None,
+        revokes=revoked.name if revoked is not None else None,
     )
     return write_record(snapshot_dir / layout.SIGNOFFS_DIR, record, signing_key, now)
 
 
-def resolve_signer(by: str | None) -> str:
-    """`--by`, else git's `user.email`; the principal looked up in the allowed-signers file."""
-    signer = by if by is not None else git_config("user.email")
+def _bound_digest(snapshot_dir: Path, kind: str, revoked: Path | None) -> str:
+    if kind == "plan":
+        return plan_digest(snapshot_dir)
+    if kind == "record" and revoked is not None:
+        return hashlib.sha256(revoked.read_bytes()).hexdigest()
+    return snapshot_digest(snapshot_dir)
+
+
+def find_revoked_record(snapshot_dir: Path, revokes: str | None) -> Path:
+    """The record `--revoke RECORD` names (a file name under signoffs/, or a path to it); it must not be a revocation."""
+    existing = {p.name: p for p in record_files(snapshot_dir)}
+    name = Path(revokes).name if revokes else ""
+    if name not in existing:
+        listed = ", ".join(existing) or "none"
+        raise SignoffError(
+            f"--revoke {revokes!r}: no such record in {snapshot_dir / layout.SIGNOFFS_DIR} (records: {listed}); "
+            "pass a record's file name as 'genrun verify' lists it"
+        )
+    try:
+        target = Signoff.model_validate_json(existing[name].read_bytes())
+    except ValueError:
+        return existing[name]  # an unparseable record may be revoked too: that is how an owner disowns it
+    if target.decision == "revoke":
+        raise SignoffError(f"--revoke {name}: that record is itself a revocation; write a new approve/accept/reject instead")
+    return existing[name]
+
+
+def resolve_signer(by: str | None, key: "SigningKey | None" = None, allowed_signers: Path | None = None,
+                   namespace: str | None = None) -> str:
+    """`--by`, else the principal the allowed-signers file lists for `key`, else git's `user.email`.
+
+    An explicit `--by` that the file lists the key under other principals only is refused: every
+    verification of the record would fail, and a record can never be changed.
+    """
+    listed = _listed_principals(key, allowed_signers, namespace)
+    if by is not None and listed and by not in listed:
+        raise SignoffError(
+            f"--by {by!r} does not match the signing key: {allowed_signers} lists that key for {', '.join(listed)}; "
+            f"pass --by {listed[0]} (or omit --by), or list the key for {by} in the allowed-signers file"
+        )
+    if by is None and len(listed) > 1:
+        raise SignoffError(f"{allowed_signers} lists the signing key for several principals ({', '.join(listed)}): pass --by one of them")
+    signer = by if by is not None else (listed[0] if listed else git_config("user.email"))
     if signer is None:
         raise SignoffError(
-            "no signer: pass --by NAME (e.g. your e-mail) or set git's user.email (git config --global user.email you@example.com)"
+            "no signer: pass --by NAME (e.g. your e-mail), list your key in an allowed-signers file (--allowed-signers FILE), "
+            "or set git's user.email (git config --global user.email you@example.com)"
         )
     if not signer.strip() or any(c.isspace() for c in signer):
         raise SignoffError(f"--by {signer!r} is not a valid principal: use one word without spaces, e.g. an e-mail address")
     return signer
+
+
+def _listed_principals(key: "SigningKey | None", allowed_signers: Path | None, namespace: str | None) -> list[str]:
+    """Principals the allowed-signers file lists for the key's public half; [] when unknown."""
+    if key is None or allowed_signers is None or namespace is None or not allowed_signers.is_file():
+        return []
+    public = public_key_of(key)
+    return principals_for_key(allowed_signers, public, namespace) if public else []
+
+
+def public_key_of(key: SigningKey) -> str | None:
+    """`ssh-ed25519 AAAA…` of a signing key: the literal, `KEY.pub`, or `ssh-keygen -y` (None if it needs a passphrase)."""
+    if key.literal is not None:
+        return key.literal
+    assert key.path is not None  # a SigningKey has a path or a literal
+    for candidate in (key.path, key.path.with_name(key.path.name + ".pub")):
+        text = candidate.read_text(errors="replace").strip() if candidate.is_file() else ""
+        if _LITERAL_KEY.match(text):
+            return " ".join(text.split()[:2])
+    if shutil.which(SSH_KEYGEN) is None:
+        return None
+    done = subprocess.run([SSH_KEYGEN, "-y", "-P", "", "-f", str(key.path)], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=SIGN_TIMEOUT)
+    return " ".join(done.stdout.split()[:2]) if done.returncode == 0 and _LITERAL_KEY.match(done.stdout) else None
 
 
 def resolve_key(key: Path | None) -> SigningKey | None:
@@ -251,36 +333,50 @@ def _sig_path(record: Path) -> Path:
     return record.with_name(record.name + SIGNATURE_SUFFIX)
 
 
-def check_approval(snapshot_dir: Path, allowed_signers: Path | None = None) -> SignoffStatus:
-    """The approval that lets this plan run (valid preferred, else unsigned); ApprovalRequired if none.
+def check_approval(snapshot_dir: Path, allowed_signers: Path | None = None, *, allow_unsigned: bool = False) -> SignoffStatus:
+    """The approval that lets this plan run; ApprovalRequired if none.
 
-    `allowed_signers` None means git's `gpg.ssh.allowedSignersFile`.
+    Only a signed approval that verifies against the allowed-signers file counts (`allowed_signers`
+    None means `$GENRUN_ALLOWED_SIGNERS`, then git's `gpg.ssh.allowedSignersFile`), unless
+    `allow_unsigned` (`[policy] require_approval = "any"`): then an unsigned or unverifiable
+    approval bound to the current plan digest counts too, verified ones preferred.
     """
     snapshot_dir = open_snapshot(snapshot_dir)
+    allowed_signers = resolve_allowed_signers(allowed_signers)
     approvals = [s for s in evaluate_signoffs(snapshot_dir, allowed_signers) if s.decision == "approve"]
-    for state in ("valid", "unsigned"):
+    for state in ("valid", "unsigned", "unverified") if allow_unsigned else ("valid",):
         usable = [s for s in approvals if s.state == state]
         if usable:
             return usable[-1]  # the most recent
-    raise ApprovalRequired(_approval_refusal(snapshot_dir, approvals))
+    raise ApprovalRequired(_approval_refusal(snapshot_dir, approvals, allowed_signers, allow_unsigned))
 
 
 def describe_approval(status: SignoffStatus) -> str:
     """One line for the executor: who approved, signed or not, and in which record."""
+    where = f"{layout.SIGNOFFS_DIR}/{status.file}"
     if status.state == "valid":
-        return f"plan approved: {status.reason} at {status.at} ({layout.SIGNOFFS_DIR}/{status.file})"
-    return f"plan approved by {status.by} at {status.at}, UNSIGNED ({layout.SIGNOFFS_DIR}/{status.file})"
+        return f"plan approved: {status.reason} at {status.at} ({where})"
+    how = "UNSIGNED" if status.state == "unsigned" else "signed but NOT VERIFIED (no allowed-signers file)"
+    return f"plan approved by {status.by} at {status.at}, {how}, accepted by [policy] require_approval = \"any\" ({where})"
 
 
-def _approval_refusal(snapshot_dir: Path, approvals: list[SignoffStatus]) -> str:
+def _approval_refusal(snapshot_dir: Path, approvals: list[SignoffStatus], allowed_signers: Path | None, allow_unsigned: bool) -> str:
     found = (
-        "approve records found, none usable: " + "; ".join(f"{s.file}: {s.reason}" for s in approvals)
+        "approve records found, none usable: " + "; ".join(f"{s.file}: {s.state}, {s.reason}" for s in approvals)
         if approvals
         else f"there is no approve record in {snapshot_dir / layout.SIGNOFFS_DIR}"
     )
+    if allow_unsigned:
+        rule = '[policy] require_approval = "any": a signed or unsigned approve record counts'
+    else:
+        trust = f"allowed-signers file {allowed_signers}" if allowed_signers is not None else NO_ALLOWED_SIGNERS
+        rule = (
+            "a signed approve record whose signature verifies counts (unsigned ones count only with "
+            f'[policy] require_approval = "any" in the request); {trust}'
+        )
     return (
         f"{snapshot_dir.name} may not run without an approve sign-off for its current plan digest "
-        f"{short(plan_digest(snapshot_dir))} (--require-approval or [policy] require_approval = true); {found}. "
+        f"{short(plan_digest(snapshot_dir))}; rule: {rule}; {found}. "
         f"Review the plan, then run 'genrun signoff {snapshot_dir} --decision approve --key ~/.ssh/id_ed25519' "
         "(and list the key in the allowed-signers file)"
     )

@@ -147,3 +147,26 @@ def list_snapshots(store: Path) -> list[Path]:
     if not store.is_dir():
         return []
     return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and is_planned(p))
+
+
+def find_snapshot(ref: str | Path, store: str | Path | None = None) -> Path:
+    """What a user typed for SNAPSHOT: an existing directory, else an id or unique id prefix in the store.
+
+    The store is `store`, `$GENRUN_STORE` or `./snapshots` (as for `genrun ls`). A directory is
+    returned as it is, so each command still says what is wrong with it.
+    """
+    path = Path(ref)
+    if path.is_dir() or len(path.parts) != 1:
+        return path
+    root = resolve_store(store)
+    ids = [p.name for p in list_snapshots(root)]
+    matches = [name for name in ids if name == path.name] or [name for name in ids if name.startswith(path.name)]
+    if len(matches) == 1:
+        return root / matches[0]
+    if matches:
+        shown = ", ".join(matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
+        raise SnapshotError(f"snapshot {str(ref)!r} is ambiguous in store {root}: {len(matches)} ids start with it ({shown}); type more of the id")
+    raise SnapshotError(
+        f"snapshot {str(ref)!r} is neither a directory nor the id (or id prefix) of a snapshot in store {root}; "
+        "list them with 'genrun ls' (pick the store with --store or GENRUN_STORE)"
+    )

@@ -57,9 +57,9 @@ class ProgressEvent(_Event):
     event: Literal["progress"] = "progress"
     """Event tag."""
     units_per_s: float
-    """Cumulative rate since the first unit."""
+    """Cumulative rate since the first unit, per row (like `generated`; result.json's `units_per_s` sums rows)."""
     window_units_per_s: float
-    """Rate since the previous progress record."""
+    """Rate since the previous progress record, per row."""
     last_ids: tuple[int, ...] = ()
     """Last few token ids of row 0."""
 
@@ -70,7 +70,7 @@ class EndEvent(_Event):
     event: Literal["end"] = "end"
     """Event tag."""
     units_per_s: float
-    """Cumulative rate since the first unit."""
+    """Cumulative rate since the first unit, per row (like `generated`)."""
     last_ids: tuple[int, ...] = ()
     """Last few token ids of row 0."""
 

@@ -146,8 +146,9 @@ class UnitsSpec(Strict):
 class PolicySpec(Strict):
     """`[policy]`: what must be true before the run may start."""
 
-    require_approval: bool = False
-    """Refuse to execute without a valid `approve` sign-off for the current plan digest."""
+    require_approval: bool | Literal["any"] = False
+    """Refuse to execute without an `approve` sign-off for the current plan digest: `true` needs a signature
+    that verifies against the allowed-signers file; `"any"` also accepts an unsigned approval."""
 
 
 class DeterminismSpec(Strict):

@@ -59,7 +59,7 @@ class Result(Versioned):
     generated_tokens: int
     """Tokens generated over all rows (equals `generated` for token units)."""
     units_per_s: float | None
-    """generated / decode time."""
+    """generated / decode time: summed over all rows."""
     produced_seconds: float | None
     """Frame units: produced duration of the longest row."""
     requested_seconds: float | None
@@ -80,3 +80,7 @@ class Result(Versioned):
     """Pre-flight refusals were overridden."""
     notes: tuple[str, ...] = ()
     """Remarks the backend recorded (nested generate calls seen, signals after the first, ...)."""
+    rows: int | None = None
+    """Rows generated in parallel (sequences in generation-stop.json); None in files written before it was recorded."""
+    units_per_s_per_row: float | None = None
+    """Units of the furthest row / decode time: the per-row rate progress.ndjson and the plot show."""

@@ -4,17 +4,17 @@ from typing import Literal
 
 from ._versioning import Versioned
 
-Decision = Literal["approve", "accept", "reject"]
-DigestKind = Literal["plan", "snapshot"]
+Decision = Literal["approve", "accept", "reject", "revoke"]
+DigestKind = Literal["plan", "snapshot", "record"]
 
 
 class Signoff(Versioned):
     """One append-only sign-off record (its signature, if any, is `<file>.sig`)."""
 
     decision: Decision
-    """`approve` a plan; `accept` or `reject` a sealed snapshot."""
+    """`approve` a plan; `accept` or `reject` a sealed snapshot; `revoke` an earlier record."""
     digest_kind: DigestKind
-    """`plan` (sha256 of frozen-sha256.txt) or `snapshot` (sha256 of manifest-sha256.txt)."""
+    """`plan` (sha256 of frozen-sha256.txt), `snapshot` (sha256 of manifest-sha256.txt) or `record` (sha256 of the revoked record file)."""
     digest: str
     """The digest the decision is bound to."""
     snapshot_id: str
@@ -31,3 +31,5 @@ class Signoff(Versioned):
     """genrun version that wrote the record."""
     signed: bool
     """A `<file>.sig` SSH signature was made with namespace `<decision>@genrun`."""
+    revokes: str | None = None
+    """For `revoke`: the file name (under `signoffs/`) of the record it supersedes; None otherwise."""

@@ -55,9 +55,10 @@ def test_killed_run_is_incomplete_with_its_last_progress_record(snapshots) -> No
     assert verify_snapshot(killed).exit_code() == 1
 
 
-def test_plan_without_execution_is_incomplete(snapshots) -> None:
+def test_plan_without_execution_is_planned_not_failed(snapshots) -> None:
     found = check(snapshots.planned_only(), "completeness")
-    assert found.status == "FAIL" and "plan only" in found.message
+    assert found.status == "PASS" and found.message.startswith("planned, not executed")
+    assert verify_snapshot(snapshots.planned_only()).exit_code() == 0
 
 
 def test_result_without_seal_is_incomplete(snapshots, tmp_path: Path) -> None:
@@ -271,7 +272,7 @@ def test_exception_run_agrees_with_its_result_and_a_mismatch_fails(snapshots, tm
 def test_power_of_two_without_eos_explained_by_the_request_passes_with_a_note(snapshots) -> None:
     found = check(snapshots.get("pow2"), "hidden_cap")
     assert found.status == "PASS"
-    assert "16 tokens is a power of two without EOS, but it is the request's own max_new_tokens=16" in found.message
+    assert "16 tokens is a power of two without EOS, but it is max_new_tokens=16 set by the request" in found.message
 
 
 @pytest.mark.parametrize(("variant", "count", "origin"), [
@@ -296,13 +297,18 @@ def test_library_default_length_warns(snapshots) -> None:
     assert "cut at 20 tokens by the library default max_length=26 (prompt 6 + 20)" in found.message
 
 
-def test_output_cut_by_the_budget_warns_with_numbers(snapshots) -> None:
+def test_output_cut_by_the_requested_budget_is_information_with_numbers(snapshots) -> None:
     assert check(snapshots.get("eos"), "budget_truncation").status == "PASS"
     found = check(snapshots.get("budget"), "budget_truncation")
-    assert found.status == "WARN"
+    assert found.status == "PASS" and found.message.startswith("reached the limit set by the request")
     assert "cut by max_new_tokens: 8 of 8 new tokens (prompt 6, max_length 14)" in found.message
-    assert "Plan estimate: 8 tokens requested (from request)" in found.message
     assert found.evidence["budget_estimate"]["requested_units"] == 8
+
+
+def test_output_cut_by_a_limit_from_the_model_config_warns_with_numbers(snapshots) -> None:
+    found = check(snapshots.get("model_cap"), "budget_truncation")
+    assert found.status == "WARN" and "the limit did not come from the request" in found.message
+    assert "cut by max_new_tokens: 16 of 16 new tokens" in found.message
 
 
 # --- frames ------------------------------------------------------------------------------------------------

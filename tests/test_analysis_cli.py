@@ -34,11 +34,12 @@ def test_verify_prints_a_table_and_the_summary_line_and_exits_0(snapshots) -> No
 
 
 def test_verify_warnings_exit_0_unless_strict(snapshots) -> None:
-    budget = snapshots.get("budget")
-    relaxed = run_genrun("verify", budget)
+    capped = snapshots.get("model_cap")
+    relaxed = run_genrun("verify", capped)
     assert relaxed.returncode == 0, relaxed.stdout
-    assert summary_of(relaxed.stdout)[2] == 1  # budget_truncation
-    strict = run_genrun("verify", budget, "--strict")
+    assert summary_of(relaxed.stdout)[2] == 2  # hidden_cap, budget_truncation (the limit came from the model's config)
+    assert run_genrun("verify", snapshots.get("budget"), "--strict").returncode == 0  # the request's own limit, reached
+    strict = run_genrun("verify", capped, "--strict")
     assert strict.returncode == 1 and summary_of(strict.stdout) == summary_of(relaxed.stdout)
 
 

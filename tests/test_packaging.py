@@ -95,6 +95,7 @@ def test_a_users_analysis_package_works_under_execute_require_approval(wheel_env
         f'name = "collision"\nseed = 0\n[model]\npath = "{TINY_LM}"\ndtype = "float32"\ndevice = "cpu"\n'
         '[input]\nprompt = "count down from 5 :"\n[generation]\nmax_new_tokens = 16\n'
         '[entrypoint]\ncallable = "entry:run"\n'
+        '[policy]\nrequire_approval = "any"\n'  # an unsigned approval counts (the gate itself is tested in test_approval_gate.py)
     )
     genrun = str(wheel_env / "bin" / "genrun")
     store = tmp_path / "store"

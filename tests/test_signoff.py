@@ -25,6 +25,7 @@ from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 from genrun.analysis.signoffs import (
     NO_ALLOWED_SIGNERS,
     SSH_KEYGEN_MISSING,
+    UNVERIFIED,
     SignoffStatus,
     default_allowed_signers,
     evaluate_signoffs,
@@ -256,11 +257,11 @@ def test_plan_modified_after_approval_is_refused(tmp_path: Path, keys: Keys) -> 
 def test_appended_frozen_manifest_is_refused(tmp_path: Path) -> None:
     snapshot = make_planned_snapshot(tmp_path / "store")
     make_signoff(snapshot, "approve", ALICE, None, None, [])
-    assert check_approval(snapshot).state == "unsigned"
+    assert check_approval(snapshot, allow_unsigned=True).state == "unsigned"
     frozen = snapshot / layout.FROZEN_MANIFEST
     frozen.write_bytes(frozen.read_bytes() + b"0" * 64 + b"  model.json\n")
     with pytest.raises(ApprovalRequired, match="digest no longer matches"):
-        check_approval(snapshot)
+        check_approval(snapshot, allow_unsigned=True)
 
 
 def test_no_approve_record_is_refused(tmp_path: Path) -> None:
@@ -352,8 +353,10 @@ def test_unsigned_record_is_shown_as_unsigned(tmp_path: Path, keys: Keys) -> Non
     status = only(evaluate_signoffs(snapshot, keys.allowed))
     assert (status.state, status.reason, status.by) == ("unsigned", "no signature", ALICE)
     assert summarize_signoffs([status]) == f"approve unsigned ({ALICE})"
-    # The gate lets an unsigned approval through, and says so.
-    assert check_approval(snapshot, keys.allowed) == status
+    # The gate refuses an unsigned approval unless the policy says "any"; then it says so.
+    with pytest.raises(ApprovalRequired, match='unsigned ones count only with \\[policy\\] require_approval = "any"'):
+        check_approval(snapshot, keys.allowed)
+    assert check_approval(snapshot, keys.allowed, allow_unsigned=True) == status
     assert "UNSIGNED" in describe_approval(status)
 
 
@@ -398,9 +401,10 @@ def test_allowed_signers_default_comes_from_git(tmp_path: Path, keys: Keys) -> N
     make_signoff(snapshot, "approve", ALICE, keys.alice, None, [])
     assert default_allowed_signers() is None
     status = only(evaluate_signoffs(snapshot, None))
-    assert (status.state, status.reason) == ("invalid", NO_ALLOWED_SIGNERS)
+    assert (status.state, status.reason) == ("unverified", UNVERIFIED)
     with pytest.raises(ApprovalRequired, match="no allowed-signers file"):
         check_approval(snapshot)
+    assert NO_ALLOWED_SIGNERS in str(pytest.raises(ApprovalRequired, check_approval, snapshot).value)
 
     git_set("gpg.ssh.allowedSignersFile", str(keys.allowed))
     assert default_allowed_signers() == keys.allowed

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from genrun.analysis.install_hint import install_hint
+
 from ..errors import RequestError
 
 SAFETENSORS_DTYPE_BYTES = {
@@ -68,7 +70,7 @@ def pipeline_class(model_dir: Path) -> type:
     try:
         import diffusers
     except ImportError:
-        raise RequestError("[model] backend = 'diffusers' needs the diffusers extra: pip install 'genrun[diffusers]'") from None
+        raise RequestError(f"[model] backend = 'diffusers' needs the diffusers extra: {install_hint('diffusers')}") from None
     found = getattr(diffusers, class_name, None)
     if found is None:
         raise RequestError(f"model_index.json names pipeline class {class_name!r}, which diffusers {diffusers.__version__} does not have")

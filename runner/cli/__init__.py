@@ -8,6 +8,7 @@ from genrun import offline_hub
 from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
 
+from ._interrupt import SIGINT_EXIT
 from ._output import print_error
 
 SUBCOMMANDS = ("run", "plan", "execute", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "export", "schema")
@@ -32,11 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     # and an accidental hub call would hang on a closed network instead of failing clearly.
     offline_hub()
     args = build_parser().parse_args(argv)
+    if hasattr(args, "quiet"):  # commands that load models: genrun owns the terminal
+        from ._library_output import take_over_library_output
+        from ._output import set_quiet
+
+        set_quiet(args.quiet)
+        take_over_library_output(args.quiet)
     try:
         return args.handler(args)
     except GenrunError as exc:
         print_error(str(exc))
         return exc.exit_code
+    except KeyboardInterrupt:  # commands that make or run snapshots say more (cli/_interrupt.py)
+        print_error("interrupted (Ctrl-C)")
+        return SIGINT_EXIT
 
 
 if __name__ == "__main__":

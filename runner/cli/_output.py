@@ -31,12 +31,19 @@ stderr_console: Console = _StreamConsole(stderr=True)  # type: ignore[assignment
 """Diagnostics, progress and human summaries."""
 stdout_console: Console = _StreamConsole(stderr=False)  # type: ignore[assignment]
 """Human tables that a user may pipe (ls, verify, report)."""
+error_console = Console(stderr=True, highlight=False)
+"""Errors: shown even with --quiet."""
+
+
+def set_quiet(quiet: bool) -> None:
+    """`--quiet`: no human progress or summaries on stderr (errors and --json documents still appear)."""
+    stderr_console.quiet = quiet
 
 
 def print_error(message: str) -> None:
     """`genrun: error: <message>` on stderr."""
     # escape(): messages quote request tables like "[generation]", which rich would eat as markup.
-    stderr_console.print(f"[bold red]genrun: error:[/] {escape(message)}", soft_wrap=True)
+    error_console.print(f"[bold red]genrun: error:[/] {escape(message)}", soft_wrap=True)
 
 
 def print_json(document: Any) -> None:

@@ -19,8 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("a", metavar="A", help="first snapshot directory")
-    parser.add_argument("b", metavar="B", help="second snapshot directory")
+    parser.add_argument("a", metavar="A", help="first snapshot: directory, id, or unique id prefix in the store")
+    parser.add_argument("b", metavar="B", help="second snapshot: directory, id, or unique id prefix in the store")
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)
 
@@ -28,9 +29,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import SnapshotNotFound, diff_snapshots, render_diff
     from genrun.runner.errors import SnapshotError
+    from genrun.runner.store import find_snapshot
 
     try:
-        diff = diff_snapshots(args.a, args.b)
+        diff = diff_snapshots(find_snapshot(args.a, args.store), find_snapshot(args.b, args.store))
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.json:

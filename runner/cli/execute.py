@@ -9,6 +9,8 @@ from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.stop import describe_stop
 from genrun.schemas.rendering import human_bytes
 
+from ._interrupt import report_interrupt
+from ._library_output import add_quiet_argument
 from ._output import print_json, stderr_console
 
 
@@ -28,17 +30,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", help="snapshot directory made by 'genrun plan'")
-    parser.add_argument("--require-approval", action="store_true", help="refuse to run without a valid approve sign-off")
+    parser.add_argument("snapshot", help="snapshot made by 'genrun plan': directory, id, or unique id prefix in the store")
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_approval_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print result.json's content on stdout and nothing else there")
+    add_quiet_argument(parser)
     parser.set_defaults(handler=handle)
+
+
+def add_approval_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--require-approval` and `--allowed-signers`, shared by `execute` and `run`."""
+    parser.add_argument(
+        "--require-approval", action="store_true",
+        help="refuse to run without a signed approve sign-off that verifies (unsigned ones count only with [policy] require_approval = \"any\")",
+    )
+    parser.add_argument(
+        "--allowed-signers", type=Path, metavar="FILE",
+        help="allowed-signers file for checking approve signatures (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)",
+    )
 
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.execute import execute_snapshot
 
-    snapshot = Path(args.snapshot)
-    result = execute_snapshot(snapshot, require_approval=args.require_approval, live=False if args.json else None)
+    from genrun.runner.store import find_snapshot
+
+    snapshot = find_snapshot(args.snapshot, args.store)
+    try:
+        result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
+    except KeyboardInterrupt:
+        return report_interrupt(snapshot)
     if args.json:
         print_json(result.model_dump(mode="json"))
     else:
@@ -53,27 +74,26 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     """Human summary on stderr: status, per-sequence stop reasons, counts, timings."""
     style = _STATUS_STYLE.get(result.status, "white")
     out = stderr_console
-    out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}")
+    out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}", soft_wrap=True)
     for seq in _stops(snapshot_dir):
-        out.print(f"  {escape(_describe_row(seq))}")
-    rate = f", {result.units_per_s:,.1f} {result.unit}s/s" if result.units_per_s is not None else ""
-    out.print(f"  generated {result.generated:,} {result.unit}s{rate}")
+        out.print(f"  {escape(_describe_row(seq))}", soft_wrap=True)
+    out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
     if result.produced_seconds is not None:
         requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
-        out.print(f"  produced {result.produced_seconds:.2f} s{requested}")
+        out.print(f"  produced {result.produced_seconds:.2f} s{requested}", soft_wrap=True)
     t = result.timings
     first = "first step" if result.unit == "step" else f"first {result.unit}"
     phases = [("load", t.load_s), (first, t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
-    out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None))
+    out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None), soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
-        out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}")
+        out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
     if result.exception is not None:
-        out.print(f"  [red]exception[/] {escape(result.exception.type)}: {escape(result.exception.message)}")
+        out.print(f"  [red]exception[/] {escape(result.exception.type)}: {escape(result.exception.message)}", soft_wrap=True)
     if result.signal is not None:
         kept = "partial outputs" if result.unit == "step" else "partial ids"
-        out.print(f"  [yellow]interrupted by {result.signal}[/]; {kept} and progress are kept")
+        out.print(f"  [yellow]interrupted by {result.signal}[/]; {kept} and progress are kept", soft_wrap=True)
     for note in result.notes:
-        out.print(f"  note: {escape(note)}")
+        out.print(f"  note: {escape(note)}", soft_wrap=True)
 
 
 def _stops(snapshot_dir: Path) -> tuple:
@@ -88,3 +108,14 @@ def _describe_row(seq) -> str:
     if seq.steps_planned is not None:
         return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
     return f"sequence {seq.index}: {describe_stop(seq)} after {seq.generated:,} tokens"
+
+
+def describe_rates(result: Result) -> str:
+    """`, 60.1 tokens/s summed over 3 rows (20.0 tokens/s per row)`; one row: `, 32.7 tokens/s (1 row)`."""
+    if result.units_per_s is None:
+        return ""
+    unit = f"{result.unit}s/s"
+    if not result.rows or result.rows == 1:
+        return f", {result.units_per_s:,.1f} {unit}" + (" (1 row)" if result.rows == 1 else "")
+    per_row = f" ({result.units_per_s_per_row:,.1f} {unit} per row)" if result.units_per_s_per_row is not None else ""
+    return f" over {result.rows} rows, {result.units_per_s:,.1f} {unit} summed over rows{per_row}"

@@ -14,7 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--html`, `--store` and `--allowed-signers` on `genrun report`."""
     parser.add_argument("--html", type=Path, metavar="FILE",
                         help="write one self-contained HTML page (inline CSS and SVG, no scripts, no network) for review before signoff")
-    parser.add_argument("--store", metavar="DIR", help="with --html and no SNAPSHOT: an index page of every snapshot in DIR")
+    parser.add_argument("--store", metavar="DIR",
+                        help="the store a snapshot id is looked up in (default: $GENRUN_STORE or ./snapshots); "
+                             "with --html and no SNAPSHOT: an index page of every snapshot in DIR")
     parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
                         help="allowed-signers file for judging signed sign-offs (default: git's gpg.ssh.allowedSignersFile)")
 
@@ -22,16 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import GenrunError
 
-    if args.html is None:
-        raise GenrunError("--store needs --html FILE (the store index is an HTML page); for one snapshot's terminal report drop --store")
+    from genrun.runner.store import find_snapshot
+
     if args.json or args.plot is not None:
         raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
-    if args.snapshot is not None and args.store is not None:
-        raise GenrunError("give either SNAPSHOT (a review page) or --store DIR (an index page), not both")
     if args.snapshot is None and args.store is None:
         raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
-        return _review_page(args.snapshot, args.html, args.allowed_signers)
+        return _review_page(str(find_snapshot(args.snapshot, args.store)), args.html, args.allowed_signers)
     return _index_page(args.store, args.html, args.allowed_signers)
 
 

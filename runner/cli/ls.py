@@ -1,15 +1,17 @@
 """`genrun ls`: the snapshots in a store, their state and stop reasons at a glance."""
 
 import argparse
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import orjson
+from rich.console import Console
 from rich.table import Table
 
 from genrun.schemas import layout
 
-from ._output import print_json, stdout_console
+from ._output import print_json, stderr_console, stdout_console
 
 
 class SnapshotRow(NamedTuple):
@@ -28,7 +30,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ls",
         help="list the snapshots in a store",
-        epilog="example: genrun ls --store snapshots\n  20261129T101500Z-tiny-3fa2c1  succeeded  sealed  8  eos  -",
+        epilog=(
+            "example: genrun ls --store snapshots\n  20261129T101500Z-tiny-3fa2c1  succeeded  yes  8  eos  -\n"
+            "ids are shown in full (other columns are dropped on a narrow terminal); every command that takes a\n"
+            "SNAPSHOT accepts its directory, its id, or a unique id prefix"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
@@ -45,14 +51,52 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"store": str(store), "snapshots": [row._asdict() for row in rows]})
         return 0
-    table = Table(title=f"{len(rows)} snapshot(s) in {store}")
-    for column in ("id", "state", "sealed", "generated", "stop reasons", "sign-offs"):
-        table.add_column(column)
-    for row in rows:
-        generated = "-" if row.generated is None else f"{row.generated:,}"
-        table.add_row(row.id, row.state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
-    stdout_console.print(table)
+    cells = [_cells(row) for row in rows]
+    width = stdout_console.width if stdout_console.is_terminal else None  # piped: never cut anything
+    shown = columns_that_fit(cells, width)
+    table = Table(title=f"{len(rows)} snapshot(s) in {store}", title_justify="left")
+    id_fits = width is None or _table_width(cells, [0]) <= width
+    for index in shown:
+        # ids are never cut: other columns go first (they are in --json); an id wider than the terminal wraps whole
+        table.add_column(COLUMNS[index], no_wrap=index == 0 and id_fits, overflow="fold")
+    for row in cells:
+        table.add_row(*(row[index] for index in shown))
+    # piped: a console exactly as wide as the table (rich would otherwise cut to 80 columns)
+    out = stdout_console if width is not None else Console(file=sys.stdout, width=_table_width(cells, shown), highlight=False)
+    out.print(table)
+    dropped = [COLUMNS[i] for i in range(len(COLUMNS)) if i not in shown]
+    if dropped:
+        stderr_console.print(f"(columns {', '.join(dropped)} left out to fit {width} columns; see them with --json or a wider terminal)",
+                             markup=False, highlight=False)
     return 0
+
+
+COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
+"""Left to right in order of importance: the last ones are dropped first on a narrow terminal."""
+_CELL_PADDING = 3  # rich's default box: one border and two spaces of padding per column
+
+
+def _cells(row: SnapshotRow) -> tuple[str, ...]:
+    generated = "-" if row.generated is None else f"{row.generated:,}"
+    return (row.id, row.state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
+
+
+def _table_width(cells: list[tuple[str, ...]], shown: list[int]) -> int:
+    widest = [max([len(COLUMNS[i]), *(len(row[i]) for row in cells)]) for i in shown]
+    return sum(w + _CELL_PADDING for w in widest) + 1
+
+
+def columns_that_fit(cells: list[tuple[str, ...]], width: int | None) -> list[int]:
+    """Indexes of the columns to show: all when `width` is None, else drop from the right until the table fits.
+
+    The id column always stays; only when an id alone is wider than the terminal does it wrap (never cut).
+    """
+    shown = list(range(len(COLUMNS)))
+    if width is None:
+        return shown
+    while len(shown) > 1 and _table_width(cells, shown) > width:
+        shown.pop()
+    return shown
 
 
 def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:

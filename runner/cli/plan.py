@@ -4,10 +4,12 @@ import argparse
 
 from rich.markup import escape
 
+from genrun.analysis import describe_memory
 from genrun.schemas import TokenBudget, layout
 from genrun.schemas.digests import plan_digest
 from genrun.schemas.rendering import human_bytes
 
+from ._library_output import add_quiet_argument
 from ._output import print_json, stderr_console
 
 
@@ -29,6 +31,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--force", action="store_true", help="plan even if the pre-flight budget does not fit (recorded)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_quiet_argument(parser)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -44,15 +47,16 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def print_plan_summary(snapshot, budget: TokenBudget) -> None:
-    """Where the plan is, and the budget in one line."""
-    stderr_console.print(f"planned [bold]{snapshot}[/] (plan digest {plan_digest(snapshot)[:12]}…)")
+    """Where the plan is, the budget in one line, and the memory estimate by part in another."""
+    stderr_console.print(f"planned [bold]{escape(str(snapshot))}[/] (plan digest {plan_digest(snapshot)[:12]}…)", soft_wrap=True)
     limit = f"{budget.requested_units:,} {budget.units}s" if budget.requested_units is not None else "no length limit"
     parts = [f"budget: {limit} ({budget.requested_units_source})"]
     if budget.prompt_tokens is not None:
         parts.append(f"prompt {budget.prompt_tokens:,} tokens")
     if budget.context_limit is not None:
         parts.append(f"context {budget.context_limit:,}")
-    parts.append(f"needs ~{human_bytes(budget.required_bytes)} of {budget.device}")
-    stderr_console.print("  " + ", ".join(parts))
+    # soft_wrap: the terminal wraps long lines itself; rich would cut inside a phrase ("of\ncpu")
+    stderr_console.print("  " + ", ".join(parts), soft_wrap=True)
+    stderr_console.print(f"  memory: needs {describe_memory(budget)}", soft_wrap=True, markup=False)
     for refusal in budget.refusals:
         stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}")

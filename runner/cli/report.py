@@ -25,22 +25,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="snapshot directory (or --store DIR --html FILE for an index page)")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", nargs="?",
+                        help="snapshot directory, id, or unique id prefix in the store (omit with --store DIR --html FILE: an index page)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
-                        help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]')")
+                        help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]', or pip install -e '.[plot]' in a checkout)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
     html_report.add_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.html is not None or args.store is not None:
+    if args.html is not None:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
     from genrun.runner.errors import GenrunError, SnapshotError
+    from genrun.runner.store import find_snapshot
+
+    if args.snapshot is None:
+        raise GenrunError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
+                          "for an index page of the store use --store DIR --html FILE")
 
     try:
-        report = report_snapshot(args.snapshot)
+        report = report_snapshot(find_snapshot(args.snapshot, args.store))
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.plot is not None:

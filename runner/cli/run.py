@@ -4,7 +4,9 @@ import argparse
 
 from genrun.schemas import TokenBudget, layout
 
+from ._interrupt import report_interrupt
 from ._output import print_json
+from .execute import add_approval_arguments
 from .plan import add_plan_arguments, print_plan_summary
 
 
@@ -15,15 +17,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Freeze REQUEST into a snapshot, run it with full instrumentation, and seal the snapshot.",
         epilog=(
             "example: genrun run examples/tiny.toml\n"
-            "  planned snapshots/20261129T101500Z-tiny-3fa2c1 ...\n"
-            "  succeeded: sequence 0 stopped by eos (id 1) after 8 tokens\n"
+            "  planned snapshots/20261129T101500Z-tiny-3fa2c1 (plan digest 9b1e4c0d2f7a…)\n"
+            "    budget: 64 tokens (request), prompt 5 tokens, context 256\n"
+            "    memory: needs ~2.35 GiB of cpu = weights 309.3 KiB + KV cache 19.0 KiB + activations 192 B + margin 2.35 GiB (…)\n"
+            "  succeeded: snapshots/20261129T101500Z-tiny-3fa2c1\n"
+            "    sequence 0: eos (id 2) after 13 tokens\n"
+            "Ctrl-C before execution starts keeps the plan (exit 130): run it later with 'genrun execute ID'.\n"
             "exit codes: 0 success (any stop reason), 1 generation failed, 2 request refused,\n"
             "            3 pre-flight budget refused, 130/143 interrupted (SIGINT/SIGTERM)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_plan_arguments(parser)
-    parser.add_argument("--require-approval", action="store_true", help="refuse to run without a valid approve sign-off")
+    add_approval_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -33,10 +39,14 @@ def handle(args: argparse.Namespace) -> int:
 
     from .execute import render_summary
 
-    snapshot = plan_request(args.request, store=args.store, force=args.force)
-    if not args.json:
-        print_plan_summary(snapshot, TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()))
-    result = execute_snapshot(snapshot, require_approval=args.require_approval, live=None if not args.json else False)
+    snapshot = None
+    try:
+        snapshot = plan_request(args.request, store=args.store, force=args.force)
+        if not args.json:
+            print_plan_summary(snapshot, TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()))
+        result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
+    except KeyboardInterrupt:
+        return report_interrupt(snapshot)
     if args.json:
         print_json({"snapshot": str(snapshot), "result": result.model_dump(mode="json")})
     else:

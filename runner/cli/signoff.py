@@ -1,10 +1,11 @@
-"""`genrun signoff SNAPSHOT --decision approve|accept|reject`: append an owner's decision bound to a digest."""
+"""`genrun signoff SNAPSHOT --decision approve|accept|reject` (or `--revoke RECORD`): append an owner's decision bound to a digest."""
 
 import argparse
 from pathlib import Path
 
 from rich.markup import escape
 
+from genrun.runner.signoff import DECISIONS
 from genrun.schemas import Signoff
 
 from ._output import print_json, stderr_console
@@ -14,10 +15,14 @@ approve binds the plan digest (before 'genrun execute'); accept and reject bind 
 digest and need a sealed snapshot. Each sign-off is a new file under SNAPSHOT/signoffs/. With
 --key (or git's user.signingkey when gpg.format = ssh) it is signed with
 'ssh-keygen -Y sign -n <decision>@genrun'; check it with 'genrun verify --allowed-signers FILE'.
+--by defaults to the principal the allowed-signers file lists for the key (then git's user.email).
+A record is never changed: '--revoke RECORD' appends a revocation, and verify then shows RECORD as revoked.
 
 example: genrun signoff snapshots/20261129T101500Z-tiny-3fa2c1 --decision approve --key ~/.ssh/id_ed25519 --accept-gap "no CUDA numbers"
   signed approve by alice@example.com, plan digest 9b1e4c0d2f7a…
-  snapshots/20261129T101500Z-tiny-3fa2c1/signoffs/20261129T101702Z-approve-5c1e9a02.json"""
+  snapshots/20261129T101500Z-tiny-3fa2c1/signoffs/20261129T101702Z-approve-5c1e9a02.json
+example: genrun signoff 20261129T101500Z-tiny --revoke 20261129T101702Z-approve-5c1e9a02.json --key ~/.ssh/id_ed25519
+  signed revoke by alice@example.com of 20261129T101702Z-approve-5c1e9a02.json"""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -28,11 +33,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", help="snapshot directory")
+    parser.add_argument("snapshot", help="snapshot directory, id, or unique id prefix in the store")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--decision", choices=DECISIONS, help="approve a plan; accept or reject results")
+    what.add_argument("--revoke", metavar="RECORD", help="supersede an earlier record (its file name under signoffs/)")
     parser.add_argument(
-        "--decision", required=True, choices=("approve", "accept", "reject"), help="approve a plan; accept or reject results"
+        "--by", metavar="NAME",
+        help="who decides (default: the principal the allowed-signers file lists for --key, then git's user.email)",
     )
-    parser.add_argument("--by", metavar="NAME", help="who decides; the principal in the allowed-signers file (default: git's user.email)")
+    parser.add_argument(
+        "--allowed-signers", type=Path, metavar="FILE",
+        help="where --by is looked up for the key (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)",
+    )
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--key", type=Path, metavar="PATH", help="SSH private key to sign with (default: git's user.signingkey when gpg.format = ssh)")
     parser.add_argument("--note", metavar="TEXT", help="free text kept in the record")
     parser.add_argument(
@@ -44,16 +57,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.signoff import make_signoff
-    from genrun.runner.store import open_snapshot
+    from genrun.runner.store import find_snapshot
 
-    snapshot = open_snapshot(args.snapshot)
-    path = make_signoff(snapshot, args.decision, args.by, args.key, args.note, args.accepted_gaps)
+    snapshot = find_snapshot(args.snapshot, args.store)
+    decision = "revoke" if args.revoke is not None else args.decision
+    path = make_signoff(snapshot, decision, args.by, args.key, args.note, args.accepted_gaps,
+                        allowed_signers=args.allowed_signers, revokes=args.revoke)
     record = Signoff.model_validate_json(path.read_bytes())
     signature = path.with_name(path.name + ".sig") if record.signed else None
     if args.json:
         print_json({"path": str(path), "signature": str(signature) if signature else None, "record": record.model_dump(mode="json")})
         return 0
     how = "signed" if record.signed else "[yellow]unsigned[/]"
-    stderr_console.print(f"{how} {record.decision} by {escape(record.by)}, {record.digest_kind} digest {record.digest[:12]}…")
+    bound = f"of {record.revokes}" if record.revokes else f"{record.digest_kind} digest {record.digest[:12]}…"
+    stderr_console.print(f"{how} {record.decision} by {escape(record.by)}, {escape(bound)}")
     stderr_console.print(str(path), markup=False, soft_wrap=True)
     return 0

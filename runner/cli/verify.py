@@ -3,6 +3,8 @@
 import argparse
 from pathlib import Path
 
+from genrun.analysis.checks import CHECKS
+
 from ._output import print_json, stdout_console
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -17,24 +19,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "example: genrun verify snapshots/20261129T101500Z-tiny-3fa2c1\n"
             "  completeness         PASS  sealed: result.json (status succeeded) and manifest-sha256.txt are present\n"
             "  ...\n"
-            "  19 checks: 14 passed, 0 warnings, 0 failed, 5 skipped; examined 14 files, 13 token ids, 6 progress records"
+            f"  {len(CHECKS)} checks: P passed, W warnings, F failed, S skipped; examined N files, T token ids, R progress records\n"
+            "a planned, never-executed snapshot passes as 'planned, not executed' (its frozen part is checked)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, id, or unique id prefix in the store")
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--json", action="store_true", help="print one JSON document (findings + summary) on stdout")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
-                        help="SSH allowed-signers file for sign-off signatures (default: git's gpg.ssh.allowedSignersFile)")
+                        help="SSH allowed-signers file for sign-off signatures (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import SnapshotNotFound, summary_line, verify_snapshot
     from genrun.runner.errors import SnapshotError
+    from genrun.runner.store import find_snapshot
 
     try:
-        verification = verify_snapshot(args.snapshot, allowed_signers=args.allowed_signers)
+        verification = verify_snapshot(find_snapshot(args.snapshot, args.store), allowed_signers=args.allowed_signers)
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.json:

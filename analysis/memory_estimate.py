@@ -1,0 +1,55 @@
+"""The plan's memory estimate as its parts, in one line for the CLI and the report.
+
+`required_bytes` alone hides that on a small model most of it is the safety margin (a fraction
+of the device's *total* memory, `[budget] memory_margin_fraction`): showing weights, KV cache,
+activations and margin separately says which one to act on. Standard library only.
+"""
+
+from typing import NamedTuple, Protocol
+
+
+class BudgetBytes(Protocol):
+    """The `TokenBudget` fields this module reads (a protocol, so a loaded dict-backed view works too)."""
+
+    required_bytes: int
+    weight_bytes: int
+    kv_bytes_at_budget: int | None
+    activation_bytes_estimate: int
+    margin_bytes: int
+    device: str
+    device_memory_total_bytes: int | None
+
+
+class MemoryPart(NamedTuple):
+    """One term of `required_bytes`."""
+
+    name: str
+    bytes: int
+
+
+def human_bytes(n: int) -> str:
+    """`2.35 GiB`, `11.0 KiB`, `17 B`."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.{2 if unit == 'GiB' else 1}f} {unit}"
+        value /= 1024
+    return f"{value:,.2f} GiB"
+
+
+def memory_parts(budget: BudgetBytes) -> tuple[MemoryPart, ...]:
+    """weights + KV cache + activations + margin = `required_bytes` (token-budget.json's own numbers)."""
+    return (
+        MemoryPart("weights", budget.weight_bytes),
+        MemoryPart("KV cache", budget.kv_bytes_at_budget or 0),
+        MemoryPart("activations", budget.activation_bytes_estimate),
+        MemoryPart("margin", budget.margin_bytes),
+    )
+
+
+def describe_memory(budget: BudgetBytes) -> str:
+    """`~2.35 GiB of cpu = weights 309.3 KiB + KV cache 11.0 KiB + activations 1.0 MiB + margin 2.34 GiB (10 % of cpu's 23.4 GiB)`."""
+    terms = " + ".join(f"{part.name} {human_bytes(part.bytes)}" for part in memory_parts(budget))
+    total = budget.device_memory_total_bytes
+    share = f" ({budget.margin_bytes / total:.0%} of {budget.device}'s {human_bytes(total)}, kept free)" if total else ""
+    return f"~{human_bytes(budget.required_bytes)} of {budget.device} = {terms}{share}"
