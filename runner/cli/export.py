@@ -20,7 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Create one MLflow run from SNAPSHOT: params, metrics with their real timestamps, tags, artifacts.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, id, or unique id prefix in the store")
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--mlflow", action="store_true", required=True, help="export to MLflow (the only target for now)")
     parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default)")
     parser.add_argument("--experiment", default="genrun", metavar="NAME", help="MLflow experiment (created if missing; default genrun)")
@@ -31,12 +32,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.mlflow_export import export_to_mlflow
+    from genrun.runner.store import find_snapshot
 
-    exported = export_to_mlflow(args.snapshot, args.tracking_uri, args.experiment, again=args.again)
+    snapshot = find_snapshot(args.snapshot, args.store)
+    exported = export_to_mlflow(snapshot, args.tracking_uri, args.experiment, again=args.again)
     if args.json:
         print_json(exported._asdict())
     else:
-        stderr_console.print(f"exported {args.snapshot} as MLflow run {exported.run_id} in experiment {args.experiment} at "
+        stderr_console.print(f"exported {snapshot} as MLflow run {exported.run_id} in experiment {args.experiment} at "
                              f"{exported.tracking_uri} ({exported.params} params, {exported.metrics} metrics, {exported.artifacts} files)",
                              markup=False, highlight=False, soft_wrap=True)
     return 0

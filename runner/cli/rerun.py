@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", help="a sealed snapshot directory (the parent)")
+    parser.add_argument("snapshot", help="a sealed snapshot (the parent): directory, id, or unique id prefix in $GENRUN_STORE or ./snapshots")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="change a request key, e.g. generation.max_new_tokens=64 or seed=1 (repeatable)")
     parser.add_argument("--unset", dest="unsets", action="append", default=[], metavar="KEY",
@@ -56,8 +56,10 @@ def handle(args: argparse.Namespace) -> int:
         if not args.json:
             print_plan_summary(child, TokenBudget.model_validate_json((child / layout.TOKEN_BUDGET).read_bytes()))
 
+    from genrun.runner.store import find_snapshot
+
     outcome = rerun_snapshot(
-        args.snapshot, args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
+        find_snapshot(args.snapshot), args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
         store=args.store, force=args.force, live=False if args.json else None, on_planned=planned,
     )
     child = read_snapshot(outcome.child)

@@ -25,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Follow SNAPSHOT's progress stream while 'genrun run' writes it, until it is sealed.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory (made by 'genrun run' or 'genrun plan')")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory (made by 'genrun run' or 'genrun plan'), id, or unique id prefix")
+    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--stall-after", type=float, metavar="SECONDS",
                         help="warn when no progress record arrived for this long (default: 3 × the request's [progress] every_seconds)")
     parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="how often to read the stream (default 1)")
@@ -40,7 +41,9 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import GenrunError, SnapshotError
     from genrun.schemas import layout
 
-    snapshot = Path(args.snapshot)
+    from genrun.runner.store import find_snapshot
+
+    snapshot = find_snapshot(args.snapshot, args.store)
     if not (snapshot / layout.FROZEN_MANIFEST).is_file():
         raise SnapshotError(f"{snapshot} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun run'")
     for flag, value in (("--interval", args.interval), ("--heartbeat", args.heartbeat), ("--stall-after", args.stall_after)):
