@@ -1,6 +1,7 @@
 """`genrun` command line: one module per subcommand, each a thin wrapper over a typed function."""
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -9,7 +10,7 @@ from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
 
 from ._interrupt import SIGINT_EXIT
-from ._output import print_error
+from ._output import print_error, set_quiet
 
 SUBCOMMANDS = ("run", "plan", "execute", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "export", "schema")
 """Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
@@ -33,14 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     # and an accidental hub call would hang on a closed network instead of failing clearly.
     offline_hub()
     args = build_parser().parse_args(argv)
+    quiet = getattr(args, "quiet", False)
+    set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over
+    output = contextlib.nullcontext()
     if hasattr(args, "quiet"):  # commands that load models: genrun owns the terminal
-        from ._library_output import take_over_library_output
-        from ._output import set_quiet
+        from ._library_output import library_output_taken_over
 
-        set_quiet(args.quiet)
-        take_over_library_output(args.quiet)
+        output = library_output_taken_over(quiet)
     try:
-        return args.handler(args)
+        with output:
+            return args.handler(args)
     except GenrunError as exc:
         print_error(str(exc))
         return exc.exit_code

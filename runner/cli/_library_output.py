@@ -7,9 +7,13 @@ records and Python warnings are printed by one handler, as dim `  transformers: 
 stderr, or not at all with `--quiet` (errors still show). Nothing here changes what generate does.
 """
 
+import contextlib
+import importlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 from rich.markup import escape
 
@@ -33,33 +37,82 @@ class GenrunLibraryHandler(logging.Handler):
             self.handleError(record)
 
 
-def take_over_library_output(quiet: bool) -> None:
-    """Before any model library is imported by the command: bars off, records through genrun (or only errors when quiet)."""
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read by huggingface_hub and transformers' tqdm wrapper at import
-    level = logging.ERROR if quiet else logging.WARNING
-    handler = GenrunLibraryHandler(level)
-    for name in LIBRARIES:
-        logger = logging.getLogger(name)
-        logger.handlers = [handler]
-        logger.setLevel(level)
-        logger.propagate = False
-    logging.captureWarnings(True)
-    if quiet:
-        warnings.simplefilter("ignore")
-    _quiet_transformers_default_handler()
+@contextlib.contextmanager
+def library_output_taken_over(quiet: bool) -> Iterator[None]:
+    """For one command: library bars off, their records through genrun (or only errors when quiet).
 
-
-def _quiet_transformers_default_handler() -> None:
-    """transformers/diffusers add their own stderr handler at import: import their logging module now and remove it."""
-    for module in ("transformers.utils.logging", "diffusers.utils.logging"):
+    Everything it changes (loggers, warning filters, the libraries' own handlers and bars, the
+    progress-bar variable) is put back afterwards, so `main([...])` called in-process (tests, a
+    user's script) leaves the process as it found it.
+    """
+    saved_env = os.environ.get(_BARS_ENV)
+    saved_loggers = [(lg, lg.handlers[:], lg.level, lg.propagate) for lg in map(logging.getLogger, LIBRARIES)]
+    library_state = _library_logging_state()
+    with warnings.catch_warnings():
+        os.environ[_BARS_ENV] = "1"  # read by huggingface_hub and transformers' tqdm wrapper at import
+        level = logging.ERROR if quiet else logging.WARNING
+        handler = GenrunLibraryHandler(level)
+        for logger, *_ in saved_loggers:
+            logger.handlers = [handler]
+            logger.setLevel(level)
+            logger.propagate = False
+        logging.captureWarnings(True)
+        if quiet:
+            warnings.simplefilter("ignore")
+        _quiet_library_default_handlers()
         try:
-            lib_logging = __import__(module, fromlist=["disable_default_handler"])
-        except ImportError:
+            yield
+        finally:
+            logging.captureWarnings(False)
+            for logger, handlers, old_level, propagate in saved_loggers:
+                logger.handlers, logger.propagate = handlers, propagate
+                logger.setLevel(old_level)
+            _restore_library_logging(library_state)
+            if saved_env is None:
+                os.environ.pop(_BARS_ENV, None)
+            else:
+                os.environ[_BARS_ENV] = saved_env
+
+
+_BARS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
+_LIBRARY_LOGGING = ("transformers.utils.logging", "diffusers.utils.logging")
+
+
+def _library_logging(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def _library_logging_state() -> list[tuple[Any, int, bool]]:
+    """(module, verbosity, progress bars on) of each importable library logging module."""
+    state = []
+    for name in _LIBRARY_LOGGING:
+        lib = _library_logging(name)
+        if lib is not None:
+            state.append((lib, lib.get_verbosity(), lib.is_progress_bar_enabled()))
+    return state
+
+
+def _quiet_library_default_handlers() -> None:
+    """transformers/diffusers add their own stderr handler at import: remove it and their progress bars."""
+    for name in _LIBRARY_LOGGING:
+        lib = _library_logging(name)
+        if lib is None:
             continue
-        level = logging.getLogger(module.split(".")[0]).level
-        lib_logging.disable_default_handler()  # also resets the level: put ours back
-        lib_logging.disable_progress_bar()
-        logging.getLogger(module.split(".")[0]).setLevel(level)
+        level = logging.getLogger(name.split(".")[0]).level
+        lib.disable_default_handler()  # also resets the level: put ours back
+        lib.disable_progress_bar()
+        logging.getLogger(name.split(".")[0]).setLevel(level)
+
+
+def _restore_library_logging(state: list[tuple[Any, int, bool]]) -> None:
+    for lib, verbosity, bars in state:
+        lib.enable_default_handler()
+        lib.set_verbosity(verbosity)
+        if bars:
+            lib.enable_progress_bar()
 
 
 def add_quiet_argument(parser) -> None:  # noqa: ANN001 (argparse.ArgumentParser)

@@ -19,11 +19,18 @@ class _StreamConsole:
         self._stderr = stderr
         self._stream: Any = None
         self._console: Console | None = None
+        self._quiet = False
+
+    def set_quiet(self, quiet: bool) -> None:
+        """Kept across remade Consoles (rich's own `quiet` lives on the Console)."""
+        self._quiet = quiet
+        if self._console is not None:
+            self._console.quiet = quiet
 
     def __getattr__(self, name: str) -> Any:
         stream = sys.stderr if self._stderr else sys.stdout
         if self._console is None or stream is not self._stream:
-            self._stream, self._console = stream, Console(file=stream, highlight=False)
+            self._stream, self._console = stream, Console(file=stream, highlight=False, quiet=self._quiet)
         return getattr(self._console, name)
 
 
@@ -37,7 +44,7 @@ error_console = Console(stderr=True, highlight=False)
 
 def set_quiet(quiet: bool) -> None:
     """`--quiet`: no human progress or summaries on stderr (errors and --json documents still appear)."""
-    stderr_console.quiet = quiet
+    stderr_console.set_quiet(quiet)
 
 
 def print_error(message: str) -> None:
