@@ -4,7 +4,9 @@ Order matters: cheap refusals (request, model path, generation keys, entry point
 before hashing gigabytes of weights, and nothing touches the store until everything passed.
 """
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from genrun.schemas import Request, TokenBudget, layout
 
@@ -19,13 +21,33 @@ from .request_loading import LoadedRequest, load_request, request_from_model
 from .store import create_snapshot, resolve_store
 
 
-def plan_request(request_path: str | Path | Request, store: str | Path | None = None, force: bool = False) -> Path:
+class PreparedPlan(NamedTuple):
+    """A request that passed every check, and how to freeze it (nothing written yet)."""
+
+    name: str
+    """The request's name (part of the snapshot id)."""
+    freeze: Callable[[Path], None]
+    """Writes the frozen files into a new snapshot directory."""
+
+
+def plan_request(request_path: str | Path | Request, store: str | Path | None = None, force: bool = False,
+                 *, base_dir: Path | None = None) -> Path:
     """Freeze a request (a file, or a `Request` built in Python) into a new snapshot directory and return its path.
 
     Raises RequestError (exit 2) for a bad request and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written.
+    A `Request` resolves relative paths against `base_dir` (default: the current directory).
     """
-    loaded = request_from_model(request_path, Path.cwd()) if isinstance(request_path, Request) else load_request(request_path)
+    prepared = prepare_plan(request_path, force=force, base_dir=base_dir)
+    return create_snapshot(resolve_store(store), prepared.name, prepared.freeze)
+
+
+def prepare_plan(request_path: str | Path | Request, force: bool = False, *, base_dir: Path | None = None) -> PreparedPlan:
+    """Every check of `plan_request` and the identities to freeze, without touching the store (sweeps check all items first)."""
+    if isinstance(request_path, Request):
+        loaded = request_from_model(request_path, base_dir or Path.cwd())
+    else:
+        loaded = load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
     if request.model.backend == "transformers" and request.input.is_empty() and request.entrypoint is None:
         raise RequestError("[input] is empty; a causal LM needs one of 'prompt', 'prompts' or 'messages'")
@@ -46,7 +68,7 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
         write_model_atomic(directory / layout.MODEL, model)
         write_model_atomic(directory / layout.TOKEN_BUDGET, budget)
 
-    return create_snapshot(resolve_store(store), request.name, freeze)
+    return PreparedPlan(request.name, freeze)
 
 
 def estimate_budget(loaded: LoadedRequest, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:

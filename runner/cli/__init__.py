@@ -10,7 +10,7 @@ from genrun.runner.errors import GenrunError
 
 from ._output import print_error
 
-SUBCOMMANDS = ("run", "plan", "execute", "verify", "report", "diff", "signoff", "ls", "schema")
+SUBCOMMANDS = ("run", "plan", "execute", "sweep", "verify", "report", "diff", "signoff", "ls", "schema")
 """Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
 
 
