@@ -33,6 +33,10 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.analysis._report_render import render_report
     from genrun.runner.errors import GenrunError, SnapshotError
 
+    from .sweep_verify import handle_sweep_report, sweep_target
+
+    if sweep_target(args.snapshot):
+        return handle_sweep_report(args)
     try:
         report = report_snapshot(args.snapshot)
     except SnapshotNotFound as exc:

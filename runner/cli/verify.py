@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, or a sweep snapshot (every item verified, distribution shown)")
     parser.add_argument("--json", action="store_true", help="print one JSON document (findings + summary) on stdout")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
@@ -33,6 +33,12 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import SnapshotNotFound, summary_line, verify_snapshot
     from genrun.runner.errors import SnapshotError
 
+    from genrun.analysis.sweep import is_sweep_dir
+
+    if is_sweep_dir(args.snapshot):
+        from .sweep_verify import handle_sweep
+
+        return handle_sweep(args)
     try:
         verification = verify_snapshot(args.snapshot, allowed_signers=args.allowed_signers)
     except SnapshotNotFound as exc:
