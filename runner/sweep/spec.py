@@ -72,7 +72,7 @@ def load_sweep(path: str | Path) -> SweepSource:
     try:
         body = SweepFile.model_validate(data).sweep
     except ValidationError as exc:
-        raise RequestError(format_validation_error(exc, f"sweep file {path}")) from None
+        raise RequestError(format_validation_error(exc, f"sweep file {path}", SweepFile)) from None
     base_path = (path.parent / body.request).absolute()
     base = load_request(base_path)  # the base request itself must be valid on its own
     base_table = _parse_table(base.source, base.format)
