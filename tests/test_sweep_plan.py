@@ -100,3 +100,25 @@ def test_sweep_file_is_strict(tmp_path: Path) -> None:
     sweep.write_text(sweep.read_text().replace("workers = 1", "worker = 1"))
     with pytest.raises(RequestError, match="did you mean 'workers'"):
         load_sweep(sweep)
+
+
+def test_sweep_artifacts_round_trip_and_refuse_unknown_keys(tmp_path: Path) -> None:
+    import orjson
+    from pydantic import ValidationError
+
+    from genrun.schemas.sweep import ATTEMPT_ADAPTER, ItemOutcome, SweepResult, WorkerModel
+
+    sweep = write_sweep(tmp_path, rows=ROWS)
+    assert main(["sweep", "plan", str(sweep), "--store", str(tmp_path / "store")]) == 0
+    raw = (only_sweep(tmp_path / "store") / "sweep-plan.json").read_bytes()
+    plan = SweepPlan.model_validate_json(raw)
+    assert orjson.loads(raw) == plan.model_dump(mode="json")  # written in normalised form
+    with pytest.raises(ValidationError, match="surprise"):
+        SweepPlan.model_validate(orjson.loads(raw) | {"surprise": 1})
+    outcome = ItemOutcome(index=0, status="lost", snapshot_id="a", snapshot_digest=None, attempts=("a",), stop_reasons=(), generated=None)
+    result = SweepResult(status="completed", counts={"lost": 1}, items=(outcome,))
+    assert SweepResult.model_validate_json(result.model_dump_json()) == result
+    worker = WorkerModel(worker="local-0", pid=1, loaded_for_snapshot="a", reused=False, items_before=0, model_digest="d", key="k")
+    assert WorkerModel.model_validate_json(worker.model_dump_json()) == worker
+    with pytest.raises(ValidationError):
+        ATTEMPT_ADAPTER.validate_json(b'{"event": "finished", "item": 0, "attempt": 1, "snapshot_id": "a", "t": 0}')

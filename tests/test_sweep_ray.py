@@ -49,4 +49,4 @@ def test_ray_and_local_sweeps_give_identical_token_ids(local_ray, tmp_path: Path
             assert {r["pid"] for r in records} != {os.getpid()}  # ran in the actor's process
             assert main(["verify", str(sweep)]) == 0
     assert ids["ray"] == ids["local"]
-    assert [len(x) for x in ids["local"]] == [4, 9, 12]  # n-1 .. 0 then EOS
+    assert [len(x) for x in ids["local"]] == [5, 10, 13]  # n-1 .. 0, then EOS

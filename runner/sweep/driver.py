@@ -39,6 +39,8 @@ class ItemState:
     """Set once the item is final."""
     lost: int = 0
     """Attempts lost so far."""
+    lost_with_driver: bool = False
+    """Its latest attempt was running when a previous driver died (logged as lost on resume)."""
 
 
 @dataclass
@@ -89,6 +91,8 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
     done = sum(1 for s in states if s.outcome is not None)
     notify = on_event or (lambda *_: None)
     for state in states:
+        if state.lost_with_driver:
+            _log_end(log, state, "lost", "the driver stopped while this item ran", origin, None)
         if state.outcome is not None:
             notify("done", state.outcome, done, total)
     pending = [s for s in states if s.outcome is None]
@@ -177,6 +181,7 @@ def recover_states(sweep_dir: Path, plan: SweepPlan) -> list[ItemState]:
             state.outcome = outcome_of(store, state, status, message)
         elif (latest / layout.PROGRESS).exists() and (state.index, latest.name) not in ended:
             state.lost += 1  # the driver died with this item running; the incomplete snapshot stays as evidence
+            state.lost_with_driver = True
             if state.lost > plan.sweep.retries:
                 state.outcome = outcome_of(store, state, "lost", "the driver stopped while this item ran; no retries left")
     return states
@@ -192,7 +197,7 @@ def _snapshot_to_run(store: Path, state: ItemState, plan: SweepPlan, log: Attemp
     return fresh
 
 
-def _log_end(log: AttemptLog, state: ItemState, status: str, message: str | None, origin: float, worker: str) -> None:
+def _log_end(log: AttemptLog, state: ItemState, status: str, message: str | None, origin: float, worker: str | None) -> None:
     log.append(ItemAttempt(event="ended", item=state.index, attempt=len(state.attempts), snapshot_id=state.attempts[-1],
                            t=time.monotonic() - origin, worker=worker, status=status, message=message))
 

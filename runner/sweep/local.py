@@ -67,9 +67,12 @@ class LocalPool:
         return list(self._names)
 
     def submit(self, slot: int, snapshot: str) -> None:
-        state = self._slots[slot]
-        state.busy = True
-        state.conn.send(snapshot)
+        try:
+            self._slots[slot].conn.send(snapshot)
+        except (BrokenPipeError, ConnectionResetError):  # the worker died while idle: nothing was lost, start another
+            self.replace(slot)
+            self._slots[slot].conn.send(snapshot)
+        self._slots[slot].busy = True
 
     def wait(self, timeout: float) -> list[Finished | Died]:
         watched: dict[Any, tuple[int, str]] = {}

@@ -18,6 +18,7 @@ from genrun.schemas.sweep import ExecutorSpec
 
 from ..errors import RequestError
 from .pools import Died, Finished
+from .worker import ItemReport
 
 RAY_EXTRA = "pip install 'genrun[ray]'"
 
@@ -65,13 +66,13 @@ class RayPool:
         self._generation = [0] * spec.workers
         self._names = [f"ray-{i}" for i in range(spec.workers)]
         self._actors = [self._actor_class.remote(name) for name in self._names]
-        self._inflight: dict[Any, int] = {}
+        self._inflight: dict[Any, tuple[int, str]] = {}
 
     def names(self) -> list[str]:
         return list(self._names)
 
     def submit(self, slot: int, snapshot: str) -> None:
-        self._inflight[self._actors[slot].run.remote(snapshot)] = slot
+        self._inflight[self._actors[slot].run.remote(snapshot)] = (slot, snapshot)
 
     def wait(self, timeout: float) -> list[Finished | Died]:
         if not self._inflight:
@@ -79,11 +80,14 @@ class RayPool:
         ready, _ = self._ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=timeout)
         events: list[Finished | Died] = []
         for ref in ready:
-            slot = self._inflight.pop(ref)
+            slot, snapshot = self._inflight.pop(ref)
             try:
                 events.append(Finished(slot, self._ray.get(ref)))
             except self._ray.exceptions.RayActorError as exc:
                 events.append(Died(slot, f"actor {self._names[slot]} died mid-item: {str(exc).splitlines()[0]}"))
+            except self._ray.exceptions.RayError as exc:  # genrun itself raised in the actor: the item failed, the actor lives
+                message = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                events.append(Finished(slot, ItemReport(snapshot, "failed", message, self._names[slot], -1)))
         return events
 
     def replace(self, slot: int) -> None:
