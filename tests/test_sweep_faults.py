@@ -89,7 +89,7 @@ def test_verify_sweep_counts_the_hidden_cap_and_the_failure(faulty_sweep: dict) 
     assert d["failed_items"] == [FAILED] and d["lost_items"] == [] and d["lost_attempts"] == 1
     assert d["stop_reasons"]["max_new_tokens"] == 1 and d["stop_reasons"]["eos"] == 3
     assert d["warn_checks"]["budget_truncation"] == 1
-    assert d["units_min"] == 0 and d["units_max"] == 6  # the failed item generated nothing
+    assert d["units_min"] == 0 and d["units_max"] == 7  # the failed item generated nothing; "count down from 6 :" makes 6 + EOS
     assert document["exit_code"] == 0 and "examined" in document["summary_line"]
     capped = [i for i in document["items"] if i["index"] == CAPPED][0]
     assert "budget_truncation" in capped["warnings"]
