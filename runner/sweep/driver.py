@@ -8,6 +8,7 @@ one never started runs now.
 
 import contextlib
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ class _Signals:
 def _stop_on_signals() -> Iterator[_Signals]:
     """SIGINT/SIGTERM only set a flag: the driver stops scheduling and lets running items end."""
     seen = _Signals()
+    if threading.current_thread() is not threading.main_thread():  # library use from a thread: signals stay the caller's
+        yield seen
+        return
 
     def handler(signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
