@@ -32,7 +32,12 @@ def check_request_round_trip(snap: Snapshot, ctx: CheckContext) -> Finding:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
         return Finding(name=name, status="FAIL", message=f"{snap.request_source_name} does not validate as a Request: {problems}", examined=examined)
-    normalised = diff_values(reparsed, snap.request_json)
+    try:  # an older request.json lacks fields a later genrun added: both sides get the current model's defaults
+        frozen = Request.model_validate(snap.request_json).model_dump(mode="json")
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
+        return Finding(name=name, status="FAIL", message=f"request.json does not validate as a Request: {problems}", examined=examined)
+    normalised = diff_values(reparsed, frozen)
     dropped = [c for c in _source_leaf_changes(parsed, snap.request_json) if c.b is ABSENT or not same_json(c.a, c.b)]
     evidence = {"source": snap.request_source_name, "normalised_differences": [c.as_json() for c in normalised],
                 "source_keys_changed": [c.as_json() for c in dropped]}

@@ -182,7 +182,7 @@ def _judge_stop(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: 
             return "FAIL", f"{where}: the run lasted {elapsed:.3f} s, less than max_time {limit} s"
         return "PASS", f"sequence {stop.index}: max_time {limit} s (time limits are not visible in the ids)"
     if stop.reason == "custom":
-        names = stop.evidence.get("custom_criteria") or list(stop.fired)
+        names = list(getattr(stop.evidence, "custom_criteria", ()) or stop.fired)
         if not names:
             return "FAIL", f"{where}: reason 'custom' but no criterion is named in fired or evidence.custom_criteria"
         return "PASS", f"sequence {stop.index}: stopped by the caller's own criteria {names}"

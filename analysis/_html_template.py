@@ -53,8 +53,8 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <td>{{ s.reason }}</td></tr>{% endfor %}</table>{% else %}<p class="empty">No sign-offs yet.</p>{% endif %}
 
 <h2 id="request">Request</h2>
-<table>{% for key, value in r.request.items() if key != "input" %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}
-{% for key, value in r.identity.items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>
+<table>{% for key, value in (r.request.model_dump(mode="json", exclude_none=True) if r.request else {}).items() if key not in ("input", "input_kind") %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}
+{% for key, value in r.identity.model_dump(mode="json", exclude_none=True).items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>
 {% if page.inputs %}<p><b>Input</b> ({{ page.inputs|length }})</p>{% for text in page.inputs %}<pre class="input">{{ text }}</pre>{% endfor %}{% endif %}
 
 {% if r.limits %}<h2 id="limits">Effective limits (as generate used them) and their sources</h2>
@@ -70,7 +70,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 {% for s in r.sequences %}<tr><td>{{ s.index }}</td><td class="stop-reason {{ 'PASS' if s.reason in ('eos', 'completed', 'stop_string') else 'FAIL' if s.reason in ('exception', 'unknown') else 'WARN' }}">{{ s.reason }}</td>
 <td>{{ s.generated }}{% if s.steps_planned is not none %}/{{ s.steps_planned }}{% endif %}</td><td class="mono">{{ fmt(s.last_token_id) }}</td>
 <td class="mono">{{ fmt(s.eos_positions|list) if s.eos_positions else "—" }}</td>
-<td class="mono">{% if s.exception %}<b>{{ s.exception }}</b><br>{% endif %}{% if s.fired %}fired {{ s.fired|join(", ") }}<br>{% endif %}{% for k, val in s.evidence.items() %}{{ k }}={{ fmt(val) }}<br>{% endfor %}</td>
+<td class="mono">{% if s.exception %}<b>{{ s.exception }}</b><br>{% endif %}{% if s.fired %}fired {{ s.fired|join(", ") }}<br>{% endif %}{% for k, val in evidence_items(s.evidence) %}{{ k }}={{ fmt(val) }}<br>{% endfor %}</td>
 <td><pre>{{ s.last_text if s.last_text is not none else tokens(s.last_tokens) }}</pre><span class="mono">{{ tokens(s.last_tokens) }}</span></td></tr>{% endfor %}</table>
 {% else %}<p class="empty">No stop record (the run has not ended, or its writer was killed).</p>{% endif %}
 {% if not r.sequences and r.last_progress_ids %}<p>Last ids in progress.ndjson (row 0): <span class="mono">{{ tokens(r.last_progress_ids) }}</span></p>
@@ -97,7 +97,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <td>{{ rate(r.timings.units_per_s) }} {{ r.unit }}s/s</td></tr></table>
 
 <h2 id="budget">Budget vs actual</h2>
-<table>{% for key, value in r.budget.items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value, key) }}</td></tr>{% endfor %}</table>
+<table>{% for key, value in budget_rows(r.budget).items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value, key) }}</td></tr>{% endfor %}</table>
 <p class="empty">Snapshot directory: <span class="mono">{{ r.snapshot }}</span></p>
 {% endblock %}
 """
@@ -153,7 +153,22 @@ def _tokens(tokens: Any) -> str:
     return " ".join(f"{t.id}" + (f"({t.token})" if t.token is not None else "") for t in tokens)
 
 
+def _budget_rows(budget: Any) -> dict[str, Any]:
+    """The plan-time estimate (`token-budget.json`) followed by what happened, as one flat table."""
+    planned = budget.plan.model_dump(mode="json", exclude_none=True) if budget.plan is not None else {}
+    return {**planned, **budget.model_dump(mode="json", exclude={"plan"}, exclude_none=True)}
+
+
+def _evidence_items(evidence: Any) -> list[tuple[str, Any]]:
+    """A stop record's typed evidence as key/value rows (its `reason` tag is the row's reason already)."""
+    if evidence is None:
+        return []
+    return list(evidence.model_dump(mode="json", exclude_none=True, exclude={"reason"}).items())
+
+
 _HELPERS = {
+    "budget_rows": _budget_rows,
+    "evidence_items": _evidence_items,
     "fmt": _fmt,
     "json": _json,
     "tokens": _tokens,

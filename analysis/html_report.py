@@ -56,8 +56,10 @@ class SignoffLine(_Model):
     digest: str | None
     at: str | None
     state: str
-    """valid, unsigned or invalid."""
+    """valid, unsigned, unverified (signed, no allowed-signers file), revoked or invalid."""
     reason: str
+    revokes: str | None = None
+    """A revocation: the record it supersedes."""
 
 
 class ReviewPage(_Model):
@@ -112,7 +114,7 @@ def review_snapshot(path: str | Path, allowed_signers: Path | None = None) -> Re
     """Load the snapshot once (hashing files, as verify does) and gather everything the page shows."""
     snap = read_snapshot(path, hash_files=True)
     has_ids = snap.token_ids is not None or snap.progress is not None
-    decoder = load_decoder(snap.model) if has_ids and not snap.is_diffusion else DecoderUnavailable("no ids")
+    decoder = load_decoder(snap.model) if has_ids and not snap.counts_steps else DecoderUnavailable("no ids")
     report = build_report(snap, decoder)
     verification = verify_loaded(snap, allowed_signers)
     statuses = evaluate_signoffs(snap.path, allowed_signers)
@@ -151,7 +153,7 @@ def input_coverage(snap: Snapshot, report: Report) -> list[CoverageLine]:
         stop = stops.get(i)
         covered = f"row {i}: {stop.generated} {report.unit}s, stopped by {stop.reason}" if stop else f"row {i}: no stop record"
         lines.append(CoverageLine(input=_cut(text, 120), covered=covered, fraction=None, basis="one row per prompt"))
-    generated = report.budget.get("generated_max")
+    generated = report.budget.generated_max
     domain = snap.budget.domain if snap.budget is not None else None
     if domain is not None and domain.input_seconds is not None and domain.observed_units and generated is not None:
         lines.append(CoverageLine(

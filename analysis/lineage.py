@@ -203,7 +203,7 @@ def _join(sentences: Any) -> str:
 def _reason(stop: SequenceStop | None) -> str:
     if stop is None:
         return "an unrecorded reason"
-    limit = stop.evidence.get("limit") if stop.reason in LIMIT_REASONS else None
+    limit = getattr(stop.evidence, "limit", None) if stop.reason in LIMIT_REASONS else None
     return f"{stop.reason} = {limit}" if limit is not None else stop.reason
 
 

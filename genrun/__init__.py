@@ -29,11 +29,12 @@ from genrun.runner.errors import BudgetRefused, GenrunError, RequestError
 
 if TYPE_CHECKING:
     from genrun.analysis import Snapshot, Verification
+    from genrun.runner.sweep.driver import SweepRun
     from genrun.schemas import Request, Result
 
 __all__ = [
     "BudgetRefused", "GenrunError", "RequestError", "__version__",
-    "execute", "open_snapshot", "plan", "run", "verify",
+    "execute", "open_snapshot", "plan", "run", "sweep", "verify",
 ]
 
 
@@ -78,6 +79,20 @@ def run(request: str | os.PathLike[str] | Request, store: str | os.PathLike[str]
     """`plan` then `execute`; returns the snapshot directory and its result."""
     snapshot = plan(request, store, force=force)
     return snapshot, execute(snapshot, require_approval=require_approval, live=live, allowed_signers=allowed_signers)
+
+
+def sweep(sweep_file: str | os.PathLike[str], store: str | os.PathLike[str] | None = None, *, force: bool = False) -> SweepRun:
+    """`genrun sweep SWEEP.toml`: validate and plan every item (nothing written on a refusal), run them, seal the sweep.
+
+    Returns the sweep directory, its `sweep-result.json` and the CLI's exit code. Resume a sweep
+    whose driver died with `genrun.runner.sweep.driver.execute_sweep(sweep_dir, make_pool)`.
+    """
+    offline_hub()
+    from genrun.runner.sweep.driver import execute_sweep
+    from genrun.runner.sweep.executors import make_pool
+    from genrun.runner.sweep.store import plan_sweep
+
+    return execute_sweep(plan_sweep(sweep_file, store, force=force), make_pool)
 
 
 def open_snapshot(path: str | os.PathLike[str]) -> Snapshot:

@@ -118,7 +118,7 @@ def tags_of(snap: Snapshot) -> dict[str, str]:
                         ("model_digest", snap.model.digest if snap.model else None),
                         ("code_digest", snap.code.genrun.digest if snap.code else None),
                         ("exit_code", snap.result.exit_code if snap.result else None), ("unit", snap.unit),
-                        ("backend", snap.backend)):
+                        ("backend", snap.request.model.backend if snap.request else None)):
         if value is not None:
             tags[name] = str(value)
     return {TAG_PREFIX + k: v for k, v in tags.items()} | {"mlflow.source.name": "genrun"}

@@ -5,8 +5,9 @@ points, budget) come before hashing gigabytes of weights, and nothing touches th
 everything passed. Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel
 
@@ -23,6 +24,15 @@ from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
 
 
+class PreparedPlan(NamedTuple):
+    """A request that passed every check, and how to freeze it (nothing written yet)."""
+
+    name: str
+    """The request's name (part of the snapshot id)."""
+    freeze: Callable[[Path], None]
+    """Writes the frozen files into a new snapshot directory."""
+
+
 def plan_request(
     request_path: str | Path | Request, store: str | Path | None = None, force: bool = False,
     *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None,
@@ -35,6 +45,15 @@ def plan_request(
     Raises RequestError (exit 2) for a bad request (an unknown backend included) and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written.
     """
+    prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen)
+    return create_snapshot(resolve_store(store), prepared.name, prepared.freeze)
+
+
+def prepare_plan(
+    request_path: str | Path | Request, force: bool = False,
+    *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None,
+) -> PreparedPlan:
+    """Every check of `plan_request` and the identities to freeze, without touching the store (sweeps check all items first)."""
     if isinstance(request_path, Request):
         loaded = request_from_model(request_path, base_dir if base_dir is not None else Path.cwd())
     else:
@@ -61,5 +80,5 @@ def plan_request(
         for name, extra in (extra_frozen or {}).items():
             write_model_atomic(directory / name, extra)
 
-    return create_snapshot(resolve_store(store), request.name, freeze)
+    return PreparedPlan(request.name, freeze)
 

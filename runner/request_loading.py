@@ -79,21 +79,21 @@ def _read_source(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def format_validation_error(exc: ValidationError, where: str) -> str:
-    """One line per problem, each naming the table, the key, the value and the fix."""
-    lines = [_describe_error(err) for err in exc.errors(include_url=False)]
+def format_validation_error(exc: ValidationError, where: str, root: type[BaseModel] = Request) -> str:
+    """One line per problem, each naming the table, the key, the value and the fix (`root`: the file's model)."""
+    lines = [_describe_error(err, root) for err in exc.errors(include_url=False)]
     header = f"{where} refused ({len(lines)} problem{'s' if len(lines) > 1 else ''}):" if len(lines) > 1 else f"{where} refused:"
     return header + "".join(f"\n  - {line}" for line in lines)
 
 
-def _describe_error(err: dict) -> str:
+def _describe_error(err: dict, root: type[BaseModel] = Request) -> str:
     loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden":
-        return unknown_key_message(loc[:-1], str(loc[-1]), _fields_at(loc[:-1]))
+        return unknown_key_message(loc[:-1], str(loc[-1]), _fields_at(loc[:-1], root))
     table, key = table_name(loc[:-1]), loc[-1] if loc else "?"
     place = f"[{table}] {key}" if table else f"top-level key {key!r}"
     if err["type"] == "missing":
-        return f"missing {place}; add it ({_field_doc(loc) or 'required'})"
+        return f"missing {place}; add it ({_field_doc(loc, root) or 'required'})"
     value = err.get("input")
     message = err["msg"].removeprefix("Value error, ")
     if loc and loc[-1] in ("prompt", "prompts") or err["type"].startswith("string_too_short"):
@@ -120,9 +120,9 @@ def unknown_key_message(table_loc: tuple, key: str, valid: list[str]) -> str:
     return f"unknown key {key!r} {where}; valid keys are: {', '.join(sorted(valid))}"
 
 
-def _fields_at(loc: tuple) -> list[str]:
-    """Field names of the model at `loc` inside Request (for did-you-mean suggestions)."""
-    model: type[BaseModel] = Request
+def _fields_at(loc: tuple, root: type[BaseModel] = Request) -> list[str]:
+    """Field names of the model at `loc` inside `root` (for did-you-mean suggestions)."""
+    model: type[BaseModel] = root
     for part in loc:
         if isinstance(part, int):
             continue
@@ -143,10 +143,10 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _field_doc(loc: tuple) -> str | None:
+def _field_doc(loc: tuple, root: type[BaseModel] = Request) -> str | None:
     if not loc:
         return None
-    model: type[BaseModel] | None = Request
+    model: type[BaseModel] | None = root
     for part in loc[:-1]:
         if isinstance(part, int) or model is None:
             continue

@@ -16,6 +16,7 @@ from .request import Request
 from .result import Result
 from .signoff import Signoff
 from .stop import GenerationStop
+from .sweep import ATTEMPT_ADAPTER, SweepFile, SweepPlan, SweepResult, WorkerModel
 from .token_ids import GeneratedTokenIds
 
 JSON_DIR = Path(__file__).parent / "json"
@@ -36,6 +37,11 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "signoff": Signoff,
     "lineage": Lineage,
     "determinism": Determinism,
+    "sweep-file": SweepFile,
+    "sweep-plan": SweepPlan,
+    "sweep-progress-record": ATTEMPT_ADAPTER,
+    "sweep-result": SweepResult,
+    "worker-model": WorkerModel,
 }
 """Schema file stem -> model (or adapter, for the progress event union)."""
 

@@ -211,3 +211,14 @@ def check_frozen(frozen: Mapping[str, str], request_sources: Collection[str], di
     missing = tuple(rel for rel, digest in current.items() if digest is None)
     changed = tuple(rel for rel, digest in current.items() if digest is not None and digest != frozen[rel])
     return FrozenCheck(not_frozen, missing, changed)
+
+
+# -- sweeps (issue 14): a sweep snapshot is a directory of its own beside its items' snapshots ----
+SWEEP_SOURCE_PREFIX = "sweep.source"  # + ".toml" / ".json": the sweep file exactly as given
+SWEEP_BASE_REQUEST_PREFIX = "sweep.base-request.source"  # + ".toml" / ".json": the base request's bytes
+SWEEP_DATASET = "sweep-dataset.jsonl"  # the dataset's bytes, when at most SWEEP_DATASET_COPY_LIMIT
+SWEEP_DATASET_COPY_LIMIT = 64 << 20  # bytes; a larger dataset is frozen by its sha256 only
+SWEEP_PLAN = "sweep-plan.json"
+SWEEP_PROGRESS = "sweep-progress.ndjson"  # append-only: one line per attempt started / ended
+SWEEP_RESULT = "sweep-result.json"
+WORKER_MODEL = "worker-model.json"  # in an item snapshot: the worker's loaded-once model

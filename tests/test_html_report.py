@@ -275,9 +275,9 @@ def test_refuses_to_write_inside_the_snapshot(snapshots, tmp_path: Path, capsys)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--store", "{store}"], "--store needs --html FILE"),
+    (["--store", "{store}"], "for an index page of the store use --store DIR --html FILE"),
     (["--html", "{out}"], "--html needs SNAPSHOT"),
-    (["{snapshot}", "--store", "{store}", "--html", "{out}"], "not both"),
+    (["no-such-id", "--store", "{store}", "--html", "{out}"], "is neither a directory nor the id"),  # --store: where ids are looked up
     (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined"),
     (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first"),
 ])

@@ -239,6 +239,17 @@ def create_backend() -> TransformersBackend:
 
 
 def load_model(ctx: LoadContext) -> tuple[Any, Any]:
+    """The model and tokenizer for this run; a sweep worker keeps them loaded across its items."""
+    # HOOK (issue 14, sweeps): replaced by the backend protocol's `loaded=` at merge (genrun.runner.sweep.model_cache).
+    from ..sweep.model_cache import active_cache
+
+    cache = active_cache()
+    if cache is not None and isinstance(ctx, ExecutionContext):  # loading for a run (a snapshot to record the reuse in)
+        return cache.get_or_load(ctx, load_model_from_files)
+    return load_model_from_files(ctx)
+
+
+def load_model_from_files(ctx: LoadContext) -> tuple[Any, Any]:
     """`[model] loader` when given, else `AutoModelForCausalLM` + `AutoTokenizer` from the frozen directory (offline)."""
     spec = ctx.request.model
     path = str(ctx.model_dir)

@@ -24,6 +24,8 @@ class SnapshotRow(NamedTuple):
     generated: int | None
     stop_reasons: str
     signoffs: str
+    sweep: str | None = None
+    """The sweep snapshot this item belongs to (rows are listed under it)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -47,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.store import list_snapshots, resolve_store
 
     store = resolve_store(args.store)
-    rows = [describe(path, args.allowed_signers) for path in list_snapshots(store)]
+    rows = group_sweeps([describe(path, args.allowed_signers) for path in list_snapshots(store)], store)
     if args.json:
         print_json({"store": str(store), "snapshots": [row._asdict() for row in rows]})
         return 0
@@ -78,7 +80,8 @@ _CELL_PADDING = 3  # rich's default box: one border and two spaces of padding pe
 
 def _cells(row: SnapshotRow) -> tuple[str, ...]:
     generated = "-" if row.generated is None else f"{row.generated:,}"
-    return (row.id, row.state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
+    shown = f"  └ {row.id}" if row.sweep else row.id  # a sweep's items right under it
+    return (shown, row.state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
 
 
 def _table_width(cells: list[tuple[str, ...]], shown: list[int]) -> int:
@@ -99,8 +102,34 @@ def columns_that_fit(cells: list[tuple[str, ...]], width: int | None) -> list[in
     return shown
 
 
+def group_sweeps(rows: list[SnapshotRow], store: Path) -> list[SnapshotRow]:
+    """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
+    by_id = {row.id: row for row in rows}
+    members: dict[str, list[str]] = {}
+    for row in rows:
+        plan = _read_json(store / row.id / layout.SWEEP_PLAN)
+        if plan is None:
+            continue
+        result = _read_json(store / row.id / layout.SWEEP_RESULT)
+        ids = [i["snapshot_id"] for i in plan["items"]]
+        if result is not None:
+            ids = [sid for item in result["items"] for sid in item["attempts"]]
+        members[row.id] = [sid for sid in dict.fromkeys(ids) if sid in by_id]
+    grouped = {sid for ids in members.values() for sid in ids}
+    ordered: list[SnapshotRow] = []
+    for row in rows:
+        if row.id in grouped:
+            continue
+        ordered.append(row)
+        ordered.extend(by_id[sid]._replace(sweep=row.id) for sid in members.get(row.id, ()))
+    return ordered
+
+
 def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes."""
+    plan = _read_json(snapshot / layout.SWEEP_PLAN)
+    if plan is not None:
+        return _describe_sweep(snapshot, plan, allowed_signers)
     result = _read_json(snapshot / layout.RESULT)
     stop = _read_json(snapshot / layout.STOP)
     from genrun.runner.store import snapshot_state
@@ -115,6 +144,19 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
         sealed=sealed,
         generated=result["generated"] if result else None,
         stop_reasons=", ".join(reasons) or "-",
+        signoffs=_signoff_summary(snapshot, allowed_signers),
+    )
+
+
+def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) -> SnapshotRow:
+    result = _read_json(snapshot / layout.SWEEP_RESULT)
+    counts = result["counts"] if result else {}
+    return SnapshotRow(
+        id=snapshot.name,
+        state=f"sweep {result['status']}" if result else "sweep (unsealed)",
+        sealed=(snapshot / layout.MANIFEST).is_file(),
+        generated=None,
+        stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",
         signoffs=_signoff_summary(snapshot, allowed_signers),
     )
 

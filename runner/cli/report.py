@@ -45,6 +45,10 @@ def handle(args: argparse.Namespace) -> int:
         raise GenrunError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
                           "for an index page of the store use --store DIR --html FILE")
 
+    from .sweep_verify import handle_sweep_report, sweep_target
+
+    if sweep_target(args.snapshot):
+        return handle_sweep_report(args)
     try:
         report = report_snapshot(find_snapshot(args.snapshot, args.store))
     except SnapshotNotFound as exc:

@@ -24,7 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, id, or unique id prefix in the store")
+    parser.add_argument("snapshot", metavar="SNAPSHOT",
+                        help="snapshot directory, id, or unique id prefix in the store; a sweep snapshot verifies every item and shows the distribution")
     parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--json", action="store_true", help="print one JSON document (findings + summary) on stdout")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
@@ -38,6 +39,12 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import SnapshotError
     from genrun.runner.store import find_snapshot
 
+    from genrun.analysis.sweep import is_sweep_dir
+
+    if is_sweep_dir(args.snapshot):
+        from .sweep_verify import handle_sweep
+
+        return handle_sweep(args)
     try:
         verification = verify_snapshot(find_snapshot(args.snapshot, args.store), allowed_signers=args.allowed_signers)
     except SnapshotNotFound as exc:

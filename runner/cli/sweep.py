@@ -1,0 +1,126 @@
+"""`genrun sweep`: plan and run many items (grid x dataset), each an ordinary snapshot, sealed as one sweep."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from genrun.runner.errors import RequestError
+
+from ._output import print_json, stderr_console
+
+ACTIONS = ("run", "plan", "execute", "resume")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a grid x dataset of requests; every item its own snapshot, the sweep sealed as a whole",
+        description=(
+            "genrun sweep [run] SWEEP.toml      validate every item, plan them all, run them, seal the sweep\n"
+            "genrun sweep plan SWEEP.toml       validate and freeze only (nothing runs)\n"
+            "genrun sweep execute SWEEP_DIR     run a planned sweep\n"
+            "genrun sweep resume SWEEP_DIR      finish a sweep whose driver was killed (finished items are not re-run)"
+        ),
+        epilog=(
+            "example: genrun sweep examples/sweep/countdowns.toml\n"
+            "  planned 6 items in snapshots/20261201T010000Z-countdowns-3fa2c1\n"
+            "  [1/6] item 0 succeeded  eos  5 tokens  20261201T010000Z-countdowns-0000-a1b2c3  (local-0)\n"
+            "  ...\n"
+            "  sweep completed: 6 succeeded\n"
+            "exit codes: 0 every item succeeded, 1 an item failed or was lost, 2 an item refused (nothing written),\n"
+            "            3 an item's pre-flight budget refused (nothing written), 130/143 interrupted"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", nargs="+", metavar="[ACTION] PATH", help="SWEEP.toml, or one of plan/execute/resume/run and a path")
+    parser.add_argument("--store", help="snapshot store for the sweep and its items (default: $GENRUN_STORE or ./snapshots)")
+    parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    action, path = _action(args.target)
+    from genrun.runner.sweep.store import plan_sweep
+
+    if action in ("run", "plan"):
+        sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else _checking)
+        if not args.json:
+            stderr_console.print(f"planned {_item_count(sweep_dir)} items in {sweep_dir}", markup=False, highlight=False)
+        if action == "plan":
+            if args.json:
+                print_json({"sweep": str(sweep_dir)})
+            return 0
+    else:
+        sweep_dir = Path(path)
+    return _execute(sweep_dir, args.json)
+
+
+def _action(target: list[str]) -> tuple[str, str]:
+    if len(target) == 1:
+        return "run", target[0]
+    if len(target) == 2 and target[0] in ACTIONS:
+        return target[0], target[1]
+    raise RequestError(f"'genrun sweep {' '.join(target)}': give SWEEP.toml, or one of {', '.join(ACTIONS)} followed by one path")
+
+
+def _execute(sweep_dir: Path, as_json: bool) -> int:
+    from genrun.runner.sweep.driver import execute_sweep
+    from genrun.runner.sweep.executors import make_pool
+
+    progress = SweepProgress(live=not as_json and sys.stderr.isatty())
+    with progress:
+        run = execute_sweep(sweep_dir, make_pool, on_event=progress.event)
+    if as_json:
+        print_json({"sweep": str(run.sweep_dir), "exit_code": run.exit_code, "result": run.result.model_dump(mode="json")})
+    else:
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(run.result.counts.items()))
+        stderr_console.print(f"sweep {run.result.status}: {counts}  ({run.sweep_dir})", markup=False, highlight=False)
+    return run.exit_code
+
+
+def _checking(done: int, total: int) -> None:
+    if done == total or done % 50 == 0:
+        stderr_console.print(f"validated {done}/{total} items", markup=False, highlight=False)
+
+
+def _item_count(sweep_dir: Path) -> int:
+    from genrun.runner.sweep.store import open_sweep
+
+    return len(open_sweep(sweep_dir)[1].items)
+
+
+class SweepProgress:
+    """One line per item finished on stderr; a rich overall bar as well when stderr is a TTY."""
+
+    def __init__(self, live: bool) -> None:
+        self._bar = None
+        self._task = None
+        if live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr_console)
+
+    def __enter__(self) -> "SweepProgress":
+        if self._bar is not None:
+            self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def event(self, kind: str, outcome, done: int, total: int) -> None:  # noqa: ANN001 (ItemOutcome | None)
+        if self._bar is not None:
+            if self._task is None:
+                self._task = self._bar.add_task("items", total=total)
+            self._bar.update(self._task, completed=done)
+        if kind == "retry" or outcome is None:
+            return
+        reasons = ",".join(outcome.stop_reasons) or "-"
+        generated = "-" if outcome.generated is None else str(outcome.generated)
+        tries = f"  after {len(outcome.attempts)} attempts" if len(outcome.attempts) > 1 else ""
+        line = f"[{done}/{total}] item {outcome.index} {outcome.status}  {reasons}  {generated} units  {outcome.snapshot_id}{tries}"
+        if outcome.message and outcome.status != "succeeded":
+            line += f"  ({outcome.message.splitlines()[0][:160]})"
+        stderr_console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,94 @@
+"""`genrun verify SWEEP` and `genrun report SWEEP`: the distribution over every item, then the totals line."""
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from ._output import print_json, stdout_console
+
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+
+
+def handle_sweep(args: argparse.Namespace) -> int:
+    """verify: sweep checks, distribution, the summary line; exit 1 on any FAIL (or WARN with --strict)."""
+    from genrun.analysis.sweep import sweep_summary_line, verify_sweep
+
+    verification = verify_sweep(args.snapshot, allowed_signers=getattr(args, "allowed_signers", None))
+    strict = getattr(args, "strict", False)
+    if args.json:
+        document = verification.model_dump(mode="json")
+        document["summary_line"] = sweep_summary_line(verification)
+        document["exit_code"] = verification.exit_code(strict)
+        print_json(document)
+    else:
+        render_sweep(verification)
+    return verification.exit_code(strict)
+
+
+def handle_sweep_report(args: argparse.Namespace) -> int:
+    """report: the same distribution, plus a plot (units per item, items per stop reason) with --plot."""
+    from genrun.analysis.sweep import sweep_summary_line, verify_sweep
+    from genrun.runner.errors import GenrunError
+
+    verification = verify_sweep(args.snapshot)
+    if args.plot is not None:
+        from genrun.analysis._sweep_plot import write_sweep_plot
+        from genrun.analysis._plot import PlotError
+
+        try:
+            written = write_sweep_plot(verification, args.plot)
+        except PlotError as exc:
+            raise GenrunError(str(exc)) from None
+    if args.json:
+        document = verification.model_dump(mode="json")
+        document["summary_line"] = sweep_summary_line(verification)
+        print_json(document)
+    else:
+        render_sweep(verification)
+        if args.plot is not None:
+            stdout_console.print(f"plot written to {written}", markup=False, highlight=False)
+    return 0
+
+
+def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, imported lazily)
+    """Sweep checks, the distribution tables, items needing attention, the summary line."""
+    from genrun.analysis.sweep import sweep_summary_line
+
+    d = v.distribution
+    checks = Table(title=Text(f"verify sweep {v.sweep_id} ({v.status})"), title_justify="left")
+    for column in ("check", "status", "finding"):
+        checks.add_column(column, overflow="fold")
+    for f in v.findings:
+        checks.add_row(f.name, Text(f.status, style=_STYLE[f.status]), Text(f.message))
+    stdout_console.print(checks)
+    counts = Table(title="items", title_justify="left")
+    counts.add_column("by")
+    counts.add_column("value")
+    counts.add_column("items", justify="right")
+    for label, mapping in (("status", d.statuses), ("stop reason", d.stop_reasons), ("WARN check", d.warn_checks), ("FAIL check", d.fail_checks)):
+        for key, n in sorted(mapping.items(), key=lambda kv: (-kv[1], kv[0])):
+            counts.add_row(label, key, str(n))
+    stdout_console.print(counts)
+    if d.units_min is not None:
+        stdout_console.print(f"units per item: min {d.units_min}, median {d.units_median:g}, max {d.units_max}", markup=False, highlight=False)
+    stdout_console.print(f"lost attempts (kept as incomplete snapshots): {d.lost_attempts}; failed items: {list(d.failed_items)}; "
+                         f"lost items: {list(d.lost_items)}", markup=False, highlight=False)
+    attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
+    if attention:
+        table = Table(title="items needing attention", title_justify="left")
+        for column in ("item", "status", "stop", "units", "WARN", "FAIL", "snapshot"):
+            table.add_column(column, overflow="fold")
+        for i in attention:
+            table.add_row(str(i.index), i.status, ",".join(i.stop_reasons) or "-", "-" if i.generated is None else str(i.generated),
+                          ",".join(i.warnings) or "-", ",".join(i.failures) or "-", i.snapshot_id or "-")
+        stdout_console.print(table)
+    stdout_console.print(sweep_summary_line(v), markup=False, highlight=False, soft_wrap=True)
+
+
+def sweep_target(path: str | Path) -> bool:
+    """Whether a command's SNAPSHOT argument is a sweep snapshot."""
+    from genrun.analysis.sweep import is_sweep_dir
+
+    return is_sweep_dir(path)

@@ -1,0 +1,238 @@
+"""Run a planned sweep: schedule items onto a pool, retry lost ones, record every attempt, seal.
+
+State comes from disk, not memory, so `resume` after a killed driver is the same code: an item
+whose latest snapshot is sealed is done (never re-run); one whose snapshot started but never
+sealed was lost with the driver and is retried as a new snapshot (the incomplete one is kept);
+one never started runs now.
+"""
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from genrun.schemas import layout
+from genrun.schemas.digests import snapshot_digest
+from genrun.schemas.sweep import ItemAttempt, ItemOutcome, SweepPlan, SweepResult
+
+from ..errors import SnapshotError
+from ..interrupts import EXIT_CODES
+from ..store import is_sealed
+from .pools import Died, Finished, WorkerPool
+from .store import AttemptLog, copy_plan, open_sweep, read_attempts, seal_sweep
+
+POLL_S = 0.5  # seconds between checks for a signal while items run
+
+
+@dataclass
+class ItemState:
+    """One item as the driver tracks it."""
+
+    index: int
+    attempts: list[str]
+    """Snapshot ids, oldest first."""
+    outcome: ItemOutcome | None = None
+    """Set once the item is final."""
+    lost: int = 0
+    """Attempts lost so far."""
+    lost_with_driver: bool = False
+    """Its latest attempt was running when a previous driver died (logged as lost on resume)."""
+
+
+@dataclass
+class SweepRun:
+    """What `execute_sweep` returns."""
+
+    sweep_dir: Path
+    result: SweepResult
+    exit_code: int
+    """0 every item succeeded; 1 any failed or lost; 130/143 interrupted."""
+    stopped_by: str | None = None
+
+
+@dataclass
+class _Signals:
+    fired: str | None = None
+    names: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[_Signals]:
+    """SIGINT/SIGTERM only set a flag: the driver stops scheduling and lets running items end."""
+    seen = _Signals()
+    if threading.current_thread() is not threading.main_thread():  # library use from a thread: signals stay the caller's
+        yield seen
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        seen.names.append(name)
+        seen.fired = seen.fired or name
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield seen
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPool], on_event: Callable[[str, ItemOutcome | None, int, int], None] | None = None) -> SweepRun:
+    """Run every item not yet done, `retries` more times for lost ones; seal the sweep. Also resumes."""
+    sweep_dir, plan = open_sweep(sweep_dir)
+    if is_sealed(sweep_dir):
+        raise SnapshotError(f"sweep {sweep_dir} is already sealed (see 'genrun verify {sweep_dir}'); plan a new sweep to run it again")
+    store = Path(plan.store)
+    states = recover_states(sweep_dir, plan)
+    log = AttemptLog(sweep_dir)
+    origin = time.monotonic()
+    total = len(states)
+    done = sum(1 for s in states if s.outcome is not None)
+    notify = on_event or (lambda *_: None)
+    for state in states:
+        if state.lost_with_driver:
+            _log_end(log, state, "lost", "the driver stopped while this item ran", origin, None)
+        if state.outcome is not None:
+            notify("done", state.outcome, done, total)
+    pending = [s for s in states if s.outcome is None]
+    pending.reverse()  # pop() from the end takes items in order
+    pool: WorkerPool | None = None
+    running: dict[int, ItemState] = {}
+    with _stop_on_signals() as signals:
+        try:
+            if pending:
+                pool = pool_factory(plan)
+            names = pool.names() if pool else []
+            idle = list(range(pool.slots)) if pool else []
+            interrupted_sent = False
+            while (pending and not signals.fired) or running:
+                while idle and pending and not signals.fired:
+                    slot, state = idle.pop(0), pending.pop()
+                    snapshot = _snapshot_to_run(store, state, plan, log, origin)
+                    log.append(ItemAttempt(event="started", item=state.index, attempt=len(state.attempts), snapshot_id=snapshot.name,
+                                           t=time.monotonic() - origin, worker=names[slot]))
+                    running[slot] = state
+                    pool.submit(slot, str(snapshot))
+                if signals.fired and not interrupted_sent:
+                    interrupted_sent = True
+                    for slot in running:
+                        pool.interrupt(slot)
+                for event in pool.wait(POLL_S) if running else []:
+                    state = running.pop(event.slot)
+                    if isinstance(event, Finished):
+                        state.outcome = outcome_of(store, state, event.report.status, event.report.message)
+                        idle.append(event.slot)
+                    else:
+                        state.lost += 1
+                        _log_end(log, state, "lost", event.message, origin, names[event.slot])
+                        pool.replace(event.slot)
+                        names = pool.names()
+                        idle.append(event.slot)
+                        if state.lost <= plan.sweep.retries and not signals.fired:
+                            pending.append(state)
+                            notify("retry", None, done, total)
+                            continue
+                        state.outcome = outcome_of(store, state, "lost", event.message)
+                    if state.outcome.status != "lost":
+                        _log_end(log, state, state.outcome.status, state.outcome.message, origin, names[event.slot])
+                    done += 1
+                    notify("done", state.outcome, done, total)
+        finally:
+            if pool is not None:
+                pool.close()
+            log.close()
+    for state in states:
+        if state.outcome is None:
+            state.outcome = ItemOutcome(index=state.index, status="not_run", snapshot_id=state.attempts[-1], snapshot_digest=None,
+                                        attempts=tuple(state.attempts), stop_reasons=(), generated=None,
+                                        message="the sweep was interrupted before this item ran (its snapshot stays planned)")
+    outcomes = tuple(s.outcome for s in states)
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    status = "interrupted" if signals.fired else "completed"
+    result = SweepResult(status=status, counts=counts, items=outcomes)
+    seal_sweep(sweep_dir, result)
+    if signals.fired:
+        code = EXIT_CODES.get(signals.fired, 130)
+    else:
+        code = 0 if counts.get("succeeded", 0) == len(outcomes) else 1
+    return SweepRun(sweep_dir, result, code, signals.fired)
+
+
+def recover_states(sweep_dir: Path, plan: SweepPlan) -> list[ItemState]:
+    """Each item's attempts from the log and the state of its latest snapshot on disk."""
+    store = Path(plan.store)
+    states = [ItemState(item.index, [item.snapshot_id]) for item in plan.items]
+    ended: set[tuple[int, str]] = set()
+    for record in read_attempts(sweep_dir):
+        state = states[record.item]
+        if record.event == "started" and record.snapshot_id not in state.attempts:
+            state.attempts.append(record.snapshot_id)
+        if record.event == "ended":
+            ended.add((record.item, record.snapshot_id))
+            if record.status == "lost":
+                state.lost += 1
+    for state in states:
+        latest = store / state.attempts[-1]
+        if is_sealed(latest):
+            status, message = _sealed_status(latest)
+            state.outcome = outcome_of(store, state, status, message)
+        elif (latest / layout.PROGRESS).exists() and (state.index, latest.name) not in ended:
+            state.lost += 1  # the driver died with this item running; the incomplete snapshot stays as evidence
+            state.lost_with_driver = True
+            if state.lost > plan.sweep.retries:
+                state.outcome = outcome_of(store, state, "lost", "the driver stopped while this item ran; no retries left")
+    return states
+
+
+def _snapshot_to_run(store: Path, state: ItemState, plan: SweepPlan, log: AttemptLog, origin: float) -> Path:
+    """The latest snapshot when it has never started, else a fresh copy of its plan (a retry)."""
+    latest = store / state.attempts[-1]
+    if not (latest / layout.PROGRESS).exists() and not is_sealed(latest):
+        return latest
+    fresh = copy_plan(store, latest)
+    state.attempts.append(fresh.name)
+    return fresh
+
+
+def _log_end(log: AttemptLog, state: ItemState, status: str, message: str | None, origin: float, worker: str | None) -> None:
+    log.append(ItemAttempt(event="ended", item=state.index, attempt=len(state.attempts), snapshot_id=state.attempts[-1],
+                           t=time.monotonic() - origin, worker=worker, status=status, message=message))
+
+
+def _sealed_status(snapshot: Path) -> tuple[str, str | None]:
+    result = _read_json(snapshot / layout.RESULT)
+    if result is None:
+        return "failed", "sealed without result.json"
+    exc = result.get("exception")
+    return result["status"], (f"{exc['type']}: {exc['message']}" if exc else result.get("signal"))
+
+
+def outcome_of(store: Path, state: ItemState, status: str, message: str | None) -> ItemOutcome:
+    """The item's final record, read from its latest snapshot (digest only when sealed)."""
+    latest = store / state.attempts[-1]
+    stop = _read_json(latest / layout.STOP)
+    result = _read_json(latest / layout.RESULT)
+    return ItemOutcome(
+        index=state.index,
+        status=status,
+        snapshot_id=latest.name,
+        snapshot_digest=snapshot_digest(latest) if is_sealed(latest) else None,
+        attempts=tuple(state.attempts),
+        stop_reasons=tuple(sorted({s["reason"] for s in stop["sequences"]})) if stop else (),
+        generated=result["generated"] if result else None,
+        message=message,
+    )
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return None

@@ -1,0 +1,138 @@
+"""The local executor: worker processes on this machine, each keeping one model loaded.
+
+Each worker is a `spawn`ed process talking to the driver over its own pipe, so a worker killed
+mid-item (SIGKILL, OOM) is noticed through its sentinel and costs only that item. Workers ignore
+SIGINT between items (the driver decides what stops) and die with the driver (PR_SET_PDEATHSIG),
+so a killed driver never leaves workers running items nobody will record.
+"""
+
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .pools import Died, Finished
+from .worker import execute_item, start_worker
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def worker_main(conn: Any, name: str, parent: int) -> None:
+    """Loop: receive an item snapshot path, execute it, send the `ItemReport`; `None` ends the loop."""
+    _die_with_parent()
+    if os.getppid() != parent:  # the driver died before prctl took effect
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # execute_snapshot installs its own handler while an item runs
+    start_worker(name)
+    while True:
+        try:
+            snapshot = conn.recv()
+        except EOFError:
+            return
+        if snapshot is None:
+            return
+        conn.send(execute_item(Path(snapshot)))
+
+
+class _Slot:
+    def __init__(self, ctx: Any, name: str) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=worker_main, args=(child, name, os.getpid()), name=f"genrun-{name}", daemon=True)
+        self.process.start()
+        child.close()
+        self.busy = False
+
+
+class LocalPool:
+    """`workers` spawned processes (spawn: no torch state inherited from the driver)."""
+
+    def __init__(self, workers: int) -> None:
+        self._ctx = multiprocessing.get_context("spawn")
+        self.slots = workers
+        self._names = [f"local-{i}" for i in range(workers)]
+        self._slots = [_Slot(self._ctx, name) for name in self._names]
+        self._generation = [0] * workers
+
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def submit(self, slot: int, snapshot: str) -> None:
+        try:
+            self._slots[slot].conn.send(snapshot)
+        except (BrokenPipeError, ConnectionResetError):  # the worker died while idle: nothing was lost, start another
+            self.replace(slot)
+            self._slots[slot].conn.send(snapshot)
+        self._slots[slot].busy = True
+
+    def wait(self, timeout: float) -> list[Finished | Died]:
+        watched: dict[Any, tuple[int, str]] = {}
+        for i, state in enumerate(self._slots):
+            if state.busy:
+                watched[state.conn] = (i, "conn")
+                watched[state.process.sentinel] = (i, "dead")
+        if not watched:
+            return []
+        ready = multiprocessing.connection.wait(list(watched), timeout)
+        events: list[Finished | Died] = []
+        seen: set[int] = set()
+        for handle in sorted(ready, key=lambda h: watched[h][1] != "conn"):  # a report beats the exit that follows it
+            slot, kind = watched[handle]
+            if slot in seen:
+                continue
+            state = self._slots[slot]
+            if kind == "conn":
+                try:
+                    report = state.conn.recv()
+                except (EOFError, OSError):
+                    report = None
+                if report is not None:
+                    state.busy = False
+                    events.append(Finished(slot, report))
+                    seen.add(slot)
+                    continue
+            state.process.join(timeout=5)
+            code = state.process.exitcode
+            how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with {code}"
+            state.busy = False
+            events.append(Died(slot, f"worker {self._names[slot]} (pid {state.process.pid}) {how} mid-item"))
+            seen.add(slot)
+        return events
+
+    def replace(self, slot: int) -> None:
+        old = self._slots[slot]
+        old.conn.close()
+        self._generation[slot] += 1
+        self._names[slot] = f"local-{slot}" + (f".{self._generation[slot]}" if self._generation[slot] else "")
+        self._slots[slot] = _Slot(self._ctx, self._names[slot])
+
+    def interrupt(self, slot: int) -> None:
+        state = self._slots[slot]
+        if state.busy and state.process.pid is not None and state.process.is_alive():
+            os.kill(state.process.pid, signal.SIGINT)
+
+    def pid(self, slot: int) -> int | None:
+        """The worker's process id (tests kill it)."""
+        return self._slots[slot].process.pid
+
+    def close(self) -> None:
+        for state in self._slots:
+            try:
+                state.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for state in self._slots:
+            state.process.join(timeout=30)
+            if state.process.is_alive():
+                state.process.kill()
+                state.process.join()
+            state.conn.close()

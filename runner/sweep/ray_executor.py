@@ -1,0 +1,113 @@
+"""The Ray executor (`genrun[ray]`): one actor per worker, each keeping one model loaded.
+
+Actors reserve `num_cpus` / `num_gpus` as the sweep asks; the store must be a path every node
+sees (a shared filesystem), since actors write item snapshots there directly. With
+`address = None` the driver starts a local Ray instance (`ray.init()`), otherwise it joins the
+cluster (`"auto"` on a cluster node, `ray://head:10001` through Ray Client). An actor that dies
+mid-item (killed, node lost) surfaces as `RayActorError` and the driver retries the item as a new
+snapshot on a fresh actor.
+
+SIGINT: Ray cannot interrupt a running method of a regular actor, so items already running
+finish (with whatever status) and no new item is scheduled; the sweep is sealed `interrupted`.
+"""
+
+import os
+from typing import Any
+
+from genrun.schemas.sweep import ExecutorSpec
+
+from ..errors import RequestError
+from .pools import Died, Finished
+from .worker import ItemReport
+
+RAY_EXTRA = "pip install 'genrun[ray]'"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RequestError(f"[sweep.executor] kind = 'ray' needs Ray, which is not installed: {RAY_EXTRA}") from None
+    return ray
+
+
+class SweepActor:
+    """The actor body: `start_worker` once, then `execute_item` per call (wrapped by `ray.remote` at runtime)."""
+
+    def __init__(self, name: str) -> None:
+        from .worker import start_worker
+
+        self.name = name
+        start_worker(name)
+
+    def run(self, snapshot: str) -> Any:
+        from .worker import execute_item
+
+        return execute_item(snapshot)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayPool:
+    """`workers` actors; one in-flight item per actor."""
+
+    def __init__(self, spec: ExecutorSpec) -> None:
+        self._ray = ray = _import_ray()
+        self.started_ray = False
+        if not ray.is_initialized():
+            # A local instance when no address is given: the test suite and a laptop need no cluster.
+            ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}} if spec.address else None)
+            self.started_ray = True
+        options = {"num_cpus": 1 if spec.num_cpus is None else spec.num_cpus, "num_gpus": spec.num_gpus or 0, "max_restarts": 0}
+        self._actor_class = ray.remote(**options)(SweepActor)
+        self.slots = spec.workers
+        self._generation = [0] * spec.workers
+        self._names = [f"ray-{i}" for i in range(spec.workers)]
+        self._actors = [self._actor_class.remote(name) for name in self._names]
+        self._inflight: dict[Any, tuple[int, str]] = {}
+
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def submit(self, slot: int, snapshot: str) -> None:
+        self._inflight[self._actors[slot].run.remote(snapshot)] = (slot, snapshot)
+
+    def wait(self, timeout: float) -> list[Finished | Died]:
+        if not self._inflight:
+            return []
+        ready, _ = self._ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=timeout)
+        events: list[Finished | Died] = []
+        for ref in ready:
+            slot, snapshot = self._inflight.pop(ref)
+            try:
+                events.append(Finished(slot, self._ray.get(ref)))
+            except self._ray.exceptions.RayActorError as exc:
+                events.append(Died(slot, f"actor {self._names[slot]} died mid-item: {str(exc).splitlines()[0]}"))
+            except self._ray.exceptions.RayError as exc:  # genrun itself raised in the actor: the item failed, the actor lives
+                message = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                events.append(Finished(slot, ItemReport(snapshot, "failed", message, self._names[slot], -1)))
+        return events
+
+    def replace(self, slot: int) -> None:
+        try:
+            self._ray.kill(self._actors[slot])
+        except Exception:  # noqa: BLE001 (already dead is the normal case here)
+            pass
+        self._generation[slot] += 1
+        self._names[slot] = f"ray-{slot}.{self._generation[slot]}"
+        self._actors[slot] = self._actor_class.remote(self._names[slot])
+
+    def interrupt(self, slot: int) -> None:
+        """Not possible for a running regular-actor method (see the module docstring): the item finishes."""
+
+    def pid(self, slot: int) -> int:
+        """The actor's process id (tests kill it)."""
+        return self._ray.get(self._actors[slot].pid.remote())
+
+    def close(self) -> None:
+        for actor in self._actors:
+            self._ray.kill(actor)
+        if self.started_ray:
+            self._ray.shutdown()

@@ -1,0 +1,151 @@
+"""The sweep snapshot: plan every item (all checks first, then freeze), record attempts, seal.
+
+Layout of `<store>/<id>/` (names in `genrun.schemas.layout`): the sweep file and the base
+request exactly as given, the dataset (or only its hash when large), `sweep-plan.json` (items
+with their plan digests), `frozen-sha256.txt` (its sha256 is the sweep's plan digest); while
+running `sweep-progress.ndjson` (append-only); on completion `sweep-result.json` and
+`manifest-sha256.txt`. Item snapshots are ordinary snapshots beside it in the same store.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import orjson
+
+from genrun.schemas import layout
+from genrun.schemas.digests import parse_sha256sum, plan_digest
+from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
+
+from .._io import fsync_dir, write_bytes_atomic, write_model_atomic
+from ..errors import GenrunError, SnapshotError
+from ..plan import PreparedPlan, prepare_plan
+from ..store import create_snapshot, is_sealed, resolve_store, seal_snapshot
+from .spec import ItemSpec, SweepSource, dataset_digest, expand_items, load_sweep
+
+
+def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force: bool = False, on_item=None) -> Path:
+    """Validate every item as strictly as `genrun plan`, then freeze all of them and the sweep snapshot; its path.
+
+    A refusal of any item raises before anything is written (its message names the item, the
+    dataset line and the key). `on_item(i, n)` is called as items are checked (progress on long sweeps).
+    """
+    sweep = load_sweep(sweep_path)
+    items = expand_items(sweep)
+    prepared = []
+    for item in items:
+        prepared.append(_prepare_item(sweep, item, force))
+        if on_item is not None:
+            on_item(item.index + 1, len(items))
+    root = resolve_store(store).absolute()
+    planned: list[Path] = []
+    try:
+        for plan in prepared:
+            planned.append(create_snapshot(root, plan.name, plan.freeze))
+        sweep_items = tuple(
+            SweepItem(index=i.index, dataset_line=i.dataset_line, changes=i.changes, snapshot_id=p.name, plan_digest=plan_digest(p))
+            for i, p in zip(items, planned)
+        )
+        return create_snapshot(root, sweep.body.name, lambda d: _freeze_sweep(d, sweep, root, sweep_items))
+    except BaseException:
+        for path in planned:  # plans, not evidence: a sweep is planned whole or not at all
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPlan:
+    try:
+        return prepare_plan(item.request, force, base_dir=sweep.base_path.parent)
+    except GenrunError as exc:
+        changes = orjson.dumps(item.changes).decode()
+        raise type(exc)(f"{item.where}, changes {changes}: {exc}") from None
+
+
+def _freeze_sweep(directory: Path, sweep: SweepSource, store: Path, items: tuple[SweepItem, ...]) -> None:
+    write_bytes_atomic(directory / f"{layout.SWEEP_SOURCE_PREFIX}.{sweep.format}", sweep.source)
+    write_bytes_atomic(directory / f"{layout.SWEEP_BASE_REQUEST_PREFIX}.{sweep.base_format}", sweep.base_source)
+    dataset = None
+    if sweep.dataset_bytes is not None and sweep.dataset_path is not None:
+        copied = len(sweep.dataset_bytes) <= layout.SWEEP_DATASET_COPY_LIMIT
+        if copied:
+            write_bytes_atomic(directory / layout.SWEEP_DATASET, sweep.dataset_bytes)
+        lines = len({i.dataset_line for i in items})
+        dataset = DatasetRef(path=str(sweep.dataset_path), sha256=dataset_digest(sweep) or "", bytes=len(sweep.dataset_bytes),
+                             lines=lines, copied=copied)
+    plan = SweepPlan(sweep=sweep.body, store=str(store), base_request=str(sweep.base_path), dataset=dataset, items=items)
+    write_model_atomic(directory / layout.SWEEP_PLAN, plan)
+
+
+# -- reading and recording ------------------------------------------------------------------------
+
+
+def is_sweep(path: Path) -> bool:
+    """A sweep snapshot has `sweep-plan.json`."""
+    return (Path(path) / layout.SWEEP_PLAN).is_file()
+
+
+def open_sweep(path: str | Path) -> tuple[Path, SweepPlan]:
+    """The sweep directory and its plan; SnapshotError when it is not a sweep snapshot."""
+    sweep_dir = Path(path)
+    if not is_sweep(sweep_dir):
+        raise SnapshotError(f"{sweep_dir} is not a sweep snapshot (no {layout.SWEEP_PLAN}); pass a directory made by 'genrun sweep plan|run'")
+    return sweep_dir, SweepPlan.model_validate_json((sweep_dir / layout.SWEEP_PLAN).read_bytes())
+
+
+def read_attempts(sweep_dir: Path) -> list[ItemAttempt]:
+    """Every line of `sweep-progress.ndjson`; a torn last line (driver killed mid-write) is ignored."""
+    path = sweep_dir / layout.SWEEP_PROGRESS
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(ATTEMPT_ADAPTER.validate_json(line))
+        except ValueError:
+            if number == len(lines):  # only the unterminated last line can be torn
+                break
+            raise SnapshotError(f"{path} line {number} is not an attempt record; the sweep's log was altered") from None
+    return records
+
+
+class AttemptLog:
+    """Appends `ItemAttempt` lines to `sweep-progress.ndjson`, fsynced each (a killed driver loses at most a torn line)."""
+
+    def __init__(self, sweep_dir: Path) -> None:
+        path = sweep_dir / layout.SWEEP_PROGRESS
+        if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+            with open(path, "ab") as f:  # terminate a torn line so the next record starts cleanly
+                f.write(b"\n")
+        self._file = open(path, "ab")
+
+    def append(self, record: ItemAttempt) -> None:
+        self._file.write(orjson.dumps(record.model_dump(mode="json", exclude_none=True)) + b"\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def copy_plan(store: Path, snapshot_dir: Path) -> Path:
+    """A new snapshot with the same frozen files (same plan digest) for a retry; the lost one is kept as evidence."""
+    entries = parse_sha256sum((snapshot_dir / layout.FROZEN_MANIFEST).read_bytes())
+    name = orjson.loads((snapshot_dir / layout.REQUEST).read_bytes())["name"]
+
+    def freeze(directory: Path) -> None:
+        for rel in entries:
+            write_bytes_atomic(directory / rel, (snapshot_dir / rel).read_bytes())
+
+    return create_snapshot(store, name, freeze)
+
+
+def seal_sweep(sweep_dir: Path, result: SweepResult) -> str:
+    """Write `sweep-result.json` and seal the sweep like a run; returns the sweep digest."""
+    if is_sealed(sweep_dir):
+        raise SnapshotError(f"sweep {sweep_dir} is already sealed")
+    write_model_atomic(sweep_dir / layout.SWEEP_RESULT, result)
+    fsync_dir(sweep_dir)
+    return seal_snapshot(sweep_dir)

@@ -1,0 +1,120 @@
+"""A local sweep through the real CLI with faults planted: a worker SIGKILLed mid-item, an item raising, a hidden cap.
+
+One sweep (2 worker processes, tiny-lm, a few tokens per item) is run once for the module; the
+tests read the evidence it left: the lost attempt kept incomplete and retried as a new snapshot,
+the failed item sealed while the others completed, `verify SWEEP` counting both, `sha256sum -c`,
+the model loaded once per worker, `ls` grouping and a sign-off on the whole sweep.
+"""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from _lm_helpers import read_ids
+from _sweep_helpers import only_sweep, read, start_cli, wait_for, write_sweep
+from conftest import run_cli
+
+KILLED, FAILED, CAPPED = 1, 2, 3
+
+
+@pytest.fixture(scope="module")
+def faulty_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("sweep-faults")
+    marker = root / "blocked.pid"
+    rows = [
+        {"input.prompt": "count down from 5 :"},
+        {"input.prompt": "count down from 6 :", "entrypoint.callable": "sweep_entries:block_once", "entrypoint.kwargs.marker": str(marker)},
+        {"input.prompt": "count down from 7 :", "entrypoint.callable": "sweep_entries:raise_now"},
+        {"input.prompt": "count down from 12 :", "generation.max_new_tokens": 4},  # cut before EOS: a hidden cap
+        {"input.prompt": "count down from 3 :"},
+    ]
+    sweep = write_sweep(root / "in", rows=rows, workers=2)
+    store = root / "store"
+    driver = start_cli("sweep", sweep, "--store", store)
+    worker_pid = int(wait_for(marker))
+    os.kill(worker_pid, signal.SIGKILL)  # the worker dies mid-item: its snapshot started and never sealed
+    out, err = driver.communicate(timeout=900)
+    return {"store": store, "sweep": only_sweep(store), "exit": driver.returncode, "err": err, "worker_pid": worker_pid}
+
+
+def test_failed_and_lost_items_do_not_stop_the_others(faulty_sweep: dict) -> None:
+    assert faulty_sweep["exit"] == 1, faulty_sweep["err"]  # an item failed
+    result = read(faulty_sweep["sweep"] / "sweep-result.json")
+    statuses = [i["status"] for i in result["items"]]
+    assert statuses == ["succeeded", "succeeded", "failed", "succeeded", "succeeded"]
+    assert result["status"] == "completed" and result["counts"] == {"succeeded": 4, "failed": 1}
+    failed = result["items"][FAILED]
+    assert "planted failure in item code" in failed["message"] and failed["snapshot_digest"]  # sealed like any failed run
+    assert f"item {FAILED} failed" in faulty_sweep["err"]  # one progress line per finished item
+
+
+def test_killed_worker_item_is_lost_kept_and_retried(faulty_sweep: dict) -> None:
+    store, sweep = faulty_sweep["store"], faulty_sweep["sweep"]
+    item = read(sweep / "sweep-result.json")["items"][KILLED]
+    lost, retry = item["attempts"]
+    assert item["snapshot_id"] == retry and item["stop_reasons"] == ["eos"]
+    assert (store / lost / "progress.ndjson").exists() and not (store / lost / "manifest-sha256.txt").exists()  # kept, incomplete
+    assert (store / lost / "frozen-sha256.txt").read_bytes() == (store / retry / "frozen-sha256.txt").read_bytes()  # same plan
+    log = [line for line in (sweep / "sweep-progress.ndjson").read_text().splitlines() if f'"item":{KILLED},' in line]
+    assert '"status":"lost"' in log[1] and "SIGKILL" in log[1]
+    verdict = run_cli("verify", store / lost)
+    assert verdict.returncode == 1 and "incomplete" in verdict.stdout  # verify FAILs it as for any killed run
+
+
+def test_workers_load_the_model_once_and_record_it(faulty_sweep: dict) -> None:
+    store = faulty_sweep["store"]
+    result = read(faulty_sweep["sweep"] / "sweep-result.json")
+    records = [read(store / i["snapshot_id"] / "worker-model.json") for i in result["items"]]
+    model_digest = read(store / result["items"][0]["snapshot_id"] / "model.json")["digest"]
+    assert {r["model_digest"] for r in records} == {model_digest}
+    by_worker: dict[str, list[dict]] = {}
+    for record in records:
+        by_worker.setdefault(record["worker"], []).append(record)
+    for worker_records in by_worker.values():  # each worker loaded once (the first of its items), then reused
+        assert sum(not r["reused"] for r in worker_records) == 1
+    assert any(r["reused"] for r in records)
+    assert any(r["pid"] != faulty_sweep["worker_pid"] and r["worker"].startswith("local-") and "." in r["worker"] for r in records)  # replacement
+
+
+def test_verify_sweep_counts_the_hidden_cap_and_the_failure(faulty_sweep: dict) -> None:
+    verdict = run_cli("verify", faulty_sweep["sweep"], "--json")
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr  # WARNs only, no FAIL
+    import json
+
+    document = json.loads(verdict.stdout)
+    d = document["distribution"]
+    assert d["statuses"] == {"succeeded": 4, "failed": 1}
+    assert d["failed_items"] == [FAILED] and d["lost_items"] == [] and d["lost_attempts"] == 1
+    assert d["stop_reasons"]["max_new_tokens"] == 1 and d["stop_reasons"]["eos"] == 3
+    assert d["warn_checks"]["budget_truncation"] == 1
+    assert d["units_min"] == 0 and d["units_max"] == 7  # the failed item generated nothing; "count down from 6 :" makes 6 + EOS
+    assert document["exit_code"] == 0 and "examined" in document["summary_line"]
+    capped = [i for i in document["items"] if i["index"] == CAPPED][0]
+    assert "budget_truncation" in capped["warnings"]
+    strict = run_cli("verify", faulty_sweep["sweep"], "--strict")
+    assert strict.returncode == 1 and "5 items (1 failed, 4 succeeded)" in strict.stdout
+
+
+def test_sweep_snapshot_passes_sha256sum_c(faulty_sweep: dict) -> None:
+    sweep = faulty_sweep["sweep"]
+    check = subprocess.run(["sha256sum", "-c", "manifest-sha256.txt"], cwd=sweep, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "sweep-result.json: OK" in check.stdout and "sweep-plan.json: OK" in check.stdout and "sweep-progress.ndjson: OK" in check.stdout
+
+
+def test_signoff_accepts_the_whole_sweep_and_ls_groups_items(faulty_sweep: dict) -> None:
+    sweep, store = faulty_sweep["sweep"], faulty_sweep["store"]
+    signed = run_cli("signoff", sweep, "--decision", "accept", "--by", "owner", "--note", "all items reviewed")
+    assert signed.returncode == 0, signed.stderr
+    listing = run_cli("ls", "--store", store, "--json")
+    rows = __import__("json").loads(listing.stdout)["snapshots"]
+    assert rows[0]["id"] == sweep.name and rows[0]["state"] == "sweep completed" and "accept" in rows[0]["signoffs"]
+    members = [r for r in rows if r["sweep"] == sweep.name]
+    assert len(members) == 6  # 5 items, one of them with a lost attempt and its retry
+
+
+def test_a_sealed_sweep_is_not_run_again(faulty_sweep: dict) -> None:
+    again = run_cli("sweep", "resume", faulty_sweep["sweep"])
+    assert again.returncode == 1 and "already sealed" in again.stderr

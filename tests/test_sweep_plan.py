@@ -1,0 +1,124 @@
+"""Sweep planning: grid x dataset expansion, every item validated like a request before anything is written."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from _sweep_helpers import only_sweep, read, write_sweep
+from genrun.runner.cli import main
+from genrun.runner.errors import RequestError
+from genrun.runner.sweep.spec import expand_items, load_sweep
+from genrun.schemas.sweep import SweepPlan
+
+ROWS = [{"input.prompt": "count down from 3 :"}, {"input.prompt": "count down from 7 :", "seed": 3}]
+
+
+def test_grid_times_dataset_in_order(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, rows=ROWS, grid={"generation.max_new_tokens": [4, 16], "generation.do_sample": [False]})
+    items = expand_items(load_sweep(sweep))
+    assert [(i.dataset_line, i.changes) for i in items] == [
+        (1, {"input.prompt": "count down from 3 :", "generation.max_new_tokens": 4, "generation.do_sample": False}),
+        (1, {"input.prompt": "count down from 3 :", "generation.max_new_tokens": 16, "generation.do_sample": False}),
+        (2, {"input.prompt": "count down from 7 :", "seed": 3, "generation.max_new_tokens": 4, "generation.do_sample": False}),
+        (2, {"input.prompt": "count down from 7 :", "seed": 3, "generation.max_new_tokens": 16, "generation.do_sample": False}),
+    ]
+    last = items[-1].request
+    assert (last.name, last.seed, last.input.prompt, last.generation["max_new_tokens"]) == ("sw-0003", 3, "count down from 7 :", 16)
+    assert last.progress.every_units == 2  # the rest is the base request
+
+
+def test_grid_only_and_dataset_only(tmp_path: Path) -> None:
+    assert len(expand_items(load_sweep(write_sweep(tmp_path / "g", grid={"generation.max_new_tokens": [1, 2, 3], "seed": [0, 1]})))) == 6
+    assert len(expand_items(load_sweep(write_sweep(tmp_path / "d", rows=ROWS)))) == 2
+
+
+def test_plan_freezes_every_item_and_the_sweep(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, rows=ROWS, grid={"generation.max_new_tokens": [4, 16]})
+    store = tmp_path / "store"
+    assert main(["sweep", "plan", str(sweep), "--store", str(store)]) == 0
+    sweep_dir = only_sweep(store)
+    plan = SweepPlan.model_validate_json((sweep_dir / "sweep-plan.json").read_bytes())
+    assert len(plan.items) == 4 and plan.dataset is not None and plan.dataset.lines == 2 and plan.dataset.copied
+    for item in plan.items:
+        snapshot = store / item.snapshot_id
+        assert read(snapshot / "request.json")["name"] == f"sw-{item.index:04d}"
+        digest = subprocess.run(["sha256sum", snapshot / "frozen-sha256.txt"], capture_output=True, text=True, check=True).stdout.split()[0]
+        assert digest == item.plan_digest
+    assert (sweep_dir / "sweep.source.toml").read_bytes() == sweep.read_bytes()
+    assert (sweep_dir / "sweep-dataset.jsonl").read_bytes() == (tmp_path / "items.jsonl").read_bytes()
+    assert (sweep_dir / "sweep.base-request.source.toml").read_bytes() == (tmp_path / "base.toml").read_bytes()
+    assert not (sweep_dir / "manifest-sha256.txt").exists()  # planned, not run
+
+
+def test_bad_dataset_line_refuses_the_whole_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"input.prompt": f"count down from {n} :"} for n in range(1, 12)]
+    rows[8] = {"input.prompt": "count down from 9 :", "generation.max_new_tokens": "many"}
+    sweep = write_sweep(tmp_path, rows=rows)
+    store = tmp_path / "store"
+    assert main(["sweep", str(sweep), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "dataset line 9" in err and "max_new_tokens" in err and "'many'" in err
+    assert not store.exists() or not any(store.iterdir())  # nothing written, not even the 8 good items
+
+
+def test_unknown_dotted_key_names_the_line_and_suggests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(tmp_path, rows=[{"input.prompt": "count down from 3 :"}, {"generation.max_new_token": 4}])
+    store = tmp_path / "store"
+    assert main(["sweep", "plan", str(sweep), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "dataset line 2" in err and "did you mean 'max_new_tokens'" in err
+    assert not store.exists()
+
+
+def test_generation_key_refused_by_the_real_plan_checks(tmp_path: Path) -> None:
+    """A key pydantic accepts but transformers' GenerationConfig does not: refused by plan's own check, per item."""
+    sweep = write_sweep(tmp_path, grid={"generation.max_new_tokenz": [4]})
+    with pytest.raises(RequestError, match=r"sweep item 0.*max_new_tokenz"):
+        from genrun.runner.sweep.store import plan_sweep
+
+        plan_sweep(sweep, tmp_path / "store")
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("rows", "grid", "message"),
+    [
+        ([{"input.prompt": "x", "generation.max_new_tokens": 3}], {"generation.max_new_tokens": [4]}, "also sets"),
+        ([["not", "an", "object"]], None, "line 1 must be a non-empty JSON object"),
+        ([{"model.path.deeper": 1}], None, "goes through 'model.path', which is a value"),
+        (None, {"generation.max_new_tokens": []}, "has no values"),
+    ],
+)
+def test_malformed_sweeps_are_refused(tmp_path: Path, rows, grid, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(RequestError, match=message):
+        expand_items(load_sweep(write_sweep(tmp_path, rows=rows, grid=grid)))
+
+
+def test_sweep_file_is_strict(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, rows=ROWS)
+    sweep.write_text(sweep.read_text().replace("workers = 1", "worker = 1"))
+    with pytest.raises(RequestError, match="did you mean 'workers'"):
+        load_sweep(sweep)
+
+
+def test_sweep_artifacts_round_trip_and_refuse_unknown_keys(tmp_path: Path) -> None:
+    import orjson
+    from pydantic import ValidationError
+
+    from genrun.schemas.sweep import ATTEMPT_ADAPTER, ItemOutcome, SweepResult, WorkerModel
+
+    sweep = write_sweep(tmp_path, rows=ROWS)
+    assert main(["sweep", "plan", str(sweep), "--store", str(tmp_path / "store")]) == 0
+    raw = (only_sweep(tmp_path / "store") / "sweep-plan.json").read_bytes()
+    plan = SweepPlan.model_validate_json(raw)
+    assert orjson.loads(raw) == plan.model_dump(mode="json")  # written in normalised form
+    with pytest.raises(ValidationError, match="surprise"):
+        SweepPlan.model_validate(orjson.loads(raw) | {"surprise": 1})
+    outcome = ItemOutcome(index=0, status="lost", snapshot_id="a", snapshot_digest=None, attempts=("a",), stop_reasons=(), generated=None)
+    result = SweepResult(status="completed", counts={"lost": 1}, items=(outcome,))
+    assert SweepResult.model_validate_json(result.model_dump_json()) == result
+    worker = WorkerModel(worker="local-0", pid=1, loaded_for_snapshot="a", reused=False, items_before=0, model_digest="d", key="k")
+    assert WorkerModel.model_validate_json(worker.model_dump_json()) == worker
+    with pytest.raises(ValidationError):
+        ATTEMPT_ADAPTER.validate_json(b'{"event": "finished", "item": 0, "attempt": 1, "snapshot_id": "a", "t": 0}')

@@ -1,0 +1,76 @@
+"""The sweep driver killed (SIGKILL) mid-sweep, then `genrun sweep resume`; SIGINT sealing a sweep as interrupted."""
+
+import json
+import signal
+import time
+from pathlib import Path
+
+
+from _sweep_helpers import only_sweep, pid_alive, read, start_cli, wait_for, write_sweep
+from conftest import run_cli
+
+BLOCKED = 2
+
+
+def _rows(marker: Path, n: int) -> list[dict]:
+    rows = [{"input.prompt": f"count down from {k + 3} :"} for k in range(n)]
+    rows[BLOCKED] |= {"entrypoint.callable": "sweep_entries:block_once", "entrypoint.kwargs.marker": str(marker)}
+    return rows
+
+
+def test_driver_killed_then_resume_completes_without_rerunning(tmp_path: Path) -> None:
+    marker = tmp_path / "blocked.pid"
+    sweep_file = write_sweep(tmp_path / "in", rows=_rows(marker, 4), workers=1)
+    store = tmp_path / "store"
+    driver = start_cli("sweep", sweep_file, "--store", store)
+    worker_pid = int(wait_for(marker))  # items 0 and 1 are done, item 2 is running
+    driver.kill()
+    driver.wait(timeout=60)
+    for _ in range(100):  # the worker dies with its driver (PR_SET_PDEATHSIG)
+        if not pid_alive(worker_pid):
+            break
+        time.sleep(0.1)
+    assert not pid_alive(worker_pid)
+    sweep = only_sweep(store)
+    assert not (sweep / "manifest-sha256.txt").exists()
+    interim = run_cli("verify", sweep)
+    assert interim.returncode == 1 and "sweep resume" in interim.stdout
+    plan = read(sweep / "sweep-plan.json")
+    done_before = {i: (store / plan["items"][i]["snapshot_id"] / "manifest-sha256.txt").read_bytes() for i in (0, 1)}
+
+    resumed = run_cli("sweep", "resume", sweep, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    result = read(sweep / "sweep-result.json")
+    assert result["status"] == "completed" and result["counts"] == {"succeeded": 4}
+    for i, manifest in done_before.items():  # finished items were not re-run: same snapshot, same digest, one attempt
+        item = result["items"][i]
+        assert item["attempts"] == [plan["items"][i]["snapshot_id"]]
+        assert (store / item["snapshot_id"] / "manifest-sha256.txt").read_bytes() == manifest
+    blocked = result["items"][BLOCKED]
+    assert len(blocked["attempts"]) == 2 and blocked["attempts"][0] == plan["items"][BLOCKED]["snapshot_id"]
+    assert not (store / blocked["attempts"][0] / "manifest-sha256.txt").exists()  # the interrupted attempt is kept, incomplete
+    assert result["items"][3]["attempts"] == [plan["items"][3]["snapshot_id"]]  # never started: ran in its planned snapshot
+    assert run_cli("verify", sweep).returncode == 0
+
+
+def test_sigint_stops_scheduling_and_seals_the_sweep_interrupted(tmp_path: Path) -> None:
+    marker = tmp_path / "blocked.pid"
+    sweep_file = write_sweep(tmp_path / "in", rows=_rows(marker, 4), workers=1)
+    store = tmp_path / "store"
+    driver = start_cli("sweep", sweep_file, "--store", store)
+    wait_for(marker)
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=300)
+    assert driver.returncode == 130, err
+    sweep = only_sweep(store)
+    result = read(sweep / "sweep-result.json")
+    assert result["status"] == "interrupted"
+    assert [i["status"] for i in result["items"]] == ["succeeded", "succeeded", "interrupted", "not_run"]
+    interrupted = store / result["items"][BLOCKED]["snapshot_id"]
+    assert read(interrupted / "result.json")["signal"] == "SIGINT" and (interrupted / "manifest-sha256.txt").exists()
+    assert (sweep / "manifest-sha256.txt").exists()
+    verdict = run_cli("verify", sweep, "--json")
+    document = json.loads(verdict.stdout)
+    assert verdict.returncode == 0, verdict.stdout  # WARNs (an interrupted sweep and item), no FAIL: every file checks out
+    assert document["status"] == "interrupted" and document["distribution"]["statuses"] == {"succeeded": 2, "interrupted": 1, "not_run": 1}
+    assert [f["status"] for f in document["findings"] if f["name"] == "sweep_sealed"] == ["WARN"]
