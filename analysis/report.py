@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from genrun.schemas import GenerationConfigBeforeGenerate
 
 from ._check_integrity import INCOMPLETE
+from ._check_inputs import input_summary
 from ._load import Snapshot, read_snapshot
 from ._rows import eos_positions, rows_of
 from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
@@ -153,7 +154,9 @@ def _headline(snap: Snapshot) -> str:
     for s in stops:
         reasons[s.reason] = reasons.get(s.reason, 0) + 1
     why = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in reasons.items()) or "no stop record"
-    return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}"
+    heard = input_summary(snap.input_preparation) if snap.input_preparation is not None else None
+    return (f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}"
+            + (f"; {heard}" if heard else ""))
 
 
 def _request_essentials(snap: Snapshot) -> dict[str, Any]:

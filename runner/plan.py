@@ -14,6 +14,7 @@ from .backends import get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .environment import capture_environment
+from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, resolve_model_dir
 from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
@@ -30,10 +31,11 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
     backend = get_backend(request.model.backend)
     resolved = resolve_model_dir(request.model, base_dir)
     backend.validate_request(request, resolved.path)
+    input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     code = identify_code(user_code, [base_dir], resolved.path, request.model.trust_remote_code)
     model = identify_model(request.model, base_dir)
-    budget = backend.estimate_budget(request, resolved.path, model.weight_bytes, force)
+    budget = backend.estimate_budget(measured_budget_request(request, input_files), resolved.path, model.weight_bytes, force)
     enforce(budget)
     environment = capture_environment()
 
@@ -44,6 +46,8 @@ def plan_request(request_path: str | Path | Request, store: str | Path | None = 
         write_model_atomic(directory / layout.CODE, code)
         write_model_atomic(directory / layout.MODEL, model)
         write_model_atomic(directory / layout.TOKEN_BUDGET, budget)
+        if input_files is not None:
+            freeze_input_files(input_files, directory)
 
     return create_snapshot(resolve_store(store), request.name, freeze)
 

@@ -3,6 +3,7 @@
 from .budget import DomainEstimate, TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
 from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
+from .inputs import AudioFacts, AudioReceived, ImageFacts, ImageReceived, InputFile, InputFiles, InputPreparation, PreparedRow, Truncation
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import (
     EVENT_ADAPTER,
@@ -21,6 +22,7 @@ from .stop import ExceptionInfo, GenerationStop, SequenceStop, StopReason
 from .token_ids import GeneratedTokenIds, TokenSequenceSummary
 
 __all__ = [
+    "AudioFacts", "AudioReceived", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation",
     "AnyEvent", "BudgetSpec", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",

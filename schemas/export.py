@@ -8,6 +8,7 @@ from pydantic import BaseModel, TypeAdapter
 from .budget import TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
+from .inputs import InputFiles, InputPreparation
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import EVENT_ADAPTER
 from .request import Request
@@ -30,6 +31,8 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "generated-token-ids": GeneratedTokenIds,
     "generation-stop": GenerationStop,
     "result": Result,
+    "input-files": InputFiles,
+    "input-preparation": InputPreparation,
     "signoff": Signoff,
 }
 """Schema file stem -> model (or adapter, for the progress event union)."""

@@ -19,6 +19,11 @@ OUTPUTS_DIR = "outputs"
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
 
+# -- media inputs (issue 12): present only when [input] names files ---------------------------------
+INPUTS_DIR = "inputs"  # frozen copies of the media files, `inputs/<row>-<kind>-<name>`
+INPUT_FILES = "input-files.json"  # frozen at plan time: path, size, sha256 and header facts of each file
+INPUT_PREPARATION = "input-preparation.json"  # written before generate: what the model actually received
+
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
 """Frozen at plan time besides the request source (whose extension varies)."""
 

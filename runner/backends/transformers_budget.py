@@ -15,6 +15,7 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
+from ._processor import architecture, decoder_positions
 from ._prompts import encode_input
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
@@ -28,9 +29,15 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
     shape = model_shape(config, request.model.dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust)
-    encoded = encode_input(tokenizer, request.input)
-    batch_size, prompt_tokens = encoded["input_ids"].shape
-    context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
+    if architecture(config) == "encoder_decoder" or not request.input.has_text():
+        # The decoder starts from its start token; the encoder input (text or audio features) is not in the decoder context.
+        batch_size = max(len(request.input.audio_files()), len(request.input.image_files()), len(request.input.texts() or ()), 1)
+        prompt_tokens = 1 if architecture(config) == "encoder_decoder" else 0
+        context = _context_limit(decoder_positions(config), None)
+    else:
+        encoded = encode_input(tokenizer, request.input)
+        batch_size, prompt_tokens = encoded["input_ids"].shape
+        context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
     checkpoint = GenerationConfig.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
     length = effective_length(prompt_tokens, request.generation, checkpoint, context)
 
