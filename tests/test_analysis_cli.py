@@ -27,7 +27,7 @@ def summary_of(stdout: str) -> tuple[int, ...]:
 def test_verify_prints_a_table_and_the_summary_line_and_exits_0(snapshots) -> None:
     proc = run_genrun("verify", snapshots.get("eos"), env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert summary_of(proc.stdout) == (19, 16, 0, 0, 3, 15, 13, 6)
+    assert summary_of(proc.stdout) == (21, 17, 0, 0, 4, 16, 13, 6)  # + input_files, input_coverage; + input-preparation.json
     for spec in CHECKS:
         assert spec.name in proc.stdout
     assert "manifest_integrity" in proc.stdout and "PASS" in proc.stdout

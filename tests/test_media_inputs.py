@@ -178,3 +178,20 @@ def test_an_undecodable_or_missing_audio_file_is_refused_with_exit_2_and_nothing
     err = " ".join(capsys.readouterr().err.split())
     assert "[input] audio[0]" in err and expected in err
     assert not store.exists() or not any(store.iterdir())
+
+
+def test_an_audio_llm_counts_the_audio_tokens_in_the_prompt_and_budgets_from_measured_seconds(capsys, tmp_path: Path) -> None:
+    model = EXAMPLES / "models" / "tiny-audio-lm"
+    text = (f'name = "alm"\n[model]\npath = "{model}"\ndtype = "float32"\ndevice = "cpu"\n'
+            f'[input]\naudio = "{SHORT}"\nprompt = "<|audio_bos|><|AUDIO|><|audio_eos|>Transcribe:"\n'
+            "[generation]\nmax_new_tokens = 4\n[budget]\nunits_per_input_second = 4\n")
+    snapshot = run(capsys, tmp_path, text)
+    row = preparation(snapshot).rows[0]
+    audio_token = orjson.loads((model / "config.json").read_bytes())["audio_token_index"]
+    assert row.prompt_token_ids.count(audio_token) == 75  # 3 s = 300 frames -> 75 audio tokens inside the prompt
+    assert row.prompt_tokens == 88 and row.audio.seconds_received == 3.0 and preparation(snapshot).architecture == "decoder_only"
+    budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
+    assert budget.prompt_tokens == 88  # the plan counted the audio tokens too
+    assert (budget.domain.input_seconds, budget.domain.observed_units) == (3.0, 12)  # measured 3.0 s x 4 units/s
+    findings = verify(capsys, snapshot)
+    assert findings["limits_reached_config"]["status"] == "PASS", findings["limits_reached_config"]

@@ -24,8 +24,6 @@ Deterministic: fixed seed and a fixed thread count give byte-identical files on 
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,8 @@ import soundfile
 import torch
 from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor, WhisperTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+from _build import parse_args, save_checkpoint  # sibling module: the scripts run as `python examples/models/make_*.py`
 
 SEED = 0
 HERE = Path(__file__).resolve().parent
@@ -92,21 +92,13 @@ def write_audio(out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--audio", type=Path, default=DEFAULT_AUDIO)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = parse_args(__doc__, DEFAULT_OUT, ("--audio", DEFAULT_AUDIO))
     tokenizer = build_tokenizer()
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIALS}
     processor = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer)
     model = build_model(len(tokenizer), ids)
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out)
-    processor.save_pretrained(args.out)
+    save_checkpoint(args.out, model, processor)
     write_audio(args.audio)
-    sizes = {p.name: p.stat().st_size for p in sorted(args.out.iterdir())}
-    print(json.dumps({"out": str(args.out), "parameters": model.num_parameters(), "bytes": sizes}, indent=1))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
     shape = model_shape(config, request.model.dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust)
-    if architecture(config) == "encoder_decoder" or not request.input.has_text():
+    if architecture(config) == "decoder_only" and request.input.audio_files() and request.input.has_text():
+        batch_size, prompt_tokens = audio_prompt_shape(request, model_dir)
+        context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
+    elif architecture(config) == "encoder_decoder" or not request.input.has_text():
         # The decoder starts from its start token; the encoder input (text or audio features) is not in the decoder context.
         batch_size = max(len(request.input.audio_files()), len(request.input.image_files()), len(request.input.texts() or ()), 1)
         prompt_tokens = 1 if architecture(config) == "encoder_decoder" else 0
@@ -70,6 +73,26 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         forced=False,
     )
     return with_refusals(draft, refusals_for(draft), force)
+
+
+def audio_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
+    """(batch, padded prompt tokens) of an audio LLM's prompt: the processor run on silence as long as the longest
+    measured audio row (`[budget] input_seconds`, filled from the files by plan), so the audio tokens it inserts are counted."""
+    import numpy as np
+
+    from ._processor import load_processor
+    from .input_preparation import rendered_texts
+
+    processor = load_processor(request, model_dir)
+    rate = processor.feature_extractor.sampling_rate
+    rows = len(request.input.audio_files())
+    silence = np.zeros(round((request.budget.input_seconds or 0) * rate), dtype=np.float32)
+    texts = list(rendered_texts(processor.tokenizer, request.input) or ())
+    texts = texts * rows if len(texts) == 1 else texts
+    encoded = processor(text=texts, audio=[silence] * rows, sampling_rate=rate, return_tensors="pt", padding=True,
+                        **request.input.processor_kwargs)
+    batch, tokens = encoded["input_ids"].shape
+    return int(batch), int(tokens)
 
 
 def _context_limit(positions: int | None, tokenizer_limit: int | None) -> int | None:

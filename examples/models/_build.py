@@ -1,0 +1,31 @@
+"""Shared by the random-weight model scripts: the `--out` argument, and saving a checkpoint with its processor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+
+def parse_args(doc: str, default_out: Path, *extra: tuple[str, Path]) -> argparse.Namespace:
+    """`--out DIR` (default `default_out`) plus any `(--name, default path)` options; torch runs on one thread (determinism)."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=default_out)
+    for flag, default in extra:
+        parser.add_argument(flag, type=Path, default=default)
+    torch.set_num_threads(1)
+    return parser.parse_args()
+
+
+def save_checkpoint(out: Path, model: Any, processor: Any) -> None:
+    """Replace `out` with the model and its tokenizer/processor, then print the file sizes."""
+    if out.exists():
+        shutil.rmtree(out)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
+    print(json.dumps({"out": str(out), "parameters": model.num_parameters(), "bytes": sizes}, indent=1))
