@@ -36,7 +36,10 @@ def check_request_round_trip(snap: Snapshot, ctx: CheckContext) -> Finding:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
         return Finding(name=name, status="FAIL", message=f"{snap.request_source_name} does not validate as a Request: {problems}", examined=examined)
-    normalised = diff_values(reparsed, snap.request_json)
+    # request.json from an older genrun lacks keys added since (e.g. [input] audio, issue 12): compare against it as
+    # read through the model (defaults filled in memory); any value it does hold must still match.
+    written = snap.request.model_dump(mode="json") if snap.request is not None else snap.request_json
+    normalised = diff_values(reparsed, written)
     dropped = [c for c in _source_leaf_changes(parsed, snap.request_json) if c.b is ABSENT or not same_json(c.a, c.b)]
     evidence = {"source": snap.request_source_name, "normalised_differences": [c.as_json() for c in normalised],
                 "source_keys_changed": [c.as_json() for c in dropped]}
