@@ -67,6 +67,8 @@ def test_whisper_end_to_end_freezes_the_audio_and_records_what_the_model_heard(c
     budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
     assert budget.context_limit == 96  # WhisperConfig.max_target_positions of the tiny model, not an encoder limit
     assert budget.domain is not None and budget.domain.input_seconds == 3.0  # measured, no [budget] hint given
+    effective = orjson.loads((snapshot / layout.GENERATION_CONFIG).read_bytes())
+    assert effective["context_limit"] == 96 and effective["model_class"] == "WhisperForConditionalGeneration"
     findings = verify(capsys, snapshot)
     assert findings["input_coverage"]["status"] == "PASS" and "3.0 s of 3.0 s" in findings["input_coverage"]["message"]
     assert findings["input_files"]["status"] == "PASS"

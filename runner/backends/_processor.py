@@ -14,17 +14,6 @@ def architecture(config: Any) -> str:
     return "encoder_decoder" if getattr(config, "is_encoder_decoder", False) else "decoder_only"
 
 
-def decoder_positions(config: Any) -> int | None:
-    """The decoder's position limit: Whisper's `max_target_positions` (generate refuses beyond it), else `max_position_embeddings`
-    (BART); `None` for relative-position decoders such as T5."""
-    text = config.get_text_config(decoder=True)
-    for key in ("max_target_positions", "max_position_embeddings"):
-        value = getattr(text, key, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
 def model_auto_class(config: Any, request: Request) -> Any:
     """The first transformers auto class, in an order that suits the input, whose mapping has this config."""
     import transformers

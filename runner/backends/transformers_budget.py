@@ -5,6 +5,7 @@ from pathlib import Path
 from genrun.schemas import Request, TokenBudget
 
 from ..budget import (
+    decoder_position_limit,
     DTYPE_BYTES,
     domain_estimate,
     effective_length,
@@ -15,7 +16,7 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
-from ._processor import architecture, decoder_positions
+from ._processor import architecture
 from ._prompts import encode_input
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
@@ -36,7 +37,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         # The decoder starts from its start token; the encoder input (text or audio features) is not in the decoder context.
         batch_size = max(len(request.input.audio_files()), len(request.input.image_files()), len(request.input.texts() or ()), 1)
         prompt_tokens = 1 if architecture(config) == "encoder_decoder" else 0
-        context = _context_limit(decoder_positions(config), None)
+        context = _context_limit(decoder_position_limit(config), None)
     else:
         encoded = encode_input(tokenizer, request.input)
         batch_size, prompt_tokens = encoded["input_ids"].shape
