@@ -86,10 +86,13 @@ def input_path(snapshot_dir: Path, item: InputFile) -> Path:
 
 
 def measured_budget_request(request: Request, files: InputFiles | None) -> Request:
-    """The request the budget is estimated from: `[budget] input_seconds` replaced by the longest audio row
-    measured from the files (the hint is only used when no audio file is given). The frozen request is unchanged."""
-    seconds = [f.audio.seconds for f in files.files if f.audio is not None] if files is not None else []
-    if not seconds:
+    """The request the budget is estimated from (the frozen request is unchanged): media paths made absolute (the
+    planned files), and `[budget] input_seconds` replaced by the longest audio row measured from the files (the hint
+    is only used when no audio file is given)."""
+    if files is None:
         return request
-    budget = request.budget.model_copy(update={"input_seconds": max(seconds)})
-    return request.model_copy(update={"budget": budget})
+    paths = {kind: tuple(f.source_path for f in files.files if f.kind == kind) for kind in ("audio", "image")}
+    spec = request.input.model_copy(update={"audio": paths["audio"] or None, "images": paths["image"] or None})
+    seconds = [f.audio.seconds for f in files.files if f.audio is not None]
+    budget = request.budget.model_copy(update={"input_seconds": max(seconds)}) if seconds else request.budget
+    return request.model_copy(update={"input": spec, "budget": budget})

@@ -197,3 +197,34 @@ def test_an_audio_llm_counts_the_audio_tokens_in_the_prompt_and_budgets_from_mea
     assert (budget.domain.input_seconds, budget.domain.observed_units) == (3.0, 12)  # measured 3.0 s x 4 units/s
     findings = verify(capsys, snapshot)
     assert findings["limits_reached_config"]["status"] == "PASS", findings["limits_reached_config"]
+
+
+IMAGES = EXAMPLES / "images"
+LLAVA = EXAMPLES / "models" / "tiny-llava"
+
+
+def llava_request(image: str) -> str:
+    return (f'name = "img"\n[model]\npath = "{LLAVA}"\ndtype = "float32"\ndevice = "cpu"\n'
+            f'[input]\nimages = "{image}"\nprompt = "<image>Describe:"\n[generation]\nmax_new_tokens = 3\n')
+
+
+def test_an_image_is_frozen_and_its_size_before_and_after_the_processor_recorded(capsys, tmp_path: Path) -> None:
+    snapshot = run(capsys, tmp_path, llava_request(str(IMAGES / "gradient-64x48.png")))
+    assert (snapshot / "inputs/0-image-gradient-64x48.png").read_bytes() == (IMAGES / "gradient-64x48.png").read_bytes()
+    (item,) = InputFiles.model_validate_json((snapshot / layout.INPUT_FILES).read_bytes()).files
+    assert (item.image.width, item.image.height, item.image.mode) == (64, 48, "RGB")
+    row = preparation(snapshot).rows[0]
+    assert (row.image.width, row.image.height, row.image.received_width, row.image.received_height) == (64, 48, 32, 32)
+    image_token = orjson.loads((LLAVA / "config.json").read_bytes())["image_token_index"]
+    assert row.prompt_token_ids.count(image_token) == 16 and row.prompt_tokens == 25  # (32 / 8)^2 image tokens in the prompt
+    assert TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()).prompt_tokens == 25
+    verify(capsys, snapshot)
+
+
+def test_an_undecodable_image_is_refused_with_exit_2(capsys, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    capsys.readouterr()
+    assert main(["plan", str(write_request(tmp_path, llava_request(str(IMAGES / "not-an-image.png")))), "--store", str(store)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "[input] images[0]" in err and "cannot be decoded as image" in err
+    assert not store.exists() or not any(store.iterdir())

@@ -29,3 +29,15 @@ def save_checkpoint(out: Path, model: Any, processor: Any) -> None:
     processor.save_pretrained(out)
     sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
     print(json.dumps({"out": str(out), "parameters": model.num_parameters(), "bytes": sizes}, indent=1))
+
+
+def byte_level_tokenizer(specials: tuple[str, ...]) -> Any:
+    """A `Qwen2Tokenizer` with one token per byte (no merges) and `specials` after them; the first special is EOS and pad."""
+    from transformers import Qwen2Tokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {char: i for i, char in enumerate(bytes_to_unicode().values())}
+    for token in specials:
+        vocab[token] = len(vocab)
+    return Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, bos_token=None, eos_token=specials[0], pad_token=specials[0],
+                          additional_special_tokens=list(specials[1:]))

@@ -21,11 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import (GenerationConfig, Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor, Qwen2Tokenizer,
+from transformers import (GenerationConfig, Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor,
                           WhisperFeatureExtractor)
-from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from _build import parse_args, save_checkpoint  # sibling module: the scripts run as `python examples/models/make_*.py`
+from _build import byte_level_tokenizer, parse_args, save_checkpoint  # sibling module: the scripts run as `python examples/models/make_*.py`
 
 SEED = 0
 HERE = Path(__file__).resolve().parent
@@ -34,12 +33,8 @@ SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_bos|>", "<|A
 MAX_POSITIONS = 2048
 
 
-def build_tokenizer() -> Qwen2Tokenizer:
-    vocab = {char: i for i, char in enumerate(bytes_to_unicode().values())}
-    for token in SPECIALS:
-        vocab[token] = len(vocab)
-    return Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, bos_token=None, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                          additional_special_tokens=list(SPECIALS[1:]))
+def build_tokenizer():
+    return byte_level_tokenizer(SPECIALS)
 
 
 def main() -> None:

@@ -30,8 +30,8 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
     shape = model_shape(config, request.model.dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust)
-    if architecture(config) == "decoder_only" and request.input.audio_files() and request.input.has_text():
-        batch_size, prompt_tokens = audio_prompt_shape(request, model_dir)
+    if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
+        batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
     elif architecture(config) == "encoder_decoder" or not request.input.has_text():
         # The decoder starts from its start token; the encoder input (text or audio features) is not in the decoder context.
@@ -76,22 +76,24 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     return with_refusals(draft, refusals_for(draft), force)
 
 
-def audio_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
-    """(batch, padded prompt tokens) of an audio LLM's prompt: the processor run on silence as long as the longest
-    measured audio row (`[budget] input_seconds`, filled from the files by plan), so the audio tokens it inserts are counted."""
-    import numpy as np
-
+def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
+    """(batch, padded prompt tokens) of an audio or vision LLM's prompt, from the processor run on the planned files
+    (plan passes their absolute paths), so the audio / image tokens it inserts into the prompt are counted."""
+    from ._audio import decode_audio
+    from ._images import load_image
     from ._processor import load_processor
     from .input_preparation import rendered_texts
 
     processor = load_processor(request, model_dir)
-    rate = processor.feature_extractor.sampling_rate
-    rows = len(request.input.audio_files())
-    silence = np.zeros(round((request.budget.input_seconds or 0) * rate), dtype=np.float32)
+    call: dict = {"return_tensors": "pt", "padding": True}
+    if request.input.audio_files():
+        rate = processor.feature_extractor.sampling_rate
+        call.update(audio=[decode_audio(Path(p), rate).samples for p in request.input.audio_files()], sampling_rate=rate)
+    if request.input.image_files():
+        call["images"] = [load_image(Path(p)) for p in request.input.image_files()]
+    rows = len(request.input.audio_files() or request.input.image_files())
     texts = list(rendered_texts(processor.tokenizer, request.input) or ())
-    texts = texts * rows if len(texts) == 1 else texts
-    encoded = processor(text=texts, audio=[silence] * rows, sampling_rate=rate, return_tensors="pt", padding=True,
-                        **request.input.processor_kwargs)
+    encoded = processor(text=texts * rows if len(texts) == 1 else texts, **call, **request.input.processor_kwargs)
     batch, tokens = encoded["input_ids"].shape
     return int(batch), int(tokens)
 
