@@ -228,3 +228,17 @@ def test_an_undecodable_image_is_refused_with_exit_2(capsys, tmp_path: Path) -> 
     err = " ".join(capsys.readouterr().err.split())
     assert "[input] images[0]" in err and "cannot be decoded as image" in err
     assert not store.exists() or not any(store.iterdir())
+
+
+@pytest.mark.parametrize(("input_table", "expected"), [
+    (f'audio = "{SHORT}"\nimages = "{EXAMPLES}/images/gradient-64x48.png"', "give one kind of media per request"),
+    (f'audio = ["{SHORT}", "{OTHER}"]\nprompts = ["a", "b", "c"]', "prompts has 3 entries but 2 media file(s)"),
+    (f'audio = "{SHORT}"\n[entrypoint]\ncallable = "mod:fn"', "cannot be combined with [entrypoint]"),
+])
+def test_media_requests_the_backend_cannot_prepare_are_refused_with_exit_2(capsys, tmp_path: Path, input_table: str, expected: str) -> None:
+    text = (f'name = "bad"\n[model]\npath = "{WHISPER}"\ndevice = "cpu"\n[generation]\nmax_new_tokens = 2\n'
+            f"[input]\n{input_table}\n")
+    capsys.readouterr()
+    assert main(["plan", str(write_request(tmp_path, text)), "--store", str(tmp_path / "store")]) == 2
+    assert expected in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "store").exists()

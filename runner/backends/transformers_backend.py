@@ -137,7 +137,7 @@ class TransformersBackend:
         entrypoint = ctx.request.entrypoint
         if entrypoint is not None:
             function = resolve_callable(entrypoint.callable, "[entrypoint] callable")
-            inputs = ctx.request.input.model_dump(mode="json", exclude_none=True)
+            inputs = ctx.request.input.model_dump(mode="json", exclude_defaults=True)  # what the user set: copy/processor_kwargs only when given
             ctx.recorder.start(ctx.planned_units, None)
             return partial(function, model, tokenizer, inputs, dict(ctx.request.generation), **entrypoint.kwargs)
         files = read_input_files(ctx.snapshot_dir)
