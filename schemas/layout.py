@@ -23,6 +23,7 @@ SIGNOFFS_DIR = "signoffs"
 INPUTS_DIR = "inputs"  # frozen copies of the media files, `inputs/<row>-<kind>-<name>`
 INPUT_FILES = "input-files.json"  # frozen at plan time: path, size, sha256 and header facts of each file
 INPUT_PREPARATION = "input-preparation.json"  # written before generate: what the model actually received
+PROMPT_TOKEN_IDS = "prompt-token-ids.safetensors"  # beside it: `prompt_<row>` int64, the unpadded prompt ids
 
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
 """Frozen at plan time besides the request source (whose extension varies)."""

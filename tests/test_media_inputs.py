@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import safetensors.torch
 
 from conftest import EXAMPLES, write_request
 from genrun.runner.cli import main
@@ -192,6 +193,8 @@ def test_an_audio_llm_counts_the_audio_tokens_in_the_prompt_and_budgets_from_mea
     audio_token = orjson.loads((model / "config.json").read_bytes())["audio_token_index"]
     assert row.prompt_token_ids.count(audio_token) == 75  # 3 s = 300 frames -> 75 audio tokens inside the prompt
     assert row.prompt_tokens == 88 and row.audio.seconds_received == 3.0 and preparation(snapshot).architecture == "decoder_only"
+    prompts = safetensors.torch.load_file(snapshot / layout.PROMPT_TOKEN_IDS)
+    assert prompts["prompt_0"].tolist() == list(row.prompt_token_ids)  # the same ids as a tensor beside the JSON
     budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
     assert budget.prompt_tokens == 88  # the plan counted the audio tokens too
     assert (budget.domain.input_seconds, budget.domain.observed_units) == (3.0, 12)  # measured 3.0 s x 4 units/s
@@ -241,4 +244,13 @@ def test_media_requests_the_backend_cannot_prepare_are_refused_with_exit_2(capsy
     capsys.readouterr()
     assert main(["plan", str(write_request(tmp_path, text)), "--store", str(tmp_path / "store")]) == 2
     assert expected in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_diffusers_request_with_media_is_refused_not_ignored(capsys, tmp_path: Path) -> None:
+    text = (f'name = "dm"\n[model]\npath = "{EXAMPLES}/models/tiny-ddim"\nbackend = "diffusers"\ndevice = "cpu"\n'
+            f'[input]\naudio = "{SHORT}"\n[generation]\nnum_inference_steps = 2\n')
+    capsys.readouterr()
+    assert main(["plan", str(write_request(tmp_path, text)), "--store", str(tmp_path / "store")]) == 2
+    assert "not passed to diffusers pipelines" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "store").exists()

@@ -21,7 +21,7 @@ from .._io import write_model_atomic
 from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, instrument_generate, stop_records
 from ..interrupts import RunInterrupted
 from ..errors import RequestError
-from ..token_artifacts import summarise, write_sequence_texts, write_token_ids, write_token_summary
+from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
 from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, refuse_generation
 from ..input_files import input_path, read_input_files
 from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request
@@ -145,6 +145,7 @@ class TransformersBackend:
         prepared = prepare_model_inputs(ctx.request.input, tokenizer, architecture(model.config), media)
         with interrupts.deferred():  # what the model will receive, on disk before generate starts
             write_model_atomic(ctx.snapshot_dir / layout.INPUT_PREPARATION, prepared.record)
+            write_prompt_token_ids(ctx.snapshot_dir, [(r.row, r.prompt_token_ids) for r in prepared.record.rows])
         encoded = prepared.model_inputs.to(model.device)
         generation = dict(ctx.request.generation)
         ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(prepared.record.rows)))
