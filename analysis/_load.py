@@ -27,6 +27,8 @@ from genrun.schemas import (
     GenerationCalls,
     GenerationConfigBeforeGenerate,
     GenerationStop,
+    InputFiles,
+    InputPreparation,
     ModelIdentity,
     PipelineCallBeforeCall,
     Request,
@@ -118,6 +120,10 @@ class Snapshot:
     """sha256 of `manifest-sha256.txt`."""
     outputs: Mapping[str, bytes] = field(default_factory=dict)
     """Small text outputs (`outputs/*.txt`, `*.json`): relative path -> bytes."""
+    input_files: InputFiles | None = None
+    """`input-files.json`: media files frozen at plan time (absent for text-only requests)."""
+    input_preparation: InputPreparation | None = None
+    """`input-preparation.json`: what each row became before generate (absent before execution and in older snapshots)."""
 
     @property
     def id(self) -> str:
@@ -212,6 +218,8 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     if layout.MANIFEST in files:
         loaded["manifest"], loaded["snapshot_digest"] = _read_manifest(root, layout.MANIFEST, problems)
     loaded["outputs"] = _read_text_outputs(root, files, problems)
+    loaded["input_files"] = _read_model(root, layout.INPUT_FILES, InputFiles, files, problems)
+    loaded["input_preparation"] = _read_model(root, layout.INPUT_PREPARATION, InputPreparation, files, problems)
     return Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
 
 

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from ._check_calls import check_call_evidence
 from ._check_diffusion import check_diffusion_steps
+from ._check_inputs import check_input_coverage, check_input_files
 from ._check_integrity import (
     check_artifacts_valid,
     check_completeness,
@@ -51,7 +52,9 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("manifest_integrity", check_manifest_integrity),
     CheckSpec("plan_digest_chain", check_plan_digest_chain),
     CheckSpec("execution_identity", check_execution_identity),
+    CheckSpec("input_files", check_input_files),
     CheckSpec("request_round_trip", check_request_round_trip),
+    CheckSpec("input_coverage", check_input_coverage),
     CheckSpec("limits_reached_config", check_limits_reached_config),
     CheckSpec("token_counts", check_token_counts),
     CheckSpec("token_summary", check_token_summary),

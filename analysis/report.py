@@ -14,6 +14,7 @@ from genrun.schemas.layout import SnapshotState, Unit
 
 from .memory_estimate import describe_memory
 from ._check_integrity import INCOMPLETE, PLANNED, is_plan_only
+from ._check_inputs import input_summary
 from ._load import Snapshot, read_snapshot
 from ._rows import eos_positions, rows_of
 from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
@@ -229,9 +230,12 @@ def _headline(snap: Snapshot) -> str:
     for s in stops:
         reasons[s.reason] = reasons.get(s.reason, 0) + 1
     why = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in reasons.items()) or "no stop record"
+    heard = input_summary(snap.input_preparation) if snap.input_preparation is not None else None
+    heard = f"; {heard}" if heard else ""
     if not snap.is_sealed:  # a result without the seal is never a success
-        return f"{snap.state.value} (never sealed; result.json says {snap.result.status}): {snap.result.generated} {snap.result.unit}s; stopped by {why}"
-    return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}"
+        return (f"{snap.state.value} (never sealed; result.json says {snap.result.status}): {snap.result.generated} {snap.result.unit}s; "
+                f"stopped by {why}{heard}")
+    return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}{heard}"
 
 
 def _request_essentials(snap: Snapshot) -> RequestSummary | None:

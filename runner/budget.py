@@ -70,6 +70,17 @@ def model_shape(config: Any, requested_dtype: str) -> ModelShape:
                       getattr(text, "max_position_embeddings", None), dtype)
 
 
+def decoder_position_limit(config: Any) -> int | None:
+    """The decoder's position limit: Whisper's `max_target_positions` (its generate refuses beyond it), else
+    `max_position_embeddings` of the decoder's text config; `None` for relative-position decoders such as T5."""
+    text = config.get_text_config(decoder=True)
+    for key in ("max_target_positions", "max_position_embeddings"):
+        value = getattr(text, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
 def kv_bytes_per_token(shape: ModelShape) -> int:
     """2 (K and V) x layers x kv_heads x head_dim x dtype bytes, for one row."""
     return 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES.get(shape.dtype, 4)

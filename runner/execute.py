@@ -29,6 +29,7 @@ from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
 from .determinism import deterministic_mode, with_sampling
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
+from .input_files import verify_input_files
 from .interrupts import EXIT_CODES, RunInterrupted, disarm, interrupt_gate, later_signals
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
@@ -138,6 +139,7 @@ def verify_before_loading(snapshot_dir: Path) -> tuple[FrozenPlan, VerifiedIdent
     """Not executed yet, frozen files intact, then code and model unchanged; the frozen plan and the digests."""
     refuse_executed(snapshot_dir)
     digest = verify_plan_files(snapshot_dir)
+    verify_input_files(snapshot_dir)  # files frozen by hash only (`[input] copy = false`)
     plan = load_frozen(snapshot_dir)
     return plan, VerifiedIdentity(digest, verify_code(plan.code), verify_model(plan.model))
 

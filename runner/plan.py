@@ -19,6 +19,7 @@ from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .environment import capture_environment
 from .device_check import require_device
+from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, resolve_model_dir
 from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
@@ -63,10 +64,11 @@ def prepare_plan(
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     backend.validate_request(request, resolved.path)
+    input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     code = identify_code(user_code, [base_dir], resolved.path)
     model = identify_model(request.model, base_dir)
-    budget = backend.estimate_budget(request, resolved.path, model.weight_bytes, force)
+    budget = backend.estimate_budget(measured_budget_request(request, input_files), resolved.path, model.weight_bytes, force)
     enforce(budget)
     environment = capture_environment()
 
@@ -79,6 +81,8 @@ def prepare_plan(
         write_model_atomic(directory / layout.TOKEN_BUDGET, budget)
         for name, extra in (extra_frozen or {}).items():
             write_model_atomic(directory / name, extra)
+        if input_files is not None:
+            freeze_input_files(input_files, directory)
 
     return PreparedPlan(request.name, freeze)
 

@@ -23,6 +23,14 @@ def write_token_ids(snapshot_dir: Path, rows: Sequence[ClassifiedRow]) -> None:
     write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
 
 
+def write_prompt_token_ids(snapshot_dir: Path, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
+    """`prompt-token-ids.safetensors`: `prompt_<row>` int64 [prompt_tokens] per row (unpadded), written before generate."""
+    import torch
+
+    tensors = {f"prompt_{row}": torch.tensor(list(ids), dtype=torch.int64) for row, ids in rows}
+    write_bytes_atomic(snapshot_dir / layout.PROMPT_TOKEN_IDS, safetensors.torch.save(tensors))
+
+
 def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int | None, eos_ids: tuple[int, ...], pad_id: int | None) -> GeneratedTokenIds:
     """Per-row count, last `layout.LAST_IDS_KEPT` ids, EOS positions and both decodes."""
     sequences = []

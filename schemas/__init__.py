@@ -5,6 +5,7 @@ from .generation_calls import AudioEvidence, CallEvidence, EvidenceLevel, Genera
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
 from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
 from .lineage import ChangeAction, Determinism, Lineage, RequestChange
+from .inputs import AudioFacts, AudioReceived, ImageFacts, ImageReceived, InputFile, InputFiles, InputPreparation, PreparedRow, Truncation
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import (
     EVENT_ADAPTER,
@@ -42,7 +43,7 @@ from .token_ids import GeneratedTokenIds, TokenSequenceSummary
 from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
 
 __all__ = [
-    "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
+    "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "AudioFacts", "AudioReceived", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
     "AnyEvent", "AudioEvidence", "BudgetSpec", "CallEvidence", "EvidenceLevel", "GenerationCalls", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",

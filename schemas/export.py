@@ -10,6 +10,7 @@ from .generation_calls import GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
 from .lineage import Determinism, Lineage
+from .inputs import InputFiles, InputPreparation
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import EVENT_ADAPTER
 from .request import Request
@@ -34,6 +35,8 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "generation-stop": GenerationStop,
     "generation-calls": GenerationCalls,
     "result": Result,
+    "input-files": InputFiles,
+    "input-preparation": InputPreparation,
     "signoff": Signoff,
     "lineage": Lineage,
     "determinism": Determinism,

@@ -45,6 +45,12 @@ OUTPUTS_DIR = "outputs"
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
 
+# -- media inputs (issue 12): present only when [input] names files ---------------------------------
+INPUTS_DIR = "inputs"  # frozen copies of the media files, `inputs/<row>-<kind>-<name>`
+INPUT_FILES = "input-files.json"  # frozen at plan time: path, size, sha256 and header facts of each file
+INPUT_PREPARATION = "input-preparation.json"  # written before generate: what the model actually received
+PROMPT_TOKEN_IDS = "prompt-token-ids.safetensors"  # beside it: `prompt_<row>` int64, the unpadded prompt ids
+
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
 OPTIONAL_FROZEN_FILES = (LINEAGE,)
 """Frozen at plan time when present (only rerun children have a lineage)."""

@@ -7,7 +7,7 @@ so the table is typed as plain JSON values here and what the runner accepted is 
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ._base import Strict
 
@@ -51,10 +51,15 @@ class ChatMessage(Strict):
 
 
 class InputSpec(Strict):
-    """`[input]`: at most one of `prompt`, `prompts` (a batch) or `messages`.
+    """`[input]`: at most one of `prompt`, `prompts` (a batch) or `messages`, optionally with media files.
 
     Causal LMs need exactly one (checked at plan time); an unconditional diffusion pipeline takes none.
+    `audio` / `images` name files (relative to the request file), one batch row each; they are
+    validated and frozen into the snapshot's `inputs/` at plan time.
     """
+
+    # `copy` would shadow BaseModel.copy: the field is `copy_files`, read and written as `copy`.
+    model_config = ConfigDict(**Strict.model_config, validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
     prompt: str | None = Field(default=None, min_length=1)
     """A single prompt."""
@@ -62,6 +67,32 @@ class InputSpec(Strict):
     """A batch of prompts (left-padded together for causal LMs)."""
     messages: tuple[ChatMessage, ...] | None = Field(default=None, min_length=1)
     """A conversation rendered with the chat template."""
+    audio: str | tuple[str, ...] | None = Field(default=None, min_length=1)
+    """Audio file(s) (WAV, FLAC, OGG, ... anything libsndfile decodes): one batch row each; a single string is one row."""
+    images: str | tuple[str, ...] | None = Field(default=None, min_length=1)
+    """Image file(s) (anything Pillow opens): one batch row each; a single string is one row."""
+    copy_files: bool = Field(default=True, alias="copy")
+    """`copy` in the request: copy media files into the snapshot (`inputs/`); `false` freezes only path, size and sha256 (for inputs too
+    large to copy) and `execute` re-hashes the file before use, refusing a changed one."""
+    processor_kwargs: dict[str, Any] = {}
+    """Keyword arguments for the processor / tokenizer call, e.g. `{truncation = false, padding = "longest"}`
+    (Whisper's long-form path) or `{truncation = true, max_length = 512}`; what they drop is recorded."""
+
+    @field_validator("audio", "images")
+    @classmethod
+    def _no_empty_path(cls, paths: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        for i, p in enumerate((paths,) if isinstance(paths, str) else paths or ()):
+            if not p:
+                raise ValueError(f"file {i} is an empty path; name a file relative to the request file")
+        return paths
+
+    def audio_files(self) -> tuple[str, ...]:
+        """`audio` as rows (a single string is one row; kept as written so request.json round-trips)."""
+        return (self.audio,) if isinstance(self.audio, str) else self.audio or ()
+
+    def image_files(self) -> tuple[str, ...]:
+        """`images` as rows."""
+        return (self.images,) if isinstance(self.images, str) else self.images or ()
 
     @field_validator("prompts")
     @classmethod
@@ -81,8 +112,17 @@ class InputSpec(Strict):
         return self
 
     def is_empty(self) -> bool:
-        """No prompt at all (unconditional generation)."""
-        return self.prompt is None and self.prompts is None and self.messages is None
+        """No prompt and no media at all (unconditional generation)."""
+        return self.prompt is None and self.prompts is None and self.messages is None and not self.media_files()
+
+    def has_text(self) -> bool:
+        """A prompt, a batch of prompts or a conversation is given."""
+        return self.prompt is not None or self.prompts is not None or self.messages is not None
+
+    def media_files(self) -> tuple[tuple[str, int, str], ...]:
+        """`(kind, row, path)` for every media file, audio first: kind is `audio` or `image`."""
+        audio = tuple(("audio", i, p) for i, p in enumerate(self.audio_files()))
+        return audio + tuple(("image", i, p) for i, p in enumerate(self.image_files()))
 
     def texts(self) -> tuple[str, ...] | None:
         """The prompts as a batch, or `None` when the input is a conversation."""

@@ -43,6 +43,7 @@ from genrun.schemas.rendering import jsonable
 
 from .. import interrupts
 from .._io import write_model_atomic
+from ..errors import RequestError
 from ..interrupts import RunInterrupted
 from ..recorder import ProgressRecorder
 from ..request_loading import unknown_key_message
@@ -180,6 +181,9 @@ class DiffusersBackend:
 
     def validate_request(self, request: Request, model_dir: Path) -> None:
         """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""
+        if request.input.media_files():  # nothing here would feed them to the pipeline: refuse rather than ignore
+            raise RequestError("[input] audio/images are not passed to diffusers pipelines by genrun (media inputs are "
+                               "prepared by the transformers backend); remove them from the request")
         valid = files.pipeline_call_parameters(model_dir)
         refuse_generation([unknown_key_message(("generation",), key, valid) for key in request.generation if key not in valid])
 

@@ -1,4 +1,4 @@
-"""Causal LMs through transformers: load, generate (or call the user's entry point) with every generate call instrumented.
+"""Causal LMs, encoder-decoders (T5/BART, Whisper) and audio LLMs through transformers: load, generate (or call the user's entry point) with every generate call instrumented.
 
 Plain requests run `model.generate(**inputs, tokenizer=tokenizer, **[generation])` on the
 left-padded prompts (or the chat-templated messages). `[entrypoint]` requests call
@@ -21,9 +21,12 @@ from .._io import write_model_atomic
 from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
 from ..interrupts import RunInterrupted
 from ..errors import RequestError
-from ..token_artifacts import summarise, write_sequence_texts, write_token_ids, write_token_summary
+from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
 from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, musicgen, refuse_generation
+from ..input_files import input_path, read_input_files
+from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request
 from ._prompts import encode_input
+from .input_preparation import MediaRow, prepare_model_inputs
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
@@ -54,13 +57,15 @@ class TransformersBackend:
     call_config_artifact = layout.GENERATION_CONFIG
 
     def validate_request(self, request: Request, model_dir: Path) -> None:
-        """A causal LM needs a prompt (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
+        """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
         if request.input.is_empty() and request.entrypoint is None:
-            raise RequestError("[input] is empty; a causal LM needs one of 'prompt', 'prompts' or 'messages'")
+            raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
+        validate_media_request(request)
         refuse_generation(generation_problems(request.generation))
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
-        """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]."""
+        """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]. Text only:
+        media rows are prepared at execution from the frozen files (`input_preparation.prepare_model_inputs`)."""
         return encode_input(processor, request.input)
 
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
@@ -111,7 +116,7 @@ class TransformersBackend:
         else:
             state.notes.append(loaded.reuse_note)
         model, tokenizer = loaded.model, loaded.processor
-        state.model, state.tokenizer = model, tokenizer
+        state.model, state.tokenizer = model, tokenizer_of(tokenizer)
         state.load_s = loaded.load_s
         import torch
 
@@ -135,15 +140,22 @@ class TransformersBackend:
         entrypoint = ctx.request.entrypoint
         if entrypoint is not None:
             function = resolve_callable(entrypoint.callable, "[entrypoint] callable")
-            inputs = ctx.request.input.model_dump(mode="json", exclude_none=True)
+            inputs = ctx.request.input.model_dump(mode="json", exclude_defaults=True)  # what the user set: copy/processor_kwargs only when given
             ctx.recorder.start(ctx.planned_units, None)
             return partial(function, model, tokenizer, inputs, dict(ctx.request.generation), **entrypoint.kwargs)
-        encoded = self.prepare_inputs(ctx.request, tokenizer).to(model.device)
+        files = read_input_files(ctx.snapshot_dir)
+        media = [MediaRow(item, input_path(ctx.snapshot_dir, item)) for item in (files.files if files else ())]
+        prepared = prepare_model_inputs(ctx.request.input, tokenizer, architecture(model.config), media)
+        with interrupts.deferred():  # what the model will receive, on disk before generate starts
+            write_model_atomic(ctx.snapshot_dir / layout.INPUT_PREPARATION, prepared.record)
+            write_prompt_token_ids(ctx.snapshot_dir, [(r.row, r.prompt_token_ids) for r in prepared.record.rows])
+        encoded = prepared.model_inputs.to(model.device)
         generation = dict(ctx.request.generation)
-        ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, encoded["input_ids"].shape[0]))
+        ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(prepared.record.rows)))
+        text_tokenizer = tokenizer_of(tokenizer)
 
         def call() -> Any:  # looks `generate` up inside the patch: a bound method taken earlier would bypass it
-            return model.generate(**encoded, tokenizer=tokenizer, **generation)
+            return model.generate(**encoded, tokenizer=text_tokenizer, **generation)
 
         return call
 
@@ -250,7 +262,9 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
 
 
 def load_model_from_files(ctx: LoadContext) -> tuple[Any, Any]:
-    """`[model] loader` when given, else `AutoModelForCausalLM` + `AutoTokenizer` from the frozen directory (offline)."""
+    """`[model] loader` when given, MusicGen-style models through `musicgen`, else the auto class that fits the config and
+    input (causal LM, seq2seq, speech seq2seq, multimodal LM) + `AutoTokenizer` (text) or `AutoProcessor` (media), from
+    the frozen directory (offline)."""
     spec = ctx.request.model
     path = str(ctx.model_dir)
     if spec.loader is not None:
@@ -260,17 +274,17 @@ def load_model_from_files(ctx: LoadContext) -> tuple[Any, Any]:
             raise TypeError(f"[model] loader {spec.loader!r} returned {type(loaded).__name__}; it must return (model, tokenizer_or_processor)")
         return loaded
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig
 
     dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
     options = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
     if musicgen.is_music_model(ctx.model_dir):
         return musicgen.load(path, dtype, ctx.device, options)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **options)
+    config = AutoConfig.from_pretrained(path, **options)
+    model = model_auto_class(config, ctx.request).from_pretrained(path, dtype=dtype, **options)
     model.to(ctx.device)
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path, **options)
-    return model, tokenizer
+    return model, load_processor(ctx.request, ctx.model_dir)
 
 
 def write_effective_config(ctx: ExecutionContext, call: CallCapture) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 from genrun.schemas import Request, TokenBudget
 
 from ..budget import (
+    decoder_position_limit,
     DTYPE_BYTES,
     domain_estimate,
     effective_length,
@@ -15,6 +16,7 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
+from ._processor import architecture
 from ._prompts import encode_input
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
@@ -28,9 +30,18 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
     shape = model_shape(config, request.model.dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust)
-    encoded = encode_input(tokenizer, request.input)
-    batch_size, prompt_tokens = encoded["input_ids"].shape
-    context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
+    if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
+        batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
+        context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
+    elif architecture(config) == "encoder_decoder" or not request.input.has_text():
+        # The decoder starts from its start token; the encoder input (text or audio features) is not in the decoder context.
+        batch_size = max(len(request.input.audio_files()), len(request.input.image_files()), len(request.input.texts() or ()), 1)
+        prompt_tokens = 1 if architecture(config) == "encoder_decoder" else 0
+        context = _context_limit(decoder_position_limit(config), None)
+    else:
+        encoded = encode_input(tokenizer, request.input)
+        batch_size, prompt_tokens = encoded["input_ids"].shape
+        context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
     checkpoint = GenerationConfig.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
     length = effective_length(prompt_tokens, request.generation, checkpoint, context)
 
@@ -63,6 +74,28 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         forced=False,
     )
     return with_refusals(draft, refusals_for(draft), force)
+
+
+def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
+    """(batch, padded prompt tokens) of an audio or vision LLM's prompt, from the processor run on the planned files
+    (plan passes their absolute paths), so the audio / image tokens it inserts into the prompt are counted."""
+    from ._audio import decode_audio
+    from ._images import load_image
+    from ._processor import load_processor
+    from .input_preparation import rendered_texts
+
+    processor = load_processor(request, model_dir)
+    call: dict = {"return_tensors": "pt", "padding": True}
+    if request.input.audio_files():
+        rate = processor.feature_extractor.sampling_rate
+        call.update(audio=[decode_audio(Path(p), rate).samples for p in request.input.audio_files()], sampling_rate=rate)
+    if request.input.image_files():
+        call["images"] = [load_image(Path(p)) for p in request.input.image_files()]
+    rows = len(request.input.audio_files() or request.input.image_files())
+    texts = list(rendered_texts(processor.tokenizer, request.input) or ())
+    encoded = processor(text=texts * rows if len(texts) == 1 else texts, **call, **request.input.processor_kwargs)
+    batch, tokens = encoded["input_ids"].shape
+    return int(batch), int(tokens)
 
 
 def _context_limit(positions: int | None, tokenizer_limit: int | None) -> int | None:

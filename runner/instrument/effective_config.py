@@ -15,6 +15,8 @@ from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
 from genrun.schemas.rendering import array_or
 from genrun.schemas.rendering import jsonable as plain_json
 
+from ..budget import decoder_position_limit
+
 LIMIT_KEYS = ("max_new_tokens", "max_time", "stop_strings", "eos_token_id")
 """Limits whose source is looked up directly; `max_length` is derived (see `limit_sources`)."""
 
@@ -137,9 +139,8 @@ def effective_special_tokens(config: GenerationConfig) -> tuple[tuple[int, ...],
 
 
 def context_limit(model: Any) -> int | None:
-    """`max_position_embeddings` as generate's MaxLengthCriteria reads it (`model.config`)."""
-    value = getattr(model.config, "max_position_embeddings", None)
-    return int(value) if value is not None else None
+    """The decoder's position limit (`max_position_embeddings`; Whisper's `max_target_positions`), as the budget reads it."""
+    return decoder_position_limit(model.config)
 
 
 def build_before_generate(

@@ -1,0 +1,182 @@
+"""`[input]` -> the tensors generate receives, and `input-preparation.json`: what each row became.
+
+The record is measured from what the tokenizer / processor returned, never predicted: prompt ids
+are the attention-masked ids, audio seconds received come from the feature frames (attention
+mask when the processor returns one) times the hop length, and truncation is the difference
+between what was supplied and what came back, attributed to the component that dropped it.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from genrun.schemas import AudioReceived, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation
+
+from ._audio import decode_audio
+from ._images import load_image
+from ._processor import tokenizer_of
+from ._prompts import prepare_tokenizer
+
+DECODER_ONLY_LENGTH = "prompt + new tokens (the prompt, audio placeholder tokens included, shares the decoder context)"
+ENCODER_DECODER_LENGTH = "decoder tokens only (the encoder input is not counted); max_new_tokens excludes the decoder prompt"
+
+
+class MediaRow(NamedTuple):
+    """A frozen media file and where execution reads it."""
+
+    file: InputFile
+    path: Path
+
+
+class PreparedInputs(NamedTuple):
+    """The keyword tensors for generate and their record."""
+
+    model_inputs: Any
+    """`BatchEncoding` / `BatchFeature`: `input_ids`, `input_features`, `attention_mask`, ..."""
+    record: InputPreparation
+
+
+def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: str, media: Sequence[MediaRow] = ()) -> PreparedInputs:
+    """Tokenise / featurise `[input]` (left-padded prompts for decoder-only models) and describe every row."""
+    tokenizer = tokenizer_of(processor)
+    if architecture == "decoder_only":
+        prepare_tokenizer(tokenizer)
+    texts = rendered_texts(tokenizer, spec)
+    audio = [decode_audio(m.path, processor.feature_extractor.sampling_rate) for m in media if m.file.kind == "audio"]
+    images = [load_image(m.path) for m in media if m.file.kind == "image"]
+    kwargs = dict(spec.processor_kwargs)
+    call: dict[str, Any] = {"return_tensors": "pt"}
+    if audio:
+        call.update(audio=[a.samples for a in audio], sampling_rate=audio[0].sample_rate)
+    if images:
+        call["images"] = images
+    if texts is not None:
+        rows = max(len(audio), len(images), 1)
+        call["text"] = list(texts) * rows if len(texts) == 1 and rows > 1 else list(texts)
+        call["padding"] = kwargs.pop("padding", True)
+        if spec.messages is not None:
+            call["add_special_tokens"] = False
+    if audio or images:
+        encoded = processor(**call, **kwargs)
+    else:
+        encoded = tokenizer(call["text"], **{k: v for k, v in call.items() if k != "text"}, **kwargs)
+    full_lengths = untruncated_lengths(tokenizer, call.get("text") or (list(texts) if texts else None), spec) if _truncates(kwargs) else None
+    rows = []
+    batch = _batch_size(encoded)
+    for i in range(batch):
+        ids = _row_ids(encoded, i)
+        truncations = []
+        if full_lengths is not None and full_lengths[i] > len(ids):
+            truncations.append(Truncation(component=type(tokenizer).__name__, cause=_tokenizer_cause(kwargs, tokenizer), unit="tokens",
+                                          dropped=full_lengths[i] - len(ids), side=tokenizer.truncation_side))
+        audio_row = _audio_row(encoded, i, media, audio, processor, kwargs, truncations) if audio else None
+        image_row = _image_row(encoded, i, media) if images else None
+        rows.append(PreparedRow(
+            row=i, rendered_prompt=(call.get("text") or [None] * batch)[i] if texts is not None else None, prompt_token_ids=tuple(ids),
+            prompt_tokens=len(ids), pad_count=_pad_count(encoded, i), audio=audio_row, image=image_row, truncations=tuple(truncations),
+        ))
+    feature_extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "image_processor", None)
+    record = InputPreparation(
+        architecture=architecture,
+        length_counts=ENCODER_DECODER_LENGTH if architecture == "encoder_decoder" else DECODER_ONLY_LENGTH,
+        processor=type(processor).__name__ if processor is not tokenizer else None,
+        feature_extractor=type(feature_extractor).__name__ if feature_extractor is not None else None,
+        tokenizer=type(tokenizer).__name__,
+        processor_kwargs=dict(spec.processor_kwargs),
+        padding_side=str(getattr(tokenizer, "padding_side", "right")),
+        model_input_names=tuple(encoded.keys()),
+        rows=tuple(rows),
+    )
+    return PreparedInputs(encoded, record)
+
+
+def rendered_texts(tokenizer: Any, spec: InputSpec) -> tuple[str, ...] | None:
+    """The exact strings tokenised: the chat template applied to `messages`, else the prompts; `None` without text."""
+    if spec.messages is not None:
+        conversation = [m.model_dump() for m in spec.messages]
+        return (tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True),)
+    return spec.texts()
+
+
+def untruncated_lengths(tokenizer: Any, texts: list[str] | None, spec: InputSpec) -> list[int] | None:
+    """Token counts of the same texts without truncation (what a `max_length` cut is measured against)."""
+    if not texts:
+        return None
+    encoded = tokenizer(texts, add_special_tokens=spec.messages is None, truncation=False)
+    return [len(ids) for ids in encoded["input_ids"]]
+
+
+def _truncates(kwargs: dict[str, Any]) -> bool:
+    return bool(kwargs.get("truncation")) or (kwargs.get("max_length") is not None and kwargs.get("truncation") is not False)
+
+
+def _tokenizer_cause(kwargs: dict[str, Any], tokenizer: Any) -> str:
+    limit = kwargs.get("max_length", getattr(tokenizer, "model_max_length", None))
+    return f"truncation={kwargs.get('truncation', True)!r}, max_length={limit} (truncation_side={tokenizer.truncation_side!r})"
+
+
+def _batch_size(encoded: Any) -> int:
+    for key in ("input_ids", "input_features", "pixel_values"):
+        if key in encoded:
+            return int(encoded[key].shape[0])
+    raise ValueError(f"the processor returned none of input_ids, input_features, pixel_values (got {sorted(encoded.keys())})")
+
+
+def _row_ids(encoded: Any, row: int) -> list[int]:
+    """Unpadded ids of one row (`[]` when the encoder takes features only, e.g. Whisper)."""
+    if "input_ids" not in encoded:
+        return []
+    ids = encoded["input_ids"][row]
+    mask = encoded.get("attention_mask")
+    if mask is not None and mask.shape == encoded["input_ids"].shape:
+        ids = ids[mask[row].bool()]
+    return [int(t) for t in ids.tolist()]
+
+
+def _pad_count(encoded: Any, row: int) -> int:
+    mask = encoded.get("attention_mask")
+    if "input_ids" not in encoded or mask is None or mask.shape != encoded["input_ids"].shape:
+        return 0
+    return int((mask[row] == 0).sum())
+
+
+def _audio_row(encoded: Any, row: int, media: Sequence[MediaRow], audio: list, processor: Any, kwargs: dict[str, Any],
+               truncations: list[Truncation]) -> AudioReceived:
+    """Seconds received = feature frames x hop / rate, capped at the supplied duration (padding is not audio)."""
+    extractor = processor.feature_extractor
+    item = [m.file for m in media if m.file.kind == "audio"][row]
+    decoded = audio[row]
+    rate, hop = decoded.sample_rate, getattr(extractor, "hop_length", None)
+    supplied = item.audio.seconds
+    frames = _feature_frames(encoded, row)
+    decoded_seconds = len(decoded.samples) / rate
+    received = min(frames * hop / rate, decoded_seconds) if hop and frames is not None else decoded_seconds
+    window = getattr(extractor, "chunk_length", None)
+    dropped = supplied - received
+    if hop and dropped > hop / rate:  # more than one frame's worth missing: the extractor cut it
+        n_samples = getattr(extractor, "n_samples", None)
+        limit = f"n_samples={n_samples}: {n_samples / rate:.1f} s" if n_samples else f"{received:.1f} s"
+        truncations.append(Truncation(component=type(extractor).__name__, cause=f"truncation={kwargs.get('truncation', True)!r} ({limit})",
+                                      unit="seconds", dropped=round(dropped, 3), side="right"))
+    return AudioReceived(
+        input_seconds=supplied, file_sample_rate=item.audio.sample_rate, model_sample_rate=rate, resampled_with=decoded.resampled_with,
+        feature_frames=frames, hop_length=hop, seconds_received=round(received, 3),
+        long_form=bool(window) and received > window, window_seconds=float(window) if window else None,
+    )
+
+
+def _feature_frames(encoded: Any, row: int) -> int | None:
+    """Frames of audio features for the row: a feature-level attention mask when returned, else the tensor's frame axis."""
+    for key in ("feature_attention_mask", "attention_mask"):
+        mask = encoded.get(key)
+        if mask is not None and "input_features" in encoded and mask.shape[-1] == encoded["input_features"].shape[-1]:
+            return int(mask[row].sum())
+    features = encoded.get("input_features")
+    return int(features.shape[-1]) if features is not None else None
+
+
+def _image_row(encoded: Any, row: int, media: Sequence[MediaRow]) -> ImageReceived:
+    item = [m.file for m in media if m.file.kind == "image"][row]
+    pixels = encoded.get("pixel_values")
+    height, width = (int(pixels.shape[-2]), int(pixels.shape[-1])) if pixels is not None else (None, None)
+    return ImageReceived(width=item.image.width, height=item.image.height, received_width=width, received_height=height)
