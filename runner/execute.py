@@ -13,10 +13,12 @@ Order:
 
 import contextlib
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 import orjson
+from pydantic import BaseModel
 
 from genrun.schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
 from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_genrun_version
@@ -59,7 +61,7 @@ class VerifiedIdentity(NamedTuple):
 
 def execute_snapshot(
     snapshot_dir: Path, *, require_approval: bool = False, live: bool | None = None, loaded: LoadedModel | None = None,
-    allowed_signers: Path | None = None,
+    allowed_signers: Path | None = None, records: Mapping[str, BaseModel] | None = None,
 ) -> Result:
     """Run a planned snapshot and seal it; returns `result.json`'s content.
 
@@ -68,7 +70,9 @@ def execute_snapshot(
     `model.json` digest, dtype, loader and resolved device must equal this plan's, else a
     `SnapshotError` is raised before anything is written. The run then skips loading; `load_s`
     is the earlier load's duration and `result.json` notes the reuse. `None` (the default) loads
-    inside the run, so a failed load is recorded as a failed, sealed snapshot.
+    inside the run, so a failed load is recorded as a failed, sealed snapshot. `records` (a
+    `genrun.schemas.layout` name -> model) are written into the snapshot during the run and sealed
+    with it, e.g. a sweep worker's `worker-model.json`.
 
     Refusals (already executed, frozen files or code changed, approval missing) raise a
     `GenrunError` before anything is written. Once execution starts, failures of the model or of
@@ -104,6 +108,8 @@ def execute_snapshot(
                 outcome = run_backend(backend, ctx, loaded)
             write_terminal_event(recorder, outcome)
         write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
+        for name, record in (records or {}).items():
+            write_model_atomic(snapshot_dir / name, record)
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
         result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin, per_row=recorder.generated)
         if approval_note is not None:

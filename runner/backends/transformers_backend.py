@@ -251,17 +251,6 @@ def create_backend() -> TransformersBackend:
 
 
 def load_model(ctx: LoadContext) -> tuple[Any, Any]:
-    """The model and tokenizer for this run; a sweep worker keeps them loaded across its items."""
-    # HOOK (issue 14, sweeps): replaced by the backend protocol's `loaded=` at merge (genrun.runner.sweep.model_cache).
-    from ..sweep.model_cache import active_cache
-
-    cache = active_cache()
-    if cache is not None and isinstance(ctx, ExecutionContext):  # loading for a run (a snapshot to record the reuse in)
-        return cache.get_or_load(ctx, load_model_from_files)
-    return load_model_from_files(ctx)
-
-
-def load_model_from_files(ctx: LoadContext) -> tuple[Any, Any]:
     """`[model] loader` when given, MusicGen-style models through `musicgen`, else the auto class that fits the config and
     input (causal LM, seq2seq, speech seq2seq, multimodal LM) + `AutoTokenizer` (text) or `AutoProcessor` (media), from
     the frozen directory (offline)."""

@@ -1,79 +1,71 @@
-"""The process-level loaded-model cache a sweep worker installs, so it loads the model once for many items.
+"""The loaded model a sweep worker keeps between items, so it loads the weights once for many items.
 
-HOOK (issue 14): `genrun.runner.backends.transformers_backend.load_model` consults
-`active_cache()`; outside a sweep worker it is `None` and loading is unchanged. Once the backend
-protocol's `load(ctx)` / `execute_snapshot(..., loaded=...)` lands (branch `proto`), this module
-becomes the place the worker keeps `loaded` and the hook goes away; nothing else changes.
-
-A cached model is reused only for the same frozen model digest, dtype, device and loader: execute
-re-verified the files against `model.json` before the item, so equal digests mean the files the
-loaded model came from are the ones this item froze. Each reuse is written into the item snapshot
-(`worker-model.json`) before generation starts, so it is sealed with the item.
+Each item is still a full `execute_snapshot`: its frozen files and model are re-verified, and the
+kept model is passed as `loaded=` (the backend protocol's load-once seam), which execute accepts
+only for the same backend, frozen model digest, dtype, loader and device. The worker reuses it
+only when the loader's keyword arguments and `trust_remote_code` match too (`cache_key`). Each
+item records how its model was obtained in `worker-model.json`, written during its run and sealed
+with it.
 """
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
 from genrun.schemas import layout
 from genrun.schemas.sweep import WorkerModel
 
-from .._io import write_model_atomic
-
-if TYPE_CHECKING:
-    from ..backends import ExecutionContext
-
-
-@dataclass
-class _Entry:
-    key: str
-    loaded: Any
-    """`(model, tokenizer_or_processor)`."""
-    loaded_for: str
-    items: int = 0
+from ..backends import LoadedModel
 
 
 @dataclass
 class LoadedModelCache:
-    """One loaded model per worker process (a new key replaces it: workers run one sweep's items)."""
+    """One loaded model per worker process (a different model replaces it: workers run one sweep's items)."""
 
     worker: str
-    entry: _Entry | None = None
+    loaded: LoadedModel | None = None
+    key: str | None = None
+    loaded_for: str | None = None
+    """The item whose execution loaded the kept model."""
+    items: int = 0
+    """Items that used the kept model so far."""
     loads: int = 0
     """How often this worker really loaded weights."""
-    _notes: list[str] = field(default_factory=list)
 
-    def get_or_load(self, ctx: "ExecutionContext", load: Callable[["ExecutionContext"], Any]) -> Any:
-        """The cached `(model, tokenizer)` for this item's key, loading it on the first item; records `worker-model.json`."""
-        key = cache_key(ctx)
-        reused = self.entry is not None and self.entry.key == key
+    def model_for(self, snapshot: Path) -> tuple[LoadedModel | None, dict[str, WorkerModel]]:
+        """The model for this planned item (loading it when the kept one does not fit) and the record to seal with it.
+
+        A plan that cannot be read or a model that fails to load gives `(None, {})`: the item is then
+        executed as any snapshot is, and its own execution refuses it or records the failure.
+        """
+        from ..execute import load_for_snapshot, load_frozen
+
+        try:
+            plan = load_frozen(snapshot)
+        except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
+            return None, {}
+        key = cache_key(plan.request, plan.model.digest)
+        reused = self.loaded is not None and self.key == key
         if not reused:
-            self.entry = None  # drop the old model before loading another
-            loaded = load(ctx)
+            self.loaded = self.key = None  # drop the old model before loading another
+            try:
+                self.loaded = load_for_snapshot(snapshot)
+            except Exception:  # noqa: BLE001 (execute loads it again inside the run and records the failure)
+                return None, {}
+            self.key, self.loaded_for, self.items = key, snapshot.name, 0
             self.loads += 1
-            self.entry = _Entry(key=key, loaded=loaded, loaded_for=ctx.snapshot_dir.name)
-        entry = self.entry
-        record = WorkerModel(
-            worker=self.worker,
-            pid=os.getpid(),
-            loaded_for_snapshot=entry.loaded_for,
-            reused=reused,
-            items_before=entry.items,
-            model_digest=ctx.model.digest,
-            key=key,
-        )
-        write_model_atomic(ctx.snapshot_dir / layout.WORKER_MODEL, record)
-        entry.items += 1
-        return entry.loaded
+        record = WorkerModel(worker=self.worker, pid=os.getpid(), loaded_for_snapshot=self.loaded_for, reused=reused,
+                             items_before=self.items, model_digest=plan.model.digest, key=key)
+        self.items += 1
+        return self.loaded, {layout.WORKER_MODEL: record}
 
 
-def cache_key(ctx: "ExecutionContext") -> str:
+def cache_key(request, model_digest: str) -> str:  # noqa: ANN001 (genrun.schemas.Request)
     """Frozen model digest, dtype, device and loader (with its kwargs): what makes two loads interchangeable."""
-    spec = ctx.request.model
-    parts = {"digest": ctx.model.digest, "dtype": spec.dtype, "device": ctx.device, "loader": spec.loader,
+    spec = request.model
+    parts = {"digest": model_digest, "dtype": spec.dtype, "device": spec.device, "loader": spec.loader,
              "loader_kwargs": spec.loader_kwargs, "trust_remote_code": spec.trust_remote_code}
     return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS).decode()
 

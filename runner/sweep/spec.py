@@ -14,12 +14,12 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from genrun.schemas import Request
+from genrun.schemas import Request, layout
 from genrun.schemas.digests import sha256_bytes
 from genrun.schemas.sweep import SweepBody, SweepFile
 
 from ..errors import RequestError
-from ..request_loading import SUPPORTED_SUFFIXES, format_validation_error, load_request, parse_request
+from ..request_loading import format_validation_error, load_request, parse_request
 
 MAX_SWEEP_BYTES = 1 << 20  # a sweep file is a few lines; the dataset is a separate file
 
@@ -61,7 +61,7 @@ class ItemSpec(NamedTuple):
 def load_sweep(path: str | Path) -> SweepSource:
     """Read and validate the sweep file, the base request and the dataset bytes; RequestError names what is wrong."""
     path = Path(path).absolute()
-    fmt = SUPPORTED_SUFFIXES.get(path.suffix.lower())
+    fmt = layout.REQUEST_SOURCE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise RequestError(f"sweep file {path} has extension {path.suffix!r}; use a .toml or .json file")
     source = _read(path, "sweep file", MAX_SWEEP_BYTES)

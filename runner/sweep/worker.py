@@ -1,7 +1,7 @@
 """The item loop of a sweep worker (local process or Ray actor): one model load, many items.
 
-`execute_item` is the one function both executors call. The loaded-model cache behind it is the
-issue-14 hook in the transformers backend (`model_cache`); each item is still a full, ordinary
+`execute_item` is the one function both executors call. The worker's kept model (`model_cache`)
+is passed to each item as `execute_snapshot(..., loaded=)`; each item is still a full, ordinary
 `execute_snapshot`: frozen files and model re-verified, every generate call instrumented, sealed.
 """
 
@@ -41,8 +41,9 @@ def execute_item(snapshot: str | Path) -> ItemReport:
 
     cache = active_cache()
     worker = cache.worker if cache is not None else "inline"
+    loaded, records = cache.model_for(Path(snapshot)) if cache is not None else (None, {})
     try:
-        result = execute_snapshot(Path(snapshot), live=False)
+        result = execute_snapshot(Path(snapshot), live=False, loaded=loaded, records=records)
     except GenrunError as exc:  # refused before running (frozen files changed, already executed): nothing sealed
         return ItemReport(str(snapshot), "failed", f"refused: {exc}", worker, os.getpid())
     message = f"{result.exception.type}: {result.exception.message}" if result.exception else (result.signal or None)
