@@ -6,19 +6,21 @@ Order:
    entry-point modules, the model's remote code and the model files still hash to what
    `code.json` / `model.json` froze (`FrozenMismatch` names what differs);
 2. with `--require-approval` or `[policy] require_approval`, require an `approve` sign-off;
-3. install SIGINT/SIGTERM handlers (`genrun.runner.interrupts`) and run the backend once;
-4. write the terminal progress event, `generation-stop.json`, `result.json`;
-5. seal the snapshot — always, also after an exception or a signal.
+3. hold SIGINT/SIGTERM (`genrun.runner.interrupts`) from opening `progress.ndjson` to the seal; run the backend once;
+4. write the terminal progress event, `determinism.json`, `generation-stop.json`, `result.json`;
+5. seal the snapshot (the manifest, written last) — also after a model failure or a signal; only a failed
+   write of the evidence itself (a full disk) leaves it unsealed, which every reader shows as incomplete.
 """
 
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 import orjson
 
-from genrun.schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
+from genrun.schemas import CodeIdentity, CodeSet, Determinism, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
 from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_genrun_version
 from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
 from genrun.schemas.progress import Unit
@@ -27,9 +29,9 @@ from ._io import write_model_atomic
 from .backends import Backend, BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, get_backend
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
-from .determinism import deterministic_mode, with_sampling
+from .determinism import capture_determinism, deterministic_mode, with_sampling
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
-from .interrupts import EXIT_CODES, RunInterrupted, disarm, interrupt_gate, later_signals
+from .interrupts import EXIT_CODES, RunInterrupted, deferred, disarm, interrupt_gate, later_signals
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
 from .recorder import ProgressRecorder
@@ -86,25 +88,72 @@ def execute_snapshot(
         raise SnapshotError(f"the loaded model cannot run snapshot {snapshot_dir}: {why}; execute it without a preloaded model")
     unit = backend.progress_unit(plan.request)
     bar = LiveProgress(unit[0], plan.budget.requested_units) if wants_live(live) else None
-    recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, MemoryProbe(device if device.startswith("cuda") else None))
+    memory = MemoryProbe(device if device.startswith("cuda") else None)
+    # One gate from the first execution file to the seal: a signal anywhere in between ends as a sealed
+    # `interrupted` snapshot (nested in the CLI's gate, it shares its handlers).
+    with interrupt_gate():
+        recorder = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
+        return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, bar, loaded, origin)
+
+
+def open_recorder_or_keep_plan(
+    snapshot_dir: Path, plan: "FrozenPlan", unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
+) -> ProgressRecorder:
+    """Open `progress.ndjson`, the first execution file; a signal while doing so removes it again, so the plan stays
+    intact and executable (the signal is held until the file is open, so it is ours to remove)."""
+    recorder = None
     try:
-        ctx = ExecutionContext(
-            **vars(load_context(plan, device)),
-            snapshot_dir=snapshot_dir,
-            recorder=recorder,
-            planned_units=plan.budget.requested_units,
-        )
-        with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
-            with deterministic_mode(plan.request, device) as determinism:
-                outcome = run_backend(backend, ctx, loaded)
+        with deferred():
+            recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, memory)
+    except RunInterrupted:
+        if recorder is not None:
+            recorder.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot_dir / layout.PROGRESS)
+        raise
+    return recorder
+
+
+def _run_record_seal(
+    snapshot_dir: Path, plan: "FrozenPlan", identity: "VerifiedIdentity", backend: Backend, device: str,
+    recorder: ProgressRecorder, bar: LiveProgress | None, loaded: LoadedModel | None, origin: float,
+) -> Result:
+    """Run the backend, write the terminal event, determinism, stop and result, then seal.
+
+    The seal is written only after `result.json`: a failed write (a full disk) leaves the snapshot recognisably
+    unsealed (`incomplete`/`running`) and raises a `StoreError` naming the store and its free space.
+    """
+    determinism: Determinism | None = None
+    result_written = False
+    try:
+        try:
+            ctx = ExecutionContext(
+                **vars(load_context(plan, device)),
+                snapshot_dir=snapshot_dir,
+                recorder=recorder,
+                planned_units=plan.budget.requested_units,
+            )
+            with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
+                with deterministic_mode(plan.request, device) as determinism:
+                    outcome = run_backend(backend, ctx, loaded)
+                write_terminal_event(recorder, outcome)
+        except RunInterrupted as exc:  # after the stream opened, before the backend's own handling
+            disarm()
+            outcome = _bare_outcome(recorder, signal=exc.signal_name)
             write_terminal_event(recorder, outcome)
+        if determinism is None:
+            determinism = capture_determinism(plan.request, device, strict=False)
         write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
         result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin)
         write_model_atomic(snapshot_dir / layout.RESULT, result)
-    finally:
+        result_written = True
         recorder.close()
         seal_snapshot(snapshot_dir)
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
+    finally:
+        recorder.close()
     return result
 
 
@@ -291,18 +340,18 @@ def run_backend(backend: Backend, ctx: ExecutionContext, loaded: LoadedModel | N
         try:
             return backend.run(ctx, loaded)
         except RunInterrupted as exc:  # landed outside the backend's own handling
-            return _bare_outcome(ctx, signal=exc.signal_name)
+            return _bare_outcome(ctx.recorder, signal=exc.signal_name)
         except BaseException as exc:  # a bug in the backend: still a sealed, failed snapshot
-            return _bare_outcome(ctx, exception=exc)
+            return _bare_outcome(ctx.recorder, exception=exc)
         finally:
             disarm()
 
 
-def _bare_outcome(ctx: ExecutionContext, *, signal: str | None = None, exception: BaseException | None = None) -> BackendOutcome:
+def _bare_outcome(recorder: ProgressRecorder, *, signal: str | None = None, exception: BaseException | None = None) -> BackendOutcome:
     return BackendOutcome(
-        unit=ctx.recorder.unit,
-        generated=ctx.recorder.generated,
-        generated_tokens=ctx.recorder.steps,
+        unit=recorder.unit,
+        generated=recorder.generated,
+        generated_tokens=recorder.steps,
         load_s=None,
         first_unit_s=None,
         decode_s=None,

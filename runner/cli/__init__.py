@@ -7,6 +7,7 @@ import sys
 from genrun import offline_hub
 from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
+from genrun.runner.interrupts import EXIT_CODES, RunInterrupted, interrupt_gate
 
 from ._output import print_error
 
@@ -31,12 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     # genrun never downloads: models resolve from local directories or the local HF cache only,
     # and an accidental hub call would hang on a closed network instead of failing clearly.
     offline_hub()
-    args = build_parser().parse_args(argv)
-    try:
-        return args.handler(args)
-    except GenrunError as exc:
-        print_error(str(exc))
-        return exc.exit_code
+    # From the first line to the last, SIGINT/SIGTERM raise `RunInterrupted` once (never Python's
+    # KeyboardInterrupt traceback nor SIGTERM's silent death): planning removes its temporary
+    # directory, execute seals an `interrupted` snapshot, and the command exits 130 / 143.
+    with interrupt_gate():
+        try:
+            args = build_parser().parse_args(argv)
+            return args.handler(args)
+        except GenrunError as exc:
+            print_error(str(exc))
+            return exc.exit_code
+        except RunInterrupted as exc:
+            print_error(f"interrupted by {exc.signal_name}: no run was executed "
+                        "(a plan frozen before the signal is intact, an unfinished one was removed)")
+            return EXIT_CODES.get(exc.signal_name, 130)
 
 
 if __name__ == "__main__":
