@@ -182,4 +182,5 @@ def list_snapshots(store: Path) -> list[Path]:
     """Snapshot directories in the store, oldest first (ids sort by time); temporary dirs are skipped."""
     if not store.is_dir():
         return []
-    return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and is_planned(p))
+    # a sealed snapshot whose frozen manifest was deleted is still listed (and fails verify), never hidden
+    return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and (is_planned(p) or is_sealed(p)))

@@ -180,6 +180,18 @@ def snapshot_state(names: Collection[str]) -> SnapshotState:
     return SnapshotState.RUNNING if started else SnapshotState.PLANNED
 
 
+def shown_status(state: SnapshotState, result_status: str | None) -> str:
+    """What every tool shows for a snapshot: the result's status (succeeded / failed / interrupted) only once sealed.
+
+    An unsealed snapshot shows its state (`planning`, `planned`, `running`, `incomplete`) whatever its
+    `result.json` says: the only way to `succeeded` is the manifest, written last. A sealed snapshot whose
+    result cannot be read shows `sealed` (verify names the damage).
+    """
+    if state is SnapshotState.SEALED:
+        return result_status or state.value
+    return state.value
+
+
 # -- the frozen-manifest check ----------------------------------------------------------------------------------------
 class FrozenCheck(NamedTuple):
     """How the files now compare with `frozen-sha256.txt`; every tuple empty means the plan is intact."""
