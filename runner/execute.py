@@ -14,7 +14,9 @@ Order:
 
 import contextlib
 import os
+import stat
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -243,7 +245,26 @@ def verify_plan_files(snapshot_dir: Path) -> str:
             f"frozen file {rel} changed since planning (sha256 {current[rel][:12]}… != frozen {entries[rel][:12]}…); "
             "a plan is never edited: plan the request again"
         )
+    refuse_foreign_entries(snapshot_dir, entries)
     return plan_digest(snapshot_dir)
+
+
+def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> None:
+    """Nothing but the frozen files (and regular sign-off records in a real `signoffs/` directory) may be in a plan:
+    a planted link (`outputs/` -> elsewhere) would make execute write, and the seal chmod, outside the store."""
+    from genrun.analysis import walk_entries
+
+    signoffs = snapshot_dir / layout.SIGNOFFS_DIR
+    if signoffs.is_symlink() or (signoffs.exists() and not signoffs.is_dir()):
+        raise FrozenMismatch(f"{signoffs} is not a directory (a link?); a plan holds only its frozen files: remove it or plan again")
+    for rel, st in walk_entries(snapshot_dir):
+        in_signoffs = rel.startswith(layout.SIGNOFFS_DIR + "/")
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "
+                                 "remove it or plan again")
+        if rel != layout.FROZEN_MANIFEST and rel not in frozen and not in_signoffs:
+            raise FrozenMismatch(f"{snapshot_dir / rel} is not listed in {layout.FROZEN_MANIFEST}; a plan holds only its frozen files: "
+                                 "remove it or plan again")
 
 
 def verify_code(code: CodeIdentity) -> str:
