@@ -13,6 +13,7 @@ Order:
 """
 
 import contextlib
+import errno
 import os
 import stat
 import time
@@ -27,7 +28,7 @@ from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_ge
 from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
 from genrun.schemas.progress import Unit
 
-from ._io import write_model_atomic
+from ._io import RESERVE_NAME, release_space, reserve_space, write_model_atomic
 from .backends import Backend, BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, get_backend
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
@@ -39,6 +40,10 @@ from .memory import MemoryProbe
 from .recorder import ProgressRecorder
 from .store import describe_os_error, open_snapshot, seal_snapshot
 
+SEALING_RESERVE_FIXED = 1 << 20
+"""Bytes held for the JSON artifacts, the manifest and one filesystem block per file."""
+SEALING_RESERVE_MAX = 1 << 30
+"""Never hold more than this (a budget of 30M ids)."""
 FSYNC_EVERY_S = 5.0
 """Seconds between fsyncs of `progress.ndjson` (and one at the end)."""
 
@@ -94,8 +99,28 @@ def execute_snapshot(
     # One gate from the first execution file to the seal: a signal anywhere in between ends as a sealed
     # `interrupted` snapshot (nested in the CLI's gate, it shares its handlers).
     with interrupt_gate():
-        recorder = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
-        return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, bar, loaded, origin)
+        try:
+            hold_sealing_space(snapshot_dir, plan.budget)
+            recorder = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
+            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, bar, loaded, origin)
+        finally:
+            release_space(snapshot_dir)
+
+
+def sealing_reserve_bytes(budget: TokenBudget) -> int:
+    """Room for every id (safetensors, summary, text: ~4 copies of 8 bytes), the JSON artifacts and the manifest,
+    plus a block per file; bytes."""
+    ids = (budget.requested_units or 0) * max(budget.rows_per_request, 1)
+    return min(SEALING_RESERVE_FIXED + 32 * ids, SEALING_RESERVE_MAX)
+
+
+def hold_sealing_space(snapshot_dir: Path, budget: TokenBudget) -> None:
+    """Reserve what sealing needs before anything runs; a store without that room refuses the run, plan intact."""
+    try:
+        with deferred():  # a signal waits until the reserve is registered, so it is always released
+            reserve_space(snapshot_dir, sealing_reserve_bytes(budget))
+    except OSError as exc:
+        raise StoreError(f"{describe_os_error(exc, snapshot_dir)}; nothing was run and the plan is intact") from exc
 
 
 def open_recorder_or_keep_plan(
@@ -138,11 +163,11 @@ def _run_record_seal(
             with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
                 with deterministic_mode(plan.request, device) as determinism:
                     outcome = run_backend(backend, ctx, loaded)
-                write_terminal_event(recorder, outcome)
+                _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, outcome)
         except RunInterrupted as exc:  # after the stream opened, before the backend's own handling
             disarm()
             outcome = _bare_outcome(recorder, signal=exc.signal_name)
-            write_terminal_event(recorder, outcome)
+            _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, outcome)
         if determinism is None:
             determinism = capture_determinism(plan.request, device, strict=False)
         write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
@@ -151,6 +176,7 @@ def _run_record_seal(
         write_model_atomic(snapshot_dir / layout.RESULT, result)
         result_written = True
         recorder.close()
+        release_space(snapshot_dir)  # the reserve is not evidence: gone before the manifest lists the files
         seal_snapshot(snapshot_dir)
     except OSError as exc:
         raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
@@ -262,7 +288,7 @@ def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> Non
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "
                                  "remove it or plan again")
-        if rel != layout.FROZEN_MANIFEST and rel not in frozen and not in_signoffs:
+        if rel not in (layout.FROZEN_MANIFEST, RESERVE_NAME) and rel not in frozen and not in_signoffs:
             raise FrozenMismatch(f"{snapshot_dir / rel} is not listed in {layout.FROZEN_MANIFEST}; a plan holds only its frozen files: "
                                  "remove it or plan again")
 
@@ -380,6 +406,16 @@ def _bare_outcome(recorder: ProgressRecorder, *, signal: str | None = None, exce
         exception=exception_info(exception) if exception is not None else None,
         signal=signal,
     )
+
+
+def _write_terminal_event_on_a_full_disk(snapshot_dir: Path, recorder: ProgressRecorder, outcome: BackendOutcome) -> None:
+    """The terminal event; on a full disk (the disk filled while generating), with the sealing reserve given back."""
+    try:
+        write_terminal_event(recorder, outcome)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or not release_space(snapshot_dir):
+            raise
+        write_terminal_event(recorder, outcome)
 
 
 def write_terminal_event(recorder: ProgressRecorder, outcome: BackendOutcome) -> None:
