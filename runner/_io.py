@@ -9,6 +9,8 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel
 
+from genrun.schemas import layout
+
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
 # mkstemp creates 0600 files; snapshot files should get the permissions a plain open() would.
@@ -18,8 +20,7 @@ FILE_MODE = 0o666 & ~_UMASK
 DIR_MODE = 0o777 & ~_UMASK
 
 
-RESERVE_NAME = ".genrun-disk-reserve"
-"""Space held in a snapshot during execution, so that a full disk still leaves room for the evidence and the seal."""
+RESERVE_NAME = layout.DISK_RESERVE
 _reserves: dict[Path, Path] = {}
 
 

@@ -40,6 +40,9 @@ RESULT = "result.json"
 DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
 OUTPUTS_DIR = "outputs"
 
+DISK_RESERVE = ".genrun-disk-reserve"
+"""Space held during execution so a full disk still leaves room for the evidence; removed before the seal."""
+
 # -- seal and sign-off ----------------------------------------------------------------------------------------------
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
