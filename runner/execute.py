@@ -14,10 +14,11 @@ Order:
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -84,6 +85,45 @@ def execute_snapshot(
     """
     origin = time.monotonic()
     snapshot_dir = open_snapshot(snapshot_dir)
+    with execution_lock(snapshot_dir):
+        return _execute_locked(snapshot_dir, origin, require_approval, live, loaded)
+
+
+@contextlib.contextmanager
+def execution_lock(snapshot_dir: Path) -> Iterator[None]:
+    """An exclusive `flock` on `frozen-sha256.txt` for the whole execution: a second `execute` of the same plan is
+    refused naming the holder's PID (the kernel drops the lock when the holder dies, SIGKILL included)."""
+    try:
+        fd = os.open(snapshot_dir / layout.FROZEN_MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} cannot be opened as a regular file ({exc.strerror or exc}); "
+                             "plan the request again") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(os.fstat(fd).st_ino)
+            raise SnapshotError(f"snapshot {snapshot_dir} is already being executed by {holder}; a snapshot runs once: "
+                                "wait for it, or plan a new one with 'genrun plan REQUEST'") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock_holder(inode: int) -> str:
+    """`PID n` from /proc/locks (Linux), else `another process`."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                    return f"PID {fields[4]}"
+    except OSError:
+        pass
+    return "another process"
+
+
+def _execute_locked(snapshot_dir: Path, origin: float, require_approval: bool, live: bool | None, loaded: LoadedModel | None) -> Result:
     plan, identity = verify_before_loading(snapshot_dir)
     if require_approval or plan.request.policy.require_approval:
         from .signoff import check_approval

@@ -184,3 +184,10 @@ def list_snapshots(store: Path) -> list[Path]:
         return []
     # a sealed snapshot whose frozen manifest was deleted is still listed (and fails verify), never hidden
     return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and (is_planned(p) or is_sealed(p)))
+
+
+def list_unfinished_plans(store: Path) -> list[Path]:
+    """`.tmp-*` directories: plans being frozen now, or left by a process killed while planning (`genrun ls` shows them)."""
+    if not store.is_dir():
+        return []
+    return sorted(p for p in store.iterdir() if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink())

@@ -126,6 +126,9 @@ def _assert_state_rules(store: Path, sig: str, returncode: int, stderr: str, whe
     if sig == "SIGKILL":
         assert returncode == -9, f"{where}: exit {returncode}"
         if not snapshots:
+            if temporary:
+                listed = json.loads(run_cli("ls", "--store", store, "--json").stdout)["snapshots"]
+                assert [row["state"] for row in listed] == ["planning"], f"{where}: {listed}"  # a leftover is shown, not hidden
             return "nothing" if not temporary else "planning"
         return _kill_left(snapshots[0], where)
     assert not temporary, f"{where}: left {temporary}"
@@ -173,4 +176,5 @@ def _assert_ls_never_succeeded_unsealed(store: Path, where: str) -> None:
     listed = run_cli("ls", "--store", store, "--json")
     assert listed.returncode == 0, listed.stderr
     for row in json.loads(listed.stdout)["snapshots"]:
-        assert row["sealed"] or row["state"] in ("planned", "running", "incomplete"), f"{where}: {row}"
+        assert row["sealed"] or row["state"] in ("planning", "planned", "running", "incomplete"), f"{where}: {row}"
+        assert row["state"] != "planning" or row["id"].startswith(".tmp-"), f"{where}: {row}"

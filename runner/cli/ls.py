@@ -38,10 +38,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.runner.store import list_snapshots, resolve_store
+    from genrun.runner.store import list_snapshots, list_unfinished_plans, resolve_store
 
     store = resolve_store(args.store)
     rows = [describe(path, args.allowed_signers) for path in list_snapshots(store)]
+    # planning now, or abandoned by a killed `genrun plan`: listed so that leftovers are seen (safe to delete when no plan runs)
+    rows += [SnapshotRow(path.name, layout.SnapshotState.PLANNING.value, False, None, "-", "-") for path in list_unfinished_plans(store)]
     if args.json:
         print_json({"store": str(store), "snapshots": [row._asdict() for row in rows]})
         return 0
