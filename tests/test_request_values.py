@@ -38,3 +38,23 @@ def test_unusable_value_is_refused_with_nothing_written(case: str, tmp_path: Pat
     assert done.returncode == 2, done.stderr
     assert named in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not store.exists(), list(store.iterdir())
+
+
+def test_generation_value_that_transformers_rejects_is_refused_at_plan_time(tmp_path: Path) -> None:
+    request = tmp_path / "request.toml"
+    request.write_text(HEAD + "[generation]\nmax_new_tokens = 4\nsuppress_tokens = 5\n")
+    done = run_cli("plan", request, "--store", tmp_path / "store")
+    assert done.returncode == 2 and "transformers refuses" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_cuda_device_on_a_torch_without_cuda_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():  # this machine has none; on one with CUDA the request is valid
+        pytest.skip("CUDA is available here: device = 'cuda' is a valid request")
+    request = tmp_path / "request.toml"
+    request.write_text(HEAD.replace('device = "cpu"', 'device = "cuda"') + "[generation]\nmax_new_tokens = 4\n")
+    done = run_cli("plan", request, "--store", tmp_path / "store")
+    assert done.returncode == 2 and "[model] device = 'cuda'" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "store").exists()
