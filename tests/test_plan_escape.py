@@ -46,3 +46,13 @@ def test_execute_refuses_a_plan_with_a_planted_entry(plant: str, tmp_path: Path)
     assert sorted(p.name for p in outside.iterdir()) == before  # nothing written through the link
     assert (outside / "target.txt").stat().st_mode & 0o200  # and nothing made read-only there
     assert not (snapshot / layout.PROGRESS).exists()  # refused before the first execution file
+
+
+def test_signoff_never_writes_through_a_planted_signoffs_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    snapshot = plan(tmp_path, request_text(TINY_LM, generation={"max_new_tokens": 4}), store=tmp_path / "store")
+    os.symlink(outside, snapshot / layout.SIGNOFFS_DIR)
+    done = run_cli("signoff", snapshot, "--decision", "approve", "--by", "tester")
+    assert done.returncode == 2 and "never written outside" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert list(outside.iterdir()) == []
