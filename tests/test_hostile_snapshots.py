@@ -158,3 +158,11 @@ def test_damaged_token_ids_are_findings(case: str, snapshots, tmp_path: Path) ->
     reported = run_genrun("report", snapshot, "--json")
     assert reported.returncode in (0, 1), reported.stderr
     json.loads(reported.stdout)
+
+
+def test_unreadable_result_is_named_never_a_run_without_result(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    snapshot = copy_snapshot(snapshots.get("eos"), tmp_path / "store")
+    _replace_with_fifo(snapshot, layout.RESULT)
+    verified = run_genrun("verify", snapshot, "--json")
+    completeness = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "completeness")
+    assert completeness["status"] == "FAIL" and completeness["message"].startswith(f"{layout.RESULT} is present but is a FIFO"), completeness
