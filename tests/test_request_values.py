@@ -58,3 +58,20 @@ def test_cuda_device_on_a_torch_without_cuda_is_refused(tmp_path: Path) -> None:
     done = run_cli("plan", request, "--store", tmp_path / "store")
     assert done.returncode == 2 and "[model] device = 'cuda'" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_chat_messages_for_a_tokenizer_without_a_chat_template_are_refused(tmp_path: Path) -> None:
+    request = tmp_path / "request.toml"
+    request.write_text(HEAD.replace('prompt = "count down from 3 :"', 'messages = [{role = "user", content = "count down from 3 :"}]')
+                       + "[generation]\nmax_new_tokens = 4\n")
+    done = run_cli("plan", request, "--store", tmp_path / "store")
+    assert done.returncode == 2 and "needs a chat template" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_over_long_model_path_is_refused(tmp_path: Path) -> None:
+    request = tmp_path / "request.toml"
+    request.write_text(HEAD.replace(f"path = {toml_value(str(TINY_LM))}", f'path = "{"a" * 5000}"') + "[generation]\nmax_new_tokens = 4\n")
+    done = run_cli("plan", request, "--store", tmp_path / "store")
+    assert done.returncode == 2 and "[model] path" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "store").exists()
