@@ -37,6 +37,10 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
         return Finding(name=name, status="PASS", message=f"sealed: result.json (status {status}) and manifest-sha256.txt are present",
                        evidence=evidence, examined=examined)
     evidence: dict = {"has_result": has_result, "sealed": snap.is_sealed, "progress_records": records}
+    if layout.RESULT in snap.problems and not has_result:  # there, but unreadable: never "ended without a result"
+        evidence["result_problem"] = snap.problems[layout.RESULT]
+        return Finding(name=name, status="FAIL", evidence=evidence, examined=examined,
+                       message=f"{layout.RESULT} is present but {snap.problems[layout.RESULT]}: how the run ended cannot be read")
     if not has_result:
         message = INCOMPLETE
         if snap.progress is None:

@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from genrun.schemas import layout
-from genrun.schemas.digests import sha256_file
+from genrun.schemas.digests import sha256_bytes
 
+from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
@@ -30,7 +31,11 @@ def check_lineage(snap: Snapshot, ctx: CheckContext) -> Finding:
         return Finding(name=name, status="PASS", evidence=evidence, examined=Examined(files=1),
                        message=f"rerun of {lineage.parent_id} ({describe_changes(lineage.changes)}); the parent is not at "
                                f"{lineage.parent_path} to compare digests{allowed}")
-    actual = sha256_file(manifest)
+    try:
+        actual = sha256_bytes(read_regular(manifest, MAX_JSON_BYTES))
+    except (OSError, UnsafeFile) as exc:
+        return Finding(name=name, status="WARN", evidence=evidence, examined=Examined(files=1),
+                       message=f"the parent's {layout.MANIFEST} at {lineage.parent_path} cannot be read: {exc}")
     evidence["parent_snapshot_digest_now"] = actual
     if actual != lineage.parent_snapshot_digest:
         return Finding(name=name, status="WARN", evidence=evidence, examined=Examined(files=2),

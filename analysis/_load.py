@@ -6,7 +6,9 @@ the same way. A file that is missing is `None`; a file that does not parse is `N
 the reason in `Snapshot.problems`, so that a damaged or killed snapshot is reported, not fatal.
 """
 
+import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +39,9 @@ from genrun.schemas import (
     TokenBudget,
     layout,
 )
+from ._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_PROGRESS_LINES, MAX_TOKEN_IDS_BYTES, UnsafeFile, kind_of, read_regular, walk_entries
 from ._safetensors import SafetensorsError, read_int_tensors
-from genrun.schemas.digests import manifest_candidates, parse_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas.digests import parse_sha256sum, sha256_bytes
 
 _M = TypeVar("_M", bound=BaseModel)
 _EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
@@ -224,20 +227,38 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
 
 
 def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[str, FileFact]:
-    """The same file set the sealer hashed (`manifest_candidates`), plus the manifest itself."""
-    names = manifest_candidates(root)
-    if (root / layout.MANIFEST).is_file():
-        names.append(layout.MANIFEST)
+    """Every regular file the sealer would hash (not `signoffs/`), plus the manifest; anything else is a problem.
+
+    Links, FIFOs and devices are named in `problems` and never opened, so a planted link cannot stand in
+    for a sealed file, and a FIFO cannot hang the reader.
+    """
     files: dict[str, FileFact] = {}
-    for rel in names:
-        try:
-            size = os.stat(root / rel).st_size
-            digest = sha256_file(root / rel) if hash_files else None
-        except OSError as exc:
-            problems[rel] = f"cannot read: {exc.strerror or exc}"
+    try:
+        entries = sorted(walk_entries(root, skip_top=(layout.SIGNOFFS_DIR,)))
+    except OSError as exc:
+        problems["."] = f"cannot list the snapshot: {exc.strerror or exc}"
+        return files
+    for rel, st in entries:
+        if not stat.S_ISREG(st.st_mode):
+            target = f" to {os.readlink(root / rel)!r}" if stat.S_ISLNK(st.st_mode) else ""
+            problems[rel] = f"is {kind_of(st.st_mode)}{target}, not a regular file; a snapshot holds regular files only: remove it"
             continue
-        files[rel] = FileFact(size=size, sha256=digest)
+        try:
+            digest = _sha256_regular(root / rel) if hash_files else None
+        except (OSError, UnsafeFile) as exc:
+            problems[rel] = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+            continue
+        files[rel] = FileFact(size=st.st_size, sha256=digest)
     return files
+
+
+def _sha256_regular(path: Path) -> str:
+    """Streamed sha256 of a regular file opened without following a link or blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeFile(f"is {kind_of(os.fstat(fd).st_mode)}, not a regular file")
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
@@ -245,13 +266,17 @@ def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
     return names[0] if names else None
 
 
-def _read(root: Path, rel: str, problems: dict[str, str]) -> bytes | None:
+def _read(root: Path, rel: str, problems: dict[str, str], limit: int = MAX_JSON_BYTES) -> bytes | None:
+    """A bounded read of a regular file (never a link, FIFO or device); a refusal is recorded in `problems`."""
+    if rel in problems:
+        return None
     try:
-        with open(root / rel, "rb") as f:  # read-only open: never 'r+', never touch mtimes
-            return f.read()
+        return read_regular(root / rel, limit)
+    except UnsafeFile as exc:
+        problems[rel] = str(exc)
     except OSError as exc:
         problems[rel] = f"cannot read: {exc.strerror or exc}"
-        return None
+    return None
 
 
 def _read_json(root: Path, rel: str, files: Mapping[str, FileFact], problems: dict[str, str]) -> Any:
@@ -322,8 +347,12 @@ def _read_generation_configs(
 
 
 def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> ProgressLog | None:
-    data = _read(root, layout.PROGRESS, problems)
+    data = _read(root, layout.PROGRESS, problems, MAX_PROGRESS_BYTES)
     if data is None:
+        return None
+    line_count = data.count(b"\n")
+    if line_count > MAX_PROGRESS_LINES:
+        problems[layout.PROGRESS] = f"has {line_count:,} lines, more than the {MAX_PROGRESS_LINES:,} analysis parses"
         return None
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]  # `tail` is b"" when the file ends with a newline
@@ -360,8 +389,14 @@ def _parse_lines(lines: list[bytes], first_number: int = 1) -> tuple[list[AnyEve
     return events, invalid
 
 
+MAX_ROWS = 1 << 20
+"""Rows (`sequence_<i>`) analysis accepts: a batch this large is damage, not a run."""
+MAX_TOKEN_ID = (1 << 31) - 1
+"""Largest token id analysis accepts (vocabularies are far smaller; tokenizers decode 32-bit ids)."""
+
+
 def _read_token_ids(root: Path, problems: dict[str, str]) -> Mapping[int, array] | None:
-    data = _read(root, layout.TOKEN_IDS, problems)
+    data = _read(root, layout.TOKEN_IDS, problems, MAX_TOKEN_IDS_BYTES)
     if data is None:
         return None
     try:
@@ -372,8 +407,12 @@ def _read_token_ids(root: Path, problems: dict[str, str]) -> Mapping[int, array]
     rows: dict[int, array] = {}
     for name, values in tensors.items():
         index = layout.sequence_index(name)
-        if index is None:
-            problems[layout.TOKEN_IDS] = f"tensor {name!r} is not named {layout.sequence_name(0)!r}, {layout.sequence_name(1)!r}, ..."
+        if index is None or index >= MAX_ROWS:
+            problems[layout.TOKEN_IDS] = f"tensor {name[:80]!r} is not named {layout.sequence_name(0)!r}, {layout.sequence_name(1)!r}, ... (rows below {MAX_ROWS:,})"
+            return None
+        if values and (min(values) < 0 or max(values) > MAX_TOKEN_ID):
+            bad = min(values) if min(values) < 0 else max(values)
+            problems[layout.TOKEN_IDS] = f"row {index} holds token id {bad}, outside 0..{MAX_TOKEN_ID:,}: not ids a tokenizer made"
             return None
         rows[index] = values
     return MappingProxyType(dict(sorted(rows.items())))

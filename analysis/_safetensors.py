@@ -30,6 +30,8 @@ def read_int_tensors(data: bytes) -> dict[str, array]:
         header = json.loads(data[8 : 8 + header_len])
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SafetensorsError(f"header is not JSON: {exc}") from None
+    except RecursionError:  # a header nested thousands deep: damage, never a crash
+        raise SafetensorsError("header is nested too deeply to be a safetensors header") from None
     if not isinstance(header, dict):
         raise SafetensorsError("header is not a JSON object")
     buffer = memoryview(data)[8 + header_len :]

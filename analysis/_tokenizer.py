@@ -14,7 +14,9 @@ from typing import NamedTuple
 import orjson
 
 from genrun.schemas import ModelIdentity
-from genrun.schemas.digests import sha256_file
+from genrun.schemas.digests import sha256_bytes
+
+from ._safe_read import UnsafeFile, read_model_file
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -63,9 +65,12 @@ def load_decoder(model: ModelIdentity | None) -> TextDecoder | DecoderUnavailabl
         return DecoderUnavailable(f"model.json lists no {TOKENIZER_FILE} (only a slow tokenizer?); decoding needs transformers")
     path = Path(model.resolved_path) / TOKENIZER_FILE
     try:
-        actual = sha256_file(path)
+        data = read_model_file(path)
+    except UnsafeFile as exc:
+        return DecoderUnavailable(f"{path} {exc}; it is not the tokenizer model.json froze")
     except OSError as exc:
         return DecoderUnavailable(f"cannot read {path} ({exc.strerror or exc}); the model directory recorded in model.json is not here")
+    actual = sha256_bytes(data)
     if actual != entry.sha256:
         return DecoderUnavailable(f"{path} has sha256 {actual[:12]}…, model.json froze {entry.sha256[:12]}…; the tokenizer changed since the run")
     try:
@@ -73,7 +78,7 @@ def load_decoder(model: ModelIdentity | None) -> TextDecoder | DecoderUnavailabl
     except ImportError:
         return DecoderUnavailable("the 'tokenizers' package is not installed (pip install tokenizers)")
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))  # the verified bytes, not a second open
     except Exception as exc:  # tokenizers raises its own untyped Exception subclasses on bad files
         return DecoderUnavailable(f"{path} does not load with tokenizers: {exc}")
     cleanup = _clean_up_spaces(Path(model.resolved_path), listed, tokenizer)
@@ -89,10 +94,9 @@ def _clean_up_spaces(model_dir: Path, listed: dict, tokenizer: object) -> bool |
         return False
     path = model_dir / TOKENIZER_CONFIG_FILE
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return DecoderUnavailable(f"cannot read {path} ({exc.strerror or exc})")
-    from genrun.schemas.digests import sha256_bytes
+        data = read_model_file(path)
+    except (OSError, UnsafeFile) as exc:
+        return DecoderUnavailable(f"cannot read {path} ({exc.strerror if isinstance(exc, OSError) else exc})")
 
     if sha256_bytes(data) != entry.sha256:
         return DecoderUnavailable(f"{path} differs from the sha256 frozen in model.json; the tokenizer changed since the run")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from genrun.schemas import layout
+
 from ._load import Snapshot, read_snapshot
 from ._svg import Chart, Series
 from ._tokenizer import DecoderUnavailable, load_decoder
@@ -198,10 +200,7 @@ def store_index(store: Path, snapshots: Sequence[Path], allowed_signers: Path | 
     for path in snapshots:
         snap = read_snapshot(path, hash_files=True)
         verification = verify_loaded(snap, allowed_signers)
-        if snap.result is not None:
-            state = snap.result.status
-        else:
-            state = "incomplete" if snap.progress is not None else "planned"
+        state = layout.shown_status(snap.state, snap.result.status if snap.result else None)
         reasons = tuple(sorted({s.reason for s in snap.stop.sequences})) if snap.stop else ()
         lines.append(IndexLine(id=snap.id, state=state, sealed=snap.is_sealed, stop_reasons=reasons,
                                warnings=verification.summary.warnings, failed=verification.summary.failed,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from genrun.schemas import Determinism, Lineage, RequestChange, SequenceStop, layout
 
+from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 from ._diffing import ABSENT, diff_values, short_value
 from ._load import Snapshot
 from ._verdict import EnvironmentDifference, LineageVerdict, RowOutcome, RowVerdict, VerdictKind
@@ -83,8 +84,8 @@ def environment_differences(parent: Snapshot, child: Snapshot) -> list[Environme
 
 def _read_model(path: Path, model: type[BaseModel]) -> Any:
     try:
-        return model.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError, ValueError):
+        return model.model_validate_json(read_regular(path, MAX_JSON_BYTES))
+    except (OSError, UnsafeFile, ValidationError, ValueError):
         return None  # absent (an ordinary snapshot) or damaged (verify reports damage; a verdict is not the place)
 
 

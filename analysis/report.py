@@ -207,7 +207,7 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
     first = configs[0] if configs else None
     return Report(
         snapshot=str(snap.path), snapshot_id=snap.id, state=snap.state, complete=snap.result is not None and snap.is_sealed,
-        status=snap.result.status if snap.result else None, headline=_headline(snap), request=_request_essentials(snap),
+        status=snap.result.status if snap.result and snap.is_sealed else None, headline=_headline(snap), request=_request_essentials(snap),
         identity=_identity(snap), limits=tuple(line for cfg in configs for line in _limit_lines(cfg)),
         prompt_length=first.prompt_length if first else None, context_limit=first.context_limit if first else None,
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
@@ -233,8 +233,7 @@ def _headline(snap: Snapshot) -> str:
     heard = input_summary(snap.input_preparation) if snap.input_preparation is not None else None
     heard = f"; {heard}" if heard else ""
     if not snap.is_sealed:  # a result without the seal is never a success
-        return (f"{snap.state.value} (never sealed; result.json says {snap.result.status}): {snap.result.generated} {snap.result.unit}s; "
-                f"stopped by {why}{heard}")
+        return f"{snap.state.value}: never sealed, so its result.json is no evidence of how it ended; {snap.result.generated} {snap.result.unit}s recorded"
     return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}{heard}"
 
 

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from genrun.schemas import NewerFormat, layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
+from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 
 SignoffState = Literal["valid", "unsigned", "unverified", "revoked", "invalid"]
 
@@ -150,10 +151,10 @@ class CurrentDigests(NamedTuple):
 def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allowed_signers: Path | None) -> SignoffStatus:
     """One record: parse it, check what it binds, then its signature. Every problem found is reported."""
     try:
-        record = Signoff.model_validate_json(path.read_bytes())
+        record = Signoff.model_validate_json(read_regular(path, MAX_JSON_BYTES))
     except NewerFormat as exc:  # a newer genrun's sign-off: not damage, but not readable here either
         return SignoffStatus(path.name, None, None, None, None, None, "invalid", f"record was {exc}")
-    except (ValidationError, ValueError, OSError) as exc:
+    except (ValidationError, ValueError, OSError, UnsafeFile) as exc:
         reason = f"record does not parse as a Signoff ({_parse_error(exc)})"
         return SignoffStatus(path.name, None, None, None, None, None, "invalid", reason)
     problems = binding_problems(record, snapshot_id, current, path.parent)
@@ -267,8 +268,8 @@ def verify_signature(record: Path, sig: Path, principal: str, namespace: str, al
 def diagnose_failure(record: Path, sig: Path, principal: str, namespace: str, allowed_signers: Path, verify_stderr: str) -> str:
     """Name the first reason a verification failed: not a signature, wrong namespace, bad signature, unknown signer."""
     try:
-        header = read_sshsig(sig.read_bytes())
-    except (ValueError, OSError) as exc:
+        header = read_sshsig(read_regular(sig, MAX_JSON_BYTES))
+    except (ValueError, OSError, UnsafeFile) as exc:
         return f"bad signature: {sig.name} is not an SSH signature ({exc})"
     if header.namespace != namespace:
         return f"signature namespace is not {namespace} (the signature was made for {header.namespace})"

@@ -20,6 +20,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from genrun.schemas import EVENT_ADAPTER, AnyEvent, GenerationStop, Request, Result, layout
+from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 
 WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
 Liveness = Literal["alive", "gone", "unknown"]
@@ -138,8 +139,8 @@ def writer_liveness(progress: Path) -> Liveness:
 def default_stall_after(snapshot: Path) -> float:
     """3 × the request's `[progress] every_seconds` (a record is due at least that often while units are produced)."""
     try:
-        request = Request.model_validate_json((snapshot / layout.REQUEST).read_bytes())
-    except (OSError, ValidationError):
+        request = Request.model_validate_json(read_regular(snapshot / layout.REQUEST, MAX_JSON_BYTES))
+    except (OSError, UnsafeFile, ValidationError):
         return STALL_FACTOR * 30.0
     return STALL_FACTOR * request.progress.every_seconds
 
@@ -242,14 +243,14 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
 
 def _sealed(snapshot: Path, common: dict) -> WatchUpdate:
     try:
-        result = Result.model_validate_json((snapshot / layout.RESULT).read_bytes())
-    except (OSError, ValidationError) as exc:
+        result = Result.model_validate_json(read_regular(snapshot / layout.RESULT, MAX_JSON_BYTES))
+    except (OSError, UnsafeFile, ValidationError) as exc:
         return WatchUpdate(state="incomplete", stalled=False, writer="gone", exit_code=INCOMPLETE_EXIT,
                            message=f"sealed but {layout.RESULT} is unreadable ({type(exc).__name__}); run 'genrun verify {snapshot}'", **common)
     reasons: tuple[str, ...] = ()
     try:
-        reasons = tuple(s.reason for s in GenerationStop.model_validate_json((snapshot / layout.STOP).read_bytes()).sequences)
-    except (OSError, ValidationError):
+        reasons = tuple(s.reason for s in GenerationStop.model_validate_json(read_regular(snapshot / layout.STOP, MAX_JSON_BYTES)).sequences)
+    except (OSError, UnsafeFile, ValidationError):
         pass  # a run that failed while loading has no stop file; the status says why
     listed = ", ".join(reasons) or "no stop record"
     return WatchUpdate(state="sealed", stalled=False, writer="gone", status=result.status, exit_code=result.exit_code, stop_reasons=reasons,

@@ -1,12 +1,15 @@
 """Atomic file writes: a reader sees the old file or the new one, never half of either."""
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 import orjson
 from pydantic import BaseModel
+
+from genrun.schemas import layout
 
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
@@ -17,9 +20,52 @@ FILE_MODE = 0o666 & ~_UMASK
 DIR_MODE = 0o777 & ~_UMASK
 
 
+RESERVE_NAME = layout.DISK_RESERVE
+_reserves: dict[Path, Path] = {}
+
+
+def reserve_space(directory: Path, nbytes: int) -> None:
+    """Allocate `nbytes` in `directory` now (`posix_fallocate`: blocks really taken, not a sparse file); raises OSError
+    (ENOSPC) when the filesystem cannot hold them. `write_bytes_atomic` gives them back on its first ENOSPC there."""
+    path = Path(directory) / RESERVE_NAME
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # left by a killed execute of this plan (by its name: ours; unlink never follows a link)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    _reserves[Path(directory)] = path
+
+
+def release_space(directory: Path) -> bool:
+    """Give the reserve of `directory` (or of a directory above it) back; whether there was one."""
+    for candidate in (Path(directory), *Path(directory).parents):
+        reserve = _reserves.pop(candidate, None)
+        if reserve is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(reserve)
+            return True
+    return False
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, fsync, then `os.replace`; the target is untouched on failure."""
-    path = Path(path)
+    """Write to a temporary file beside `path`, fsync, then `os.replace`; the target is untouched on failure.
+
+    On a full disk, a space reserve held for this snapshot (`reserve_space`) is released and the write tried once more.
+    """
+    try:
+        _write_bytes_atomic(Path(path), data)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or not release_space(Path(path).parent):
+            raise
+        _write_bytes_atomic(Path(path), data)
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)

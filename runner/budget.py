@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from genrun.schemas import DomainEstimate, Request, TokenBudget, layout
 from genrun.schemas.rendering import human_bytes
 
-from .errors import BudgetRefused
+from .errors import BudgetRefused, RequestError
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
 
@@ -186,6 +186,12 @@ def resolve_device(device: str) -> str:
         import torch
 
         return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RequestError(f"[model] device = {device!r}, but this torch has no usable CUDA device "
+                               f"(torch {torch.__version__}); use device = 'cpu' or 'auto'")
     if device == "cuda":
         return "cuda:0"
     return device

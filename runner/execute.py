@@ -6,38 +6,47 @@ Order:
    entry-point modules, the model's remote code and the model files still hash to what
    `code.json` / `model.json` froze (`FrozenMismatch` names what differs);
 2. with `--require-approval` or `[policy] require_approval`, require an `approve` sign-off;
-3. install SIGINT/SIGTERM handlers (`genrun.runner.interrupts`) and run the backend once;
-4. write the terminal progress event, `generation-stop.json`, `result.json`;
-5. seal the snapshot — always, also after an exception or a signal.
+3. hold SIGINT/SIGTERM (`genrun.runner.interrupts`) from opening `progress.ndjson` to the seal; run the backend once;
+4. write the terminal progress event, `determinism.json`, `generation-stop.json`, `result.json`;
+5. seal the snapshot (the manifest, written last) — also after a model failure or a signal; only a failed
+   write of the evidence itself (a full disk) leaves it unsealed, which every reader shows as incomplete.
 """
 
 import contextlib
+import errno
+import fcntl
+import os
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 import orjson
 from pydantic import BaseModel
 
-from genrun.schemas import CodeIdentity, CodeSet, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
+from genrun.schemas import CodeIdentity, CodeSet, Determinism, ExecutionIdentity, GenerationStop, ModelIdentity, PeakMemory, Request, Result, Timings, TokenBudget, layout
 from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_genrun_version
 from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
 from genrun.schemas.progress import Unit
 
-from ._io import write_model_atomic
+from ._io import RESERVE_NAME, release_space, reserve_space, write_model_atomic
 from .backends import Backend, BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, get_backend
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
-from .determinism import deterministic_mode, with_sampling
+from .determinism import capture_determinism, deterministic_mode, with_sampling
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .input_files import verify_input_files
-from .interrupts import EXIT_CODES, RunInterrupted, disarm, interrupt_gate, later_signals
+from .interrupts import EXIT_CODES, RunInterrupted, deferred, disarm, interrupt_gate, later_signals
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
 from .recorder import ProgressRecorder
 from .store import describe_os_error, open_snapshot, seal_snapshot
 
+SEALING_RESERVE_FIXED = 1 << 20
+"""Bytes held for the JSON artifacts, the manifest and one filesystem block per file."""
+SEALING_RESERVE_MAX = 1 << 30
+"""Never hold more than this (a budget of 30M ids)."""
 FSYNC_EVERY_S = 5.0
 """Seconds between fsyncs of `progress.ndjson` (and one at the end)."""
 
@@ -82,6 +91,48 @@ def execute_snapshot(
     """
     origin = time.monotonic()
     snapshot_dir = open_snapshot(snapshot_dir)
+    with execution_lock(snapshot_dir):
+        return _execute_locked(snapshot_dir, origin, require_approval, live, loaded, allowed_signers, records or {})
+
+
+@contextlib.contextmanager
+def execution_lock(snapshot_dir: Path) -> Iterator[None]:
+    """An exclusive `flock` on `frozen-sha256.txt` for the whole execution: a second `execute` of the same plan is
+    refused naming the holder's PID (the kernel drops the lock when the holder dies, SIGKILL included)."""
+    try:
+        fd = os.open(snapshot_dir / layout.FROZEN_MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} cannot be opened as a regular file ({exc.strerror or exc}); "
+                             "plan the request again") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(os.fstat(fd).st_ino)
+            raise SnapshotError(f"snapshot {snapshot_dir} is already being executed by {holder}; a snapshot runs once: "
+                                "wait for it, or plan a new one with 'genrun plan REQUEST'") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock_holder(inode: int) -> str:
+    """`PID n` from /proc/locks (Linux), else `another process`."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                    return f"PID {fields[4]}"
+    except OSError:
+        pass
+    return "another process"
+
+
+def _execute_locked(
+    snapshot_dir: Path, origin: float, require_approval: bool, live: bool | None, loaded: LoadedModel | None,
+    allowed_signers: Path | None, records: Mapping[str, BaseModel],
+) -> Result:
     plan, identity = verify_before_loading(snapshot_dir)
     approval_note = None
     policy = plan.request.policy.require_approval
@@ -95,29 +146,99 @@ def execute_snapshot(
         raise SnapshotError(f"the loaded model cannot run snapshot {snapshot_dir}: {why}; execute it without a preloaded model")
     unit = backend.progress_unit(plan.request)
     bar = LiveProgress(unit[0], plan.budget.requested_units) if wants_live(live) else None
-    recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, MemoryProbe(device if device.startswith("cuda") else None))
+    memory = MemoryProbe(device if device.startswith("cuda") else None)
+    # One gate from the first execution file to the seal: a signal anywhere in between ends as a sealed
+    # `interrupted` snapshot (nested in the CLI's gate, it shares its handlers).
+    with interrupt_gate():
+        try:
+            hold_sealing_space(snapshot_dir, plan.budget)
+            recorder = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
+            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, bar, loaded, origin,
+                                    approval_note=approval_note, records=records)
+        finally:
+            release_space(snapshot_dir)
+
+
+def sealing_reserve_bytes(budget: TokenBudget) -> int:
+    """Room for every id (safetensors, summary, text: ~4 copies of 8 bytes), the JSON artifacts and the manifest,
+    plus a block per file; bytes."""
+    ids = (budget.requested_units or 0) * max(budget.rows_per_request, 1)
+    return min(SEALING_RESERVE_FIXED + 32 * ids, SEALING_RESERVE_MAX)
+
+
+def hold_sealing_space(snapshot_dir: Path, budget: TokenBudget) -> None:
+    """Reserve what sealing needs before anything runs; a store without that room refuses the run, plan intact."""
     try:
-        ctx = ExecutionContext(
-            **vars(load_context(plan, device)),
-            snapshot_dir=snapshot_dir,
-            recorder=recorder,
-            planned_units=plan.budget.requested_units,
-        )
-        with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
-            with deterministic_mode(plan.request, device) as determinism:
-                outcome = run_backend(backend, ctx, loaded)
-            write_terminal_event(recorder, outcome)
+        with deferred():  # a signal waits until the reserve is registered, so it is always released
+            reserve_space(snapshot_dir, sealing_reserve_bytes(budget))
+    except OSError as exc:
+        raise StoreError(f"{describe_os_error(exc, snapshot_dir)}; nothing was run and the plan is intact") from exc
+
+
+def open_recorder_or_keep_plan(
+    snapshot_dir: Path, plan: "FrozenPlan", unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
+) -> ProgressRecorder:
+    """Open `progress.ndjson`, the first execution file; a signal while doing so removes it again, so the plan stays
+    intact and executable (the signal is held until the file is open, so it is ours to remove)."""
+    recorder = None
+    try:
+        with deferred():
+            recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, memory)
+    except RunInterrupted:
+        if recorder is not None:
+            recorder.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot_dir / layout.PROGRESS)
+        raise
+    return recorder
+
+
+def _run_record_seal(
+    snapshot_dir: Path, plan: "FrozenPlan", identity: "VerifiedIdentity", backend: Backend, device: str,
+    recorder: ProgressRecorder, bar: LiveProgress | None, loaded: LoadedModel | None, origin: float,
+    *, approval_note: str | None, records: Mapping[str, BaseModel],
+) -> Result:
+    """Run the backend, write the terminal event, determinism, stop and result, then seal.
+
+    The seal is written only after `result.json`: a failed write (a full disk) leaves the snapshot recognisably
+    unsealed (`incomplete`/`running`) and raises a `StoreError` naming the store and its free space.
+    """
+    determinism: Determinism | None = None
+    result_written = False
+    try:
+        try:
+            ctx = ExecutionContext(
+                **vars(load_context(plan, device)),
+                snapshot_dir=snapshot_dir,
+                recorder=recorder,
+                planned_units=plan.budget.requested_units,
+            )
+            with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
+                with deterministic_mode(plan.request, device) as determinism:
+                    outcome = run_backend(backend, ctx, loaded)
+                _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, outcome)
+        except RunInterrupted as exc:  # after the stream opened, before the backend's own handling
+            disarm()
+            outcome = _bare_outcome(recorder, signal=exc.signal_name)
+            _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, outcome)
+        if determinism is None:
+            determinism = capture_determinism(plan.request, device, strict=False)
         write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
-        for name, record in (records or {}).items():
+        for name, record in records.items():
             write_model_atomic(snapshot_dir / name, record)
         write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=outcome.stops))
         result = build_result(plan, identity, outcome, recorder.memory, time.monotonic() - origin, per_row=recorder.generated)
         if approval_note is not None:
             result = result.model_copy(update={"notes": (approval_note, *result.notes)})
         write_model_atomic(snapshot_dir / layout.RESULT, result)
+        result_written = True
+        recorder.close()
+        release_space(snapshot_dir)  # the reserve is not evidence: gone before the manifest lists the files
+        seal_snapshot(snapshot_dir)
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
     finally:
         recorder.close()
-        seal_snapshot(snapshot_dir)
     return result
 
 
@@ -208,7 +329,26 @@ def verify_plan_files(snapshot_dir: Path) -> str:
             f"frozen file {rel} changed since planning (sha256 {current[rel][:12]}… != frozen {entries[rel][:12]}…); "
             "a plan is never edited: plan the request again"
         )
+    refuse_foreign_entries(snapshot_dir, entries)
     return plan_digest(snapshot_dir)
+
+
+def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> None:
+    """Nothing but the frozen files (and regular sign-off records in a real `signoffs/` directory) may be in a plan:
+    a planted link (`outputs/` -> elsewhere) would make execute write, and the seal chmod, outside the store."""
+    from genrun.analysis import walk_entries
+
+    signoffs = snapshot_dir / layout.SIGNOFFS_DIR
+    if signoffs.is_symlink() or (signoffs.exists() and not signoffs.is_dir()):
+        raise FrozenMismatch(f"{signoffs} is not a directory (a link?); a plan holds only its frozen files: remove it or plan again")
+    for rel, st in walk_entries(snapshot_dir):
+        in_signoffs = rel.startswith(layout.SIGNOFFS_DIR + "/")
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "
+                                 "remove it or plan again")
+        if rel not in (layout.FROZEN_MANIFEST, RESERVE_NAME) and rel not in frozen and not in_signoffs:
+            raise FrozenMismatch(f"{snapshot_dir / rel} is not listed in {layout.FROZEN_MANIFEST}; a plan holds only its frozen files: "
+                                 "remove it or plan again")
 
 
 def verify_code(code: CodeIdentity) -> str:
@@ -305,18 +445,18 @@ def run_backend(backend: Backend, ctx: ExecutionContext, loaded: LoadedModel | N
         try:
             return backend.run(ctx, loaded)
         except RunInterrupted as exc:  # landed outside the backend's own handling
-            return _bare_outcome(ctx, signal=exc.signal_name)
+            return _bare_outcome(ctx.recorder, signal=exc.signal_name)
         except BaseException as exc:  # a bug in the backend: still a sealed, failed snapshot
-            return _bare_outcome(ctx, exception=exc)
+            return _bare_outcome(ctx.recorder, exception=exc)
         finally:
             disarm()
 
 
-def _bare_outcome(ctx: ExecutionContext, *, signal: str | None = None, exception: BaseException | None = None) -> BackendOutcome:
+def _bare_outcome(recorder: ProgressRecorder, *, signal: str | None = None, exception: BaseException | None = None) -> BackendOutcome:
     return BackendOutcome(
-        unit=ctx.recorder.unit,
-        generated=ctx.recorder.generated,
-        generated_tokens=ctx.recorder.steps,
+        unit=recorder.unit,
+        generated=recorder.generated,
+        generated_tokens=recorder.steps,
         load_s=None,
         first_unit_s=None,
         decode_s=None,
@@ -324,6 +464,16 @@ def _bare_outcome(ctx: ExecutionContext, *, signal: str | None = None, exception
         exception=exception_info(exception) if exception is not None else None,
         signal=signal,
     )
+
+
+def _write_terminal_event_on_a_full_disk(snapshot_dir: Path, recorder: ProgressRecorder, outcome: BackendOutcome) -> None:
+    """The terminal event; on a full disk (the disk filled while generating), with the sealing reserve given back."""
+    try:
+        write_terminal_event(recorder, outcome)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or not release_space(snapshot_dir):
+            raise
+        write_terminal_event(recorder, outcome)
 
 
 def write_terminal_event(recorder: ProgressRecorder, outcome: BackendOutcome) -> None:

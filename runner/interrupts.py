@@ -1,10 +1,15 @@
-"""SIGINT/SIGTERM during a run: unwind generate with an exception, keep the evidence, never lose the seal.
+"""SIGINT/SIGTERM from a command's first line to its last: unwind with an exception, keep the evidence, never lose the seal.
 
-The handler raises `RunInterrupted` **once** (the first signal), so generate unwinds through
-every `finally` and the backend records partial ids and an `interrupted` stop. Later signals
-are counted, not raised: the short cleanup that writes artifacts and seals the snapshot must
-finish (SIGKILL still stops a hung process). Small critical sections (one progress line) can
-defer the exception to their end, so a record is never half-counted.
+The handler raises `RunInterrupted` **once** (the first signal), so whatever runs unwinds through
+every `finally`: planning removes its temporary directory, generate lets the backend record
+partial ids and an `interrupted` stop. Later signals (and every signal once `disarm()`ed, i.e.
+after generation) are counted, not raised: the short cleanup that writes artifacts and seals the
+snapshot must finish (SIGKILL still stops a hung process). Small critical sections (one progress
+line) can defer the exception to their end, so a record is never half-counted.
+
+Gates nest: the CLI holds one for the whole command (`genrun.runner.cli.main`), `execute` one from
+the first execution file to the seal, the backend run one more; an inner gate shares the outer
+one's state and handlers, so a signal between two of them is never handled by Python's defaults.
 """
 
 import contextlib
@@ -34,6 +39,7 @@ class _GateState:
     """Process-wide state: signals are process-wide too."""
 
     def __init__(self) -> None:
+        self.installed = False
         self.armed = False
         self.fired: str | None = None
         self.later: list[str] = []
@@ -58,19 +64,29 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def interrupt_gate() -> Iterator[_GateState]:
-    """Install the handlers (main thread only; elsewhere signals are left alone) and restore the previous ones."""
+    """Install the handlers (main thread only; elsewhere signals are left alone) and restore the previous ones.
+
+    Inside an outer gate, nothing is installed: the state is shared, and re-armed unless a signal already fired
+    (a process running several snapshots in turn arms each run).
+    """
     if threading.current_thread() is not threading.main_thread():
+        yield _state
+        return
+    if _state.installed:
+        if _state.fired is None:
+            _state.armed = True
         yield _state
         return
     previous = {sig: signal.getsignal(sig) for sig in _HANDLED}
     _state.__init__()
+    _state.installed = True
     _state.armed = True
     for sig in _HANDLED:
         signal.signal(sig, _handler)
     try:
         yield _state
     finally:
-        _state.armed = False
+        _state.armed = _state.installed = False
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

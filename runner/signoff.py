@@ -40,6 +40,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -252,8 +253,12 @@ def write_record(directory: Path, record: Signoff, key: SigningKey | None, now: 
     """Stage, sign, then link the record under a fresh name; nothing existing is touched."""
     try:
         directory.mkdir(exist_ok=True)
+        planted = not stat.S_ISDIR(os.lstat(directory).st_mode)
     except OSError as exc:
         raise StoreError(describe_os_error(exc, directory)) from exc
+    if planted:  # a link here would put the record (and its chmod) outside the snapshot
+        raise SignoffError(f"{directory} is not a directory of the snapshot (a link?); a sign-off is never written outside it: "
+                           "remove it, then sign off again")
     staging = directory / f".staging-{secrets.token_hex(8)}.json"
     staged_sig = _sig_path(staging)
     try:
@@ -269,7 +274,7 @@ def write_record(directory: Path, record: Signoff, key: SigningKey | None, now: 
         raise StoreError(describe_os_error(exc, directory)) from exc
     finally:
         for leftover in (staging, staged_sig):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # absent, or a read-only filesystem: the error above already says why
                 os.unlink(leftover)
 
 

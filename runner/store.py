@@ -19,6 +19,7 @@ from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256
 
 from ._io import DIR_MODE, fsync_dir, write_bytes_atomic
 from .errors import SnapshotError, StoreError
+from .interrupts import deferred
 
 DEFAULT_STORE = Path("snapshots")
 STORE_ENV = "GENRUN_STORE"
@@ -50,7 +51,23 @@ def describe_os_error(exc: OSError, where: Path) -> str:
         errno.EPERM: "operation not permitted; choose a writable store with --store or GENRUN_STORE",
     }
     fix = reasons.get(exc.errno, f"{exc.strerror or exc}")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"{fix} ({_free_space(where)})"
     return f"cannot write the snapshot store at {where}: {fix}"
+
+
+def _free_space(where: Path) -> str:
+    """`1.2 MB free, 0 inodes free` of the filesystem holding `where` (or its nearest existing parent)."""
+    from genrun.schemas.rendering import human_bytes
+
+    probe = Path(where)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return "free space unknown"
+    return f"{human_bytes(st.f_bavail * st.f_frsize)} free, {st.f_favail:,} inodes free"
 
 
 def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> Path:
@@ -58,24 +75,29 @@ def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> P
 
     On any failure the temporary directory is removed and nothing appears in the store.
     """
+    tmp: Path | None = None
     try:
-        store.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=store))
-        os.chmod(tmp, DIR_MODE)  # mkdtemp makes 0700; snapshots are meant to be shared read-only
-    except OSError as exc:
-        raise StoreError(describe_os_error(exc, store)) from exc
-    try:
+        with deferred():  # a signal waits until `tmp` is known, so the cleanup below can remove it
+            store.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=store))
+            os.chmod(tmp, DIR_MODE)  # mkdtemp makes 0700; snapshots are meant to be shared read-only
         freeze(tmp)
         write_frozen_manifest(tmp)
         final = _rename_into_place(tmp, store, name)
         fsync_dir(store)
         return final
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_temporary(tmp)
         raise StoreError(describe_os_error(exc, store)) from exc
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_temporary(tmp)
         raise
+
+
+def _remove_temporary(tmp: Path | None) -> None:
+    """Remove an unfinished plan (gone already when the rename into place happened)."""
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _rename_into_place(tmp: Path, store: Path, name: str) -> Path:
@@ -106,12 +128,26 @@ def seal_snapshot(snapshot_dir: Path) -> str:
     snapshot_dir = Path(snapshot_dir)
     files = manifest_candidates(snapshot_dir)
     entries = [(rel, sha256_file(snapshot_dir / rel)) for rel in files]
-    write_bytes_atomic(snapshot_dir / layout.MANIFEST, render_sha256sum(entries))
     (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)
-    for rel in [*files, layout.MANIFEST]:
-        os.chmod(snapshot_dir / rel, READ_ONLY)
+    # Read-only before the manifest exists: a kill in this loop leaves an unsealed snapshot, never a sealed
+    # one with writable files. Links are never followed (a planted link must not chmod its target).
+    for rel in files:
+        _make_read_only(snapshot_dir / rel)
+    write_bytes_atomic(snapshot_dir / layout.MANIFEST, render_sha256sum(entries))
+    os.chmod(snapshot_dir / layout.MANIFEST, READ_ONLY)
     fsync_dir(snapshot_dir)
     return sha256_file(snapshot_dir / layout.MANIFEST)
+
+
+def _make_read_only(path: Path) -> None:
+    """chmod 0444 through a descriptor opened without following a link: only a regular file is changed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SnapshotError(f"{path} is not a regular file; a snapshot holds regular files only: remove it")
+        os.fchmod(fd, READ_ONLY)
+    finally:
+        os.close(fd)
 
 
 def is_sealed(snapshot_dir: Path) -> bool:
@@ -146,7 +182,15 @@ def list_snapshots(store: Path) -> list[Path]:
     """Snapshot directories in the store, oldest first (ids sort by time); temporary dirs are skipped."""
     if not store.is_dir():
         return []
-    return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and is_planned(p))
+    # a sealed snapshot whose frozen manifest was deleted is still listed (and fails verify), never hidden
+    return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and (is_planned(p) or is_sealed(p)))
+
+
+def list_unfinished_plans(store: Path) -> list[Path]:
+    """`.tmp-*` directories: plans being frozen now, or left by a process killed while planning (`genrun ls` shows them)."""
+    if not store.is_dir():
+        return []
+    return sorted(p for p in store.iterdir() if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink())
 
 
 def find_snapshot(ref: str | Path, store: str | Path | None = None) -> Path:

@@ -41,6 +41,9 @@ RESULT = "result.json"
 DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
 OUTPUTS_DIR = "outputs"
 
+DISK_RESERVE = ".genrun-disk-reserve"
+"""Space held during execution so a full disk still leaves room for the evidence; removed before the seal."""
+
 # -- seal and sign-off ----------------------------------------------------------------------------------------------
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
@@ -185,6 +188,18 @@ def snapshot_state(names: Collection[str]) -> SnapshotState:
         return SnapshotState.INCOMPLETE
     started = any(n in EXECUTION_FILES or n.startswith(OUTPUTS_DIR + "/") or generation_config_call_index(n) is not None for n in names)
     return SnapshotState.RUNNING if started else SnapshotState.PLANNED
+
+
+def shown_status(state: SnapshotState, result_status: str | None) -> str:
+    """What every tool shows for a snapshot: the result's status (succeeded / failed / interrupted) only once sealed.
+
+    An unsealed snapshot shows its state (`planning`, `planned`, `running`, `incomplete`) whatever its
+    `result.json` says: the only way to `succeeded` is the manifest, written last. A sealed snapshot whose
+    result cannot be read shows `sealed` (verify names the damage).
+    """
+    if state is SnapshotState.SEALED:
+        return result_status or state.value
+    return state.value
 
 
 # -- the frozen-manifest check ----------------------------------------------------------------------------------------

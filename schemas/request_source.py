@@ -5,6 +5,7 @@ snapshot's source with the same function to check it still yields `request.json`
 """
 
 import json
+import math
 import tomllib
 from typing import Any
 
@@ -30,6 +31,49 @@ def decode_request_source(source: bytes, fmt: str, where: str = "request") -> di
         raise RequestSourceError(f"{where} is not valid TOML: {exc}") from None
     except json.JSONDecodeError as exc:
         raise RequestSourceError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise RequestSourceError(f"{where} is nested too deeply to be a request (at most {MAX_DEPTH} levels)") from None
+    except ValueError as exc:  # Python's limit on integer digits (4,300), raised while parsing
+        raise RequestSourceError(f"{where} holds a number too long to be a request value ({exc}); use a number of at most 19 digits") from None
     if not isinstance(data, dict):
         raise RequestSourceError(f"{where} must hold a table/object at the top level, not {type(data).__name__}")
+    check_values(data, where)
     return data
+
+
+MAX_DEPTH = 32
+"""Tables and arrays nested deeper than this are refused (a real request nests three levels)."""
+INT64 = (-(1 << 63), (1 << 63) - 1)
+"""Integers are stored as int64 (JSON files, safetensors, torch): anything outside is refused at plan time."""
+MAX_FLOAT = 1e15
+"""Floats larger in magnitude overflow the budget's arithmetic (seconds x units per second x bytes per token)."""
+
+
+def check_values(data: Any, where: str = "request") -> None:
+    """Refuse what cannot be stored or computed with: nesting beyond `MAX_DEPTH`, integers outside int64,
+    NaN, infinities and floats beyond `MAX_FLOAT`; the message names the key."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise RequestSourceError(f"{where} is nested too deeply at {_key(path)} (at most {MAX_DEPTH} levels)")
+        if isinstance(value, dict):
+            stack.extend((v, (*path, str(k))) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*path, f"[{i}]")) for i, v in enumerate(value))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            raise RequestSourceError(f"{_key(path)} = {str(value)[:24]}… in {where} is outside the 64-bit integer range; use a smaller value")
+        elif isinstance(value, float) and not (math.isfinite(value) and abs(value) <= MAX_FLOAT):
+            raise RequestSourceError(f"{_key(path)} = {value} in {where} is not a usable number (NaN, infinite, or beyond ±{MAX_FLOAT:g}); "
+                                     "use a finite value")
+
+
+def _key(path: tuple[str, ...]) -> str:
+    """`[budget] input_seconds`, `[generation] suppress_tokens[3]`, or a top-level key."""
+    if not path:
+        return "the request"
+    if len(path) == 1:
+        return path[0]
+    return f"[{path[0]}] " + ".".join(path[1:]).replace(".[", "[")

@@ -70,6 +70,6 @@ def _library_validation(generation: dict[str, Any]) -> list[str]:
 
     try:
         GenerationConfig(**generation).validate(strict=True)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: a wrong shape (`suppress_tokens = 5`) fails inside validate
         return [f"[generation] transformers refuses these values: {str(exc).strip()}"]
     return []

@@ -8,6 +8,7 @@ import sys
 from genrun import offline_hub
 from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
+from genrun.runner.interrupts import EXIT_CODES, RunInterrupted, interrupt_gate
 
 from ._interrupt import SIGINT_EXIT
 from ._output import print_error, set_quiet
@@ -33,23 +34,28 @@ def main(argv: list[str] | None = None) -> int:
     # genrun never downloads: models resolve from local directories or the local HF cache only,
     # and an accidental hub call would hang on a closed network instead of failing clearly.
     offline_hub()
-    args = build_parser().parse_args(argv)
-    quiet = getattr(args, "quiet", False)
-    set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over
-    output = contextlib.nullcontext()
-    if hasattr(args, "quiet"):  # commands that load models: genrun owns the terminal
-        from ._library_output import library_output_taken_over
+    # From the first line to the last, SIGINT/SIGTERM raise `RunInterrupted` once (never Python's
+    # KeyboardInterrupt traceback nor SIGTERM's silent death): planning removes its temporary
+    # directory, execute seals an `interrupted` snapshot, and the command exits 130 / 143.
+    with interrupt_gate():
+        try:
+            args = build_parser().parse_args(argv)
+            quiet = getattr(args, "quiet", False)
+            set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over
+            output = contextlib.nullcontext()
+            if hasattr(args, "quiet"):  # commands that load models: genrun owns the terminal
+                from ._library_output import library_output_taken_over
 
-        output = library_output_taken_over(quiet)
-    try:
-        with output:
-            return args.handler(args)
-    except GenrunError as exc:
-        print_error(str(exc))
-        return exc.exit_code
-    except KeyboardInterrupt:  # commands that make or run snapshots say more (cli/_interrupt.py)
-        print_error("interrupted (Ctrl-C)")
-        return SIGINT_EXIT
+                output = library_output_taken_over(quiet)
+            with output:
+                return args.handler(args)
+        except GenrunError as exc:
+            print_error(str(exc))
+            return exc.exit_code
+        except RunInterrupted as exc:  # commands that make or run snapshots say more (cli/_interrupt.py)
+            print_error(f"interrupted by {exc.signal_name}: no run was executed "
+                        "(a plan frozen before the signal is intact, an unfinished one was removed)")
+            return EXIT_CODES.get(exc.signal_name, 130)
 
 
 if __name__ == "__main__":

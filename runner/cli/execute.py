@@ -9,6 +9,8 @@ from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.stop import describe_stop
 from genrun.schemas.rendering import human_bytes
 
+from genrun.runner.interrupts import RunInterrupted
+
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
 from ._output import print_json, stderr_console
@@ -60,6 +62,8 @@ def handle(args: argparse.Namespace) -> int:
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
         return report_interrupt(snapshot)
+    except RunInterrupted as exc:  # genrun's own handlers (installed by main) before execution started
+        return report_interrupt(snapshot, exc.signal_name)
     if args.json:
         print_json(result.model_dump(mode="json"))
     else:

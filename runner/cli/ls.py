@@ -46,10 +46,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.runner.store import list_snapshots, resolve_store
+    from genrun.runner.store import list_snapshots, list_unfinished_plans, resolve_store
 
     store = resolve_store(args.store)
-    rows = group_sweeps([describe(path, args.allowed_signers) for path in list_snapshots(store)], store)
+    rows = [describe(path, args.allowed_signers) for path in list_snapshots(store)]
+    # planning now, or abandoned by a killed `genrun plan`: listed so that leftovers are seen (safe to delete when no plan runs)
+    rows += [SnapshotRow(path.name, layout.SnapshotState.PLANNING.value, False, None, "-", "-") for path in list_unfinished_plans(store)]
+    rows = group_sweeps(rows, store)
     if args.json:
         print_json({"store": str(store), "snapshots": [row._asdict() for row in rows]})
         return 0
@@ -136,13 +139,15 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
 
     state = snapshot_state(snapshot)
     sealed = state is layout.SnapshotState.SEALED
-    shown = result["status"] if sealed and result else state.value  # unsealed with a result is `incomplete`, never `succeeded`
-    reasons = sorted({s["reason"] for s in stop["sequences"]}) if stop else []
+    shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
+    rows = stop.get("sequences") if stop else None
+    reasons = sorted({str(s.get("reason")) for s in rows if isinstance(s, dict)}) if isinstance(rows, list) else []
+    generated = result.get("generated") if result else None
     return SnapshotRow(
         id=snapshot.name,
         state=shown,
         sealed=sealed,
-        generated=result["generated"] if result else None,
+        generated=generated if type(generated) is int else None,
         stop_reasons=", ".join(reasons) or "-",
         signoffs=_signoff_summary(snapshot, allowed_signers),
     )
@@ -170,7 +175,12 @@ def _signoff_summary(snapshot: Path, allowed_signers: Path | None) -> str:
 
 
 def _read_json(path: Path) -> dict | None:
+    """A JSON object from a regular file of bounded size; anything else (missing, a FIFO, a link, a list) is `None`:
+    `genrun verify` names the damage, `ls` only must not hang or crash on it."""
+    from genrun.analysis import MAX_JSON_BYTES, UnsafeFile, read_regular
+
     try:
-        return orjson.loads(path.read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
+        data = orjson.loads(read_regular(path, MAX_JSON_BYTES))
+    except (OSError, UnsafeFile, orjson.JSONDecodeError):
         return None
+    return data if isinstance(data, dict) else None

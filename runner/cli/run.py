@@ -4,6 +4,8 @@ import argparse
 
 from genrun.schemas import TokenBudget, layout
 
+from genrun.runner.interrupts import RunInterrupted
+
 from ._interrupt import report_interrupt
 from ._output import print_json
 from .execute import add_approval_arguments
@@ -47,6 +49,8 @@ def handle(args: argparse.Namespace) -> int:
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
         return report_interrupt(snapshot)
+    except RunInterrupted as exc:  # genrun's own handlers (installed by main) before execution started
+        return report_interrupt(snapshot, exc.signal_name)
     if args.json:
         print_json({"snapshot": str(snapshot), "result": result.model_dump(mode="json")})
     else:

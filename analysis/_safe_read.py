@@ -1,0 +1,85 @@
+"""Reading a snapshot that may be hostile: regular files inside it only, never a link out, never unbounded.
+
+A snapshot is a directory anyone could have edited. Analysis opens each file without following a
+final symbolic link and without blocking (a FIFO would hang `open`), checks on the open descriptor
+that it is a regular file, and refuses one larger than the bound for its kind; the inventory never
+descends into a linked directory. Every refusal is a sentence for the finding that names the file.
+"""
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+MAX_JSON_BYTES = 64 << 20
+"""JSON artifacts: the largest real one (a long run's summary) is a few MB."""
+MAX_PROGRESS_BYTES = 64 << 20
+"""`progress.ndjson`: ~200k records; a million-token run at the default cadence writes ~4k."""
+MAX_PROGRESS_LINES = 500_000
+"""Lines parsed one by one at most (a file of bare newlines is refused, not split into millions of findings)."""
+MAX_TOKEN_IDS_BYTES = 128 << 20
+"""`generated-token-ids.safetensors`: 16M int64 ids."""
+_NO_FOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafeFile(Exception):
+    """A file analysis refuses to read; the message completes "<file> ..."."""
+
+
+def kind_of(mode: int) -> str:
+    """`a FIFO`, `a symbolic link`, `a character device`, ... for a non-regular `st_mode`."""
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of regular file `path`, at most `limit`; raises `UnsafeFile` (or `OSError` for an unreadable one)."""
+    try:
+        fd = os.open(path, _NO_FOLLOW)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafeFile(f"is a symbolic link (to {os.readlink(path)!r}); a snapshot holds regular files only") from None
+        raise
+    return _read_open(fd, limit)
+
+
+MAX_TOKENIZER_BYTES = 256 << 20
+"""A model's `tokenizer.json` / `tokenizer_config.json` (large vocabularies are tens of MB)."""
+
+
+def read_model_file(path: Path, limit: int = MAX_TOKENIZER_BYTES) -> bytes:
+    """A file of the model directory: links are followed (a Hugging Face cache is made of them), but the target
+    must be a regular file of at most `limit` bytes, opened without blocking (a FIFO, `/dev/zero` are refused)."""
+    return _read_open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), limit)
+
+
+def _read_open(fd: int, limit: int) -> bytes:
+    """Read an open descriptor (closed afterwards) if it is a regular file of at most `limit` bytes."""
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(f"is {kind_of(st.st_mode)}, not a regular file; a snapshot holds regular files only")
+        if st.st_size > limit:
+            raise UnsafeFile(f"is {st.st_size:,} bytes, more than the {limit:,} analysis reads of it")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while being read
+        raise UnsafeFile(f"is more than the {limit:,} bytes analysis reads of it")
+    return data
+
+
+def walk_entries(root: Path, skip_top: tuple[str, ...] = ()) -> Iterator[tuple[str, os.stat_result]]:
+    """`(relative path, lstat)` of every non-directory entry under `root`, links included but never followed."""
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if not prefix and entry.name in skip_top:
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((Path(entry.path), rel + "/"))
+                else:
+                    yield rel, st

@@ -1,0 +1,113 @@
+"""Fault-injection runner: `python tests/_fault_server.py JOBS.json` -> one JSON result per job on stdout.
+
+Imports genrun's CLI (torch, transformers) once, then forks one real process per job: each child
+runs `genrun.runner.cli.main(argv)` with a `sys.addaudithook` hook that counts the filesystem calls
+Python audits (`open`, reported as `open-write` when it may create or change a file, `os.rename`/`os.replace`, `os.chmod`, `os.mkdir`, `os.remove`, ...) whose
+path lies inside the store, and sends itself the job's signal just before call number `at`
+(raised inside the hook, so the call itself never happens). A job with `at = null` records the
+calls instead, which is how the test enumerates them. Used only by tests: genrun has no hook.
+
+Calls on a descriptor (`write`, `fsync`, `fchmod`) are not audited by Python and are not points;
+the `open`/`rename` around each of them are.
+"""
+
+import json
+import os
+import signal
+import sys
+import traceback
+
+FS_EVENTS = frozenset({
+    "open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate", "os.link", "os.symlink",
+    "tempfile.mkstemp", "tempfile.mkdtemp", "shutil.rmtree", "os.scandir", "os.listdir",
+})
+
+
+def _noop() -> None:
+    """A Python-level call: the interpreter runs pending signal handlers at its start."""
+
+
+def _child(job: dict) -> int:
+    store = os.path.abspath(job["store"]) + os.sep
+    at, sig = job.get("at"), job.get("signal")
+    seen: list[list[str]] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event not in FS_EVENTS or not args:
+            return
+        paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+        inside = [os.path.abspath(os.fsdecode(p)) for p in paths if os.path.abspath(os.fsdecode(p)).startswith(store)]
+        if not inside:
+            return
+        if event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            event = "open-write"  # creates or changes a file, unlike the many reads
+        seen.append([event, os.path.relpath(inside[0], store)])
+        if at is not None and len(seen) == at:
+            os.kill(os.getpid(), getattr(signal, sig))
+            for _ in range(3):  # let the handler run here, before the audited call
+                _noop()
+
+    sys.addaudithook(hook)
+    from genrun.runner.cli import main
+
+    try:
+        code = main(job["argv"])
+    except BaseException:  # the test asserts there is none: print it where the test reads stderr
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if job.get("calls_out"):
+        with open(job["calls_out"], "w") as f:
+            json.dump(seen, f)
+    if job.get("modules_out"):
+        with open(job["modules_out"], "w") as f:
+            json.dump(sorted(sys.modules), f)
+    return code
+
+
+def run_job(job: dict) -> dict:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            out = os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            code = _child(job)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {"returncode": os.waitstatus_to_exitcode(status)}
+
+
+def warm_imports(job: dict) -> None:
+    """Import here every module the first job's run imported, so that each forked child starts warm (seconds each)."""
+    import importlib
+
+    for name in json.load(open(job["modules_out"])):
+        if name not in sys.modules and not name.startswith("__"):
+            try:
+                importlib.import_module(name)
+            except Exception:  # a module that only imports in its own context (a user's entry point): the child imports it
+                pass
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        jobs = json.load(f)
+    import genrun.runner.cli  # noqa: F401  (imported once, before forking: each child starts warm)
+    import torch
+
+    torch.set_num_threads(1)  # before any op: forked children must not inherit a started thread pool
+    for job in jobs:
+        print(json.dumps(run_job(job)), flush=True)
+        if job.get("modules_out"):
+            warm_imports(job)
+
+
+if __name__ == "__main__":
+    main()

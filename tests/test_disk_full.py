@@ -1,0 +1,81 @@
+"""A full disk during a run: exit 1, one sentence naming the store and its free space, never a traceback, and either
+a sealed `failed` snapshot with every generated id or the plan left intact (nothing run).
+
+Stores are small tmpfs mounts (mounting needs CAP_SYS_ADMIN: without it these tests skip and say so).
+"""
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import PROCESS_TIMEOUT_S
+
+from _lm_helpers import REPO, TINY_LM, FixtureModels, read_ids, request_text
+from genrun.runner.store import snapshot_state
+from genrun.schemas import layout
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    size = getattr(request, "param", "4m")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): the disk-full cases need CAP_SYS_ADMIN")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _genrun(*args: str | Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("small_disk", ["64k"], indirect=True)
+def test_no_room_to_seal_refuses_before_running_and_keeps_the_plan(small_disk: Path, tmp_path: Path) -> None:
+    request = tmp_path / "tiny.toml"
+    request.write_text(request_text(TINY_LM, generation={"max_new_tokens": 8}))
+    proc = _genrun("run", request, "--store", small_disk / "store")
+    _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "the filesystem is full" in err and "free" in err and str(small_disk / "store") in err, err
+    (snapshot,) = (small_disk / "store").iterdir()
+    assert snapshot_state(snapshot) is layout.SnapshotState.PLANNED  # intact: run it again on a larger disk
+    assert not any(p.name.startswith(".") for p in snapshot.iterdir())
+
+
+@pytest.mark.parametrize("small_disk", ["8m"], indirect=True)
+def test_disk_filled_during_generation_seals_failed_with_every_id(small_disk: Path, tmp_path: Path, fixture_models: FixtureModels) -> None:
+    request = tmp_path / "endless.toml"
+    request.write_text(request_text(fixture_models.get("random-no-eos"), name="full", generation={"max_new_tokens": 6000},
+                                    progress={"every_units": 1}))
+    store = small_disk / "store"
+    proc = _genrun("run", request, "--store", store)
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while not any(store.glob(f"*/{layout.PROGRESS}")) or b'"event":"progress"' not in next(store.glob(f"*/{layout.PROGRESS}")).read_bytes():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.02)
+    with open(small_disk / "filler", "wb") as filler:  # another program fills the disk mid-run
+        try:
+            while True:
+                filler.write(b"\0" * (1 << 16))
+                filler.flush()
+        except OSError:
+            pass
+    _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert "Traceback" not in err, err
+    (snapshot,) = [p for p in store.iterdir() if not p.name.startswith(".")]
+    assert snapshot_state(snapshot) is layout.SnapshotState.SEALED, (err, sorted(p.name for p in snapshot.iterdir()))
+    result = json.loads((snapshot / layout.RESULT).read_text())
+    assert (proc.returncode, result["status"]) == (1, "failed"), err
+    assert "No space left" in result["exception"]["message"] or "ENOSPC" in json.dumps(result["exception"]) or "28" in json.dumps(result["exception"])
+    ids = read_ids(snapshot)["sequence_0"]
+    assert 0 < len(ids) == result["generated"]  # every generated id was kept
