@@ -22,6 +22,7 @@ NOT_COMPARED: Mapping[type[BaseModel], Mapping[str, str]] = MappingProxyType({
         "timings": "wall-clock: differs on every run",
         "peak_memory": "measured: differs on every run",
         "units_per_s": "a rate over wall-clock time",
+        "units_per_s_per_row": "a rate over wall-clock time",
         "execution_identity": "the code, model and plan digests are compared in their own sections",
         "outputs": "compared by content in `outputs`",
     }),

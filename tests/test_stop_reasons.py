@@ -77,7 +77,7 @@ def test_max_new_tokens(tmp_path: Path, models: dict[str, Path]) -> None:
     snapshot, _ = run(tmp_path, request_text(models["tiny"], prompt="count down from 40 :", generation={"max_new_tokens": 8}))
     (stop,) = stops(snapshot)
     assert (stop["reason"], stop["generated"], stop["fired"]) == ("max_new_tokens", 8, ["MaxLengthCriteria"])
-    assert stop["evidence"] == {"reason": "max_new_tokens", "limit": 8, "source": "request", "stop_length": 6 + 8, "custom_criteria": []}
+    assert stop["evidence"] == {"reason": "max_new_tokens", "limit": 8, "source": "request", "stop_length": 6 + 8, "custom_criteria": [], "rule": None}  # rule: continuous batching only
 
 
 def test_explicit_max_length_counts_the_prompt(tmp_path: Path, models: dict[str, Path]) -> None:

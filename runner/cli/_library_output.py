@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -79,6 +80,10 @@ _LIBRARY_LOGGING = ("transformers.utils.logging", "diffusers.utils.logging")
 
 
 def _library_logging(module: str) -> Any:
+    """transformers' logging module (imported: these commands load it anyway); diffusers' only when already imported,
+    so that a transformers run never imports diffusers just to quiet it."""
+    if not module.startswith("transformers.") and module.split(".")[0] not in sys.modules:
+        return None
     try:
         return importlib.import_module(module)
     except ImportError:
