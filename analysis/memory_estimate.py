@@ -7,6 +7,8 @@ activations and margin separately says which one to act on. Standard library onl
 
 from typing import NamedTuple, Protocol
 
+from genrun.schemas.rendering import human_bytes
+
 
 class BudgetBytes(Protocol):
     """The `TokenBudget` fields this module reads (a protocol, so a loaded dict-backed view works too)."""
@@ -25,16 +27,6 @@ class MemoryPart(NamedTuple):
 
     name: str
     bytes: int
-
-
-def human_bytes(n: int) -> str:
-    """`2.35 GiB`, `11.0 KiB`, `17 B`."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.{2 if unit == 'GiB' else 1}f} {unit}"
-        value /= 1024
-    return f"{value:,.2f} GiB"
 
 
 def memory_parts(budget: BudgetBytes) -> tuple[MemoryPart, ...]:
