@@ -216,7 +216,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     if snap.result is None or snap.token_ids is None:
         return skip(name, "no result.json or saved ids (the run did not finish)")
     units = request.units
-    per_second, tokens_per_frame = units.per_second or 1.0, units.tokens_per_frame
+    planned = snap.budget.domain.frames_per_second if snap.budget is not None and snap.budget.domain is not None else None
+    per_second, tokens_per_frame = units.per_second or planned or 1.0, units.tokens_per_frame
     frames = {i: len(ids) // tokens_per_frame for i, ids in snap.token_ids.items()}
     audio = audio_frames(snap)
     if audio is not None:  # decoded audio: frames per batch item, at the codec's rate

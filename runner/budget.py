@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import DomainEstimate, Request, TokenBudget, layout
+from genrun.schemas.budget import FrameRateSource
 from genrun.schemas.rendering import human_bytes
 
 from .errors import BudgetRefused, RequestError
@@ -98,11 +99,20 @@ def rows_per_request(request: Request, batch_size: int, checkpoint: dict[str, An
     return batch_size * int(gen.get("num_return_sequences") or 1) * int(gen.get("num_beams") or 1) * cfg_rows * request.budget.rows_per_request
 
 
-def domain_estimate(request: Request, requested_units: int | None, prompt_tokens: int, context: int | None) -> DomainEstimate | None:
-    """Estimates from `[budget]` input seconds and `[units]` frames, when the request gives them."""
+class FrameRate(NamedTuple):
+    """Frames per second of a frame-unit output, and who said so."""
+
+    per_second: float
+    source: FrameRateSource
+    """`model_codec` (the backend read it from the checkpoint) or `request` (`[units] per_second`)."""
+
+
+def domain_estimate(request: Request, requested_units: int | None, prompt_tokens: int, context: int | None,
+                    frame_rate: FrameRate | None = None) -> DomainEstimate | None:
+    """Estimates from `[budget]` input seconds and `[units]` requested seconds x the frame rate, when known."""
     budget, units = request.budget, request.units
-    frames = round(units.per_second * units.requested_seconds) if units.name == "frame" and units.requested_seconds and units.per_second else None
-    if budget.input_seconds is None and frames is None:
+    frames = round(frame_rate.per_second * units.requested_seconds) if frame_rate is not None and units.requested_seconds else None
+    if budget.input_seconds is None and frame_rate is None:
         return None
 
     def scaled(density: float | None) -> int | None:
@@ -119,6 +129,8 @@ def domain_estimate(request: Request, requested_units: int | None, prompt_tokens
         conservative_units=conservative,
         context_constrained_units=None if context is None else max(context - prompt_tokens, 0),
         requested_frames=frames,
+        frames_per_second=frame_rate.per_second if frame_rate is not None else None,
+        frames_per_second_source=frame_rate.source if frame_rate is not None else None,
         observed_fits_budget=fits(observed),
         conservative_fits_budget=fits(conservative),
     )

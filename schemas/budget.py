@@ -6,6 +6,9 @@ from ._base import Strict
 from ._versioning import Versioned
 from .progress import Unit
 
+FrameRateSource = Literal["request", "model_codec"]
+"""Where frames per second came from: `[units] per_second`, or the model's audio codec config (MusicGen)."""
+
 
 class DomainEstimate(Strict):
     """Estimates from `[budget]` and `[units]` domain hints."""
@@ -20,6 +23,10 @@ class DomainEstimate(Strict):
     """Units that fit in the context after the prompt."""
     requested_frames: int | None
     """frames per second x requested seconds, for frame units."""
+    frames_per_second: float | None = None
+    """The frame rate the plan used (absent in snapshots planned before genrun read it from the codec)."""
+    frames_per_second_source: FrameRateSource | None = None
+    """`model_codec` (read from the checkpoint's audio codec config) or `request` (`[units] per_second`)."""
     observed_fits_budget: bool | None
     """The observed estimate fits within the requested units."""
     conservative_fits_budget: bool | None
@@ -68,7 +75,7 @@ class TokenBudget(Versioned):
     fits_memory: bool | None
     """`required_bytes <= device_memory_free_bytes`; `None` when free memory is unknown."""
     domain: DomainEstimate | None
-    """Domain estimates when `[budget]` hints are given."""
+    """Domain estimates when `[budget]` hints are given or a frame rate is known."""
     refusals: tuple[str, ...]
     """Why the pre-flight refused (empty when it fits)."""
     forced: bool

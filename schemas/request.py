@@ -170,17 +170,12 @@ class UnitsSpec(Strict):
     name: UnitName = "token"
     """`token`, or `frame` for media models that emit frames at a fixed rate."""
     per_second: float | None = Field(default=None, gt=0)
-    """Frames per second of output (required for `frame`)."""
+    """Frames per second of output: required for `frame` unless the backend reads the rate from the model (MusicGen's
+    audio codec), and then it must agree with it."""
     requested_seconds: float | None = Field(default=None, gt=0)
     """Requested output duration; produced duration is compared against it."""
     tokens_per_frame: int = Field(default=1, ge=1)
     """Generated tokens that make one frame."""
-
-    @model_validator(mode="after")
-    def _frames_need_a_rate(self) -> "UnitsSpec":
-        if self.name == "frame" and self.per_second is None:
-            raise ValueError("[units] name = 'frame' needs 'per_second' (frames per second of output, e.g. 25)")
-        return self
 
 
 class PolicySpec(Strict):

@@ -91,6 +91,25 @@ def test_beam_search_rows_ending_by_eos_and_by_length(tmp_path: Path, tiny_lm: P
     assert verify(snapshot)["stop_reasons"]["status"] == "PASS"
 
 
+def test_group_beam_search_is_refused_at_plan_time(tmp_path: Path, tiny_lm: Path, capsys) -> None:
+    """transformers 5.x moved group beam search to a Hub custom_generate repo: offline it can never run, so the plan says so
+    (exit 2, the key and the reason named, nothing written) instead of a run failing inside generate."""
+    import transformers
+    from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
+
+    assert "/" in GENERATION_MODES_MAPPING[GenerationMode.GROUP_BEAM_SEARCH]  # the installed version's fact this refusal rests on
+    request = tmp_path / "request.toml"
+    request.write_text(request_text(tiny_lm, generation={"max_new_tokens": 4, "num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5}))
+    store = tmp_path / "store"
+    capsys.readouterr()
+    assert main(["run", str(request), "--store", str(store)]) == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert "[generation] num_beam_groups = 2, num_beams = 4 selects group beam search" in message
+    assert f"transformers {transformers.__version__} no longer ships" in message and "transformers-community/group-beam-search" in message
+    assert "remove num_beam_groups" in message
+    assert not store.exists()
+
+
 # -- assisted decoding ----------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _cli_helpers import cli
 from _lm_helpers import read_ids, read_json, read_progress, request_text
 from genrun.runner.cli import main
 
@@ -49,9 +50,9 @@ def tiny_musicgen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musicgen: Path) -> None:
-    # per_second 25 is a wrong hint on purpose: frames and seconds must come from the codec (50/s)
+    # no per_second: the frame rate is the codec's (50/s), read from the checkpoint's config at plan time
     text = request_text(tiny_musicgen, prompt="a calm piano song", generation={"max_new_tokens": STEPS},
-                        units={"name": "frame", "per_second": 25, "requested_seconds": 1.0}, progress={"every_units": 1})
+                        units={"name": "frame", "requested_seconds": 1.0}, progress={"every_units": 1})
     (tmp_path / "music.toml").write_text(text)
     store = tmp_path / "store"
     assert main(["run", str(tmp_path / "music.toml"), "--store", str(store)]) == 0
@@ -88,8 +89,11 @@ def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musi
     assert call["audio"] == {"codebooks": CODEBOOKS, "frames_per_second": FRAME_RATE, "sampling_rate": SAMPLING_RATE,
                              "frames": [FRAMES], "seconds": [FRAMES / FRAME_RATE], "files": ["audio_0.wav"]}
 
-    # CFG doubles the rows the budget counts (guidance_scale 3.0 from the checkpoint)
-    assert read_json(snapshot, "token-budget.json")["rows_per_request"] == 2
+    # CFG doubles the rows the budget counts (guidance_scale 3.0 from the checkpoint); the plan's frames are the codec's
+    budget = read_json(snapshot, "token-budget.json")
+    assert budget["rows_per_request"] == 2
+    domain = budget["domain"]
+    assert (domain["frames_per_second"], domain["frames_per_second_source"], domain["requested_frames"]) == (FRAME_RATE, "model_codec", FRAME_RATE)
 
     import genrun
 
@@ -98,3 +102,33 @@ def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musi
     early = findings["early_stop"]
     assert early.status == "WARN" and "max_new_tokens" in early.message and early.evidence["per_second"] == FRAME_RATE
     assert json.loads((snapshot / "result.json").read_text())["produced_seconds"] < 1.0
+
+
+@pytest.mark.parametrize("per_second, accepted", [(25, False), (50.0, True)])
+def test_per_second_must_agree_with_the_codec(tmp_path: Path, tiny_musicgen: Path, capsys: pytest.CaptureFixture[str],
+                                              per_second: float, accepted: bool) -> None:
+    text = request_text(tiny_musicgen, prompt="a calm piano song", generation={"max_new_tokens": STEPS},
+                        units={"name": "frame", "per_second": per_second, "requested_seconds": 1.0})
+    (tmp_path / "music.toml").write_text(text)
+    store = tmp_path / "store"
+    code, _, err = cli(capsys, "plan", tmp_path / "music.toml", "--store", store)
+    message = " ".join(err.split())
+    if accepted:
+        assert code == 0, message
+        (snapshot,) = store.iterdir()
+        assert read_json(snapshot, "token-budget.json")["domain"]["frames_per_second_source"] == "model_codec"
+        return
+    assert code == 2, message
+    assert "[units] per_second = 25 disagrees with the model's audio codec, which emits 50 frames per second" in message
+    assert "remove per_second" in message
+    assert not store.exists()
+
+
+def test_beam_search_on_musicgen_is_refused_at_plan_time(tmp_path: Path, tiny_musicgen: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MusicGen's own generate raises for anything but greedy search and sampling: the plan says so instead."""
+    (tmp_path / "music.toml").write_text(request_text(tiny_musicgen, prompt="a calm piano song", generation={"max_new_tokens": STEPS, "num_beams": 2}))
+    code, _, err = cli(capsys, "plan", tmp_path / "music.toml", "--store", tmp_path / "store")
+    message = " ".join(err.split())
+    assert code == 2, message
+    assert "[generation] num_beams = 2 selects beam search, but this model's own generate (MusicGen) runs greedy search and sampling only" in message
+    assert not (tmp_path / "store").exists()

@@ -8,14 +8,20 @@ backend does differently for them: loading, frame units from the audio codec, an
 Units: one decoding step emits one frame column for every codebook (rows of the saved ids are
 `batch x codebooks`, in MusicGen's delay pattern, exactly as the decoder produced them). Frames
 per second and the sampling rate come from the codec config (`audio_encoder.config.frame_rate`,
-`.sampling_rate`), never from a request hint; produced seconds are the decoded audio's samples over
-the sampling rate.
+`.sampling_rate`), never from a request hint: at plan time from the checkpoint's config (no
+weights; a `[units] per_second` that disagrees is refused), after generation from the loaded
+codec; produced seconds are the decoded audio's samples over the sampling rate.
 """
 
 import json
+import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from genrun.schemas.request import UnitsSpec
+
+from ..budget import FrameRate
+from ..errors import RequestError
 from ._media import save_audio
 
 MODEL_TYPES = ("musicgen", "musicgen_melody")
@@ -54,6 +60,36 @@ def is_music_model(model_dir: Path) -> bool:
     if not config.is_file():
         return False
     return json.loads(config.read_text()).get("model_type") in MODEL_TYPES
+
+
+def checkpoint_frame_rate(model_dir: Path) -> float | None:
+    """Frames per second of a MusicGen-family checkpoint's audio codec, from its config files (no weights); `None` for
+    other models. `frame_rate` is a property of the codec config (EnCodec: ceil(sampling_rate / hop)), not a stored key."""
+    if not is_music_model(model_dir):
+        return None
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    rate = getattr(getattr(config, "audio_encoder", None), "frame_rate", None)
+    return float(rate) if rate is not None else None
+
+
+def planned_frame_rate(units: UnitsSpec, model_dir: Path) -> FrameRate | None:
+    """The frame rate a plan counts with: the codec's for MusicGen-family models (a disagreeing `per_second` is refused),
+    else `[units] per_second` for frame units, which is then required (an entry point's model has no rate genrun can read)."""
+    codec_rate = checkpoint_frame_rate(model_dir)
+    if codec_rate is not None:
+        if units.per_second is not None and not math.isclose(units.per_second, codec_rate, rel_tol=1e-9):
+            raise RequestError(f"[units] per_second = {units.per_second:g} disagrees with the model's audio codec, which emits "
+                               f"{codec_rate:g} frames per second (audio_encoder frame_rate in {model_dir / 'config.json'}); "
+                               f"remove per_second (genrun reads the rate from the codec) or set it to {codec_rate:g}")
+        return FrameRate(codec_rate, "model_codec")
+    if units.name != "frame":
+        return None
+    if units.per_second is None:
+        raise RequestError("[units] name = 'frame' needs 'per_second' (frames per second of output, e.g. 25): genrun reads the "
+                           "rate from the model only for MusicGen-family audio codecs, and this model is not one")
+    return FrameRate(units.per_second, "request")
 
 
 def load(path: str, dtype: Any, device: str, options: dict[str, Any]) -> tuple[Any, Any]:

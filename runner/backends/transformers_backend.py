@@ -27,6 +27,7 @@ from ..input_files import input_path, read_input_files
 from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request
 from ._prompts import encode_input
 from .input_preparation import MediaRow, prepare_model_inputs
+from ._generation_modes import mode_problems
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
@@ -61,7 +62,8 @@ class TransformersBackend:
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
-        refuse_generation(generation_problems(request.generation))
+        refuse_generation(generation_problems(request.generation) or mode_problems(request.generation, model_dir, musicgen.is_music_model(model_dir)))
+        musicgen.planned_frame_rate(request.units, model_dir)  # refuses frame units without a rate, or one the codec contradicts
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
         """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]. Text only:
@@ -194,10 +196,6 @@ class TransformersBackend:
                 audio = musicgen.save_call_audio(ctx.outputs_dir, call.index, call.output, codec, call.rows)
                 state.audio.append(audio)
                 written += audio.files
-        units = ctx.request.units
-        if state.audio and units.name == "frame" and units.per_second not in (None, codec.frames_per_second):
-            state.notes.append(f"[units] per_second {units.per_second} differs from the codec's frame_rate {codec.frames_per_second}; "
-                               "frames and produced seconds use the codec")
         return tuple(written)
 
     @staticmethod
@@ -222,8 +220,10 @@ class TransformersBackend:
             first_unit_s = first_unit_at - state.generation_started
             decode_s = (state.generation_ended or time.monotonic()) - first_unit_at
         produced = None
-        if unit == "frame" and units.per_second:
-            produced = max((c // per_unit for c in counts), default=0) / units.per_second
+        codec = musicgen.codec(state.model) if state.model is not None else None
+        per_second = units.per_second or (codec.frames_per_second if codec is not None else None)  # plan refused any disagreement
+        if unit == "frame" and per_second:
+            produced = max((c // per_unit for c in counts), default=0) / per_second
         unit, generated = units.name, sum(c // per_unit for c in counts)
         if state.audio:  # decoded audio: frames and seconds from the codec, whatever the request's units
             unit, generated = "frame", sum(sum(a.frames) for a in state.audio)

@@ -16,6 +16,7 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
+from . import musicgen
 from ._processor import architecture
 from ._prompts import encode_input
 
@@ -69,7 +70,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         weight_bytes=weights,
         activation_bytes_estimate=activations,
         **memory._asdict(),
-        domain=domain_estimate(request, requested_units, prompt_tokens, context),
+        domain=domain_estimate(request, requested_units, prompt_tokens, context, musicgen.planned_frame_rate(request.units, model_dir)),
         refusals=(),
         forced=False,
     )
