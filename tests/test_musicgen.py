@@ -1,4 +1,5 @@
-"""A MusicGen-style model (its own `generate`, never transformers') end to end through `genrun run`.
+"""MusicGen and MusicGen-Melody (their own `generate`, never transformers') end to end through `genrun run`, and the
+plan-time refusals that belong to them (a frame rate the codec contradicts, beam search, audio conditioning).
 
 The model is built from configs here (tiny T5 text encoder, 2-codebook decoder, tiny EnCodec at
 800 Hz with hop 16 -> 50 frames/s), saved with `save_pretrained` and loaded back by genrun's real
@@ -20,18 +21,23 @@ STEPS, CODEBOOKS, FRAME_RATE, SAMPLING_RATE = 10, 2, 50, 800
 FRAMES = STEPS - (CODEBOOKS - 1)
 
 
-def build_tiny_musicgen(dest: Path) -> Path:
+def build_tiny_musicgen(dest: Path, melody: bool = False) -> Path:
+    """MusicGen, or MusicGen-Melody (`melody`: the same parts, chroma conditioning, decoder-only over the conditions)."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import EncodecConfig, MusicgenConfig, MusicgenDecoderConfig, MusicgenForConditionalGeneration, PreTrainedTokenizerFast, T5Config
+    from transformers import (EncodecConfig, MusicgenConfig, MusicgenDecoderConfig, MusicgenForConditionalGeneration, MusicgenMelodyConfig,
+                              MusicgenMelodyDecoderConfig, MusicgenMelodyForConditionalGeneration, PreTrainedTokenizerFast, T5Config)
 
     torch.manual_seed(0)
     text = T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
     audio = EncodecConfig(target_bandwidths=[1.5], sampling_rate=SAMPLING_RATE, audio_channels=1, num_filters=4, hidden_size=16, codebook_size=16,
                           codebook_dim=16, upsampling_ratios=[4, 4], num_residual_layers=1, num_lstm_layers=1, compress=2)
-    decoder = MusicgenDecoderConfig(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32, num_codebooks=CODEBOOKS,
-                                    max_position_embeddings=128, pad_token_id=16, bos_token_id=16, decoder_start_token_id=16)
-    model = MusicgenForConditionalGeneration(MusicgenConfig(text_encoder=text.to_dict(), audio_encoder=audio.to_dict(), decoder=decoder.to_dict()))
+    decoder_config, config_class, model_class = ((MusicgenMelodyDecoderConfig, MusicgenMelodyConfig, MusicgenMelodyForConditionalGeneration)
+                                                 if melody else (MusicgenDecoderConfig, MusicgenConfig, MusicgenForConditionalGeneration))
+    decoder = decoder_config(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32, num_codebooks=CODEBOOKS,
+                             max_position_embeddings=128, pad_token_id=16, bos_token_id=16, decoder_start_token_id=16)
+    extra = {"num_chroma": 12, "chroma_length": 8} if melody else {}
+    model = model_class(config_class(text_encoder=text.to_dict(), audio_encoder=audio.to_dict(), decoder=decoder.to_dict(), **extra))
     for key in ("decoder_start_token_id", "pad_token_id", "bos_token_id"):
         setattr(model.generation_config, key, 16)
     model.generation_config.do_sample = False
@@ -41,7 +47,15 @@ def build_tiny_musicgen(dest: Path) -> Path:
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(dest)
+    if melody:  # as the released checkpoint ships it; its chroma extractor cannot be built here (it needs torchaudio)
+        (dest / "preprocessor_config.json").write_text(json.dumps(MELODY_PREPROCESSOR))
     return dest
+
+
+MELODY_PREPROCESSOR = {"feature_extractor_type": "MusicgenMelodyFeatureExtractor", "processor_class": "MusicgenMelodyProcessor",
+                       "feature_size": 12, "sampling_rate": SAMPLING_RATE, "hop_length": 64, "chunk_length": 30, "n_fft": 256,
+                       "num_chroma": 12, "padding_value": 0.0, "return_attention_mask": False, "stem_indices": [3, 2]}
+"""`preprocessor_config.json` of the tiny Melody, in the layout of facebook/musicgen-melody's (scaled down)."""
 
 
 @pytest.fixture(scope="module")
@@ -49,25 +63,39 @@ def tiny_musicgen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_musicgen(tmp_path_factory.mktemp("musicgen") / "model")
 
 
-def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musicgen: Path) -> None:
-    # no per_second: the frame rate is the codec's (50/s), read from the checkpoint's config at plan time
-    text = request_text(tiny_musicgen, prompt="a calm piano song", generation={"max_new_tokens": STEPS},
-                        units={"name": "frame", "requested_seconds": 1.0}, progress={"every_units": 1})
+@pytest.fixture(scope="module")
+def tiny_melody(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_musicgen(tmp_path_factory.mktemp("melody") / "model", melody=True)
+
+
+def run_music(tmp_path: Path, model: Path, **extra: dict) -> Path:
+    """`genrun run` of a STEPS-step request for 1 s of music without `per_second` (the codec's rate, 50/s, read at plan time)."""
+    text = request_text(model, prompt="a calm piano song", generation={"max_new_tokens": STEPS}, units={"name": "frame", "requested_seconds": 1.0}, **extra)
     (tmp_path / "music.toml").write_text(text)
     store = tmp_path / "store"
     assert main(["run", str(tmp_path / "music.toml"), "--store", str(store)]) == 0
     (snapshot,) = store.iterdir()
+    return snapshot
 
-    # the decoded audio, as a WAV of the codec's sampling rate
+
+def assert_audio_and_ids(snapshot: Path) -> dict:
+    """The decoded audio as a WAV of the codec's sampling rate, frame units from the codec, every codebook row's ids; the result."""
     with wave.open(str(snapshot / "outputs" / "audio_0.wav")) as wav:
         assert (wav.getframerate(), wav.getnchannels(), wav.getnframes()) == (SAMPLING_RATE, 1, FRAMES * SAMPLING_RATE // FRAME_RATE)
     result = read_json(snapshot, "result.json")
     assert (result["unit"], result["generated"], result["produced_seconds"]) == ("frame", FRAMES, FRAMES / FRAME_RATE)
     assert "audio_0.wav" in result["outputs"]
-
-    # every codebook row's ids, as the decoder produced them, each with its recorded stop
-    ids = read_ids(snapshot)
+    ids = read_ids(snapshot)  # the decoder's rows (batch x codebooks), in its delay pattern
     assert sorted(ids) == ["sequence_0", "sequence_1"] and all(len(row) == STEPS for row in ids.values())
+    return result
+
+
+def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musicgen: Path) -> None:
+    # no per_second: the frame rate is the codec's (50/s), read from the checkpoint's config at plan time
+    snapshot = run_music(tmp_path, tiny_musicgen, progress={"every_units": 1})
+    result = assert_audio_and_ids(snapshot)
+
+    # each codebook row with its recorded stop
     stops = read_json(snapshot, "generation-stop.json")["sequences"]
     assert [(s["reason"], s["generated"], s["fired"]) for s in stops] == [("max_new_tokens", STEPS, ["MaxLengthCriteria"])] * CODEBOOKS
 
@@ -131,4 +159,42 @@ def test_beam_search_on_musicgen_is_refused_at_plan_time(tmp_path: Path, tiny_mu
     message = " ".join(err.split())
     assert code == 2, message
     assert "[generation] num_beams = 2 selects beam search, but this model's own generate (MusicGen) runs greedy search and sampling only" in message
+    assert not (tmp_path / "store").exists()
+
+
+# -- MusicGen-Melody ---------------------------------------------------------------------------------
+
+TONE = Path(__file__).resolve().parents[1] / "examples" / "audio" / "tone-3s.wav"
+
+
+def test_musicgen_melody_end_to_end_text_conditioned(tmp_path: Path, tiny_melody: Path) -> None:
+    """Its own generate too (the text encoder's states and the absent chroma make the decoder's prefix); genrun conditions on text."""
+    snapshot = run_music(tmp_path, tiny_melody)
+    assert assert_audio_and_ids(snapshot)["status"] == "succeeded"
+    stops = read_json(snapshot, "generation-stop.json")["sequences"]
+    assert [(s["reason"], s["generated"]) for s in stops] == [("max_new_tokens", STEPS)] * CODEBOOKS
+    config = read_json(snapshot, "generation-config.before-generate.json")
+    assert (config["model_class"], config["effective"]["max_new_tokens"], config["effective"]["guidance_scale"]) == (
+        "MusicgenMelodyForConditionalGeneration", STEPS, 3.0)
+    (call,) = read_json(snapshot, "generation-calls.json")["calls"]
+    assert (call["path"], call["evidence_level"], call["audio"]["frames_per_second"], call["audio"]["codebooks"]) == (
+        "own_generate", "full", FRAME_RATE, CODEBOOKS)
+    budget = read_json(snapshot, "token-budget.json")
+    assert (budget["rows_per_request"], budget["domain"]["frames_per_second_source"], budget["domain"]["requested_frames"]) == (2, "model_codec", FRAME_RATE)
+
+    import genrun
+
+    findings = {f.name: f for f in genrun.verify(snapshot).findings}
+    assert not [f"{f.name}: {f.message}" for f in findings.values() if f.status == "FAIL"]
+    assert findings["early_stop"].status == "WARN" and "max_new_tokens" in findings["early_stop"].message
+
+
+def test_melody_audio_conditioning_is_refused_at_plan_time(tmp_path: Path, tiny_melody: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = request_text(tiny_melody, prompt="a calm piano song", generation={"max_new_tokens": STEPS}).replace(
+        "[input]\n", f"[input]\naudio = {json.dumps(str(TONE))}\n")
+    (tmp_path / "melody.toml").write_text(text)
+    code, _, err = cli(capsys, "plan", tmp_path / "melody.toml", "--store", tmp_path / "store")
+    message = " ".join(err.split())
+    assert code == 2, message
+    assert "[input] audio/images are not passed to MusicGen-family models by genrun" in message and "torchaudio" in message
     assert not (tmp_path / "store").exists()

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from genrun.schemas import Request
 from genrun.schemas.request import UnitsSpec
 
 from ..budget import FrameRate
@@ -62,6 +63,11 @@ def is_music_model(model_dir: Path) -> bool:
     return json.loads(config.read_text()).get("model_type") in MODEL_TYPES
 
 
+def is_music_instance(model: Any) -> bool:
+    """A loaded MusicGen-family model (its config's `model_type`)."""
+    return getattr(getattr(model, "config", None), "model_type", None) in MODEL_TYPES
+
+
 def checkpoint_frame_rate(model_dir: Path) -> float | None:
     """Frames per second of a MusicGen-family checkpoint's audio codec, from its config files (no weights); `None` for
     other models. `frame_rate` is a property of the codec config (EnCodec: ceil(sampling_rate / hop)), not a stored key."""
@@ -92,16 +98,26 @@ def planned_frame_rate(units: UnitsSpec, model_dir: Path) -> FrameRate | None:
     return FrameRate(units.per_second, "request")
 
 
-def load(path: str, dtype: Any, device: str, options: dict[str, Any]) -> tuple[Any, Any]:
-    """The full text-to-music model and its processor (MusicGen-Melody) or tokenizer (MusicGen)."""
+def load(path: str, dtype: Any, device: str, options: dict[str, Any], for_entrypoint: bool) -> tuple[Any, Any]:
+    """The full text-to-music model and its tokenizer; an entry point gets the processor where the checkpoint has one
+    (MusicGen-Melody's computes chroma from audio, and needs torchaudio), as its code may feed audio through it."""
     from transformers import AutoModelForTextToWaveform, AutoProcessor, AutoTokenizer
 
     model = AutoModelForTextToWaveform.from_pretrained(path, dtype=dtype, **options)
     model.to(device)
     model.eval()
     has_processor = (Path(path) / "preprocessor_config.json").is_file()
-    processor = AutoProcessor.from_pretrained(path, **options) if has_processor else AutoTokenizer.from_pretrained(path, **options)
-    return model, processor
+    auto = AutoProcessor if for_entrypoint and has_processor else AutoTokenizer  # plain requests condition on text only
+    return model, auto.from_pretrained(path, **options)
+
+
+def validate_request(request: Request, model_dir: Path) -> None:
+    """MusicGen-family refusals at plan time: media inputs (genrun conditions on text only) and the frame rate rules."""
+    if request.input.media_files() and is_music_model(model_dir):
+        raise RequestError("[input] audio/images are not passed to MusicGen-family models by genrun: plain requests condition on "
+                           "the text alone (MusicGen-Melody's chroma extractor needs torchaudio and that path is not wired or "
+                           "tested yet); remove them, or pass the audio path to your own [entrypoint] in its kwargs")
+    planned_frame_rate(request.units, model_dir)
 
 
 def codec(model: Any) -> Codec | None:

@@ -63,7 +63,7 @@ class TransformersBackend:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
         refuse_generation(generation_problems(request.generation) or mode_problems(request.generation, model_dir, musicgen.is_music_model(model_dir)))
-        musicgen.planned_frame_rate(request.units, model_dir)  # refuses frame units without a rate, or one the codec contradicts
+        musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
         """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]. Text only:
@@ -154,10 +154,11 @@ class TransformersBackend:
         encoded = prepared.model_inputs.to(model.device)
         generation = dict(ctx.request.generation)
         ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(prepared.record.rows)))
-        text_tokenizer = tokenizer_of(tokenizer)
+        # the tokenizer serves stop_strings; MusicGen-Melody's generate refuses the keyword (and audio codes are no text)
+        extra = {} if musicgen.is_music_instance(model) else {"tokenizer": tokenizer_of(tokenizer)}
 
         def call() -> Any:  # looks `generate` up inside the patch: a bound method taken earlier would bypass it
-            return model.generate(**encoded, tokenizer=text_tokenizer, **generation)
+            return model.generate(**encoded, **extra, **generation)
 
         return call
 
@@ -268,7 +269,7 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
     dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
     options = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
     if musicgen.is_music_model(ctx.model_dir):
-        return musicgen.load(path, dtype, ctx.device, options)
+        return musicgen.load(path, dtype, ctx.device, options, for_entrypoint=ctx.request.entrypoint is not None)
     config = AutoConfig.from_pretrained(path, **options)
     model = model_auto_class(config, ctx.request).from_pretrained(path, dtype=dtype, **options)
     model.to(ctx.device)
