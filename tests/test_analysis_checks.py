@@ -333,6 +333,16 @@ def test_produced_seconds_that_do_not_match_the_ids_fail(snapshots, tmp_path: Pa
     assert check(copy, "early_stop").status == "FAIL"
 
 
+def test_early_stop_counts_at_the_planned_rate_when_the_request_gives_none(snapshots, tmp_path: Path) -> None:
+    """MusicGen-family plans take the rate from the codec (token-budget.json), not `[units] per_second`."""
+    copy = copy_snapshot(snapshots.get("frame_short"), tmp_path)
+    edit_json(copy, layout.REQUEST, lambda r: r["units"].update(per_second=None))
+    edit_json(copy, layout.TOKEN_BUDGET, lambda b: b["domain"].update(frames_per_second=25.0, frames_per_second_source="model_codec"))
+    found = check(copy, "early_stop")
+    assert found.status == "WARN" and found.message.startswith("early_stop: produced 0.52 s of 4 s requested")
+    assert found.evidence["per_second"] == 25.0
+
+
 # --- progress stream -----------------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ step, so 10 steps decode 9 frames = 144 samples = 0.18 s.
 import json
 import wave
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,12 +69,12 @@ def tiny_melody(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_musicgen(tmp_path_factory.mktemp("melody") / "model", melody=True)
 
 
-def run_music(tmp_path: Path, model: Path, **extra: dict) -> Path:
+def run_music(tmp_path: Path, model: Path, expect: int = 0, **extra: Any) -> Path:
     """`genrun run` of a STEPS-step request for 1 s of music without `per_second` (the codec's rate, 50/s, read at plan time)."""
     text = request_text(model, prompt="a calm piano song", generation={"max_new_tokens": STEPS}, units={"name": "frame", "requested_seconds": 1.0}, **extra)
     (tmp_path / "music.toml").write_text(text)
     store = tmp_path / "store"
-    assert main(["run", str(tmp_path / "music.toml"), "--store", str(store)]) == 0
+    assert main(["run", str(tmp_path / "music.toml"), "--store", str(store)]) == expect
     (snapshot,) = store.iterdir()
     return snapshot
 
@@ -198,3 +199,42 @@ def test_melody_audio_conditioning_is_refused_at_plan_time(tmp_path: Path, tiny_
     assert code == 2, message
     assert "[input] audio/images are not passed to MusicGen-family models by genrun" in message and "torchaudio" in message
     assert not (tmp_path / "store").exists()
+
+
+FAILING_ENTRY = '''
+import torch
+from transformers import StoppingCriteria
+
+
+class FailAtStep(StoppingCriteria):
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.calls == 4:
+            raise RuntimeError("decoder blew up at step 4")
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def generate_then_fail(model, tokenizer, inputs, generation):
+    encoded = tokenizer(inputs["prompt"], return_tensors="pt")
+    return model.generate(**encoded, stopping_criteria=[FailAtStep()], **generation)
+'''
+
+
+def test_failed_run_counts_seconds_at_the_codec_rate(tmp_path: Path, tiny_musicgen: Path) -> None:
+    """An entry point's MusicGen run that dies mid-generation decodes no audio: produced seconds are the streamed frames at the
+    codec's rate (no per_second given), and verify's early_stop agrees with them instead of failing the arithmetic."""
+    (tmp_path / "music_entry.py").write_text(FAILING_ENTRY)
+    snapshot = run_music(tmp_path, tiny_musicgen, entrypoint="music_entry:generate_then_fail", expect=1)
+    result = read_json(snapshot, "result.json")
+    assert result["status"] == "failed" and not [o for o in result["outputs"] if o.endswith(".wav")]
+    generated = [len(row) for row in read_ids(snapshot).values()]
+    assert generated and max(generated) < STEPS
+    assert result["produced_seconds"] == max(generated) / FRAME_RATE
+
+    import genrun
+
+    early = next(f for f in genrun.verify(snapshot).findings if f.name == "early_stop")
+    assert early.status == "WARN" and early.evidence["per_second"] == FRAME_RATE, early.message

@@ -62,7 +62,8 @@ class TransformersBackend:
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
-        refuse_generation(generation_problems(request.generation) or mode_problems(request.generation, model_dir, musicgen.is_music_model(model_dir)))
+        key_problems = generation_problems(request.generation)  # the mode is only worked out from keys that passed
+        refuse_generation(key_problems or mode_problems(request.generation, model_dir, own_loop=musicgen.is_music_model(model_dir)))
         musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
