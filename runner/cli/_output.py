@@ -57,3 +57,11 @@ def print_json(document: Any) -> None:
     """One JSON document on stdout and nothing else there."""
     sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     sys.stdout.flush()
+
+
+STORE_LOOKUP_HELP = "store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)"
+
+
+def add_store_lookup(parser: Any) -> None:
+    """`--store`, for the commands that take SNAPSHOT as a path, an id or a unique id prefix (`store.find_snapshot`)."""
+    parser.add_argument("--store", help=STORE_LOOKUP_HELP)

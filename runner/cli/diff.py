@@ -2,7 +2,7 @@
 
 import argparse
 
-from ._output import print_json, stdout_console
+from ._output import add_store_lookup, print_json, stdout_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("a", metavar="A", help="first snapshot: directory, id, or unique id prefix in the store")
     parser.add_argument("b", metavar="B", help="second snapshot: directory, id, or unique id prefix in the store")
-    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_store_lookup(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)
 

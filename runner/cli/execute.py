@@ -13,7 +13,7 @@ from genrun.runner.interrupts import RunInterrupted
 
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
-from ._output import print_json, stderr_console
+from ._output import add_store_lookup, print_json, stderr_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("snapshot", help="snapshot made by 'genrun plan': directory, id, or unique id prefix in the store")
-    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_store_lookup(parser)
     add_approval_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print result.json's content on stdout and nothing else there")
     add_quiet_argument(parser)

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ._output import print_json, stderr_console
+from ._output import add_store_lookup, print_json, stderr_console
 
 EPILOG = """\
 Params: the request and the effective generation config (with each limit's source). Metrics: every
@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory, id, or unique id prefix in the store")
-    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_store_lookup(parser)
     parser.add_argument("--mlflow", action="store_true", required=True, help="export to MLflow (the only target for now)")
     parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default)")
     parser.add_argument("--experiment", default="genrun", metavar="NAME", help="MLflow experiment (created if missing; default genrun)")

@@ -8,7 +8,7 @@ from rich.markup import escape
 from genrun.runner.signoff import DECISIONS
 from genrun.schemas import Signoff
 
-from ._output import print_json, stderr_console
+from ._output import add_store_lookup, print_json, stderr_console
 
 EPILOG = """\
 approve binds the plan digest (before 'genrun execute'); accept and reject bind the snapshot
@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--allowed-signers", type=Path, metavar="FILE",
         help="where --by is looked up for the key (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)",
     )
-    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_store_lookup(parser)
     parser.add_argument("--key", type=Path, metavar="PATH", help="SSH private key to sign with (default: git's user.signingkey when gpg.format = ssh)")
     parser.add_argument("--note", metavar="TEXT", help="free text kept in the record")
     parser.add_argument(

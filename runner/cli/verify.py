@@ -5,7 +5,7 @@ from pathlib import Path
 
 from genrun.analysis.checks import CHECKS
 
-from ._output import print_json, stdout_console
+from ._output import add_store_lookup, print_json, stdout_console
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT",
                         help="snapshot directory, id, or unique id prefix in the store; a sweep snapshot verifies every item and shows the distribution")
-    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_store_lookup(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (findings + summary) on stdout")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.add_argument("--allowed-signers", type=Path, metavar="FILE",

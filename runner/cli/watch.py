@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._output import stderr_console, stdout_console
+from ._output import add_store_lookup, stderr_console, stdout_console
 
 EPILOG = """\
 Prints one line per update: units so far, windowed/recent/cumulative rate (per row), memory,
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory (made by 'genrun run' or 'genrun plan'), id, or unique id prefix")
-    parser.add_argument("--store", help="store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)")
+    add_store_lookup(parser)
     parser.add_argument("--stall-after", type=float, metavar="SECONDS",
                         help="warn when no progress record arrived for this long (default: 3 × the request's [progress] every_seconds)")
     parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="how often to read the stream (default 1)")
