@@ -32,7 +32,7 @@ def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
         return Finding(name=name, status="WARN", message=f"{len(records)} sign-off record(s) present but cannot be evaluated: {exc}",
                        evidence={"records": records}, examined=Examined(files=len(records)))
     statuses = evaluate_signoffs(snap.path, ctx.allowed_signers)
-    evidence = {"records": [s._asdict() for s in statuses]}
+    evidence = {"records": [s.model_dump() for s in statuses]}
     examined = Examined(files=len(statuses))
     invalid = [s for s in statuses if s.state == "invalid"]
     unsigned = [s for s in statuses if s.state == "unsigned"]

@@ -48,28 +48,12 @@ class CoverageLine(_Model):
     """How `expected` was obtained."""
 
 
-class SignoffLine(_Model):
-    """One sign-off as judged now (`analysis.signoffs.SignoffStatus`)."""
-
-    file: str
-    decision: str | None
-    by: str | None
-    digest_kind: str | None
-    digest: str | None
-    at: str | None
-    state: str
-    """valid, unsigned, unverified (signed, no allowed-signers file), revoked or invalid."""
-    reason: str
-    revokes: str | None = None
-    """A revocation: the record it supersedes."""
-
-
 class ReviewPage(_Model):
     """Everything the review page shows for one snapshot (also usable as JSON)."""
 
     report: Report
     verification: Verification
-    signoffs: tuple[SignoffLine, ...]
+    signoffs: tuple[SignoffStatus, ...]
     plan_digest: str | None
     """sha256 of frozen-sha256.txt (what `approve` binds)."""
     snapshot_digest: str | None
@@ -123,7 +107,7 @@ def review_snapshot(path: str | Path, allowed_signers: Path | None = None) -> Re
     commands, note = signoff_commands(snap)
     start = next((e for e in snap.progress.events if e.event == "start"), None) if snap.progress else None
     return ReviewPage(
-        report=report, verification=verification, signoffs=tuple(_signoff_line(s) for s in statuses), plan_digest=snap.plan_digest,
+        report=report, verification=verification, signoffs=tuple(statuses), plan_digest=snap.plan_digest,
         snapshot_digest=snap.snapshot_digest, signoff_commands=commands, signoff_note=note,
         rows=getattr(start, "rows", None), inputs=_inputs(snap), coverage=tuple(input_coverage(snap, report)),
         output_texts=tuple((name, data.decode("utf-8", errors="replace")[:OUTPUT_TEXT_SHOWN]) for name, data in snap.outputs.items()),
@@ -229,10 +213,6 @@ def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) ->
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
-
-
-def _signoff_line(status: SignoffStatus) -> SignoffLine:
-    return SignoffLine(**status._asdict())
 
 
 def _inputs(snap: Snapshot) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from genrun.schemas import NewerFormat, layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
@@ -57,8 +57,12 @@ SSH_KEYGEN_TIMEOUT = 60  # seconds; verification of one small file takes millise
 DIGEST_SHOWN = 12  # hex characters of a digest in messages
 
 
-class SignoffStatus(NamedTuple):
-    """One sign-off record as judged now. Fields from the record are None when it does not parse."""
+class SignoffStatus(BaseModel):
+    """One sign-off record as judged now. Fields from the record are None when it does not parse.
+
+    A model (not a tuple) because the review page and `verify --json` carry it as an object."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     file: str
     """Record file name under `signoffs/`."""
@@ -130,7 +134,7 @@ def apply_revocations(statuses: list[SignoffStatus]) -> list[SignoffStatus]:
         revocation = revoked_by.get(status.file)
         if revocation is not None and status.decision != "revoke":
             reason = f"revoked by {revocation.by} in {revocation.file}; before that {status.state}: {status.reason}"
-            status = status._replace(state="revoked", reason=reason)
+            status = status.model_copy(update={"state": "revoked", "reason": reason})
         judged.append(status)
     return judged
 
@@ -153,10 +157,10 @@ def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allow
     try:
         record = Signoff.model_validate_json(read_regular(path, MAX_JSON_BYTES))
     except NewerFormat as exc:  # a newer genrun's sign-off: not damage, but not readable here either
-        return SignoffStatus(path.name, None, None, None, None, None, "invalid", f"record was {exc}")
+        return _unparsed(path, f"record was {exc}")
     except (ValidationError, ValueError, OSError, UnsafeFile) as exc:
         reason = f"record does not parse as a Signoff ({_parse_error(exc)})"
-        return SignoffStatus(path.name, None, None, None, None, None, "invalid", reason)
+        return _unparsed(path, reason)
     problems = binding_problems(record, snapshot_id, current, path.parent)
     sig = path.with_name(path.name + SIGNATURE_SUFFIX)
     if not record.signed:
@@ -344,7 +348,12 @@ def _short_reason(reason: str) -> str:
 
 
 def _status(path: Path, record: Signoff, state: SignoffState, reason: str) -> SignoffStatus:
-    return SignoffStatus(path.name, record.decision, record.by, record.digest_kind, record.digest, record.at, state, reason, record.revokes)
+    return SignoffStatus(file=path.name, decision=record.decision, by=record.by, digest_kind=record.digest_kind, digest=record.digest,
+                         at=record.at, state=state, reason=reason, revokes=record.revokes)
+
+
+def _unparsed(path: Path, reason: str) -> SignoffStatus:
+    return SignoffStatus(file=path.name, decision=None, by=None, digest_kind=None, digest=None, at=None, state="invalid", reason=reason)
 
 
 def _ssh_keygen(args: Sequence[str], stdin_file: Path | None) -> subprocess.CompletedProcess[str]:
