@@ -14,13 +14,17 @@ COVERAGE_TOLERANCE_S = 0.05
 
 
 def row_coverage(row: PreparedRow) -> str | None:
-    """`received X s of Y s of audio (Z %); who truncated` for a row that lost input, else `None`."""
+    """`received X s of Y s of audio (Z %); who truncated` (or the pixels of a cropped image, or the prompt tokens kept) for a row
+    that lost input, else `None`."""
     audio = row.audio
     if audio is not None and audio.input_seconds - audio.seconds_received > COVERAGE_TOLERANCE_S:
         share = 100 * audio.seconds_received / audio.input_seconds
         by = "; ".join(f"{t.component} {_truncated_to(t, audio.seconds_received)}" for t in row.truncations if t.unit != "tokens")
         return (f"the model received {audio.seconds_received:,.1f} s of {audio.input_seconds:,.1f} s of audio ({share:.1f} %)"
                 + (f"; {by}" if by else ""))
+    cropped = [t for t in row.truncations if t.unit == "pixels"]
+    if row.image is not None and cropped:
+        return image_coverage(row.image.width, row.image.height, cropped)
     dropped = [t for t in row.truncations if t.unit == "tokens"]
     if dropped:
         t = dropped[0]
@@ -28,6 +32,16 @@ def row_coverage(row: PreparedRow) -> str | None:
         return (f"the model received {kept:,} of {kept + int(t.dropped):,} prompt tokens; {t.component} dropped {int(t.dropped):,} "
                 f"from the {t.side} ({t.cause})")
     return None
+
+
+def image_coverage(width: int, height: int, cropped: list) -> str:
+    """`received W x H of the supplied W x H pixels (Z %); who cropped what` for an image row a processor cropped."""
+    rows, cols = sum(t.rows_dropped or 0 for t in cropped), sum(t.cols_dropped or 0 for t in cropped)
+    kept_w, kept_h = width - cols, height - rows
+    by = "; ".join(f"{t.component} dropped {t.cols_dropped or 0} column(s) and {t.rows_dropped or 0} row(s) from {t.side} sides ({t.cause})"
+                   for t in cropped)
+    return (f"the model received {kept_w}x{kept_h} of the supplied {width}x{height} pixels of the image "
+            f"({100 * kept_w * kept_h / (width * height):.1f} %); {by}")
 
 
 def _truncated_to(truncation, received: float) -> str:
@@ -45,7 +59,7 @@ def input_summary(preparation: InputPreparation) -> str | None:
 
 
 def check_input_coverage(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """Every row's model received all the input supplied: no audio seconds or prompt tokens dropped by a processor or tokenizer."""
+    """Every row's model received all the input supplied: no audio seconds, image pixels or prompt tokens dropped by a processor or tokenizer."""
     name = "input_coverage"
     preparation = snap.input_preparation
     if preparation is None:

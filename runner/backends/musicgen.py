@@ -56,15 +56,17 @@ def is_music_model(model_dir: Path) -> bool:
     return json.loads(config.read_text()).get("model_type") in MODEL_TYPES
 
 
-def load(path: str, dtype: Any, device: str, options: dict[str, Any]) -> tuple[Any, Any]:
-    """The full text-to-music model and its processor (MusicGen-Melody) or tokenizer (MusicGen)."""
+def load(path: str, dtype: Any, device: str, options: dict[str, Any], processor_dir: Path) -> tuple[Any, Any]:
+    """The full text-to-music model and its processor (MusicGen-Melody) or tokenizer (MusicGen), the latter from
+    `processor_dir` (the model directory, or the frozen `[model] processor`)."""
     from transformers import AutoModelForTextToWaveform, AutoProcessor, AutoTokenizer
 
     model = AutoModelForTextToWaveform.from_pretrained(path, dtype=dtype, **options)
     model.to(device)
     model.eval()
-    has_processor = (Path(path) / "preprocessor_config.json").is_file()
-    processor = AutoProcessor.from_pretrained(path, **options) if has_processor else AutoTokenizer.from_pretrained(path, **options)
+    has_processor = (processor_dir / "preprocessor_config.json").is_file()
+    auto = AutoProcessor if has_processor else AutoTokenizer
+    processor = auto.from_pretrained(str(processor_dir), **options)
     return model, processor
 
 
