@@ -18,6 +18,9 @@ import pytest
 from conftest import EXAMPLES, write_request
 from test_media_inputs import cli_json
 from genrun.runner.cli import main
+from genrun.runner.errors import SnapshotError
+from genrun.runner.execute import execute_snapshot, load_for_snapshot
+from genrun.runner.plan import plan_request
 from genrun.schemas import InputPreparation, ModelIdentity, TokenBudget, layout
 
 WHISPER = EXAMPLES / "models" / "tiny-whisper"
@@ -98,20 +101,48 @@ def test_a_changed_frozen_processor_is_refused_by_execute_and_failed_by_verify(c
     assert code != 0 and any(f"{layout.PROCESSOR_DIR}/processor_config.json" in message for message in failed.values()), failed
 
 
-def test_a_text_request_plans_and_runs_with_the_override_tokenizer(capsys, tmp_path: Path, tiny_lm: Path) -> None:
-    tokenizer = tmp_path / "tok"  # the tiny-lm tokenizer without its BOS post-processor: 5 prompt tokens instead of 6
-    tokenizer.mkdir()
-    shutil.copyfile(tiny_lm / "tokenizer_config.json", tokenizer / "tokenizer_config.json")
+def no_bos_tokenizer(tiny_lm: Path, directory: Path) -> Path:
+    """The tiny-lm tokenizer without its BOS post-processor: 5 prompt tokens instead of 6."""
+    directory.mkdir()
+    shutil.copyfile(tiny_lm / "tokenizer_config.json", directory / "tokenizer_config.json")
     spec = json.loads((tiny_lm / "tokenizer.json").read_text())
     spec["post_processor"] = None
-    (tokenizer / "tokenizer.json").write_text(json.dumps(spec))
-    text = (f'name = "t"\n[model]\npath = "{tiny_lm}"\ndevice = "cpu"\nprocessor = "tok"\n'
+    (directory / "tokenizer.json").write_text(json.dumps(spec))
+    return directory
+
+
+def text_request(tiny_lm: Path, processor: str | None) -> str:
+    line = f'processor = "{processor}"\n' if processor else ""
+    return (f'name = "t"\n[model]\npath = "{tiny_lm}"\ndevice = "cpu"\n{line}'
             '[input]\nprompt = "count down from 3 :"\n[generation]\nmax_new_tokens = 2\n')
-    snapshot = plan(capsys, tmp_path, text)
+
+
+def test_a_text_request_plans_and_runs_with_the_override_tokenizer(capsys, tmp_path: Path, tiny_lm: Path) -> None:
+    no_bos_tokenizer(tiny_lm, tmp_path / "tok")
+    snapshot = plan(capsys, tmp_path, text_request(tiny_lm, "tok"))
     assert TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()).prompt_tokens == 5  # budgeted with the override
     assert main(["execute", str(snapshot)]) == 0
     preparation = InputPreparation.model_validate_json((snapshot / layout.INPUT_PREPARATION).read_bytes())
     assert preparation.processor_dir == layout.PROCESSOR_DIR and preparation.rows[0].prompt_token_ids == (4, 5, 6, 11, 7)
+    # A rerun uses the parent's frozen copy, even once the original directory is gone.
+    shutil.rmtree(tmp_path / "tok")
+    code, out = cli_json(capsys, "rerun", snapshot, "--store", tmp_path / "store")
+    assert code == 0, out
+    child = Path(out["child"])
+    child_model = ModelIdentity.model_validate_json((child / layout.MODEL).read_bytes()).processor
+    assert child_model.digest == ModelIdentity.model_validate_json((snapshot / layout.MODEL).read_bytes()).processor.digest
+    assert child_model.resolved_path == str(snapshot.absolute() / layout.PROCESSOR_DIR)
+
+
+def test_a_model_loaded_with_another_processor_cannot_run_the_plan(tmp_path: Path, tiny_lm: Path) -> None:
+    no_bos_tokenizer(tiny_lm, tmp_path / "tok")
+    store = tmp_path / "store"
+    with_override = plan_request(write_request(tmp_path, text_request(tiny_lm, "tok")), store=store)
+    checkpoint_own = plan_request(write_request(tmp_path, text_request(tiny_lm, None), name="own.toml"), store=store)
+    loaded = load_for_snapshot(checkpoint_own)
+    with pytest.raises(SnapshotError, match=r"processor_digest None != planned '[0-9a-f]{64}'"):
+        execute_snapshot(with_override, live=False, loaded=loaded)
+    assert not (with_override / layout.PROGRESS).exists()
 
 
 @pytest.mark.parametrize(("setup", "extra_model", "expected"), [
