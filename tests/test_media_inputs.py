@@ -104,8 +104,31 @@ def test_long_form_runs_sequential_windows_each_with_its_stop_reason(capsys, tmp
     stops = orjson.loads((snapshot / layout.STOP).read_bytes())["sequences"]
     assert sorted({s["call_index"] for s in stops}) == [0, 1]  # two 30 s windows: two outermost generate calls
     assert (snapshot / layout.extra_generation_config_name(1)).is_file()
+    assert row.decoder_prompt.text == "<|startoftranscript|>"  # long form forces timestamps: no <|notimestamps|>
     coverage = verify(capsys, snapshot)["input_coverage"]
     assert coverage["status"] == "PASS" and "2 sequential window(s)" in coverage["message"]
+
+
+@pytest.mark.parametrize(("language", "expected"), [
+    ("en", "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"),
+    (None, None),  # generate detects the language by running the model: only generate knows the prompt
+])
+def test_a_multilingual_whisper_records_its_language_and_task_tokens_unless_generate_detects_them(
+        capsys, tmp_path: Path, language: str | None, expected: str | None) -> None:
+    model = tmp_path / "multilingual-whisper"
+    shutil.copytree(WHISPER, model)
+    config = orjson.loads((model / "generation_config.json").read_bytes())
+    config.update(is_multilingual=True, lang_to_id={"<|en|>": 258}, task_to_id={"translate": 259, "transcribe": 260})
+    if language is not None:
+        config["language"] = language
+    (model / "generation_config.json").write_bytes(orjson.dumps(config))
+    snapshot = run(capsys, tmp_path, whisper_request(f'"{SHORT}"').replace(str(WHISPER), str(model)))
+    prompt = preparation(snapshot).rows[0].decoder_prompt
+    effective = orjson.loads((snapshot / layout.GENERATION_CONFIG).read_bytes())
+    if expected is None:
+        assert prompt is None and effective["prompt_length"] == 3  # start, the detected language, notimestamps
+    else:
+        assert (prompt.text, prompt.token_ids, effective["prompt_length"]) == (expected, (257, 258, 260, 264), 4)
 
 
 def test_a_batch_of_two_durations_is_recorded_per_row(capsys, tmp_path: Path) -> None:
