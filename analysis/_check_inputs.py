@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from genrun.schemas import InputPreparation, PreparedRow
+from genrun.schemas import InputPreparation, PreparedRow, layout
 from genrun.schemas.digests import sha256_file
 
 from ._context import CheckContext
@@ -118,3 +118,26 @@ def check_input_files(snap: Snapshot, ctx: CheckContext) -> Finding:
     where = "copies in inputs/" if files.copied else "originals (copy = false)"
     return Finding(name=name, status="PASS", message=f"{len(files.files)} input file(s) match their frozen sha256 ({where})",
                    evidence=evidence, examined=examined)
+
+
+def check_processor_files(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """The frozen `[model] processor` copy in `processor/` still holds exactly the files and sha256s `model.json` recorded."""
+    name = "processor_files"
+    processor = snap.model.processor if snap.model is not None else None
+    if processor is None:
+        return skip(name, "the request names no [model] processor (the checkpoint's own was used)")
+    prefix = f"{layout.PROCESSOR_DIR}/"
+    recorded = {prefix + f.path: f.sha256 for f in processor.files}
+    present = {rel: fact for rel, fact in snap.files.items() if rel.startswith(prefix)}
+    missing = sorted(rel for rel in recorded if rel not in present)
+    changed = sorted(rel for rel, fact in present.items() if rel in recorded and fact.sha256 is not None and fact.sha256 != recorded[rel])
+    extra = sorted(rel for rel in present if rel not in recorded)
+    evidence = {"recorded": len(recorded), "missing": missing, "changed": changed, "not_recorded": extra, "source": processor.resolved_path}
+    examined = Examined(files=len(present) + 1)
+    if missing or changed or extra:
+        parts = [f"{label}: {', '.join(found)}" for label, found in (("changed", changed), ("missing", missing), ("not in model.json", extra)) if found]
+        return Finding(name=name, status="FAIL", message=f"the frozen processor copy no longer matches model.json: {'; '.join(parts)}",
+                       evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{len(recorded)} processor file(s) in {prefix} match model.json "
+                   f"(copied from {processor.resolved_path})", evidence=evidence, examined=examined)
+

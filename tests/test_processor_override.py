@@ -77,6 +77,7 @@ def test_an_out_of_model_processor_is_frozen_recorded_and_is_what_the_model_rece
     code, out = cli_json(capsys, "verify", snapshot)
     findings = {f["name"]: f for f in out["findings"]}
     assert code == 0 and not [f for f in findings.values() if f["status"] == "FAIL"]
+    assert findings["processor_files"]["status"] == "PASS" and "3 processor file(s) in processor/ match model.json" in findings["processor_files"]["message"]
     assert findings["input_coverage"]["status"] == "WARN"
     assert "the model received 15.0 s of 34.0 s of audio (44.1 %); WhisperFeatureExtractor truncated to 15 s" in findings["input_coverage"]["message"]
 
@@ -98,7 +99,8 @@ def test_a_changed_frozen_processor_is_refused_by_execute_and_failed_by_verify(c
     copy.write_bytes(original + b"\n")
     code, out = cli_json(capsys, "verify", snapshot)
     failed = {f["name"]: f["message"] for f in out["findings"] if f["status"] == "FAIL"}
-    assert code != 0 and any(f"{layout.PROCESSOR_DIR}/processor_config.json" in message for message in failed.values()), failed
+    assert code != 0 and f"{layout.PROCESSOR_DIR}/processor_config.json" in failed["manifest_integrity"], failed
+    assert failed["processor_files"] == f"the frozen processor copy no longer matches model.json: changed: {layout.PROCESSOR_DIR}/processor_config.json"
 
 
 def no_bos_tokenizer(tiny_lm: Path, directory: Path) -> Path:
