@@ -1,7 +1,7 @@
 """`[model] processor`: a processor directory outside the checkpoint, through the real CLI (in-process `main`).
 
-The override is a copy of the bundled tiny Whisper's processor whose feature extractor takes 15 s windows
-(hop 80 instead of 160, so the encoder still gets its 3000 frames): the model hears 15 s of a 34 s file
+The override is the bundled `examples/processors/tiny-whisper-15s`: the tiny Whisper's processor whose feature
+extractor takes 15 s windows (hop 80 instead of 160, so the encoder still gets its 3000 frames): the model hears 15 s of a 34 s file
 instead of the checkpoint processor's 30 s, which shows the override is what the model received.
 Refusals: a missing directory, one AutoProcessor cannot load, one holding weights, `loader` + `processor`,
 diffusers; a changed frozen copy is refused by execute and failed by verify.
@@ -28,19 +28,9 @@ LONG = EXAMPLES / "audio" / "tone-34s-8k.wav"
 PROCESSOR_FILES = ("processor_config.json", "tokenizer.json", "tokenizer_config.json")
 
 
-def whisper_processor_copy(directory: Path, **feature_extractor: object) -> Path:
-    """The tiny Whisper's processor files, with feature-extractor settings replaced."""
-    directory.mkdir()
-    for name in PROCESSOR_FILES:
-        shutil.copyfile(WHISPER / name, directory / name)
-    config = json.loads((directory / "processor_config.json").read_text())
-    config["feature_extractor"].update(feature_extractor)
-    (directory / "processor_config.json").write_text(json.dumps(config, indent=2))
-    return directory
-
-
 def fifteen_second_processor(tmp_path: Path) -> Path:
-    return whisper_processor_copy(tmp_path / "proc", chunk_length=15, hop_length=80, n_samples=240000, nb_max_frames=3000)
+    """A copy of the bundled example `examples/processors/tiny-whisper-15s` (the tests change or remove it)."""
+    return Path(shutil.copytree(EXAMPLES / "processors" / "tiny-whisper-15s", tmp_path / "proc"))
 
 
 def request_text(processor: str, *, extra_model: str = "") -> str:
