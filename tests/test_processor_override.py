@@ -139,6 +139,7 @@ def test_a_model_loaded_with_another_processor_cannot_run_the_plan(tmp_path: Pat
 
 @pytest.mark.parametrize(("setup", "extra_model", "expected"), [
     ("missing", "", "[model] processor = 'proc' ({proc}) does not exist"),
+    ("file", "", "[model] processor = 'proc' ({proc}) is a file, not a directory"),
     ("unloadable", "", "[model] processor directory {proc} cannot be loaded by AutoProcessor"),
     ("weights", "", "[model] processor = 'proc' ({proc}) holds weight files (model.safetensors)"),
     ("whisper", 'loader = "mod:load"', "[model] processor cannot be combined with [model] loader"),
@@ -146,7 +147,9 @@ def test_a_model_loaded_with_another_processor_cannot_run_the_plan(tmp_path: Pat
 def test_a_processor_the_plan_cannot_use_is_refused_with_exit_2_and_nothing_written(capsys, tmp_path: Path, setup: str, extra_model: str,
                                                                                       expected: str) -> None:
     proc = tmp_path / "proc"
-    if setup == "unloadable":
+    if setup == "file":
+        proc.write_text("{}")
+    elif setup == "unloadable":
         proc.mkdir()
         (proc / "notes.txt").write_text("not a processor")
     elif setup == "weights":
