@@ -124,6 +124,8 @@ def test_a_text_request_plans_and_runs_with_the_override_tokenizer(capsys, tmp_p
     child_model = ModelIdentity.model_validate_json((child / layout.MODEL).read_bytes()).processor
     assert child_model.digest == ModelIdentity.model_validate_json((snapshot / layout.MODEL).read_bytes()).processor.digest
     assert child_model.resolved_path == str(snapshot.absolute() / layout.PROCESSOR_DIR)
+    code, out = cli_json(capsys, "verify", child)
+    assert code == 0 and not [f for f in out["findings"] if f["status"] == "FAIL"], out["findings"]
 
 
 def test_a_model_loaded_with_another_processor_cannot_run_the_plan(tmp_path: Path, tiny_lm: Path) -> None:
