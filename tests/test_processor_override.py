@@ -70,6 +70,10 @@ def test_an_out_of_model_processor_is_frozen_recorded_and_is_what_the_model_rece
     assert findings["processor_files"]["status"] == "PASS" and "3 processor file(s) in processor/ match model.json" in findings["processor_files"]["message"]
     assert findings["input_coverage"]["status"] == "WARN"
     assert "the model received 15.0 s of 34.0 s of audio (44.1 %); WhisperFeatureExtractor truncated to 15 s" in findings["input_coverage"]["message"]
+    capsys.readouterr()
+    assert main(["report", str(snapshot)]) == 0
+    report = " ".join(capsys.readouterr().out.split())
+    assert "processor proc" in report and f"media audio: {LONG}" in report and "context 96 (max_target_positions)" in report
 
 
 def test_a_changed_frozen_processor_is_refused_by_execute_and_failed_by_verify(capsys, tmp_path: Path) -> None:
