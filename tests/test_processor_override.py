@@ -17,6 +17,7 @@ import pytest
 
 from conftest import EXAMPLES, write_request
 from test_media_inputs import cli_json
+from test_musicgen import build_tiny_musicgen
 from genrun.runner.cli import main
 from genrun.runner.errors import SnapshotError
 from genrun.runner.execute import execute_snapshot, load_for_snapshot
@@ -177,4 +178,21 @@ def test_diffusers_refuses_a_processor_override(capsys, tmp_path: Path) -> None:
     assert main(["plan", str(write_request(tmp_path, text)), "--store", str(tmp_path / "store")]) == 2
     assert "[model] processor is not used by diffusers pipelines" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "store").exists()
+
+
+def test_a_musicgen_model_loads_its_tokenizer_from_the_override(capsys, tmp_path: Path) -> None:
+    model = build_tiny_musicgen(tmp_path / "musicgen")
+    override = tmp_path / "tok"  # the checkpoint's word-level tokenizer with two words' ids swapped
+    override.mkdir()
+    shutil.copyfile(model / "tokenizer_config.json", override / "tokenizer_config.json")
+    spec = json.loads((model / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    vocab["calm"], vocab["piano"] = vocab["piano"], vocab["calm"]
+    (override / "tokenizer.json").write_text(json.dumps(spec))
+    text = (f'name = "m"\n[model]\npath = "{model}"\ndevice = "cpu"\nprocessor = "tok"\n'
+            '[input]\nprompt = "calm piano"\n[generation]\nmax_new_tokens = 3\n')
+    snapshot = plan(capsys, tmp_path, text)
+    assert main(["execute", str(snapshot)]) == 0
+    row = InputPreparation.model_validate_json((snapshot / layout.INPUT_PREPARATION).read_bytes()).rows[0]
+    assert row.prompt_token_ids[:2] == (vocab["calm"], vocab["piano"])  # the override's ids, not the checkpoint's
 
