@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from genrun.schemas import InputPreparation, PreparedRow
+from genrun.schemas import InputPreparation, PreparedRow, layout
 from genrun.schemas.digests import sha256_file
 
 from ._context import CheckContext
@@ -14,13 +14,17 @@ COVERAGE_TOLERANCE_S = 0.05
 
 
 def row_coverage(row: PreparedRow) -> str | None:
-    """`received X s of Y s of audio (Z %); who truncated` for a row that lost input, else `None`."""
+    """`received X s of Y s of audio (Z %); who truncated` (or the pixels of a cropped image, or the prompt tokens kept) for a row
+    that lost input, else `None`."""
     audio = row.audio
     if audio is not None and audio.input_seconds - audio.seconds_received > COVERAGE_TOLERANCE_S:
         share = 100 * audio.seconds_received / audio.input_seconds
         by = "; ".join(f"{t.component} {_truncated_to(t, audio.seconds_received)}" for t in row.truncations if t.unit != "tokens")
         return (f"the model received {audio.seconds_received:,.1f} s of {audio.input_seconds:,.1f} s of audio ({share:.1f} %)"
                 + (f"; {by}" if by else ""))
+    cropped = [t for t in row.truncations if t.unit == "pixels"]
+    if row.image is not None and cropped:
+        return image_coverage(row.image.width, row.image.height, cropped)
     dropped = [t for t in row.truncations if t.unit == "tokens"]
     if dropped:
         t = dropped[0]
@@ -28,6 +32,16 @@ def row_coverage(row: PreparedRow) -> str | None:
         return (f"the model received {kept:,} of {kept + int(t.dropped):,} prompt tokens; {t.component} dropped {int(t.dropped):,} "
                 f"from the {t.side} ({t.cause})")
     return None
+
+
+def image_coverage(width: int, height: int, cropped: list) -> str:
+    """`received W x H of the supplied W x H pixels (Z %); who cropped what` for an image row a processor cropped."""
+    rows, cols = sum(t.rows_dropped or 0 for t in cropped), sum(t.cols_dropped or 0 for t in cropped)
+    kept_w, kept_h = width - cols, height - rows
+    by = "; ".join(f"{t.component} dropped {t.cols_dropped or 0} column(s) and {t.rows_dropped or 0} row(s) from {t.side} sides ({t.cause})"
+                   for t in cropped)
+    return (f"the model received {kept_w}x{kept_h} of the supplied {width}x{height} pixels of the image "
+            f"({100 * kept_w * kept_h / (width * height):.1f} %); {by}")
 
 
 def _truncated_to(truncation, received: float) -> str:
@@ -45,7 +59,7 @@ def input_summary(preparation: InputPreparation) -> str | None:
 
 
 def check_input_coverage(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """Every row's model received all the input supplied: no audio seconds or prompt tokens dropped by a processor or tokenizer."""
+    """Every row's model received all the input supplied: no audio seconds, image pixels or prompt tokens dropped by a processor or tokenizer."""
     name = "input_coverage"
     preparation = snap.input_preparation
     if preparation is None:
@@ -104,3 +118,26 @@ def check_input_files(snap: Snapshot, ctx: CheckContext) -> Finding:
     where = "copies in inputs/" if files.copied else "originals (copy = false)"
     return Finding(name=name, status="PASS", message=f"{len(files.files)} input file(s) match their frozen sha256 ({where})",
                    evidence=evidence, examined=examined)
+
+
+def check_processor_files(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """The frozen `[model] processor` copy in `processor/` still holds exactly the files and sha256s `model.json` recorded."""
+    name = "processor_files"
+    processor = snap.model.processor if snap.model is not None else None
+    if processor is None:
+        return skip(name, "the request names no [model] processor (the checkpoint's own was used)")
+    prefix = f"{layout.PROCESSOR_DIR}/"
+    recorded = {prefix + f.path: f.sha256 for f in processor.files}
+    present = {rel: fact for rel, fact in snap.files.items() if rel.startswith(prefix)}
+    missing = sorted(rel for rel in recorded if rel not in present)
+    changed = sorted(rel for rel, fact in present.items() if rel in recorded and fact.sha256 is not None and fact.sha256 != recorded[rel])
+    extra = sorted(rel for rel in present if rel not in recorded)
+    evidence = {"recorded": len(recorded), "missing": missing, "changed": changed, "not_recorded": extra, "source": processor.resolved_path}
+    examined = Examined(files=len(present) + 1)
+    if missing or changed or extra:
+        parts = [f"{label}: {', '.join(found)}" for label, found in (("changed", changed), ("missing", missing), ("not in model.json", extra)) if found]
+        return Finding(name=name, status="FAIL", message=f"the frozen processor copy no longer matches model.json: {'; '.join(parts)}",
+                       evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{len(recorded)} processor file(s) in {prefix} match model.json "
+                   f"(copied from {processor.resolved_path})", evidence=evidence, examined=examined)
+

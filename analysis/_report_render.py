@@ -68,13 +68,15 @@ def _request_table(report: Report) -> Table:
     request = report.request
     rows: list[tuple[str, Any]] = []
     if request is not None:
-        essentials = request.model_dump(mode="json", exclude={"input"}, exclude_none=True)
+        essentials = request.model_dump(mode="json", exclude={"input", "media"}, exclude_none=True)
         rows = list(essentials.items())
         shown = request.input
         if isinstance(shown, str):
             rows.insert(1, ("input", _cut(shown, 160)))
         else:
             rows.insert(1, ("input", describe_inputs(shown, request.input_kind)))
+        if request.media:
+            rows.insert(2, ("media", _cut(", ".join(request.media), 160)))
     identity = report.identity
     if identity.model_digest:
         rows.append(("model digest", f"{identity.model_digest[:16]}…  {identity.model_path or ''}"))
@@ -92,7 +94,8 @@ def _limits_table(report: Report) -> Table:
     for line in report.limits:
         style = "yellow" if line.source == "library_default" else None
         table.add_row(str(line.call_index), Text(line.name), Text(_fmt(line.value)), Text(line.source, style=style or ""))
-    table.caption = Text(f"prompt {report.prompt_length} tokens · context {report.context_limit} · EOS {list(report.eos_token_ids)} · "
+    context = f"{report.context_limit}" + (f" ({report.context_limit_key})" if report.context_limit_key else "")
+    table.caption = Text(f"prompt {report.prompt_length} tokens · context {context} · EOS {list(report.eos_token_ids)} · "
                      f"pad {report.pad_token_id}")
     table.caption_justify = "left"
     return table

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from ._check_calls import check_call_evidence
 from ._check_diffusion import check_diffusion_steps
-from ._check_inputs import check_input_coverage, check_input_files
+from ._check_inputs import check_input_coverage, check_input_files, check_processor_files
 from ._check_integrity import (
     check_artifacts_valid,
     check_completeness,
@@ -53,6 +53,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("plan_digest_chain", check_plan_digest_chain),
     CheckSpec("execution_identity", check_execution_identity),
     CheckSpec("input_files", check_input_files),
+    CheckSpec("processor_files", check_processor_files),
     CheckSpec("request_round_trip", check_request_round_trip),
     CheckSpec("input_coverage", check_input_coverage),
     CheckSpec("limits_reached_config", check_limits_reached_config),

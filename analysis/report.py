@@ -71,6 +71,8 @@ class RequestSummary(_Model):
     name: str
     model: str
     """`[model] path`."""
+    processor: str | None = None
+    """`[model] processor`, when set (the processor directory used instead of the checkpoint's)."""
     backend: str
     dtype: str
     device: str
@@ -78,6 +80,8 @@ class RequestSummary(_Model):
     """The prompt, the prompts, or the messages as `role: content`; `None` when the request has no input."""
     input_kind: Literal["prompt", "prompts", "messages"] | None = None
     """Which `[input]` key `input` came from (messages are one conversation, prompts one batch)."""
+    media: tuple[str, ...] | None = None
+    """`[input] audio` / `images` files as `kind: path`, one per row; `None` without media."""
     generation: dict[str, Any]
     """`[generation]` as given (the library's own keyword arguments: open by contract)."""
     seed: int
@@ -168,6 +172,8 @@ class Report(_Model):
     limits: tuple[LimitLine, ...]
     prompt_length: int | None
     context_limit: int | None
+    context_limit_key: str | None = None
+    """The model config key the context limit comes from (`max_target_positions` for Whisper), from `limit_sources`."""
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
     sequences: tuple[SequenceLine, ...]
@@ -210,6 +216,7 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
         status=snap.result.status if snap.result and snap.is_sealed else None, headline=_headline(snap), request=_request_essentials(snap),
         identity=_identity(snap), limits=tuple(line for cfg in configs for line in _limit_lines(cfg)),
         prompt_length=first.prompt_length if first else None, context_limit=first.context_limit if first else None,
+        context_limit_key=next((key for key, source in first.limit_sources.items() if source == "model_config"), None) if first else None,
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
         sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
@@ -249,8 +256,10 @@ def _request_essentials(snap: Snapshot) -> RequestSummary | None:
     else:
         shown = tuple(f"{m.role}: {m.content}" for m in inputs.messages) if inputs.messages else None
     kind = "prompt" if inputs.prompt is not None else "prompts" if inputs.prompts is not None else "messages" if inputs.messages else None
-    return RequestSummary(name=request.name, model=request.model.path, backend=request.model.backend, dtype=request.model.dtype,
-                          device=request.model.device, input=shown, input_kind=kind, generation=request.generation, seed=request.seed,
+    return RequestSummary(name=request.name, model=request.model.path, processor=request.model.processor, backend=request.model.backend,
+                          dtype=request.model.dtype,
+                          device=request.model.device, input=shown, input_kind=kind,
+                          media=tuple(f"{media_kind}: {path}" for media_kind, _, path in inputs.media_files()) or None, generation=request.generation, seed=request.seed,
                           entrypoint=request.entrypoint.callable if request.entrypoint else None,
                           units=request.units if request.units.name == "frame" else None)
 

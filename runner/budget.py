@@ -71,15 +71,30 @@ def model_shape(config: Any, requested_dtype: str) -> ModelShape:
                       getattr(text, "max_position_embeddings", None), dtype)
 
 
-def decoder_position_limit(config: Any) -> int | None:
+class PositionLimit(NamedTuple):
+    """The decoder's context limit and the config attribute it is read from."""
+
+    key: str
+    """`max_target_positions` (Whisper) or `max_position_embeddings`."""
+    value: int
+    """Positions."""
+
+
+def decoder_context_limit(config: Any) -> PositionLimit | None:
     """The decoder's position limit: Whisper's `max_target_positions` (its generate refuses beyond it), else
     `max_position_embeddings` of the decoder's text config; `None` for relative-position decoders such as T5."""
     text = config.get_text_config(decoder=True)
     for key in ("max_target_positions", "max_position_embeddings"):
         value = getattr(text, key, None)
         if isinstance(value, int):
-            return value
+            return PositionLimit(key, value)
     return None
+
+
+def decoder_position_limit(config: Any) -> int | None:
+    """`decoder_context_limit`'s value only."""
+    limit = decoder_context_limit(config)
+    return limit.value if limit is not None else None
 
 
 def kv_bytes_per_token(shape: ModelShape) -> int:

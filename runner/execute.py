@@ -37,6 +37,7 @@ from .code_identity import code_set, genrun_code_set
 from .determinism import capture_determinism, deterministic_mode, with_sampling
 from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .input_files import verify_input_files
+from .processor_identity import frozen_processor_dir
 from .interrupts import EXIT_CODES, RunInterrupted, deferred, disarm, interrupt_gate, later_signals
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
@@ -208,7 +209,7 @@ def _run_record_seal(
     try:
         try:
             ctx = ExecutionContext(
-                **vars(load_context(plan, device)),
+                **vars(load_context(plan, device, snapshot_dir)),
                 snapshot_dir=snapshot_dir,
                 recorder=recorder,
                 planned_units=plan.budget.requested_units,
@@ -251,12 +252,13 @@ def load_for_snapshot(snapshot_dir: Path) -> LoadedModel:
     """
     snapshot_dir = open_snapshot(snapshot_dir)
     plan, _ = verify_before_loading(snapshot_dir)
-    return get_backend(plan.request.model.backend).load(load_context(plan, resolve_device(plan.request.model.device)))
+    return get_backend(plan.request.model.backend).load(load_context(plan, resolve_device(plan.request.model.device), snapshot_dir))
 
 
-def load_context(plan: "FrozenPlan", device: str) -> LoadContext:
+def load_context(plan: "FrozenPlan", device: str, snapshot_dir: Path) -> LoadContext:
     """What the backend needs to load this plan's model."""
-    return LoadContext(request=plan.request, model=plan.model, code=plan.code, device=device, import_paths=entrypoint_paths(plan.code))
+    return LoadContext(request=plan.request, model=plan.model, code=plan.code, device=device, import_paths=entrypoint_paths(plan.code),
+                       frozen_processor_dir=frozen_processor_dir(snapshot_dir, plan.model))
 
 
 # -- refusals, before anything is loaded ----------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel
 
-from genrun.schemas import Request, TokenBudget, layout
+from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
 from .backends import get_backend
@@ -21,6 +21,7 @@ from .environment import capture_environment
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, resolve_model_dir
+from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
 
@@ -63,12 +64,14 @@ def prepare_plan(
     backend = get_backend(request.model.backend)
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
-    backend.validate_request(request, resolved.path)
+    processor = identify_processor(request.model, base_dir)
+    backend.validate_request(with_processor_path(request, processor), resolved.path)
     input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     code = identify_code(user_code, [base_dir], resolved.path)
-    model = identify_model(request.model, base_dir)
-    budget = backend.estimate_budget(measured_budget_request(request, input_files), resolved.path, model.weight_bytes, force)
+    model = identify_model(request.model, base_dir).model_copy(update={"processor": processor})
+    budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
+    budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force)
     enforce(budget)
     environment = capture_environment()
 
@@ -83,6 +86,16 @@ def prepare_plan(
             write_model_atomic(directory / name, extra)
         if input_files is not None:
             freeze_input_files(input_files, directory)
+        if processor is not None:
+            freeze_processor(processor, directory)
 
     return PreparedPlan(request.name, freeze)
+
+
+def with_processor_path(request: Request, processor: ProcessorIdentity | None) -> Request:
+    """The request the backend validates and budgets at plan time: `[model] processor` as the resolved absolute directory
+    (the frozen request keeps what the user wrote; execution loads the snapshot's copy)."""
+    if processor is None:
+        return request
+    return request.model_copy(update={"model": request.model.model_copy(update={"processor": processor.resolved_path})})
 

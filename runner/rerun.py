@@ -66,6 +66,9 @@ def plan_rerun(
     base_dir, rewritten = parent_base_dir(frozen)
     if rewritten:
         request = request.model_copy(update={"model": request.model.model_copy(update={"path": frozen.model.resolved_path})})
+    if frozen.model.processor is not None and request.model.processor == frozen.request.model.processor:
+        # as it was made: the parent's frozen copy of `[model] processor`, not the directory it was copied from
+        request = request.model_copy(update={"model": request.model.model_copy(update={"processor": str(parent / layout.PROCESSOR_DIR)})})
     lineage = Lineage(
         parent_id=parent.name, parent_path=str(parent), parent_snapshot_digest=snapshot_digest,
         parent_plan_digest=sha256_file(parent / layout.FROZEN_MANIFEST), changes=tuple(changes), note=note,

@@ -3,9 +3,9 @@
 from .budget import DomainEstimate, TokenBudget
 from .generation_calls import AudioEvidence, CallEvidence, EvidenceLevel, GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate, LimitSource
-from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity
+from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity, ProcessorIdentity
 from .lineage import ChangeAction, Determinism, Lineage, RequestChange
-from .inputs import AudioFacts, AudioReceived, ImageFacts, ImageReceived, InputFile, InputFiles, InputPreparation, PreparedRow, Truncation
+from .inputs import AudioFacts, AudioReceived, DecoderPrompt, ImageFacts, ImageReceived, InputFile, InputFiles, InputPreparation, PreparedRow, Truncation
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import (
     EVENT_ADAPTER,
@@ -43,12 +43,12 @@ from .token_ids import GeneratedTokenIds, TokenSequenceSummary
 from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
 
 __all__ = [
-    "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "AudioFacts", "AudioReceived", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
+    "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "AudioFacts", "AudioReceived", "DecoderPrompt", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
     "AnyEvent", "AudioEvidence", "BudgetSpec", "CallEvidence", "EvidenceLevel", "GenerationCalls", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",
-    "ModelFile", "ModelIdentity", "ModelSpec", "PeakMemory", "PipelineCallBeforeCall", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
+    "ModelFile", "ModelIdentity", "ProcessorIdentity", "ModelSpec", "PeakMemory", "PipelineCallBeforeCall", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
     "Result", "RunStatus", "SequenceStop", "Signoff", "StartEvent", "StopReason", "Timings", "TokenBudget",
     "TokenSequenceSummary", "UnitsSpec",
 ]

@@ -14,6 +14,7 @@ from . import layout
 from .budget import TokenBudget
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
+from .inputs import InputFiles, InputPreparation
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import AnyEvent
 from .request import Request
@@ -30,6 +31,8 @@ FILE_MODELS: dict[str, Any] = {
     layout.CODE: CodeIdentity,
     layout.MODEL: ModelIdentity,
     layout.TOKEN_BUDGET: TokenBudget,
+    layout.INPUT_FILES: InputFiles,
+    layout.INPUT_PREPARATION: InputPreparation,
     layout.GENERATION_CONFIG: GenerationConfigBeforeGenerate,
     "generation-config.before-generate.<i>.json": GenerationConfigBeforeGenerate,
     layout.PIPELINE_CALL: PipelineCallBeforeCall,

@@ -4,7 +4,8 @@ from typing import Any, Literal
 
 from ._versioning import Versioned
 
-LimitSource = Literal["request", "model_generation_config", "library_default", "entrypoint"]
+LimitSource = Literal["request", "model_generation_config", "library_default", "entrypoint", "model_config"]
+"""Who set a limit; `model_config` is the checkpoint's `config.json` (the decoder's position limit)."""
 
 
 class GenerationConfigBeforeGenerate(Versioned):
@@ -21,7 +22,8 @@ class GenerationConfigBeforeGenerate(Versioned):
     effective: dict[str, Any]
     """The merged config as generate used it, incl. derived `max_length` and `eos_token_id` as a list."""
     limit_sources: dict[str, LimitSource]
-    """For `max_length`, `max_new_tokens`, `max_time`, `stop_strings`, `eos_token_id`: who set it."""
+    """For `max_length`, `max_new_tokens`, `max_time`, `stop_strings`, `eos_token_id`: who set it; the context limit under the
+    config key it is read from (`max_target_positions` for Whisper, else `max_position_embeddings`): `model_config`."""
     eos_token_ids: tuple[int, ...]
     """The effective EOS id set (empty when none)."""
     pad_token_id: int | None
@@ -33,7 +35,8 @@ class GenerationConfigBeforeGenerate(Versioned):
     batch_rows: int
     """Rows decoded (batch x return sequences)."""
     context_limit: int | None
-    """`max_position_embeddings` of the model, when known."""
+    """The decoder's position limit (Whisper: `max_target_positions`, else `max_position_embeddings`), when known; its key is
+    in `limit_sources`."""
     dtype: str
     """Model parameter dtype."""
     device: str

@@ -120,6 +120,21 @@ class ModelFile(FileDigest):
     """How the sha256 was obtained: the HF cache blob name, hashed now, or the local hash cache."""
 
 
+class ProcessorIdentity(Strict):
+    """`[model] processor`: the directory the processor was loaded from instead of the checkpoint's."""
+
+    requested: str
+    """`[model] processor` as written in the request."""
+    resolved_path: str
+    """Absolute directory the files were copied from at plan time."""
+    frozen_dir: str
+    """Snapshot-relative directory of the frozen copy execution loads (`processor`)."""
+    files: tuple[FileDigest, ...]
+    """Every file of the directory, sorted by path (each also listed in `frozen-sha256.txt` under `frozen_dir`)."""
+    digest: str
+    """sha256 over the sorted `sha256  path` lines."""
+
+
 class ModelIdentity(Versioned):
     """`model.json`: exactly which weights, configs and tokenizer files."""
 
@@ -141,3 +156,5 @@ class ModelIdentity(Versioned):
     """Total size of the weight files (`*.safetensors`, `*.bin`, ...)."""
     digest: str
     """sha256 over the sorted `sha256  path` lines."""
+    processor: ProcessorIdentity | None = None
+    """The `[model] processor` directory used instead of the checkpoint's own processor; `None`: the checkpoint's."""

@@ -6,8 +6,9 @@ from typing import Any, Literal
 from ._base import Strict
 
 MediaKind = Literal["audio", "image"]
-TruncationUnit = Literal["tokens", "samples", "seconds"]
-TruncationSide = Literal["left", "right"]
+TruncationUnit = Literal["tokens", "samples", "seconds", "pixels"]
+TruncationSide = Literal["left", "right", "both"]
+"""`both`: equally from both ends (an image center crop: top and bottom rows, left and right columns)."""
 
 
 class AudioFacts(Strict):
@@ -83,6 +84,10 @@ class Truncation(Strict):
     """How much was dropped."""
     side: TruncationSide
     """Which end was dropped."""
+    rows_dropped: int | None = None
+    """Images: pixel rows of the supplied image dropped (in its own pixels), `None` otherwise."""
+    cols_dropped: int | None = None
+    """Images: pixel columns of the supplied image dropped (in its own pixels), `None` otherwise."""
 
 
 class AudioReceived(Strict):
@@ -121,6 +126,18 @@ class ImageReceived(Strict):
     """Pixel-value height the model received."""
 
 
+class DecoderPrompt(Strict):
+    """The tokens an encoder-decoder's own generate forces at the start of the decoder (Whisper: start, language, task,
+    notimestamps), as its generate builds them for this row."""
+
+    token_ids: tuple[int, ...]
+    """Forced decoder ids, in order."""
+    text: str
+    """Their decode, special tokens kept (e.g. `<|startoftranscript|><|en|><|transcribe|><|notimestamps|>`)."""
+    built_by: str
+    """The method that built them, e.g. `WhisperForConditionalGeneration._retrieve_init_tokens`."""
+
+
 class PreparedRow(Strict):
     """What one batch row became before generate."""
 
@@ -129,7 +146,8 @@ class PreparedRow(Strict):
     rendered_prompt: str | None
     """The text given to the tokenizer/processor (chat template applied), `None` without text."""
     prompt_token_ids: tuple[int, ...]
-    """Token ids of this row as the model received them, unpadded (decoder prompt for encoder-decoders with audio)."""
+    """Token ids of this row as the model received them, unpadded (empty for an encoder fed features only, e.g. Whisper: its
+    decoder prompt is `decoder_prompt`)."""
     prompt_tokens: int
     """Unpadded prompt length (includes audio placeholder tokens an audio LLM's processor inserted)."""
     pad_count: int
@@ -140,6 +158,9 @@ class PreparedRow(Strict):
     """Image facts (image rows)."""
     truncations: tuple[Truncation, ...] = ()
     """Everything dropped from this row's input, by component."""
+    decoder_prompt: DecoderPrompt | None = None
+    """Encoder-decoders whose generate forces decoder tokens (Whisper): those tokens; `None` otherwise or when they are
+    only decided inside generate (language detection)."""
 
 
 class InputPreparation(Strict):
@@ -152,11 +173,14 @@ class InputPreparation(Strict):
     length_counts: str
     """What generate's `max_length` / `max_new_tokens` count, e.g. `decoder tokens (the encoder input is not counted)`."""
     processor: str | None
-    """Processor class used for media (`WhisperProcessor`, ...), `None` for text only."""
+    """Processor class used for media (`WhisperProcessor`, ...), `None` for text only (where it was loaded from: `processor_dir`)."""
     feature_extractor: str | None
     """Feature extractor class, when there is one."""
     tokenizer: str
     """Tokenizer class."""
+    processor_dir: str | None = None
+    """Snapshot-relative directory the processor / tokenizer was loaded from when `[model] processor` replaced the
+    checkpoint's own (`processor`, the frozen copy); `None`: the checkpoint's."""
     processor_kwargs: dict[str, Any]
     """`[input] processor_kwargs` as passed."""
     padding_side: str

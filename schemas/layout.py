@@ -53,6 +53,7 @@ INPUTS_DIR = "inputs"  # frozen copies of the media files, `inputs/<row>-<kind>-
 INPUT_FILES = "input-files.json"  # frozen at plan time: path, size, sha256 and header facts of each file
 INPUT_PREPARATION = "input-preparation.json"  # written before generate: what the model actually received
 PROMPT_TOKEN_IDS = "prompt-token-ids.safetensors"  # beside it: `prompt_<row>` int64, the unpadded prompt ids
+PROCESSOR_DIR = "processor"  # frozen copy of a `[model] processor` directory (listed in frozen-sha256.txt), loaded by execute
 
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
 OPTIONAL_FROZEN_FILES = (LINEAGE,)
@@ -88,10 +89,16 @@ FILES: tuple[FileSpec, ...] = (
     FileSpec(CODE, "plan", "sha256 of genrun's own code, the entry point's modules and the model's remote code."),
     FileSpec(MODEL, "plan", "The resolved model directory and every file's sha256."),
     FileSpec(TOKEN_BUDGET, "plan", "What the run may need (units, context, memory) and whether it fits, before loading weights."),
+    FileSpec(INPUT_FILES, "plan", "Media requests: each `[input] audio` / `images` file's path, size, sha256 and decoded facts."),
+    FileSpec(f"{INPUTS_DIR}/", "plan", "Media requests: the files themselves, `<row>-<kind>-<name>` (absent with `[input] copy = false`)."),
+    FileSpec(f"{PROCESSOR_DIR}/", "plan", "`[model] processor`: a copy of the processor directory, loaded by execute (its sha256s also in `model.json`)."),
     FileSpec(FROZEN_MANIFEST, "plan", "sha256sum of every file above, written last at plan time; its sha256 is the plan digest."),
     FileSpec(GENERATION_CONFIG, "execute", "transformers: the config exactly as generate used it, with who set each limit (first outermost call)."),
     FileSpec("generation-config.before-generate.<i>.json", "execute", "The same for each further outermost generate call."),
     FileSpec(PIPELINE_CALL, "execute", "diffusers: the pipeline call as made."),
+    FileSpec(INPUT_PREPARATION, "execute", "transformers: what each row became before generate (prompt ids, audio seconds received, "
+             "image size, forced decoder tokens, every truncation), and where the processor was loaded from."),
+    FileSpec(PROMPT_TOKEN_IDS, "execute", "transformers: the unpadded prompt ids, one int64 tensor `prompt_<i>` per row."),
     FileSpec(PROGRESS, "execute", "Append-only events, one JSON object per line, from the start of generation."),
     FileSpec(TOKEN_IDS, "execute", "transformers: the generated ids, one int64 tensor `sequence_<i>` per row."),
     FileSpec(TOKEN_IDS_SUMMARY, "execute", f"Per row: count, last {LAST_IDS_KEPT} ids, EOS positions and both decodes."),

@@ -39,6 +39,10 @@ class ModelSpec(Strict):
     """`module:function` called as `fn(path, dtype, device, **loader_kwargs)` -> `(model, tokenizer_or_processor)`."""
     loader_kwargs: dict[str, Any] = {}
     """Keyword arguments for `loader`."""
+    processor: str | None = Field(default=None, min_length=1)
+    """Directory (relative to the request file) the processor / tokenizer is loaded from instead of the checkpoint's own
+    (`AutoProcessor` for media requests, else `AutoTokenizer`); `None` uses the checkpoint's. Its files are hashed into
+    `model.json` and copied into the snapshot's `processor/` at plan time; execution loads that frozen copy."""
 
 
 class ChatMessage(Strict):

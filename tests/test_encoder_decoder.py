@@ -21,6 +21,9 @@ def test_an_encoder_decoder_counts_decoder_tokens_and_says_so(capsys, tmp_path: 
     record = preparation(snapshot)
     assert record.architecture == "encoder_decoder" and record.length_counts.startswith("decoder tokens only")
     assert [(r.prompt_tokens, r.pad_count) for r in record.rows] == [(6, 0), (3, 3)]  # encoder input, right-padded
+    assert all(r.decoder_prompt is None for r in record.rows)  # BART's generate forces no decoder prompt of its own (Whisper's does)
+    effective = orjson.loads((snapshot / layout.GENERATION_CONFIG).read_bytes())
+    assert effective["limit_sources"]["max_position_embeddings"] == "model_config" and effective["context_limit"] == 64
     budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
     assert (budget.prompt_tokens, budget.context_limit, budget.effective_max_length) == (1, 64, 6)  # decoder start + 5 new, of 64
     stops = orjson.loads((snapshot / layout.STOP).read_bytes())["sequences"]

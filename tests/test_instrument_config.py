@@ -77,7 +77,8 @@ def test_max_new_tokens_with_a_padded_batch(tmp_path: Path, used: list, tiny_lm:
     written = run_and_compare(tmp_path, text, used)
     assert (written["prompt_length"], written["batch_rows"]) == (6, 2)
     assert written["effective"]["max_length"] == 6 + 5
-    assert written["limit_sources"] == {"max_new_tokens": "request", "max_length": "request", "eos_token_id": "model_generation_config"}
+    assert written["limit_sources"] == {"max_new_tokens": "request", "max_length": "request", "eos_token_id": "model_generation_config",
+                                        "max_position_embeddings": "model_config"}
 
 
 def test_max_length_and_max_new_tokens_together(tmp_path: Path, used: list, tiny_lm: Path) -> None:

@@ -70,6 +70,12 @@ def test_whisper_end_to_end_freezes_the_audio_and_records_what_the_model_heard(c
     assert budget.domain is not None and budget.domain.input_seconds == 3.0  # measured, no [budget] hint given
     effective = orjson.loads((snapshot / layout.GENERATION_CONFIG).read_bytes())
     assert effective["context_limit"] == 96 and effective["model_class"] == "WhisperForConditionalGeneration"
+    assert effective["limit_sources"]["max_target_positions"] == "model_config"  # where the context limit comes from
+    generation = orjson.loads((WHISPER / "generation_config.json").read_bytes())
+    assert row.decoder_prompt.token_ids == (generation["decoder_start_token_id"], generation["no_timestamps_token_id"])
+    assert row.decoder_prompt.text == "<|startoftranscript|><|notimestamps|>" and row.decoder_prompt.built_by.endswith("._retrieve_init_tokens")
+    assert effective["prompt_length"] == len(row.decoder_prompt.token_ids)  # what generate's decoder actually started from
+    assert preparation(snapshot).processor_dir is None  # the checkpoint's own processor
     findings = verify(capsys, snapshot)
     assert findings["input_coverage"]["status"] == "PASS" and "3.0 s of 3.0 s" in findings["input_coverage"]["message"]
     assert findings["input_files"]["status"] == "PASS"
@@ -98,8 +104,31 @@ def test_long_form_runs_sequential_windows_each_with_its_stop_reason(capsys, tmp
     stops = orjson.loads((snapshot / layout.STOP).read_bytes())["sequences"]
     assert sorted({s["call_index"] for s in stops}) == [0, 1]  # two 30 s windows: two outermost generate calls
     assert (snapshot / layout.extra_generation_config_name(1)).is_file()
+    assert row.decoder_prompt.text == "<|startoftranscript|>"  # long form forces timestamps: no <|notimestamps|>
     coverage = verify(capsys, snapshot)["input_coverage"]
     assert coverage["status"] == "PASS" and "2 sequential window(s)" in coverage["message"]
+
+
+@pytest.mark.parametrize(("language", "expected"), [
+    ("en", "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"),
+    (None, None),  # generate detects the language by running the model: only generate knows the prompt
+])
+def test_a_multilingual_whisper_records_its_language_and_task_tokens_unless_generate_detects_them(
+        capsys, tmp_path: Path, language: str | None, expected: str | None) -> None:
+    model = tmp_path / "multilingual-whisper"
+    shutil.copytree(WHISPER, model)
+    config = orjson.loads((model / "generation_config.json").read_bytes())
+    config.update(is_multilingual=True, lang_to_id={"<|en|>": 258}, task_to_id={"translate": 259, "transcribe": 260})
+    if language is not None:
+        config["language"] = language
+    (model / "generation_config.json").write_bytes(orjson.dumps(config))
+    snapshot = run(capsys, tmp_path, whisper_request(f'"{SHORT}"').replace(str(WHISPER), str(model)))
+    prompt = preparation(snapshot).rows[0].decoder_prompt
+    effective = orjson.loads((snapshot / layout.GENERATION_CONFIG).read_bytes())
+    if expected is None:
+        assert prompt is None and effective["prompt_length"] == 3  # start, the detected language, notimestamps
+    else:
+        assert (prompt.text, prompt.token_ids, effective["prompt_length"]) == (expected, (257, 258, 260, 264), 4)
 
 
 def test_a_batch_of_two_durations_is_recorded_per_row(capsys, tmp_path: Path) -> None:
@@ -221,7 +250,14 @@ def test_an_image_is_frozen_and_its_size_before_and_after_the_processor_recorded
     image_token = orjson.loads((LLAVA / "config.json").read_bytes())["image_token_index"]
     assert row.prompt_token_ids.count(image_token) == 16 and row.prompt_tokens == 25  # (32 / 8)^2 image tokens in the prompt
     assert TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()).prompt_tokens == 25
-    verify(capsys, snapshot)
+    # Resized to 42x32 (shortest edge 32), then center-cropped to 32x32: 10 resized columns = 15 of the supplied 64 dropped.
+    (crop,) = row.truncations
+    assert crop.component.startswith("CLIPImageProcessor")  # ...Pil or ...Fast, by what is installed
+    assert (crop.unit, crop.side, crop.cols_dropped, crop.rows_dropped, crop.dropped) == ("pixels", "both", 15, 0, 15 * 48)
+    coverage = verify(capsys, snapshot)["input_coverage"]
+    assert coverage["status"] == "WARN"
+    assert "the model received 49x48 of the supplied 64x48 pixels of the image (76.6 %)" in coverage["message"]
+    assert f"{crop.component} dropped 15 column(s) and 0 row(s) from both sides" in coverage["message"]
 
 
 def test_an_undecodable_image_is_refused_with_exit_2(capsys, tmp_path: Path) -> None:

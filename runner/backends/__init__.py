@@ -69,11 +69,18 @@ class LoadContext:
     """Resolved device: `cpu`, `cuda:0`, ..."""
     import_paths: tuple[Path, ...] = ()
     """Directories searched first for `[entrypoint]` / `[model] loader` modules."""
+    frozen_processor_dir: Path | None = None
+    """The snapshot's frozen copy of `[model] processor`, `None` when the checkpoint's own processor is used."""
 
     @property
     def model_dir(self) -> Path:
         """Absolute directory the weights are loaded from (`model.json` `resolved_path`)."""
         return Path(self.model.resolved_path)
+
+    @property
+    def processor_dir(self) -> Path:
+        """Directory the processor / tokenizer is loaded from: the frozen `[model] processor` copy, else the model directory."""
+        return self.frozen_processor_dir or self.model_dir
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +150,8 @@ class LoadedModel:
     """Tokenizer / processor (`None` where the model family has none)."""
     load_s: float
     """Seconds the load took."""
+    processor_digest: str | None = None
+    """`model.json` `processor.digest` of the `[model] processor` it was loaded with, `None` for the checkpoint's own."""
 
     @property
     def reuse_note(self) -> str:
@@ -152,7 +161,7 @@ class LoadedModel:
     def mismatch(self, backend: str, model: ModelIdentity, request: Request, device: str) -> str | None:
         """Why this model cannot serve a snapshot planned with `model`/`request` on `device` (`None`: it can)."""
         wanted = {"backend": backend, "model_digest": model.digest, "dtype": request.model.dtype, "device": device,
-                  "loader": request.model.loader}
+                  "loader": request.model.loader, "processor_digest": model.processor.digest if model.processor is not None else None}
         differ = [f"{key} {getattr(self, key)!r} != planned {value!r}" for key, value in wanted.items() if getattr(self, key) != value]
         return "; ".join(differ) or None
 

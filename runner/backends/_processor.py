@@ -39,13 +39,37 @@ def uses_processor(request: Request) -> bool:
     return bool(request.input.media_files())
 
 
-def load_processor(request: Request, model_dir: Path) -> Any:
-    """`AutoProcessor` for media requests, else `AutoTokenizer`, from the frozen model directory (offline)."""
+def load_processor(request: Request, directory: Path) -> Any:
+    """`AutoProcessor` for media requests, else `AutoTokenizer`, from `directory` (offline): the checkpoint, or the
+    `[model] processor` directory (its frozen copy at execution)."""
     from transformers import AutoProcessor, AutoTokenizer
 
     options = {"trust_remote_code": request.model.trust_remote_code, "local_files_only": True}
     auto = AutoProcessor if uses_processor(request) else AutoTokenizer
-    return auto.from_pretrained(str(model_dir), **options)
+    return auto.from_pretrained(str(directory), **options)
+
+
+def processor_source(request: Request, model_dir: Path) -> Path:
+    """Where the plan loads the processor from: `[model] processor` (made absolute by the plan), else the checkpoint."""
+    return Path(request.model.processor) if request.model.processor is not None else model_dir
+
+
+def validate_processor_override(request: Request) -> None:
+    """`[model] processor` (already resolved to an absolute directory by the plan) must load with the auto class execution
+    uses, and cannot replace what a `[model] loader` returns."""
+    given = request.model.processor
+    if given is None:
+        return
+    if request.model.loader is not None:
+        raise RequestError("[model] processor cannot be combined with [model] loader: the loader returns its own processor; "
+                           "remove one of them")
+    auto = "AutoProcessor" if uses_processor(request) else "AutoTokenizer"
+    try:
+        load_processor(request, Path(given))
+    except Exception as exc:  # whatever transformers raises for a directory it cannot load: the user's input is wrong
+        message = " ".join(str(exc).split())[:300]
+        raise RequestError(f"[model] processor directory {given} cannot be loaded by {auto} ({type(exc).__name__}: {message}); "
+                           "give the directory a processor was saved to (processor.save_pretrained(dir))") from None
 
 
 def tokenizer_of(processor: Any) -> Any:

@@ -184,6 +184,9 @@ class DiffusersBackend:
         if request.input.media_files():  # nothing here would feed them to the pipeline: refuse rather than ignore
             raise RequestError("[input] audio/images are not passed to diffusers pipelines by genrun (media inputs are "
                                "prepared by the transformers backend); remove them from the request")
+        if request.model.processor is not None:  # a pipeline loads its own tokenizers and image processors
+            raise RequestError("[model] processor is not used by diffusers pipelines (each loads its own components from the "
+                               "model directory); remove it from the request")
         valid = files.pipeline_call_parameters(model_dir)
         refuse_generation([unknown_key_message(("generation",), key, valid) for key in request.generation if key not in valid])
 

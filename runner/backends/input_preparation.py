@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from genrun.schemas import AudioReceived, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation
+from genrun.schemas import AudioReceived, DecoderPrompt, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation
 
 from ._audio import decode_audio
 from ._images import load_image
@@ -70,7 +70,7 @@ def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: str, med
             truncations.append(Truncation(component=type(tokenizer).__name__, cause=_tokenizer_cause(kwargs, tokenizer), unit="tokens",
                                           dropped=full_lengths[i] - len(ids), side=tokenizer.truncation_side))
         audio_row = _audio_row(encoded, i, media, audio, processor, kwargs, truncations) if audio else None
-        image_row = _image_row(encoded, i, media) if images else None
+        image_row = _image_row(encoded, i, media, processor, images[i], truncations) if images else None
         rows.append(PreparedRow(
             row=i, rendered_prompt=(call.get("text") or [None] * batch)[i] if texts is not None else None, prompt_token_ids=tuple(ids),
             prompt_tokens=len(ids), pad_count=_pad_count(encoded, i), audio=audio_row, image=image_row, truncations=tuple(truncations),
@@ -88,6 +88,14 @@ def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: str, med
         rows=tuple(rows),
     )
     return PreparedInputs(encoded, record)
+
+
+def with_loading_facts(record: InputPreparation, *, processor_dir: str | None, decoder_prompts: Sequence[DecoderPrompt] | None) -> InputPreparation:
+    """The record with what only the loaded model knows: where the processor came from, each row's forced decoder tokens."""
+    rows = record.rows
+    if decoder_prompts is not None:
+        rows = tuple(row.model_copy(update={"decoder_prompt": prompt}) for row, prompt in zip(rows, decoder_prompts, strict=True))
+    return record.model_copy(update={"processor_dir": processor_dir, "rows": rows})
 
 
 def rendered_texts(tokenizer: Any, spec: InputSpec) -> tuple[str, ...] | None:
@@ -175,8 +183,29 @@ def _feature_frames(encoded: Any, row: int) -> int | None:
     return int(features.shape[-1]) if features is not None else None
 
 
-def _image_row(encoded: Any, row: int, media: Sequence[MediaRow]) -> ImageReceived:
+def _image_row(encoded: Any, row: int, media: Sequence[MediaRow], processor: Any, image: Any, truncations: list[Truncation]) -> ImageReceived:
     item = [m.file for m in media if m.file.kind == "image"][row]
     pixels = encoded.get("pixel_values")
     height, width = (int(pixels.shape[-2]), int(pixels.shape[-1])) if pixels is not None else (None, None)
+    if height is not None and (crop := _center_crop(processor, image, item.image.width, item.image.height, width, height)) is not None:
+        truncations.append(crop)
     return ImageReceived(width=item.image.width, height=item.image.height, received_width=width, received_height=height)
+
+
+def _center_crop(processor: Any, image: Any, width: int, height: int, received_width: int, received_height: int) -> Truncation | None:
+    """What a center crop dropped, measured: the image processor run again with `do_center_crop=False` gives the size before the
+    crop; the rows and columns it cut, scaled back to the supplied image's pixels, are the truncation. `None` without a crop."""
+    extractor = getattr(processor, "image_processor", None)
+    if extractor is None or not getattr(extractor, "do_center_crop", False):
+        return None
+    uncropped = extractor(images=[image], do_center_crop=False, return_tensors="pt")["pixel_values"]
+    before_height, before_width = int(uncropped.shape[-2]), int(uncropped.shape[-1])
+    if (before_height, before_width) == (received_height, received_width):
+        return None
+    rows = round((before_height - received_height) * height / before_height)
+    cols = round((before_width - received_width) * width / before_width)
+    return Truncation(
+        component=type(extractor).__name__,
+        cause=f"do_center_crop=True, crop_size={received_width}x{received_height} of the {before_width}x{before_height} resized image",
+        unit="pixels", dropped=width * height - (width - cols) * (height - rows), side="both", rows_dropped=rows, cols_dropped=cols,
+    )

@@ -98,17 +98,18 @@ def planned_frame_rate(units: UnitsSpec, model_dir: Path) -> FrameRate | None:
     return FrameRate(units.per_second, "request")
 
 
-def load(path: str, dtype: Any, device: str, options: dict[str, Any], for_entrypoint: bool) -> tuple[Any, Any]:
-    """The full text-to-music model and its tokenizer; an entry point gets the processor where the checkpoint has one
-    (MusicGen-Melody's computes chroma from audio, and needs torchaudio), as its code may feed audio through it."""
+def load(path: str, dtype: Any, device: str, options: dict[str, Any], processor_dir: Path, for_entrypoint: bool) -> tuple[Any, Any]:
+    """The full text-to-music model and its tokenizer, from `processor_dir` (the model directory, or the frozen
+    `[model] processor`); an entry point gets the processor where there is one (MusicGen-Melody's computes chroma from
+    audio, and needs torchaudio), as its code may feed audio through it."""
     from transformers import AutoModelForTextToWaveform, AutoProcessor, AutoTokenizer
 
     model = AutoModelForTextToWaveform.from_pretrained(path, dtype=dtype, **options)
     model.to(device)
     model.eval()
-    has_processor = (Path(path) / "preprocessor_config.json").is_file()
+    has_processor = (processor_dir / "preprocessor_config.json").is_file()
     auto = AutoProcessor if for_entrypoint and has_processor else AutoTokenizer  # plain requests condition on text only
-    return model, auto.from_pretrained(path, **options)
+    return model, auto.from_pretrained(str(processor_dir), **options)
 
 
 def validate_request(request: Request, model_dir: Path) -> None:

@@ -24,10 +24,11 @@ from ..errors import RequestError
 from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
 from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, musicgen, refuse_generation
 from ..input_files import input_path, read_input_files
-from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request
+from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request, validate_processor_override
 from ._prompts import encode_input
-from .input_preparation import MediaRow, prepare_model_inputs
+from ._decoder_prompt import forced_decoder_prompts
 from ._generation_modes import mode_problems
+from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
@@ -65,6 +66,7 @@ class TransformersBackend:
         key_problems = generation_problems(request.generation)  # the mode is only worked out from keys that passed
         refuse_generation(key_problems or mode_problems(request.generation, model_dir, own_loop=musicgen.is_music_model(model_dir)))
         musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
+        validate_processor_override(request)
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
         """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]. Text only:
@@ -90,7 +92,8 @@ class TransformersBackend:
             model, tokenizer = load_model(ctx)
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
-                           model=model, processor=tokenizer, load_s=time.monotonic() - started)
+                           model=model, processor=tokenizer, load_s=time.monotonic() - started,
+                           processor_digest=ctx.model.processor.digest if ctx.model.processor is not None else None)
 
     def run(self, ctx: ExecutionContext, loaded: LoadedModel | None = None) -> BackendOutcome:
         """Generate with instrumentation (loading first when `loaded` is None), write token artifacts and outputs;
@@ -149,14 +152,17 @@ class TransformersBackend:
         files = read_input_files(ctx.snapshot_dir)
         media = [MediaRow(item, input_path(ctx.snapshot_dir, item)) for item in (files.files if files else ())]
         prepared = prepare_model_inputs(ctx.request.input, tokenizer, architecture(model.config), media)
-        with interrupts.deferred():  # what the model will receive, on disk before generate starts
-            write_model_atomic(ctx.snapshot_dir / layout.INPUT_PREPARATION, prepared.record)
-            write_prompt_token_ids(ctx.snapshot_dir, [(r.row, r.prompt_token_ids) for r in prepared.record.rows])
-        encoded = prepared.model_inputs.to(model.device)
         generation = dict(ctx.request.generation)
-        ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(prepared.record.rows)))
+        text_tokenizer = tokenizer_of(tokenizer)
+        record = with_loading_facts(prepared.record, processor_dir=layout.PROCESSOR_DIR if ctx.frozen_processor_dir else None,
+                                    decoder_prompts=forced_decoder_prompts(model, generation, prepared.model_inputs, text_tokenizer))
+        with interrupts.deferred():  # what the model will receive, on disk before generate starts
+            write_model_atomic(ctx.snapshot_dir / layout.INPUT_PREPARATION, record)
+            write_prompt_token_ids(ctx.snapshot_dir, [(r.row, r.prompt_token_ids) for r in record.rows])
+        encoded = prepared.model_inputs.to(model.device)
+        ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(record.rows)))
         # the tokenizer serves stop_strings; MusicGen-Melody's generate refuses the keyword (and audio codes are no text)
-        extra = {} if musicgen.is_music_instance(model) else {"tokenizer": tokenizer_of(tokenizer)}
+        extra = {} if musicgen.is_music_instance(model) else {"tokenizer": text_tokenizer}
 
         def call() -> Any:  # looks `generate` up inside the patch: a bound method taken earlier would bypass it
             return model.generate(**encoded, **extra, **generation)
@@ -270,12 +276,12 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
     dtype = "auto" if spec.dtype == "auto" else getattr(torch, spec.dtype)
     options = {"trust_remote_code": spec.trust_remote_code, "local_files_only": True}
     if musicgen.is_music_model(ctx.model_dir):
-        return musicgen.load(path, dtype, ctx.device, options, for_entrypoint=ctx.request.entrypoint is not None)
+        return musicgen.load(path, dtype, ctx.device, options, ctx.processor_dir, for_entrypoint=ctx.request.entrypoint is not None)
     config = AutoConfig.from_pretrained(path, **options)
     model = model_auto_class(config, ctx.request).from_pretrained(path, dtype=dtype, **options)
     model.to(ctx.device)
     model.eval()
-    return model, load_processor(ctx.request, ctx.model_dir)
+    return model, load_processor(ctx.request, ctx.processor_dir)
 
 
 def write_effective_config(ctx: ExecutionContext, call: CallCapture) -> None:

@@ -17,7 +17,7 @@ from ..budget import (
     with_refusals,
 )
 from . import musicgen
-from ._processor import architecture
+from ._processor import architecture, processor_source
 from ._prompts import encode_input
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
@@ -30,7 +30,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     trust = request.model.trust_remote_code
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
     shape = model_shape(config, request.model.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust)
+    tokenizer = AutoTokenizer.from_pretrained(processor_source(request, model_dir), trust_remote_code=trust)
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
@@ -85,7 +85,7 @@ def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
     from ._processor import load_processor
     from .input_preparation import rendered_texts
 
-    processor = load_processor(request, model_dir)
+    processor = load_processor(request, processor_source(request, model_dir))
     call: dict = {"return_tensors": "pt", "padding": True}
     if request.input.audio_files():
         rate = processor.feature_extractor.sampling_rate

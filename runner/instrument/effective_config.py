@@ -15,7 +15,7 @@ from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
 from genrun.schemas.rendering import array_or
 from genrun.schemas.rendering import jsonable as plain_json
 
-from ..budget import decoder_position_limit
+from ..budget import PositionLimit, decoder_context_limit
 
 LIMIT_KEYS = ("max_new_tokens", "max_time", "stop_strings", "eos_token_id")
 """Limits whose source is looked up directly; `max_length` is derived (see `limit_sources`)."""
@@ -138,9 +138,10 @@ def effective_special_tokens(config: GenerationConfig) -> tuple[tuple[int, ...],
     return eos_ids, (int(pad) if pad is not None else None)
 
 
-def context_limit(model: Any) -> int | None:
-    """The decoder's position limit (`max_position_embeddings`; Whisper's `max_target_positions`), as the budget reads it."""
-    return decoder_position_limit(model.config)
+def context_limit(model: Any) -> PositionLimit | None:
+    """The decoder's position limit (`max_position_embeddings`; Whisper's `max_target_positions`) and its config key,
+    as the budget reads it."""
+    return decoder_context_limit(model.config)
 
 
 def build_before_generate(
@@ -160,19 +161,23 @@ def build_before_generate(
     effective["eos_token_id"] = list(eos_ids) if eos_ids else None
     effective["pad_token_id"] = pad_id
     model_config = model.generation_config
+    limit = context_limit(model)
+    sources = limit_sources(config, eos_ids, arguments, model_config, caller, has_default_max_length)
+    if limit is not None:  # the context limit is a limit too: named by the config key it comes from
+        sources[limit.key] = "model_config"
     return GenerationConfigBeforeGenerate(
         call_index=call_index,
         model_class=type(model).__name__,
         model_generation_config={k: jsonable(v) for k, v in model_config.to_diff_dict().items() if not k.startswith("_") and k != "transformers_version"},
         overrides=overrides_of(arguments),
         effective=effective,
-        limit_sources=limit_sources(config, eos_ids, arguments, model_config, caller, has_default_max_length),
+        limit_sources=sources,
         eos_token_ids=eos_ids,
         pad_token_id=pad_id,
         pad_defaulted_to_eos=config.pad_token_id is None and pad_id is not None,
         prompt_length=prompt_length,
         batch_rows=batch_rows,
-        context_limit=context_limit(model),
+        context_limit=limit.value if limit is not None else None,
         dtype=str(model.dtype).removeprefix("torch."),
         device=str(model.device),
     )

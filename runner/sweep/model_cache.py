@@ -46,7 +46,7 @@ class LoadedModelCache:
             plan = load_frozen(snapshot)
         except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
             return None, {}
-        key = cache_key(plan.request, plan.model.digest)
+        key = cache_key(plan.request, plan.model.digest, plan.model.processor.digest if plan.model.processor is not None else None)
         reused = self.loaded is not None and self.key == key
         if not reused:
             self.loaded = self.key = None  # drop the old model before loading another
@@ -62,11 +62,14 @@ class LoadedModelCache:
         return self.loaded, {layout.WORKER_MODEL: record}
 
 
-def cache_key(request, model_digest: str) -> str:  # noqa: ANN001 (genrun.schemas.Request)
-    """Frozen model digest, dtype, device and loader (with its kwargs): what makes two loads interchangeable."""
+def cache_key(request, model_digest: str, processor_digest: str | None = None) -> str:  # noqa: ANN001 (genrun.schemas.Request)
+    """Frozen model digest, dtype, device, loader (with its kwargs) and `[model] processor` digest: what makes two loads
+    interchangeable."""
     spec = request.model
     parts = {"digest": model_digest, "dtype": spec.dtype, "device": spec.device, "loader": spec.loader,
              "loader_kwargs": spec.loader_kwargs, "trust_remote_code": spec.trust_remote_code}
+    if processor_digest is not None:  # absent otherwise, so keys of plans without one are unchanged
+        parts["processor_digest"] = processor_digest
     return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS).decode()
 
 
