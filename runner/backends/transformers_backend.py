@@ -27,6 +27,7 @@ from ..input_files import input_path, read_input_files
 from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request
 from ._prompts import encode_input
 from .input_preparation import MediaRow, prepare_model_inputs
+from ._generate_values import generate_value_problems
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
@@ -62,6 +63,7 @@ class TransformersBackend:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
         refuse_generation(generation_problems(request.generation))
+        refuse_generation(generate_value_problems(request.generation, model_dir, request.model.trust_remote_code))
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
         """Left-padded prompts (or the chat-templated messages): a `BatchEncoding` [batch, padded_prompt]. Text only:

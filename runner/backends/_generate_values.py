@@ -1,0 +1,140 @@
+"""`[generation]` values that transformers' generate would reject, found at plan time without loading weights.
+
+generate builds its logits processors and stopping criteria from the merged generation config (the
+checkpoint's, then the request's keys) before the first forward pass, and each class checks its own
+arguments: `repetition_penalty = 0` or `= 2` (an int, not a float), `top_k = -1` with sampling,
+`forced_eos_token_id = -3`, `stop_strings = ""` or a stop string this tokenizer cannot index.
+`GenerationConfig.validate` sees none of these. So plan calls generate's own builders
+(`GenerationMixin._prepare_generation_config`, `_prepare_special_tokens`, `_get_logits_processor`,
+`_get_stopping_criteria`) on a stand-in that carries only the model's config: generate's own
+conditions (top_k only when sampling, epsilon_cutoff only inside (0, 1)) and messages, never a copy of them.
+"""
+
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+# Keys that decide *which* processors generate builds rather than holding a value one checks: when removing
+# such a key also makes the error go away, the value it switched on is the one to blame.
+_SWITCHES = {"do_sample", "num_beams", "num_return_sequences", "max_length", "max_new_tokens", "eos_token_id", "is_assistant"}
+
+
+class _Rejection(NamedTuple):
+    """What generate's builders raised for one set of `[generation]` keys."""
+
+    error: str
+    """`Type: message` of the exception."""
+    by: str | None
+    """The transformers class whose constructor raised (`RepetitionPenaltyLogitsProcessor`), when known."""
+
+
+def generate_value_problems(generation: dict[str, Any], model_dir: Path, trust_remote_code: bool) -> list[str]:
+    """One sentence per request key whose value generate's processors or stopping criteria reject (none: `[]`).
+
+    An error that stays without any request key (the checkpoint's own generation config) is not the
+    request's to fix: it is left to execute, which records it. A model whose config cannot be loaded
+    here is left to the budget, which names the problem.
+    """
+    builders = _builders(model_dir, trust_remote_code, "stop_strings" in generation)
+    if builders is None:
+        return []
+    problems: list[str] = []
+    remaining = dict(generation)
+    while (rejection := builders.reject(remaining)) is not None:
+        culprit = _culprit(builders, remaining, rejection)
+        if culprit is None:
+            break
+        problems.append(_sentence(builders, remaining, culprit, rejection))
+        del remaining[culprit]
+    return problems
+
+
+def _culprit(builders: "_Builders", keys: dict[str, Any], rejection: _Rejection) -> str | None:
+    """The request key whose removal changes what generate raises (a value before a switch that enabled it)."""
+    changed = [k for k in keys if builders.reject({n: v for n, v in keys.items() if n != k}) != rejection]
+    values = [k for k in changed if k not in _SWITCHES]
+    return (values or changed or [None])[0]
+
+
+def _sentence(builders: "_Builders", keys: dict[str, Any], key: str, rejection: _Rejection) -> str:
+    value = keys[key]
+    by = f"transformers' {rejection.by}" if rejection.by else "transformers' generate"
+    fix = "give a value it accepts or remove the key"
+    as_float = builders.reject({**keys, key: float(value)}) if type(value) is int else rejection
+    if as_float is None or as_float.by != rejection.by:  # the same number as a float passes this class
+        fix = f"write it as a float: {key} = {float(value)!r}"
+    return f"[generation] {key} = {value!r} is rejected by {by} ({rejection.error}); {fix}"
+
+
+class _Builders(NamedTuple):
+    """generate's processor and criteria builders bound to a weightless stand-in of the model."""
+
+    model: Any
+    tokenizer: Any
+
+    def reject(self, generation: dict[str, Any]) -> _Rejection | None:
+        """What building generate's processors and criteria for these keys raises, or `None`."""
+        import torch
+        from transformers.utils import logging
+
+        ids = torch.zeros((1, 1), dtype=torch.long)  # input_ids: [batch, prompt]
+        verbosity = logging.get_verbosity()
+        logging.set_verbosity_error()  # the builders log advice meant for a real generate call
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config, model_kwargs = self.model._prepare_generation_config(None, **generation)
+                self.model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device="cpu")
+                self.model._get_logits_processor(config, input_ids_seq_length=1, encoder_input_ids=ids, device="cpu",
+                                                 model_kwargs=model_kwargs)
+                if self.tokenizer is not None or config.stop_strings is None:
+                    self.model._get_stopping_criteria(config, None, self.tokenizer)
+        except Exception as exc:  # noqa: BLE001 - any exception here is one generate would raise at its start
+            return _Rejection(f"{type(exc).__name__}: {str(exc).strip()}", _raising_class(exc))
+        finally:
+            logging.set_verbosity(verbosity)
+        return None
+
+
+def _builders(model_dir: Path, trust_remote_code: bool, needs_tokenizer: bool) -> _Builders | None:
+    """The stand-in for this checkpoint: its config and generation config, and its tokenizer when stop strings need it."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, GenerationMixin
+
+    class ConfigOnlyModel:
+        """What generate's builders read from a model (`config`, `generation_config`, `device`), without weights."""
+
+        _prepare_generation_config = GenerationMixin._prepare_generation_config
+        _prepare_special_tokens = GenerationMixin._prepare_special_tokens
+        _get_logits_processor = GenerationMixin._get_logits_processor
+        _get_stopping_criteria = GenerationMixin._get_stopping_criteria
+        _merge_criteria_processor_list = GenerationMixin._merge_criteria_processor_list
+        device = "cpu"
+
+    options = {"trust_remote_code": trust_remote_code, "local_files_only": True}
+    model = ConfigOnlyModel()
+    try:
+        model.config = AutoConfig.from_pretrained(model_dir, **options)
+        # as from_pretrained sets `model.generation_config`
+        model.generation_config = (GenerationConfig.from_pretrained(model_dir) if (model_dir / "generation_config.json").is_file()
+                                   else GenerationConfig.from_model_config(model.config))
+    except Exception:  # noqa: BLE001 - the budget loads the same files next and names what is wrong
+        return None
+    tokenizer = None
+    if needs_tokenizer:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_dir, **options)
+        except Exception:  # noqa: BLE001 - no tokenizer here: stop strings are checked at execution
+            tokenizer = None
+    return _Builders(model, tokenizer)
+
+
+def _raising_class(exc: BaseException) -> str | None:
+    """The innermost transformers generation object (`self` of a frame) the exception came from."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and type(owner).__module__.startswith("transformers.generation"):
+            found = type(owner).__name__
+        tb = tb.tb_next
+    return found
