@@ -28,6 +28,9 @@ REFUSED = {
     # tiny-lm's word-level vocabulary cannot build transformers' StopStringCriteria at all
     "stop_strings-tokenizer-cannot-index": ('stop_strings = ["5"]', "stop_strings = ['5']", "give a value it accepts"),
     "forced_eos_token_id-negative": ("forced_eos_token_id = -3", "forced_eos_token_id = -3", "give a value it accepts"),
+    # no processor checks it up front: generate fails with an IndexError at the forced step
+    "forced_eos_token_id-beyond-vocabulary": ("forced_eos_token_id = 1000000", "forced_eos_token_id = 1000000",
+                                              "is beyond the model's vocabulary of 72 ids"),
     "bad_words_ids-empty": ("bad_words_ids = []", "bad_words_ids = []", "give a value it accepts"),
     "bad_words_ids-negative": ("bad_words_ids = [[-1]]", "bad_words_ids = [[-1]]", "give a value it accepts"),
     "exponential_decay_length_penalty-short": ("exponential_decay_length_penalty = [1]", "exponential_decay_length_penalty = [1]",
@@ -49,6 +52,7 @@ ACCEPTED = {
     "no_repeat_ngram_size-0": "no_repeat_ngram_size = 0",
     "no_repeat_ngram_size-1": "no_repeat_ngram_size = 1",
     "forced_eos_token_id-0": "forced_eos_token_id = 0",
+    "forced_eos_token_id-last-id": "forced_eos_token_id = 71",
     "forced_bos_token_id-0": "forced_bos_token_id = 0",
     "top_k-0-sampling": SAMPLING + "top_k = 0",
     "top_k-1-sampling": SAMPLING + "top_k = 1",

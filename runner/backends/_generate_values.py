@@ -46,6 +46,25 @@ def generate_value_problems(generation: dict[str, Any], model_dir: Path, trust_r
             break
         problems.append(_sentence(builders, remaining, culprit, rejection))
         del remaining[culprit]
+    return problems + _beyond_vocabulary(remaining, builders.model.config)
+
+
+# Ids generate writes into the scores (`scores[:, id]`) when it forces them: no processor checks them up front, and one
+# beyond the vocabulary fails with an IndexError at the forced step, after the run has spent its time.
+_FORCED_ID_KEYS = ("forced_bos_token_id", "forced_eos_token_id")
+
+
+def _beyond_vocabulary(generation: dict[str, Any], config: Any) -> list[str]:
+    vocabulary = getattr(config.get_text_config(decoder=True), "vocab_size", None)
+    if not isinstance(vocabulary, int):
+        return []
+    problems = []
+    for key in _FORCED_ID_KEYS:
+        value = generation.get(key)
+        ids = value if isinstance(value, list) else [value]
+        if any(isinstance(i, int) and i >= vocabulary for i in ids):
+            problems.append(f"[generation] {key} = {value!r} is beyond the model's vocabulary of {vocabulary:,} ids "
+                            f"(generate would fail with an IndexError when it forces it); give an id below {vocabulary:,}")
     return problems
 
 
