@@ -4,6 +4,7 @@ A snapshot is frozen in a dot-prefixed temporary sibling and renamed into place,
 never sees a half-frozen plan. It is complete only once `manifest-sha256.txt` exists.
 """
 
+import contextlib
 import errno
 import os
 import secrets
@@ -111,10 +112,14 @@ def _locked_temporary(store: Path) -> tuple[Path, int]:
             fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except FileNotFoundError:
             continue
-        if try_exclusive(fd) and os.fstat(fd).st_nlink > 0:  # 0: gc removed it before releasing the lock
+        locked = try_exclusive(fd)
+        if locked and os.fstat(fd).st_nlink > 0:  # 0: gc removed it before releasing the lock
             os.chmod(tmp, DIR_MODE)  # mkdtemp makes 0700; snapshots are meant to be shared read-only
             return tmp, fd
         os.close(fd)
+        if not locked:  # gc (removing it) or `ls` (looking) holds it: never leave an empty one behind
+            with contextlib.suppress(OSError):
+                tmp.rmdir()
     raise StoreError(f"could not lock a new planning directory in {store}: another process keeps taking them")
 
 
@@ -138,7 +143,7 @@ def remove_abandoned_plan(tmp: Path) -> bool:
     try:
         if not try_exclusive(fd):
             return False
-        shutil.rmtree(tmp)  # never follows links inside
+        shutil.rmtree(tmp, onerror=_unless_gone)  # never follows links inside
         return True
     finally:
         os.close(fd)
@@ -234,6 +239,12 @@ def list_snapshots(store: Path) -> list[Path]:
         return []
     # a sealed snapshot whose frozen manifest was deleted is still listed (and fails verify), never hidden
     return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and (is_planned(p) or is_sealed(p)))
+
+
+def _unless_gone(function: Callable, path: str, exc_info: tuple) -> None:
+    """rmtree's error hook: an entry already gone (its planner gave the empty directory up) is fine; anything else raises."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def list_unfinished_plans(store: Path) -> list[Path]:
