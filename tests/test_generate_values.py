@@ -109,3 +109,17 @@ def test_budget_refusal_leaves_no_hash_cache_entry(tmp_path: Path, tiny_lm: Path
     assert done.returncode == 0, done.stderr
     entries = list((cache / "hashes-v1").iterdir())
     assert len(entries) == len([p for p in tiny_lm.iterdir() if p.is_file()]), entries
+
+
+def test_refused_sweep_item_leaves_no_hash_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 0 plans (its model is hashed), item 1 is refused: the sweep writes nothing, the digests are not remembered."""
+    from _sweep_helpers import write_sweep
+    from genrun.runner.errors import RequestError
+    from genrun.runner.sweep.store import plan_sweep
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GENRUN_CACHE_DIR", str(cache))
+    sweep = write_sweep(tmp_path / "sweep", grid={"generation.repetition_penalty": [1.5, 0.0]})
+    with pytest.raises(RequestError, match=r"(?s)sweep item 1.*repetition_penalty = 0.0 is rejected by transformers' RepetitionPenaltyLogitsProcessor"):
+        plan_sweep(sweep, tmp_path / "store")
+    assert not (tmp_path / "store").exists() and not cache.exists()
