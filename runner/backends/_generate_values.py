@@ -115,22 +115,21 @@ class _Builders(NamedTuple):
         return None
 
 
+_BUILDER_METHODS = ("_prepare_generation_config", "_prepare_special_tokens", "_get_logits_processor", "_get_stopping_criteria",
+                    "_merge_criteria_processor_list")
+"""The `GenerationMixin` methods generate calls to build its processors and criteria (transformers 5.x)."""
+
+
 def _builders(model_dir: Path, trust_remote_code: bool, needs_tokenizer: bool) -> _Builders | None:
     """The stand-in for this checkpoint: its config and generation config, and its tokenizer when stop strings need it."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig, GenerationMixin
 
-    class ConfigOnlyModel:
-        """What generate's builders read from a model (`config`, `generation_config`, `device`), without weights."""
-
-        _prepare_generation_config = GenerationMixin._prepare_generation_config
-        _prepare_special_tokens = GenerationMixin._prepare_special_tokens
-        _get_logits_processor = GenerationMixin._get_logits_processor
-        _get_stopping_criteria = GenerationMixin._get_stopping_criteria
-        _merge_criteria_processor_list = GenerationMixin._merge_criteria_processor_list
-        device = "cpu"
-
+    methods = {name: getattr(GenerationMixin, name, None) for name in _BUILDER_METHODS}
+    if None in methods.values():  # a transformers whose private builders differ: execute's self-check reports it
+        return None
+    # what generate's builders read from a model (`config`, `generation_config`, `device`), without weights
+    model = type("ConfigOnlyModel", (), {**methods, "device": "cpu"})()
     options = {"trust_remote_code": trust_remote_code, "local_files_only": True}
-    model = ConfigOnlyModel()
     try:
         model.config = AutoConfig.from_pretrained(model_dir, **options)
         # as from_pretrained sets `model.generation_config`
