@@ -64,6 +64,7 @@ ACCEPTED = {
     "eta_cutoff-0-sampling": SAMPLING + "eta_cutoff = 0.0",
     "temperature-small-sampling": SAMPLING + "temperature = 1e-6",
     "top_h-1-sampling": SAMPLING + "top_h = 1.0",
+    "num_return_sequences-2-sampling": SAMPLING + "num_return_sequences = 2",
 }
 
 

@@ -40,8 +40,9 @@ def generate_value_problems(generation: dict[str, Any], model_dir: Path, trust_r
         return []
     problems: list[str] = []
     remaining = dict(generation)
-    while (rejection := builders.reject(remaining)) is not None:
-        culprit = _culprit(builders, remaining, rejection)
+    baseline = builders.reject({})  # what the checkpoint alone (or this stand-in) raises: never the request's doing
+    while (rejection := builders.reject(remaining)) is not None and rejection != baseline:
+        culprit = _culprit(builders, remaining, rejection, baseline)
         if culprit is None:
             break
         problems.append(_sentence(builders, remaining, culprit, rejection))
@@ -68,11 +69,17 @@ def _beyond_vocabulary(generation: dict[str, Any], config: Any) -> list[str]:
     return problems
 
 
-def _culprit(builders: "_Builders", keys: dict[str, Any], rejection: _Rejection) -> str | None:
-    """The request key whose removal changes what generate raises (a value before a switch that enabled it)."""
-    changed = [k for k in keys if builders.reject({n: v for n, v in keys.items() if n != k}) != rejection]
-    values = [k for k in changed if k not in _SWITCHES]
-    return (values or changed or [None])[0]
+def _culprit(builders: "_Builders", keys: dict[str, Any], rejection: _Rejection, baseline: _Rejection | None) -> str | None:
+    """The request key whose removal takes this error away (a value before a switch that enabled it); else one whose
+    removal at least changes it (a second bad value then shows)."""
+    without = {k: builders.reject({n: v for n, v in keys.items() if n != k}) for k in keys}
+    cured = [k for k, left in without.items() if left in (None, baseline)]
+    changed = [k for k, left in without.items() if left != rejection]
+    for group in (cured, changed):
+        ranked = [k for k in group if k not in _SWITCHES] + [k for k in group if k in _SWITCHES]
+        if ranked:
+            return ranked[0]
+    return None
 
 
 def _sentence(builders: "_Builders", keys: dict[str, Any], key: str, rejection: _Rejection) -> str:
@@ -94,6 +101,7 @@ class _Builders(NamedTuple):
     def reject(self, generation: dict[str, Any]) -> _Rejection | None:
         """What building generate's processors and criteria for these keys raises, or `None`."""
         import torch
+        from transformers import StoppingCriteriaList
         from transformers.utils import logging
 
         ids = torch.zeros((1, 1), dtype=torch.long)  # input_ids: [batch, prompt]
@@ -107,7 +115,7 @@ class _Builders(NamedTuple):
                 self.model._get_logits_processor(config, input_ids_seq_length=1, encoder_input_ids=ids, device="cpu",
                                                  model_kwargs=model_kwargs)
                 if self.tokenizer is not None or config.stop_strings is None:
-                    self.model._get_stopping_criteria(config, None, self.tokenizer)
+                    self.model._get_stopping_criteria(config, StoppingCriteriaList(), self.tokenizer)  # as generate passes it
         except Exception as exc:  # noqa: BLE001 - any exception here is one generate would raise at its start
             return _Rejection(f"{type(exc).__name__}: {str(exc).strip()}", _raising_class(exc))
         finally:
