@@ -1,10 +1,14 @@
 """Integrity checks: is the snapshot complete, do its files still match what was hashed?"""
 
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
 from genrun.schemas import layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
-from ._load import Snapshot
+from ._load import FileFact, Snapshot
 
 INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
 _ARTIFACTS = (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST)
@@ -97,7 +101,12 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
                 "snapshot_digest": snap.snapshot_digest}
     if unhashed:
         return skip(name, "files were loaded without hashing (read_snapshot(hash_files=False))", unhashed=unhashed)
-    problems = []
+    # a line of the manifest itself edited: named as such, and the file it mentions is not blamed for it
+    altered = altered_manifest_lines(snap.manifest, present, changed, missing, extra)
+    explained = {rel for line in altered for rel in line.covers}
+    changed, missing, extra = ([rel for rel in group if rel not in explained] for group in (changed, missing, extra))
+    evidence["altered_manifest_lines"] = [line.listed for line in altered]
+    problems = [line.message for line in altered]
     if changed:
         problems.append(f"{len(changed)} file(s) changed since sealing: {', '.join(changed)}")
     if missing:
@@ -191,3 +200,45 @@ def check_outputs_listed(snap: Snapshot, ctx: CheckContext) -> Finding:
             [f"present but not listed in result.json: {', '.join(unlisted)}"] if unlisted else [])
         return Finding(name=name, status="FAIL", message="; ".join(parts), evidence=evidence, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(listed)} output file(s), all listed in result.json", evidence=evidence, examined=examined)
+
+
+class AlteredLine(NamedTuple):
+    """A line of `manifest-sha256.txt` that was edited after sealing (not the file it names)."""
+
+    listed: str
+    """The path as the manifest lists it."""
+    message: str
+    covers: tuple[str, ...]
+    """Paths whose changed / missing / unlisted entries this edit explains."""
+
+
+# A changed file changes ~60 of its 64 hex digits; a digest this close to the file's own was edited in the manifest.
+# (Two unrelated digests agree in 48 or more digits with a probability below 1e-40.)
+_EDITED_DIGITS_AT_MOST = 16
+_JOINED_LINE = re.compile(r"([0-9a-f]{64})  (.+)$")
+
+
+def altered_manifest_lines(manifest: Mapping[str, str], present: Mapping[str, FileFact], changed: list[str],
+                           missing: list[str], extra: list[str]) -> list[AlteredLine]:
+    """Manifest lines whose digest differs from the file's in a few digits, or that name no file of the snapshot with the
+    exact digest of a file the manifest does not list (a flipped byte in a digest or a name)."""
+    found = []
+    for rel in changed:
+        actual = present[rel].sha256 or ""
+        digits = sum(a != b for a, b in zip(manifest[rel], actual))
+        if digits <= _EDITED_DIGITS_AT_MOST:
+            found.append(AlteredLine(rel, f"{layout.MANIFEST} was altered: its sha256 for {rel} differs from the file's in {digits} of "
+                                          "64 hex digits (a changed file would change about 60)", (rel,)))
+    unlisted = {present[rel].sha256: rel for rel in extra}
+    for rel in missing:
+        twin = unlisted.get(manifest[rel])
+        joined = _JOINED_LINE.search(rel)  # `<name>?<sha256>  <next name>`: the newline between two lines was overwritten
+        if twin is not None and joined is not None and unlisted.get(joined.group(1)) == joined.group(2):
+            found.append(AlteredLine(rel, f"{layout.MANIFEST} was altered: its lines for {twin} and {joined.group(2)} run "
+                                          "together (the newline between them was overwritten)", (rel, twin, joined.group(2))))
+        elif twin is not None:
+            found.append(AlteredLine(rel, f"{layout.MANIFEST} was altered: it lists {rel!r}, which is not in the snapshot, with the "
+                                          f"sha256 of {twin}, which it does not list (a name edited in the manifest, or the file "
+                                          "renamed after sealing)", (rel, twin)))
+    return found
+

@@ -262,7 +262,7 @@ def check_saved_text(snap: Snapshot, ctx: CheckContext) -> Finding:
     if problems:
         return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
     if isinstance(decoder, DecoderUnavailable):
-        return Finding(name=name, status="SKIP", message=f"cannot decode: {decoder.reason}" + (
+        return Finding(name=name, status="FAIL" if decoder.hostile else "SKIP", message=f"cannot decode: {decoder.reason}" + (
             f" (outputs/*.txt do match the summary text)" if snap.outputs else ""), evidence=evidence, examined=examined)
     evidence["tokenizer"] = str(decoder.path)
     return Finding(name=name, status="PASS", message=f"{compared} saved decodes and {len(snap.outputs)} output text file(s) equal the decode "

@@ -51,15 +51,15 @@ MAX_TOKENIZER_BYTES = 256 << 20
 def read_model_file(path: Path, limit: int = MAX_TOKENIZER_BYTES) -> bytes:
     """A file of the model directory: links are followed (a Hugging Face cache is made of them), but the target
     must be a regular file of at most `limit` bytes, opened without blocking (a FIFO, `/dev/zero` are refused)."""
-    return _read_open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), limit)
+    return _read_open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), limit, "a model file must be one")
 
 
-def _read_open(fd: int, limit: int) -> bytes:
+def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files only") -> bytes:
     """Read an open descriptor (closed afterwards) if it is a regular file of at most `limit` bytes."""
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"is {kind_of(st.st_mode)}, not a regular file; a snapshot holds regular files only")
+            raise UnsafeFile(f"is {kind_of(st.st_mode)}, not a regular file; {rule}")
         if st.st_size > limit:
             raise UnsafeFile(f"is {st.st_size:,} bytes, more than the {limit:,} analysis reads of it")
         data = f.read(limit + 1)

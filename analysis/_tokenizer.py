@@ -53,6 +53,8 @@ class DecoderUnavailable(NamedTuple):
     """Why ids cannot be decoded here."""
 
     reason: str
+    hostile: bool = False
+    """The tokenizer file model.json names is a FIFO, a device, a link to one, or too large: a FAIL, never a skip."""
 
 
 def load_decoder(model: ModelIdentity | None) -> TextDecoder | DecoderUnavailable:
@@ -67,7 +69,7 @@ def load_decoder(model: ModelIdentity | None) -> TextDecoder | DecoderUnavailabl
     try:
         data = read_model_file(path)
     except UnsafeFile as exc:
-        return DecoderUnavailable(f"{path} {exc}; it is not the tokenizer model.json froze")
+        return DecoderUnavailable(f"{path} {exc}; it is not the tokenizer model.json froze", hostile=True)
     except OSError as exc:
         return DecoderUnavailable(f"cannot read {path} ({exc.strerror or exc}); the model directory recorded in model.json is not here")
     actual = sha256_bytes(data)

@@ -11,11 +11,17 @@ tick) keeps its old digest. Touching the file (a new mtime) forces a re-hash.
 
 The cache is an optimisation only: an unreadable, corrupt or unwritable cache never fails a
 plan; it is reported on stderr (once per cause) and the digest is computed instead.
+
+A plan holds its new entries (`held_until_planned`) and writes them only once it is in the store:
+a refused or interrupted plan leaves nothing behind, not even a cache entry.
 """
 
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from ._io import write_bytes_atomic
@@ -23,6 +29,8 @@ from ._io import write_bytes_atomic
 _ENTRY_DIR = "hashes-v1"
 _LINE = re.compile(r"^([0-9a-f]{64})  (.*)\n?$", re.DOTALL)
 _warned: set[str] = set()
+# stat key -> (sha256, path) computed inside `held_until_planned`, not yet written
+_held: ContextVar[dict[str, tuple[str, Path]] | None] = ContextVar("genrun_held_hashes", default=None)
 
 
 def cache_dir() -> Path:
@@ -43,6 +51,9 @@ def stat_key(st: os.stat_result) -> str:
 
 def lookup(st: os.stat_result) -> str | None:
     """The cached sha256 for this stat, or `None` (missing, unreadable or corrupt entries are misses)."""
+    held = _held.get()
+    if held is not None and stat_key(st) in held:
+        return held[stat_key(st)][0]
     entry = cache_dir() / _ENTRY_DIR / stat_key(st)
     try:
         text = entry.read_text(encoding="utf-8")
@@ -59,11 +70,37 @@ def lookup(st: os.stat_result) -> str | None:
 
 
 def store(st: os.stat_result, sha256: str, path: Path) -> None:
-    """Remember `sha256` for this stat; a failure to write is reported once on stderr, never raised."""
+    """Remember `sha256` for this stat (held while a plan is in progress); a failure to write is reported once, never raised."""
+    held = _held.get()
+    if held is not None:
+        held[stat_key(st)] = (sha256, path)
+        return
+    _write(stat_key(st), sha256, path)
+
+
+@contextmanager
+def held_until_planned() -> Iterator[None]:
+    """Entries stored inside are written when the block ends without an exception, and never otherwise (nested: the
+    outer block decides). Lookups inside see them, so a sweep hashes a model its items share once."""
+    outer = _held.get()
+    held = dict(outer or {})
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+    if outer is not None:
+        outer.update(held)
+        return
+    for key, (sha256, path) in held.items():
+        _write(key, sha256, path)
+
+
+def _write(key: str, sha256: str, path: Path) -> None:
     directory = cache_dir() / _ENTRY_DIR
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(directory / stat_key(st), f"{sha256}  {path}\n".encode())
+        write_bytes_atomic(directory / key, f"{sha256}  {path}\n".encode())
     except OSError as exc:
         _warn(f"write:{cache_dir()}", f"cannot write the hash cache in {cache_dir()} ({exc}); "
               "digests are still computed, but the next plan will hash the files again "

@@ -14,7 +14,6 @@ Order:
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 import time
@@ -31,6 +30,7 @@ from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256su
 from genrun.schemas.progress import Unit
 
 from ._io import RESERVE_NAME, release_space, reserve_space, write_model_atomic
+from ._locks import lock_holder, try_exclusive
 from .backends import Backend, BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, get_backend
 from .budget import resolve_device
 from .code_identity import code_set, genrun_code_set
@@ -106,28 +106,12 @@ def execution_lock(snapshot_dir: Path) -> Iterator[None]:
         raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} cannot be opened as a regular file ({exc.strerror or exc}); "
                              "plan the request again") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _lock_holder(os.fstat(fd).st_ino)
-            raise SnapshotError(f"snapshot {snapshot_dir} is already being executed by {holder}; a snapshot runs once: "
-                                "wait for it, or plan a new one with 'genrun plan REQUEST'") from None
+        if not try_exclusive(fd):
+            raise SnapshotError(f"snapshot {snapshot_dir} is already being executed by {lock_holder(fd)}; a snapshot runs once: "
+                                "wait for it, or plan a new one with 'genrun plan REQUEST'")
         yield
     finally:
         os.close(fd)
-
-
-def _lock_holder(inode: int) -> str:
-    """`PID n` from /proc/locks (Linux), else `another process`."""
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
-                    return f"PID {fields[4]}"
-    except OSError:
-        pass
-    return "another process"
 
 
 def _execute_locked(

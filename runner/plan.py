@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 
+from . import _hash_cache
 from ._io import write_bytes_atomic, write_model_atomic
 from .backends import get_backend
 from .budget import enforce
@@ -45,10 +46,11 @@ def plan_request(
     `extra_frozen` adds files (layout name -> model) frozen with the plan, e.g. a rerun's lineage.
 
     Raises RequestError (exit 2) for a bad request (an unknown backend included) and BudgetRefused (exit 3) when the
-    pre-flight does not fit and `force` is false; in both cases nothing is written.
+    pre-flight does not fit and `force` is false; in both cases nothing is written (no hash cache entry either).
     """
-    prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen)
-    return create_snapshot(resolve_store(store), prepared.name, prepared.freeze)
+    with _hash_cache.held_until_planned():  # a refused plan leaves no cache entry either
+        prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen)
+        return create_snapshot(resolve_store(store), prepared.name, prepared.freeze)
 
 
 def prepare_plan(

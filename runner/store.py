@@ -4,6 +4,7 @@ A snapshot is frozen in a dot-prefixed temporary sibling and renamed into place,
 never sees a half-frozen plan. It is complete only once `manifest-sha256.txt` exists.
 """
 
+import contextlib
 import errno
 import os
 import secrets
@@ -18,6 +19,7 @@ from genrun.schemas import layout
 from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
 
 from ._io import DIR_MODE, fsync_dir, write_bytes_atomic
+from ._locks import lock_holder, try_exclusive
 from .errors import SnapshotError, StoreError
 from .interrupts import deferred
 
@@ -73,14 +75,15 @@ def _free_space(where: Path) -> str:
 def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> Path:
     """Make `<store>/<id>/` by calling `freeze(tmp_dir)` in a temporary sibling, then renaming it into place.
 
-    On any failure the temporary directory is removed and nothing appears in the store.
+    On any failure the temporary directory is removed and nothing appears in the store. The
+    temporary directory is locked while this process lives, so `genrun gc` never takes it for abandoned.
     """
     tmp: Path | None = None
+    lock: int | None = None
     try:
         with deferred():  # a signal waits until `tmp` is known, so the cleanup below can remove it
             store.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=store))
-            os.chmod(tmp, DIR_MODE)  # mkdtemp makes 0700; snapshots are meant to be shared read-only
+            tmp, lock = _locked_temporary(store)
         freeze(tmp)
         write_frozen_manifest(tmp)
         final = _rename_into_place(tmp, store, name)
@@ -92,6 +95,58 @@ def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> P
     except BaseException:
         _remove_temporary(tmp)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)  # releases the flock
+
+
+def _locked_temporary(store: Path) -> tuple[Path, int]:
+    """A new `.tmp-*` directory and a descriptor holding an exclusive flock on it.
+
+    `genrun gc` removes a `.tmp-*` directory only while holding its lock; one it took between
+    `mkdtemp` and the lock here is gone or locked, and the planner simply makes another.
+    """
+    for _ in range(16):
+        tmp = Path(tempfile.mkdtemp(prefix=layout.PLANNING_PREFIX, dir=store))
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue
+        locked = try_exclusive(fd)
+        if locked and os.fstat(fd).st_nlink > 0:  # 0: gc removed it before releasing the lock
+            os.chmod(tmp, DIR_MODE)  # mkdtemp makes 0700; snapshots are meant to be shared read-only
+            return tmp, fd
+        os.close(fd)
+        if not locked:  # gc (removing it) or `ls` (looking) holds it: never leave an empty one behind
+            with contextlib.suppress(OSError):
+                tmp.rmdir()
+    raise StoreError(f"could not lock a new planning directory in {store}: another process keeps taking them")
+
+
+def planning_holder(tmp: Path) -> str | None:
+    """`PID n` of the live planner freezing this `.tmp-*` directory, or `None` when no process holds it (abandoned)."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if try_exclusive(fd):
+            return None
+        return lock_holder(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_abandoned_plan(tmp: Path) -> bool:
+    """Remove a `.tmp-*` directory only while holding its lock (never a live planner's); `False` when one holds it."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if not try_exclusive(fd):
+            return False
+        shutil.rmtree(tmp, onerror=_unless_gone)  # never follows links inside
+        return True
+    finally:
+        os.close(fd)
 
 
 def _remove_temporary(tmp: Path | None) -> None:
@@ -186,11 +241,18 @@ def list_snapshots(store: Path) -> list[Path]:
     return sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and (is_planned(p) or is_sealed(p)))
 
 
+def _unless_gone(function: Callable, path: str, exc_info: tuple) -> None:
+    """rmtree's error hook: an entry already gone (its planner gave the empty directory up) is fine; anything else raises."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
+
+
 def list_unfinished_plans(store: Path) -> list[Path]:
-    """`.tmp-*` directories: plans being frozen now, or left by a process killed while planning (`genrun ls` shows them)."""
+    """`.tmp-*` directories: plans being frozen now, or left by a process killed while planning (`genrun ls` shows them,
+    `genrun gc` removes the abandoned ones)."""
     if not store.is_dir():
         return []
-    return sorted(p for p in store.iterdir() if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink())
+    return sorted(p for p in store.iterdir() if p.name.startswith(layout.PLANNING_PREFIX) and p.is_dir() and not p.is_symlink())
 
 
 def find_snapshot(ref: str | Path, store: str | Path | None = None) -> Path:

@@ -1,6 +1,7 @@
 """sha256sum-format manifests and the two snapshot digests (plan and snapshot). Pure stdlib."""
 
 import hashlib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,10 +30,23 @@ def parse_sha256sum(data: bytes) -> dict[str, str]:
     entries: dict[str, str] = {}
     for number, line in enumerate(data.decode().splitlines(), start=1):
         digest, sep, path = line.partition("  ")
-        if not sep or len(digest) != 64 or not path:
-            raise ValueError(f"line {number} is not '<sha256>  <path>': {line!r}")
+        if not sep or not _SHA256_HEX.fullmatch(digest) or not path:
+            raise ValueError(f"line {number} is not '<64 hex digits>  <path>': {line!r}")
+        if not _is_inside_path(path):
+            raise ValueError(f"line {number} names {path!r}, which cannot be a file of the snapshot (a relative path without control characters)")
+        if path in entries:
+            raise ValueError(f"line {number} lists {path!r} a second time")
         entries[path] = digest
     return entries
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_inside_path(path: str) -> bool:
+    """A relative posix path of plain parts (no `.`, `..`, empty part) and no control character: what the sealer writes."""
+    parts = path.split("/")
+    return not any(ord(c) < 32 or c == "\x7f" for c in path) and all(part not in ("", ".", "..") for part in parts)
 
 
 def plan_digest(snapshot_dir: Path) -> str:

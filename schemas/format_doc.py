@@ -126,7 +126,8 @@ def render_format_doc() -> str:
         "",
         "## States",
         "",
-        "Derived from the files present only (`layout.snapshot_state`), the same way by `genrun ls`, `report` and `verify`.",
+        "Derived from the files present only (`layout.snapshot_state`), the same way by `genrun ls`, `report` and `verify`; "
+        "a `.tmp-*` directory is `planning` or `abandoned` by whether its planner still holds its lock.",
         "",
         "| state | meaning |",
         "|---|---|",

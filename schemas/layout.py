@@ -161,10 +161,17 @@ def generation_config_call_index(name: str) -> int | None:
 
 
 # -- snapshot state ---------------------------------------------------------------------------------------------------
+PLANNING_PREFIX = ".tmp-"
+"""A plan is frozen in `<store>/.tmp-*` and renamed into place; its planner holds an exclusive `flock` on that
+directory while it lives, so a `.tmp-*` directory nobody holds was left by a killed planner (`abandoned`)."""
+
+
 class SnapshotState(str, Enum):
-    """Where a snapshot is in its life, derived from the files present only (see `snapshot_state`)."""
+    """Where a snapshot is in its life, derived from the files present (see `snapshot_state`); `abandoned` also
+    needs the planner's lock (a `.tmp-*` directory no process holds)."""
 
     PLANNING = "planning"
+    ABANDONED = "abandoned"
     PLANNED = "planned"
     RUNNING = "running"
     INCOMPLETE = "incomplete"
@@ -172,7 +179,8 @@ class SnapshotState(str, Enum):
 
 
 STATE_MEANING: Mapping[SnapshotState, str] = MappingProxyType({
-    SnapshotState.PLANNING: "no `frozen-sha256.txt` yet: the plan is being frozen (or freezing died)",
+    SnapshotState.PLANNING: "a `.tmp-*` directory without `frozen-sha256.txt` yet, locked by its planner: the plan is being frozen",
+    SnapshotState.ABANDONED: "a `.tmp-*` directory no planner holds (killed while planning): never a plan; `genrun gc --yes` removes it",
     SnapshotState.PLANNED: "frozen, not executed: no execution file yet",
     SnapshotState.RUNNING: "execution started, no `result.json` yet: still running, or killed (files alone cannot tell)",
     SnapshotState.INCOMPLETE: "`result.json` written but never sealed: never `succeeded`, its files are not protected",

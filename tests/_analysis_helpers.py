@@ -56,6 +56,26 @@ def generate_capped(model, tokenizer, inputs, generation, **kwargs):
     return tokenizer.decode(out[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True)
 '''
 
+FAILING_ENTRYPOINT = '''
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+
+class FailAt(StoppingCriteria):
+    def __init__(self, length):
+        self.length = length
+
+    def __call__(self, input_ids, scores, **kwargs):
+        if input_ids.shape[1] >= self.length:
+            raise ValueError("injected failure after 4 new tokens")
+        return input_ids[:, -1] < 0
+
+
+def generate_failing(model, tokenizer, inputs, generation, **kwargs):
+    encoded = tokenizer(inputs["prompt"], return_tensors="pt")
+    criteria = StoppingCriteriaList([FailAt(encoded["input_ids"].shape[1] + 4)])
+    return model.generate(**encoded, **generation, stopping_criteria=criteria)
+'''
+
 
 def toml_value(value: Any) -> str:
     """A TOML literal for the small values requests use (JSON strings and arrays are valid TOML here)."""
@@ -86,8 +106,10 @@ VARIANTS: dict[str, tuple[Any, dict[str, Any], dict[str, dict[str, Any]], str]] 
     "default_length": ("count down from 40 :", {"do_sample": False}, {}, "bundled"),
     "model_cap": ("count down from 40 :", {"do_sample": False}, {}, "capped"),
     "stop_string": ("count down from 12 :", {"max_new_tokens": 64, "do_sample": False, "stop_strings": ["5"]}, {}, "stop_strings"),
-    # transformers' StopStringCriteria cannot index the bundled word-level vocabulary: generate raises (a real exception run)
-    "exception": ("count down from 12 :", {"max_new_tokens": 64, "do_sample": False, "stop_strings": ["5"]}, {}, "bundled"),
+    # a stopping criterion of the entry point raises after 4 tokens (a real exception run; a value generate rejects
+    # up front, such as a stop string the tokenizer cannot index, is refused at plan time)
+    "exception": ("count down from 12 :", {"max_new_tokens": 64, "do_sample": False},
+                  {"entrypoint": {"callable": "failing_entry:generate_failing"}}, "bundled"),
     # same prompt as "pow2", but the word "35" is suppressed: the ids agree up to position 4, then differ
     "suppressed": ("count down from 40 :", {"max_new_tokens": 16, "do_sample": False, "suppress_tokens": ["<id of 35>"]}, {}, "bundled"),
     "batch": (["count down from 3 :", "count down from 40 :"], {"max_new_tokens": 10, "do_sample": False}, {}, "bundled"),
@@ -133,6 +155,7 @@ class SnapshotFactory:
         model = self._model(model_kind, work)
         if "entrypoint" in tables:
             (work / "capping_entry.py").write_text(CAPPING_ENTRYPOINT)
+            (work / "failing_entry.py").write_text(FAILING_ENTRYPOINT)
         request = work / "request.toml"
         request.write_text(request_toml(name.replace("_", "-"), model, prompt, generation, **tables))
         snapshot = plan_request(request, self.store)

@@ -259,7 +259,7 @@ def test_exception_run_agrees_with_its_result_and_a_mismatch_fails(snapshots, tm
     exception = snapshots.get("exception")
     assert check(exception, "stop_reasons").status == "PASS"
     completeness = check(exception, "completeness")
-    assert completeness.status == "WARN" and "failed with ValueError: substring not found" in completeness.message
+    assert completeness.status == "WARN" and "failed with ValueError: injected failure after 4 new tokens" in completeness.message
     copy = copy_snapshot(exception, tmp_path)
     edit_json(copy, layout.RESULT, lambda r: r.update(status="succeeded"))
     found = check(copy, "stop_reasons")

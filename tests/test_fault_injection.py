@@ -128,7 +128,9 @@ def _assert_state_rules(store: Path, sig: str, returncode: int, stderr: str, whe
         if not snapshots:
             if temporary:
                 listed = json.loads(run_cli("ls", "--store", store, "--json").stdout)["snapshots"]
-                assert [row["state"] for row in listed] == ["planning"], f"{where}: {listed}"  # a leftover is shown, not hidden
+                # a leftover is shown as abandoned (its planner is dead), not hidden, and `gc --yes` removes it
+                assert [row["state"] for row in listed] == ["abandoned"], f"{where}: {listed}"
+                assert run_cli("gc", "--store", store, "--yes").returncode == 0 and not any(store.iterdir()), where
             return "nothing" if not temporary else "planning"
         return _kill_left(snapshots[0], where)
     assert not temporary, f"{where}: left {temporary}"
@@ -176,5 +178,5 @@ def _assert_ls_never_succeeded_unsealed(store: Path, where: str) -> None:
     listed = run_cli("ls", "--store", store, "--json")
     assert listed.returncode == 0, listed.stderr
     for row in json.loads(listed.stdout)["snapshots"]:
-        assert row["sealed"] or row["state"] in ("planning", "planned", "running", "incomplete"), f"{where}: {row}"
-        assert row["state"] != "planning" or row["id"].startswith(".tmp-"), f"{where}: {row}"
+        assert row["sealed"] or row["state"] in ("planning", "abandoned", "planned", "running", "incomplete"), f"{where}: {row}"
+        assert row["state"] not in ("planning", "abandoned") or row["id"].startswith(".tmp-"), f"{where}: {row}"

@@ -166,3 +166,45 @@ def test_unreadable_result_is_named_never_a_run_without_result(snapshots, tmp_pa
     verified = run_genrun("verify", snapshot, "--json")
     completeness = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "completeness")
     assert completeness["status"] == "FAIL" and completeness["message"].startswith(f"{layout.RESULT} is present but is a FIFO"), completeness
+
+
+@pytest.fixture(scope="module")
+def private_model_run(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> tuple[Path, Path]:
+    """A sealed snapshot of a private copy of the tiny model (its tokenizer can be damaged without touching the original)."""
+    import shutil
+
+    from conftest import run_cli, tiny_request
+
+    work = tmp_path_factory.mktemp("private-model")
+    model = work / "model"
+    shutil.copytree(tiny_lm, model)
+    (work / "request.toml").write_text(tiny_request(model, generation="max_new_tokens = 4"))
+    done = run_cli("run", work / "request.toml", "--store", work / "store", "--quiet", "--json")
+    assert done.returncode == 0, done.stderr
+    return Path(json.loads(done.stdout)["snapshot"]), model
+
+
+@pytest.mark.parametrize("damage", ["fifo", "link-to-dev-zero"])
+def test_hostile_tokenizer_of_the_model_is_a_fail_naming_it(damage: str, private_model_run: tuple[Path, Path]) -> None:
+    """The tokenizer model.json names lies outside the snapshot: a FIFO there must not hang verify/report, nor
+    `/dev/zero` exhaust memory; verify FAILs naming it (a skip would pass the snapshot), report names it in a note."""
+    snapshot, model = private_model_run
+    tokenizer = model / "tokenizer.json"
+    original = tokenizer.read_bytes()
+    tokenizer.unlink()
+    if damage == "fifo":
+        os.mkfifo(tokenizer)
+    else:
+        os.symlink("/dev/zero", tokenizer)
+    try:
+        verified = _bounded("verify", snapshot, "--json")
+        assert verified.returncode == 1 and "Traceback" not in verified.stderr, verified.stderr[-2000:]
+        failed = [f for f in json.loads(verified.stdout)["findings"] if f["status"] == "FAIL"]
+        kind = "a FIFO" if damage == "fifo" else "a character device"
+        assert [(f["name"], f"{tokenizer} is {kind}, not a regular file" in f["message"]) for f in failed] == [("saved_text", True)], failed
+        reported = _bounded("report", snapshot, "--json")
+        assert reported.returncode in (0, 1) and "Traceback" not in reported.stderr, reported.stderr[-2000:]
+        assert any(f"{tokenizer} is {kind}" in note for note in json.loads(reported.stdout)["notes"]), reported.stdout[-2000:]
+    finally:
+        tokenizer.unlink()
+        tokenizer.write_bytes(original)

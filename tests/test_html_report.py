@@ -122,7 +122,7 @@ def test_failed_snapshot_shows_the_exception_and_its_fail(snapshots, browser, tm
         warned = visible_text(opened, "tr.finding-WARN")
         assert any(row.startswith("WARN") and "completeness" in row and "failed with ValueError" in row for row in warned), warned
         stops = opened.page.locator("#stops").locator("xpath=following-sibling::table[1]").inner_text()
-        assert "ValueError: substring not found" in stops
+        assert "ValueError: injected failure after 4 new tokens" in stops
         opened.screenshot(tmp_path / "exception.png")
     finally:
         opened.close()

@@ -54,7 +54,7 @@ def _type_problem(key: str, value: Any) -> str | None:
     if key in _POSITIVE_FIELDS and value < 1:
         return f"[generation] {key} = {value!r} must be at least 1"
     if key == "stop_strings" and not (
-        isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(s, str) and s for s in value))
+        (isinstance(value, str) and value) or (isinstance(value, list) and value and all(isinstance(s, str) and s for s in value))
     ):
         return f"[generation] stop_strings = {value!r} must be a non-empty string or a list of non-empty strings"
     if key == "eos_token_id" and not (

@@ -27,6 +27,7 @@ from ..input_files import input_path, read_input_files
 from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request, validate_processor_override
 from ._prompts import encode_input
 from ._decoder_prompt import forced_decoder_prompts
+from ._generate_values import generate_value_problems
 from ._generation_modes import mode_problems
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
@@ -63,8 +64,9 @@ class TransformersBackend:
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
-        key_problems = generation_problems(request.generation)  # the mode is only worked out from keys that passed
+        key_problems = generation_problems(request.generation)  # the mode and the values are only worked out from keys that passed
         refuse_generation(key_problems or mode_problems(request.generation, model_dir, own_loop=musicgen.is_music_model(model_dir)))
+        refuse_generation(generate_value_problems(request.generation, model_dir, request.model.trust_remote_code))
         musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
         validate_processor_override(request)
 

@@ -50,8 +50,8 @@ def handle(args: argparse.Namespace) -> int:
 
     store = resolve_store(args.store)
     rows = [describe(path, args.allowed_signers) for path in list_snapshots(store)]
-    # planning now, or abandoned by a killed `genrun plan`: listed so that leftovers are seen (safe to delete when no plan runs)
-    rows += [SnapshotRow(path.name, layout.SnapshotState.PLANNING.value, False, None, "-", "-") for path in list_unfinished_plans(store)]
+    # planning now (a live planner holds it), or abandoned by a killed `genrun plan` (`genrun gc` removes those)
+    rows += [SnapshotRow(path.name, _planning_state(path).value, False, None, "-", "-") for path in list_unfinished_plans(store)]
     rows = group_sweeps(rows, store)
     if args.json:
         print_json({"store": str(store), "snapshots": [row._asdict() for row in rows]})
@@ -74,6 +74,12 @@ def handle(args: argparse.Namespace) -> int:
         stderr_console.print(f"(columns {', '.join(dropped)} left out to fit {width} columns; see them with --json or a wider terminal)",
                              markup=False, highlight=False)
     return 0
+
+
+def _planning_state(tmp: Path) -> layout.SnapshotState:
+    from genrun.runner.store import planning_holder
+
+    return layout.SnapshotState.PLANNING if planning_holder(tmp) else layout.SnapshotState.ABANDONED
 
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")

@@ -17,6 +17,7 @@ from genrun.schemas import layout
 from genrun.schemas.digests import parse_sha256sum, plan_digest
 from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
 
+from .. import _hash_cache
 from .._io import fsync_dir, write_bytes_atomic, write_model_atomic
 from ..errors import GenrunError, SnapshotError
 from ..plan import PreparedPlan, prepare_plan
@@ -30,6 +31,11 @@ def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force
     A refusal of any item raises before anything is written (its message names the item, the
     dataset line and the key). `on_item(i, n)` is called as items are checked (progress on long sweeps).
     """
+    with _hash_cache.held_until_planned():  # a refused sweep leaves no hash cache entry either
+        return _plan_sweep(sweep_path, store, force, on_item)
+
+
+def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, on_item) -> Path:
     sweep = load_sweep(sweep_path)
     items = expand_items(sweep)
     prepared = []
