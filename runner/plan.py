@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from genrun.schemas import Request, TokenBudget, layout
 
 from ._io import write_bytes_atomic, write_model_atomic
+from ._plan_session import once
 from .backends import get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
@@ -70,7 +71,7 @@ def prepare_plan(
     model = identify_model(request.model, base_dir)
     budget = backend.estimate_budget(measured_budget_request(request, input_files), resolved.path, model.weight_bytes, force)
     enforce(budget)
-    environment = capture_environment()
+    environment = once("environment", capture_environment)
 
     def freeze(directory: Path) -> None:
         write_bytes_atomic(directory / layout.request_source_name(loaded.format), loaded.source)

@@ -40,7 +40,8 @@ def raise_now(model, tok, inputs, generation):
 
 
 def write_sweep(directory: Path, *, name: str = "sw", rows: list[dict[str, Any]] | None = None, grid: dict[str, list] | None = None,
-                kind: str = "local", workers: int = 1, retries: int | None = None, max_new_tokens: int = 32) -> Path:
+                kind: str = "local", workers: int = 1, retries: int | None = None, max_new_tokens: int = 32,
+                address: str | None = None) -> Path:
     """A base request for tiny-lm, an entry-point module beside it, a dataset and the sweep file; returns the sweep file."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "sweep_entries.py").write_text(ENTRIES)
@@ -59,6 +60,8 @@ def write_sweep(directory: Path, *, name: str = "sw", rows: list[dict[str, Any]]
         (directory / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         lines.append('[sweep.dataset]\npath = "items.jsonl"')
     lines.append(f'[sweep.executor]\nkind = "{kind}"\nworkers = {workers}')
+    if address is not None:
+        lines.append(f'address = "{address}"')
     path = directory / "sweep.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -18,6 +18,7 @@ from genrun.schemas.digests import parse_sha256sum, plan_digest
 from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
 
 from .._io import fsync_dir, write_bytes_atomic, write_model_atomic
+from .._plan_session import plan_session
 from ..errors import GenrunError, SnapshotError
 from ..plan import PreparedPlan, prepare_plan
 from ..store import create_snapshot, is_sealed, resolve_store, seal_snapshot
@@ -33,10 +34,11 @@ def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force
     sweep = load_sweep(sweep_path)
     items = expand_items(sweep)
     prepared = []
-    for item in items:
-        prepared.append(_prepare_item(sweep, item, force))
-        if on_item is not None:
-            on_item(item.index + 1, len(items))
+    with plan_session():  # environment, genrun's code hash, the model's config and tokenizer: once for all items
+        for item in items:
+            prepared.append(_prepare_item(sweep, item, force))
+            if on_item is not None:
+                on_item(item.index + 1, len(items))
     root = resolve_store(store).absolute()
     planned: list[Path] = []
     try:
