@@ -64,9 +64,11 @@ def _blocking_rows(marker: Path) -> list[dict]:
     return [{"input.prompt": "count down from 6 :", **block}, {"input.prompt": "count down from 3 :"}]
 
 
-def test_killed_actor_item_is_lost_kept_and_retried(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+def _sweep_with_the_actor_killed(tmp_path: Path, retries: int | None) -> tuple[int, Path, Path, int]:
+    """Run a 2-item Ray sweep in this process, SIGKILL the actor while it holds item 0; (exit, store, sweep, killed pid)."""
     marker = tmp_path / "actor.pid"
-    sweep_file = write_sweep(tmp_path / "in", name="killed", rows=_blocking_rows(marker), kind="ray", workers=1, max_new_tokens=16)
+    sweep_file = write_sweep(tmp_path / "in", name="killed", rows=_blocking_rows(marker), kind="ray", workers=1, max_new_tokens=16,
+                             retries=retries)
     store = tmp_path / "store"
     killed: list[int] = []
 
@@ -76,9 +78,14 @@ def test_killed_actor_item_is_lost_kept_and_retried(local_ray, tmp_path: Path) -
 
     killer = threading.Thread(target=kill_the_actor, daemon=True)
     killer.start()
-    assert main(["sweep", str(sweep_file), "--store", str(store)]) == 0  # the retry succeeded, so every item did
+    code = main(["sweep", str(sweep_file), "--store", str(store)])
     killer.join(timeout=5)
-    sweep = only_sweep(store)
+    return code, store, only_sweep(store), killed[0]
+
+
+def test_killed_actor_item_is_lost_kept_and_retried(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    code, store, sweep, killed = _sweep_with_the_actor_killed(tmp_path, retries=None)  # default: 1 retry
+    assert code == 0  # the retry succeeded, so every item did
     result = read(sweep / "sweep-result.json")
     assert result["status"] == "completed" and result["counts"] == {"succeeded": 2}
     item = result["items"][0]
@@ -90,10 +97,23 @@ def test_killed_actor_item_is_lost_kept_and_retried(local_ray, tmp_path: Path) -
     assert [("started" in line, '"status":"lost"' in line) for line in log] == [(True, False), (False, True), (True, False), (False, False)]
     assert "actor ray-0 died mid-item" in log[1]
     retried_by = read(store / retry / "worker-model.json")
-    assert retried_by["worker"] == "ray-0.1" and retried_by["pid"] != killed[0] and not retried_by["reused"]  # a fresh actor
+    assert retried_by["worker"] == "ray-0.1" and retried_by["pid"] != killed and not retried_by["reused"]  # a fresh actor
     verdict = run_cli("verify", store / lost)
     assert verdict.returncode == 1 and "incomplete" in verdict.stdout  # verify FAILs it as for any killed run
     assert main(["verify", str(sweep)]) == 0
+
+
+def test_killed_actor_item_without_retries_left_ends_lost(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    code, store, sweep, _ = _sweep_with_the_actor_killed(tmp_path, retries=0)
+    assert code == 1  # an item was lost
+    result = read(sweep / "sweep-result.json")
+    assert result["status"] == "completed" and result["counts"] == {"lost": 1, "succeeded": 1}
+    lost, done = result["items"]
+    assert (lost["status"], lost["snapshot_digest"], len(lost["attempts"])) == ("lost", None, 1)  # not retried, not sealed
+    assert "actor ray-0 died mid-item" in lost["message"]
+    assert (store / lost["snapshot_id"] / "progress.ndjson").exists()  # the incomplete snapshot is kept
+    assert done["status"] == "succeeded" and read(store / done["snapshot_id"] / "worker-model.json")["worker"] == "ray-0.1"
+    assert main(["verify", str(sweep)]) == 1  # the lost item is a FAIL of the sweep
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
