@@ -116,7 +116,7 @@ def test_killed_actor_item_without_retries_left_ends_lost(local_ray, tmp_path: P
     assert main(["verify", str(sweep)]) == 1  # the lost item is a FAIL of the sweep
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_to_the_driver_interrupts_the_running_actor_item(local_ray, tmp_path: Path, sig: int, code: int) -> None:  # noqa: ANN001
     """A real driver process joins this Ray instance (`address`) and gets the signal while an actor runs item 0.
 
