@@ -13,7 +13,7 @@ import orjson
 from conftest import REPO, TINY_LM
 
 ENTRIES = '''
-"""Entry points for sweep tests: block the first time (so a test can kill mid-item), or fail."""
+"""Entry points for sweep tests: block the first time (so a test can kill mid-item), fail, or load slowly."""
 import os
 import time
 from pathlib import Path
@@ -36,6 +36,19 @@ def block_once(model, tok, inputs, generation, marker):
 
 def raise_now(model, tok, inputs, generation):
     raise RuntimeError("planted failure in item code")
+
+
+def load_after_interrupt(path, dtype, device, marker):
+    """A `[model] loader` that writes this pid to `marker`, waits until the sweep worker has noted a SIGINT, then loads."""
+    from genrun.runner.sweep.worker import interrupt_requested
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    Path(marker).write_text(str(os.getpid()))
+    for _ in range(6000):
+        if interrupt_requested():
+            break
+        time.sleep(0.1)
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 '''
 
 

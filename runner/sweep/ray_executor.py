@@ -11,9 +11,8 @@ SIGINT: Ray cannot interrupt a running method of a regular actor (`ray.cancel` o
 the method would have to poll), so the driver interrupts an item the way the local executor does:
 a real SIGINT to the actor's process, sent by a tiny Ray task pinned to the actor's node (the
 actor reports its node and pid when it starts). The item's own `execute_snapshot` handles it and
-seals the item `interrupted`; between items the actor ignores SIGINT, as a local worker does. A
-SIGINT that lands before the item's run has begun (the actor still loading the model) is ignored
-and that item runs to its end, as with the local executor.
+seals the item `interrupted`; one that lands while the actor still loads the model for the item
+leaves the item `not_run` (`worker.start_worker`), as with the local executor.
 """
 
 import os
@@ -45,8 +44,7 @@ class SweepActor:
         from .worker import start_worker
 
         # Ray blocks SIGINT in every thread of a worker; unblocked here (the actor's main thread, where its methods run)
-        # it reaches the item's `execute_snapshot`, whose gate handles it. Between items it is ignored: the driver decides.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # it reaches the item's `execute_snapshot`, whose gate handles it; outside a run `start_worker`'s handler notes it.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         self.name = name
         start_worker(name)
