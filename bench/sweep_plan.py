@@ -40,7 +40,7 @@ def check_items(sweep_file: Path, shared: bool) -> float:
     """Seconds to check every item (nothing written)."""
     from genrun.runner._plan_session import plan_session
     from genrun.runner.sweep.spec import expand_items, load_sweep
-    from genrun.runner.sweep.store import _prepare_item
+    from genrun.runner.sweep.store import prepare_item
 
     t0 = time.perf_counter()
     sweep = load_sweep(sweep_file)
@@ -48,10 +48,10 @@ def check_items(sweep_file: Path, shared: bool) -> float:
     if shared:
         with plan_session():
             for item in items:
-                _prepare_item(sweep, item, False)
+                prepare_item(sweep, item, False)
     else:
         for item in items:
-            _prepare_item(sweep, item, False)
+            prepare_item(sweep, item, False)
     return time.perf_counter() - t0
 
 

@@ -36,7 +36,7 @@ def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force
     prepared = []
     with plan_session():  # environment, genrun's code hash, the model's config and tokenizer: once for all items
         for item in items:
-            prepared.append(_prepare_item(sweep, item, force))
+            prepared.append(prepare_item(sweep, item, force))
             if on_item is not None:
                 on_item(item.index + 1, len(items))
     root = resolve_store(store).absolute()
@@ -55,7 +55,8 @@ def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force
         raise
 
 
-def _prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPlan:
+def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPlan:
+    """Every `genrun plan` check of one item (nothing written); a refusal names the item, its dataset line and changes."""
     try:
         return prepare_plan(item.request, force, base_dir=sweep.base_path.parent)
     except GenrunError as exc:
