@@ -123,7 +123,7 @@ def main() -> None:
                 "local x2": run_sweep(sweep_file(work, "local", 2), work / "s2", env)}
         if not args.skip_ray:
             runs["ray x1"] = run_sweep(sweep_file(work, "ray", 1), work / "s3", env)
-    bare_item = statistics.median(bare["calls"][1:])
+    bare_item = statistics.median(bare["calls"][1:] or bare["calls"])  # the first call warms up; one item has only it
     print(f"{args.items} items x {args.tokens} new tokens, random Llama ({model_dir.name}), greedy, batch 1")
     print(f"bare loop: load {bare['load']:.2f} s + {len(bare['calls'])} generate calls {sum(bare['calls']):.2f} s = {bare_total:.2f} s "
           f"(median call {bare_item * 1000:.1f} ms)")

@@ -19,6 +19,7 @@ import genrun.analysis
 import genrun.runner
 import genrun.schemas
 
+from ._plan_session import once
 from .errors import RequestError
 
 GENRUN_PACKAGES = ("genrun", "genrun.runner", "genrun.analysis", "genrun.schemas")
@@ -82,7 +83,7 @@ def identify_code(
         remote = _python_files(Path(model_dir))
         if remote:
             remote_code = code_set(Path(model_dir), remote)
-    return CodeIdentity(genrun=genrun_code_set(), entrypoint=entrypoint, remote_code=remote_code)
+    return CodeIdentity(genrun=once("genrun-code", genrun_code_set), entrypoint=entrypoint, remote_code=remote_code)
 
 
 def code_refs(entrypoint_callable: str | None, loader: str | None) -> list[CodeRef]:

@@ -15,6 +15,7 @@ from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 
 from . import _hash_cache
 from ._io import write_bytes_atomic, write_model_atomic
+from ._plan_session import once
 from .backends import get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
@@ -75,7 +76,7 @@ def prepare_plan(
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
     budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force)
     enforce(budget)
-    environment = capture_environment()
+    environment = once("environment", capture_environment)
 
     def freeze(directory: Path) -> None:
         write_bytes_atomic(directory / layout.request_source_name(loaded.format), loaded.source)

@@ -13,7 +13,7 @@ import orjson
 from conftest import REPO, TINY_LM
 
 ENTRIES = '''
-"""Entry points for sweep tests: block the first time (so a test can kill mid-item), or fail."""
+"""Entry points for sweep tests: block the first time (so a test can kill mid-item), fail, or load slowly."""
 import os
 import time
 from pathlib import Path
@@ -36,11 +36,25 @@ def block_once(model, tok, inputs, generation, marker):
 
 def raise_now(model, tok, inputs, generation):
     raise RuntimeError("planted failure in item code")
+
+
+def load_after_interrupt(path, dtype, device, marker):
+    """A `[model] loader` that writes this pid to `marker`, waits until the sweep worker has noted a SIGINT, then loads."""
+    from genrun.runner.sweep.worker import interrupt_requested
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    Path(marker).write_text(str(os.getpid()))
+    for _ in range(6000):
+        if interrupt_requested():
+            break
+        time.sleep(0.1)
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 '''
 
 
 def write_sweep(directory: Path, *, name: str = "sw", rows: list[dict[str, Any]] | None = None, grid: dict[str, list] | None = None,
-                kind: str = "local", workers: int = 1, retries: int | None = None, max_new_tokens: int = 32) -> Path:
+                kind: str = "local", workers: int = 1, retries: int | None = None, max_new_tokens: int = 32,
+                address: str | None = None) -> Path:
     """A base request for tiny-lm, an entry-point module beside it, a dataset and the sweep file; returns the sweep file."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "sweep_entries.py").write_text(ENTRIES)
@@ -59,6 +73,8 @@ def write_sweep(directory: Path, *, name: str = "sw", rows: list[dict[str, Any]]
         (directory / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         lines.append('[sweep.dataset]\npath = "items.jsonl"')
     lines.append(f'[sweep.executor]\nkind = "{kind}"\nworkers = {workers}')
+    if address is not None:
+        lines.append(f'address = "{address}"')
     path = directory / "sweep.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

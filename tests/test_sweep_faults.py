@@ -6,6 +6,7 @@ the failed item sealed while the others completed, `verify SWEEP` counting both,
 the model loaded once per worker, `ls` grouping and a sign-off on the whole sweep.
 """
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from _lm_helpers import read_ids
 from _sweep_helpers import only_sweep, read, start_cli, wait_for, write_sweep
-from conftest import run_cli
+from conftest import PROCESS_TIMEOUT_S, run_cli
 
 KILLED, FAILED, CAPPED = 1, 2, 3
 
@@ -121,3 +122,28 @@ def test_signoff_accepts_the_whole_sweep_and_ls_groups_items(faulty_sweep: dict)
 def test_a_sealed_sweep_is_not_run_again(faulty_sweep: dict) -> None:
     again = run_cli("sweep", "resume", faulty_sweep["sweep"])
     assert again.returncode == 1 and "already sealed" in again.stderr
+
+
+def test_sigint_while_a_worker_loads_the_model_leaves_the_item_planned(tmp_path) -> None:  # noqa: ANN001
+    """The driver's SIGINT reaches a worker still loading the model for its item: the item is `not_run`, nothing executed."""
+    marker = tmp_path / "loading.pid"
+    rows = [{"model.loader": "sweep_entries:load_after_interrupt", "model.loader_kwargs.marker": str(marker)},
+            {"input.prompt": "count down from 3 :"}]
+    store = tmp_path / "store"
+    sweep_file = write_sweep(tmp_path / "in", rows=rows, workers=1)
+    assert run_cli("sweep", "plan", sweep_file, "--store", store).returncode == 0
+    sweep = only_sweep(store)
+    planned_files = [p.name for p in (store / read(sweep / "sweep-plan.json")["items"][0]["snapshot_id"]).iterdir()]
+    driver = start_cli("sweep", "execute", sweep)
+    wait_for(marker)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert driver.returncode == 130, err
+    result = read(only_sweep(store) / "sweep-result.json")
+    assert result["status"] == "interrupted" and result["counts"] == {"not_run": 2}
+    prepared = result["items"][0]
+    assert "SIGINT came while the worker prepared this item" in prepared["message"] and prepared["snapshot_digest"] is None
+    planned = store / prepared["snapshot_id"]
+    assert sorted(p.name for p in planned.iterdir()) == sorted(planned_files)  # never executed: only the plan's files
+    plan_digest = read(only_sweep(store) / "sweep-plan.json")["items"][0]["plan_digest"]
+    assert hashlib.sha256((planned / "frozen-sha256.txt").read_bytes()).hexdigest() == plan_digest  # the plan is intact

@@ -122,3 +122,48 @@ def test_sweep_artifacts_round_trip_and_refuse_unknown_keys(tmp_path: Path) -> N
     assert WorkerModel.model_validate_json(worker.model_dump_json()) == worker
     with pytest.raises(ValidationError):
         ATTEMPT_ADAPTER.validate_json(b'{"event": "finished", "item": 0, "attempt": 1, "snapshot_id": "a", "t": 0}')
+
+
+def test_items_share_the_sweeps_facts_and_keep_their_own_checks(tmp_path: Path) -> None:
+    """Environment, genrun's code hash and the tokenizer are computed once per sweep; each item's own facts stay its own."""
+    rows = [{"seed": 1}, {"input.prompt": "count down from 12 : 11 10", "entrypoint.callable": "sweep_entries:raise_now"}]
+    sweep = write_sweep(tmp_path, rows=rows)
+    store = tmp_path / "store"
+    assert main(["sweep", "plan", str(sweep), "--store", str(store)]) == 0
+    assert main(["plan", str(tmp_path / "base.toml"), "--store", str(tmp_path / "lone")]) == 0
+    (lone,) = (tmp_path / "lone").iterdir()
+    plan = SweepPlan.model_validate_json((only_sweep(store) / "sweep-plan.json").read_bytes())
+    first, second = (store / item.snapshot_id for item in plan.items)
+    assert (first / "environment.json").read_bytes() == (second / "environment.json").read_bytes()
+    codes = [read(d / "code.json") for d in (first, second, lone)]
+    assert codes[0]["genrun"] == codes[1]["genrun"] == codes[2]["genrun"]  # the same hash a lone plan records
+    assert codes[0]["entrypoint"] is None and [f["path"] for f in codes[1]["entrypoint"]["files"]] == ["sweep_entries.py"]
+    budgets = [read(d / "token-budget.json") for d in (first, second, lone)]
+    for budget in budgets:
+        del budget["device_memory_free_bytes"]  # measured live at each plan
+    assert budgets[0] == budgets[2]  # item 0 is the base request (another seed): the shared tokenizer gives the lone plan's budget
+    assert budgets[1]["prompt_tokens"] == budgets[0]["prompt_tokens"] + 2  # each item's own prompt is tokenized
+
+
+def test_plan_session_shares_values_only_inside_it() -> None:
+    from genrun.runner._plan_session import once, plan_session
+
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert (once("k", compute), once("k", compute)) == (1, 2)  # outside a session: computed every time (a lone plan)
+    with plan_session():
+        assert (once("k", compute), once("k", compute)) == (3, 3)
+        with plan_session():  # nested: the outer session's values
+            assert once("k", compute) == 3
+
+        def fail() -> int:
+            raise ValueError("unreadable")
+
+        with pytest.raises(ValueError):
+            once("bad", fail)
+        assert once("bad", compute) == 4  # a failure is never kept
+    assert once("k", compute) == 5  # the session ended

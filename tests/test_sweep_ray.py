@@ -1,14 +1,20 @@
-"""The Ray executor on a real local Ray instance: the same greedy items give the same token ids as the local executor."""
+"""The Ray executor on a real local Ray instance: the same greedy items give the same token ids as the local
+executor; an actor SIGKILLed mid-item costs that attempt only (lost, kept, retried); SIGINT to the driver
+interrupts the running item and seals the sweep interrupted."""
 
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install -e '.[test]'")
 
-from _lm_helpers import read_ids  # noqa: E402
-from _sweep_helpers import only_sweep, read, write_sweep  # noqa: E402
+from _lm_helpers import read_ids, read_progress  # noqa: E402
+from _sweep_helpers import only_sweep, pid_alive, read, start_cli, wait_for, write_sweep  # noqa: E402
+from conftest import PROCESS_TIMEOUT_S, run_cli  # noqa: E402
 from genrun.runner.cli import main  # noqa: E402
 
 ROWS = [{"input.prompt": "count down from 4 :"}, {"input.prompt": "count down from 9 :"}, {"input.prompt": "count down from 12 :"}]
@@ -50,3 +56,95 @@ def test_ray_and_local_sweeps_give_identical_token_ids(local_ray, tmp_path: Path
             assert main(["verify", str(sweep)]) == 0
     assert ids["ray"] == ids["local"]
     assert [len(x) for x in ids["local"]] == [5, 10, 13]  # n-1 .. 0, then EOS
+
+
+def _blocking_rows(marker: Path) -> list[dict]:
+    """Item 0 writes its process id (the actor's) to `marker` and waits; item 1 is an ordinary countdown."""
+    block = {"entrypoint.callable": "sweep_entries:block_once", "entrypoint.kwargs.marker": str(marker)}
+    return [{"input.prompt": "count down from 6 :", **block}, {"input.prompt": "count down from 3 :"}]
+
+
+def _sweep_with_the_actor_killed(tmp_path: Path, retries: int | None) -> tuple[int, Path, Path, int]:
+    """Run a 2-item Ray sweep in this process, SIGKILL the actor while it holds item 0; (exit, store, sweep, killed pid)."""
+    marker = tmp_path / "actor.pid"
+    sweep_file = write_sweep(tmp_path / "in", name="killed", rows=_blocking_rows(marker), kind="ray", workers=1, max_new_tokens=16,
+                             retries=retries)
+    store = tmp_path / "store"
+    killed: list[int] = []
+
+    def kill_the_actor() -> None:  # the driver runs in this process's main thread; the actor is its own process
+        killed.append(int(wait_for(marker)))
+        os.kill(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_actor, daemon=True)
+    killer.start()
+    code = main(["sweep", str(sweep_file), "--store", str(store)])
+    killer.join(timeout=5)
+    return code, store, only_sweep(store), killed[0]
+
+
+def test_killed_actor_item_is_lost_kept_and_retried(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    code, store, sweep, killed = _sweep_with_the_actor_killed(tmp_path, retries=None)  # default: 1 retry
+    assert code == 0  # the retry succeeded, so every item did
+    result = read(sweep / "sweep-result.json")
+    assert result["status"] == "completed" and result["counts"] == {"succeeded": 2}
+    item = result["items"][0]
+    lost, retry = item["attempts"]
+    assert item["snapshot_id"] == retry and item["stop_reasons"] == ["eos"] and item["generated"] == 7  # 5 .. 0, EOS
+    assert (store / lost / "progress.ndjson").exists() and not (store / lost / "manifest-sha256.txt").exists()  # kept, incomplete
+    assert (store / lost / "frozen-sha256.txt").read_bytes() == (store / retry / "frozen-sha256.txt").read_bytes()  # same plan
+    log = [read_line for read_line in (sweep / "sweep-progress.ndjson").read_text().splitlines() if '"item":0,' in read_line]
+    assert [("started" in line, '"status":"lost"' in line) for line in log] == [(True, False), (False, True), (True, False), (False, False)]
+    assert "actor ray-0 died mid-item" in log[1]
+    retried_by = read(store / retry / "worker-model.json")
+    assert retried_by["worker"] == "ray-0.1" and retried_by["pid"] != killed and not retried_by["reused"]  # a fresh actor
+    verdict = run_cli("verify", store / lost)
+    assert verdict.returncode == 1 and "incomplete" in verdict.stdout  # verify FAILs it as for any killed run
+    assert main(["verify", str(sweep)]) == 0
+
+
+def test_killed_actor_item_without_retries_left_ends_lost(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    code, store, sweep, _ = _sweep_with_the_actor_killed(tmp_path, retries=0)
+    assert code == 1  # an item was lost
+    result = read(sweep / "sweep-result.json")
+    assert result["status"] == "completed" and result["counts"] == {"lost": 1, "succeeded": 1}
+    lost, done = result["items"]
+    assert (lost["status"], lost["snapshot_digest"], len(lost["attempts"])) == ("lost", None, 1)  # not retried, not sealed
+    assert "actor ray-0 died mid-item" in lost["message"]
+    assert (store / lost["snapshot_id"] / "progress.ndjson").exists()  # the incomplete snapshot is kept
+    assert done["status"] == "succeeded" and read(store / done["snapshot_id"] / "worker-model.json")["worker"] == "ray-0.1"
+    assert main(["verify", str(sweep)]) == 1  # the lost item is a FAIL of the sweep
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_driver_interrupts_the_running_actor_item(local_ray, tmp_path: Path, sig: int, code: int) -> None:  # noqa: ANN001
+    """A real driver process joins this Ray instance (`address`) and gets the signal while an actor runs item 0.
+
+    SIGTERM also checks that the driver keeps its handler after `ray.init` installed Ray's own (exit at once).
+    """
+    marker = tmp_path / "actor.pid"
+    address = local_ray.get_runtime_context().gcs_address
+    sweep_file = write_sweep(tmp_path / "in", name="stopped", rows=_blocking_rows(marker), kind="ray", workers=1, address=address)
+    store = tmp_path / "store"
+    driver = start_cli("sweep", sweep_file, "--store", store)  # inherits HOME / RAY_TMPDIR (the token) from the fixture
+    actor_pid = int(wait_for(marker))
+    driver.send_signal(sig)
+    out, err = driver.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert driver.returncode == code, err
+    sweep = only_sweep(store)
+    result = read(sweep / "sweep-result.json")
+    assert result["status"] == "interrupted" and result["counts"] == {"interrupted": 1, "not_run": 1}
+    running, queued = result["items"]
+    item = store / running["snapshot_id"]
+    sealed = read(item / "result.json")
+    assert (sealed["status"], sealed["signal"], sealed["exit_code"]) == ("interrupted", "SIGINT", 130)  # the driver passes on SIGINT
+    events = read_progress(item)  # interrupted inside the item's own code, before generate made a token
+    assert events[-1]["event"] == "interrupted" and events[-1]["signal"] == "SIGINT"
+    assert running["snapshot_digest"] and running["attempts"] == [running["snapshot_id"]]  # sealed, never retried
+    assert read(item / "worker-model.json")["pid"] == actor_pid  # it ran in the actor, which got the SIGINT
+    assert queued["status"] == "not_run" and not (store / queued["snapshot_id"] / "progress.ndjson").exists()
+    assert (sweep / "manifest-sha256.txt").exists() and "sweep interrupted" in err
+    deadline = time.monotonic() + 60
+    while pid_alive(actor_pid) and time.monotonic() < deadline:  # the driver's actors end with it
+        time.sleep(0.2)
+    assert not pid_alive(actor_pid)

@@ -16,6 +16,7 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
+from .._plan_session import once
 from . import musicgen
 from ._processor import architecture, processor_source
 from ._prompts import encode_input
@@ -28,9 +29,11 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     trust = request.model.trust_remote_code
-    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust)
+    loaded = (str(model_dir), trust)  # a sweep's items share one model directory: read its files once per sweep
+    config = once(("config", *loaded), lambda: AutoConfig.from_pretrained(model_dir, trust_remote_code=trust))
     shape = model_shape(config, request.model.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(processor_source(request, model_dir), trust_remote_code=trust)
+    tokenizer_dir = processor_source(request, model_dir)  # `[model] processor` when given: items of a sweep may differ in it
+    tokenizer = once(("tokenizer", str(tokenizer_dir), trust), lambda: AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=trust))
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
@@ -43,7 +46,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         encoded = encode_input(tokenizer, request.input)
         batch_size, prompt_tokens = encoded["input_ids"].shape
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
-    checkpoint = GenerationConfig.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
+    checkpoint = once(("generation-config", *loaded), lambda: _checkpoint_generation_config(model_dir, GenerationConfig))
     length = effective_length(prompt_tokens, request.generation, checkpoint, context)
 
     rows = rows_per_request(request, batch_size, checkpoint)
@@ -75,6 +78,11 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         forced=False,
     )
     return with_refusals(draft, refusals_for(draft), force)
+
+
+def _checkpoint_generation_config(model_dir: Path, generation_config: type) -> dict:
+    """The checkpoint's `generation_config.json` as a diff from the defaults (`{}` when it has none)."""
+    return generation_config.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
 
 
 def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:

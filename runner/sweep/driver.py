@@ -55,10 +55,25 @@ class SweepRun:
     stopped_by: str | None = None
 
 
+_STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
 @dataclass
 class _Signals:
     fired: str | None = None
     names: list[str] = field(default_factory=list)
+    installed: bool = False
+
+    def handler(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        self.names.append(name)
+        self.fired = self.fired or name
+
+    def reinstall(self) -> None:
+        """Take the signals back after a pool's start-up (`ray.init` installs its own SIGTERM handler: exit at once)."""
+        if self.installed:
+            for sig in _STOPPING:
+                signal.signal(sig, self.handler)
 
 
 @contextlib.contextmanager
@@ -68,13 +83,8 @@ def _stop_on_signals() -> Iterator[_Signals]:
     if threading.current_thread() is not threading.main_thread():  # library use from a thread: signals stay the caller's
         yield seen
         return
-
-    def handler(signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
-        seen.names.append(name)
-        seen.fired = seen.fired or name
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, seen.handler) for sig in _STOPPING}
+    seen.installed = True
     try:
         yield seen
     finally:
@@ -107,6 +117,7 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
         try:
             if pending:
                 pool = pool_factory(plan)
+                signals.reinstall()
             names = pool.names() if pool else []
             idle = list(range(pool.slots)) if pool else []
             interrupted_sent = False

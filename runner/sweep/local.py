@@ -1,9 +1,10 @@
 """The local executor: worker processes on this machine, each keeping one model loaded.
 
 Each worker is a `spawn`ed process talking to the driver over its own pipe, so a worker killed
-mid-item (SIGKILL, OOM) is noticed through its sentinel and costs only that item. Workers ignore
-SIGINT between items (the driver decides what stops) and die with the driver (PR_SET_PDEATHSIG),
-so a killed driver never leaves workers running items nobody will record.
+mid-item (SIGKILL, OOM) is noticed through its sentinel and costs only that item. Workers only
+note SIGINT between items (the driver decides what stops; `worker.start_worker`) and die with
+the driver (PR_SET_PDEATHSIG), so a killed driver never leaves workers running items nobody will
+record.
 """
 
 import ctypes
@@ -32,7 +33,7 @@ def worker_main(conn: Any, name: str, parent: int) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the driver died before prctl took effect
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # execute_snapshot installs its own handler while an item runs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until start_worker notes it (the driver decides what stops)
     start_worker(name)
     while True:
         try:

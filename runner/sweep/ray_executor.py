@@ -7,11 +7,16 @@ cluster (`"auto"` on a cluster node, `ray://head:10001` through Ray Client). An 
 mid-item (killed, node lost) surfaces as `RayActorError` and the driver retries the item as a new
 snapshot on a fresh actor.
 
-SIGINT: Ray cannot interrupt a running method of a regular actor, so items already running
-finish (with whatever status) and no new item is scheduled; the sweep is sealed `interrupted`.
+SIGINT: Ray cannot interrupt a running method of a regular actor (`ray.cancel` only sets a flag
+the method would have to poll), so the driver interrupts an item the way the local executor does:
+a real SIGINT to the actor's process, sent by a tiny Ray task pinned to the actor's node (the
+actor reports its node and pid when it starts). The item's own `execute_snapshot` handles it and
+seals the item `interrupted`; one that lands while the actor still loads the model for the item
+leaves the item `not_run` (`worker.start_worker`), as with the local executor.
 """
 
 import os
+import signal
 from typing import Any
 
 from genrun.schemas.sweep import ExecutorSpec
@@ -21,6 +26,7 @@ from .pools import Died, Finished
 from .worker import ItemReport
 
 RAY_EXTRA = "pip install 'genrun[ray]'"
+INTERRUPT_TIMEOUT_S = 60  # an actor still starting when SIGINT comes: wait this long for it to say where it runs
 
 
 def _import_ray() -> Any:
@@ -37,6 +43,9 @@ class SweepActor:
     def __init__(self, name: str) -> None:
         from .worker import start_worker
 
+        # Ray blocks SIGINT in every thread of a worker; unblocked here (the actor's main thread, where its methods run)
+        # it reaches the item's `execute_snapshot`, whose gate handles it; outside a run `start_worker`'s handler notes it.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         self.name = name
         start_worker(name)
 
@@ -45,8 +54,16 @@ class SweepActor:
 
         return execute_item(snapshot)
 
-    def pid(self) -> int:
-        return os.getpid()
+    def where(self) -> tuple[str, int]:
+        """`(node id, pid)`: where the driver sends SIGINT to interrupt this actor's running item."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+
+def send_sigint(pid: int) -> None:
+    """Run as a Ray task pinned to an actor's node: the same SIGINT a local worker gets from its driver."""
+    os.kill(pid, signal.SIGINT)
 
 
 class RayPool:
@@ -65,8 +82,23 @@ class RayPool:
         self.slots = spec.workers
         self._generation = [0] * spec.workers
         self._names = [f"ray-{i}" for i in range(spec.workers)]
-        self._actors = [self._actor_class.remote(name) for name in self._names]
+        self._send_sigint = ray.remote(num_cpus=0, max_retries=0)(send_sigint)
+        self._actors: list[Any] = []
+        self._where: list[Any] = []
+        """Per slot, the ref of the actor's `where()` (asked once when it starts; actor calls run in order)."""
+        for name in self._names:
+            self._start_actor(name)
         self._inflight: dict[Any, tuple[int, str]] = {}
+        self._signals: list[Any] = []
+        """Refs of the SIGINT tasks sent (kept so they are not dropped before they run)."""
+
+    def _start_actor(self, name: str, slot: int | None = None) -> None:
+        actor = self._actor_class.remote(name)
+        if slot is None:
+            self._actors.append(actor)
+            self._where.append(actor.where.remote())
+        else:
+            self._actors[slot], self._where[slot] = actor, actor.where.remote()
 
     def names(self) -> list[str]:
         return list(self._names)
@@ -97,14 +129,18 @@ class RayPool:
             pass
         self._generation[slot] += 1
         self._names[slot] = f"ray-{slot}.{self._generation[slot]}"
-        self._actors[slot] = self._actor_class.remote(self._names[slot])
+        self._start_actor(self._names[slot], slot)
 
     def interrupt(self, slot: int) -> None:
-        """Not possible for a running regular-actor method (see the module docstring): the item finishes."""
+        """SIGINT to the slot's actor process, on its node; best effort (an actor that died is reported by `wait`)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    def pid(self, slot: int) -> int:
-        """The actor's process id (tests kill it)."""
-        return self._ray.get(self._actors[slot].pid.remote())
+        try:
+            node, pid = self._ray.get(self._where[slot], timeout=INTERRUPT_TIMEOUT_S)
+        except self._ray.exceptions.RayError:
+            return
+        pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        self._signals.append(self._send_sigint.options(scheduling_strategy=pinned).remote(pid))
 
     def close(self) -> None:
         for actor in self._actors:

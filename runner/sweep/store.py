@@ -19,6 +19,7 @@ from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, Sweep
 
 from .. import _hash_cache
 from .._io import fsync_dir, write_bytes_atomic, write_model_atomic
+from .._plan_session import plan_session
 from ..errors import GenrunError, SnapshotError
 from ..plan import PreparedPlan, prepare_plan
 from ..store import create_snapshot, is_sealed, resolve_store, seal_snapshot
@@ -39,10 +40,11 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
     sweep = load_sweep(sweep_path)
     items = expand_items(sweep)
     prepared = []
-    for item in items:
-        prepared.append(_prepare_item(sweep, item, force))
-        if on_item is not None:
-            on_item(item.index + 1, len(items))
+    with plan_session():  # environment, genrun's code hash, the model's config and tokenizer: once for all items
+        for item in items:
+            prepared.append(prepare_item(sweep, item, force))
+            if on_item is not None:
+                on_item(item.index + 1, len(items))
     root = resolve_store(store).absolute()
     planned: list[Path] = []
     try:
@@ -59,7 +61,8 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
         raise
 
 
-def _prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPlan:
+def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPlan:
+    """Every `genrun plan` check of one item (nothing written); a refusal names the item, its dataset line and changes."""
     try:
         return prepare_plan(item.request, force, base_dir=sweep.base_path.parent)
     except GenrunError as exc:

@@ -6,6 +6,8 @@ is passed to each item as `execute_snapshot(..., loaded=)`; each item is still a
 """
 
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,17 +21,39 @@ class ItemReport(NamedTuple):
     snapshot: str
     """The item snapshot directory."""
     status: str
-    """`succeeded`, `failed` or `interrupted` (result.json), or `failed` when execution was refused."""
+    """`succeeded`, `failed` or `interrupted` (result.json), `failed` when execution was refused, `not_run` when a
+    signal came while the worker prepared the item (loading its model): its snapshot stays planned."""
     message: str | None
     """The exception or refusal, when there is one."""
     worker: str
     pid: int
 
 
+_interrupt_requested: str | None = None
+
+
+def _note_interrupt(signum: int, _frame: object) -> None:
+    global _interrupt_requested
+    _interrupt_requested = signal.Signals(signum).name
+
+
+def interrupt_requested() -> str | None:
+    """The signal this worker got outside an item's run (e.g. while loading the model for it), if any."""
+    return _interrupt_requested
+
+
 def start_worker(name: str) -> None:
-    """Make this process a sweep worker: later items reuse the model the first one loads."""
+    """Make this process a sweep worker: later items reuse the model the first one loads.
+
+    Called on the process's main thread. Outside an item's run SIGINT is only noted: the driver
+    sends it to interrupt the running item, and one that arrives while the worker is still loading
+    the model for the item means the item is not run at all (`execute_snapshot`'s own gate handles
+    it once the run has begun). The driver schedules nothing after a signal it got itself.
+    """
     from genrun import offline_hub
 
+    if threading.current_thread() is threading.main_thread():  # signals reach Python handlers there only
+        signal.signal(signal.SIGINT, _note_interrupt)
     offline_hub()
     if active_cache() is None:
         install_cache(LoadedModelCache(worker=name))
@@ -39,9 +63,14 @@ def execute_item(snapshot: str | Path) -> ItemReport:
     """Execute one planned item snapshot with full instrumentation; never raises for the item's own failure."""
     from ..execute import execute_snapshot
 
+    global _interrupt_requested
     cache = active_cache()
     worker = cache.worker if cache is not None else "inline"
     loaded, records = cache.model_for(Path(snapshot)) if cache is not None else (None, {})
+    noted, _interrupt_requested = _interrupt_requested, None  # used once: a stray signal costs one item at most
+    if noted is not None:
+        message = f"{noted} came while the worker prepared this item (loading its model); its snapshot stays planned"
+        return ItemReport(str(snapshot), "not_run", message, worker, os.getpid())
     try:
         result = execute_snapshot(Path(snapshot), live=False, loaded=loaded, records=records)
     except GenrunError as exc:  # refused before running (frozen files changed, already executed): nothing sealed
