@@ -56,10 +56,12 @@ def fixture_models(tmp_path_factory: pytest.TempPathFactory) -> "FixtureModels":
     return FixtureModels(tmp_path_factory.mktemp("fixture-models"))
 
 
-def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = PROCESS_TIMEOUT_S) -> CliRun:
+def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str | None] | None = None,
+            timeout: float = PROCESS_TIMEOUT_S) -> CliRun:
     """Run the real `genrun` CLI in this process: `genrun.runner.cli.main([...])` with stdout/stderr captured.
 
-    `env` entries are applied for the call and the whole environment is restored afterwards; `cwd` is
+    `env` entries are applied for the call (a None value unsets the variable) and the whole environment is
+    restored afterwards; `cwd` is
     entered and left. An exception escaping `main` (a crash, not a refusal) propagates and fails the
     test. Nothing leaks into later runs: `check_no_leaks` proves the process state is as before.
     `timeout` is accepted for `run_cli_subprocess` symmetry (an in-process run cannot be timed out).
@@ -70,7 +72,11 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | No
     before = process_state()
     saved_env, saved_cwd, saved_modules = dict(os.environ), Path.cwd(), set(sys.modules)
     out, err = _text_capture(), _text_capture()
-    os.environ.update(env or {})
+    for key, value in (env or {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     os.chdir(cwd or REPO)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

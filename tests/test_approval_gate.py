@@ -1,8 +1,10 @@
 """The sign-off gate through the real CLI, on a machine with no git configuration at all.
 
-Every test runs `genrun` in a subprocess whose HOME is an empty temporary directory, with
-GIT_CONFIG_NOSYSTEM=1 and no GIT_CONFIG_GLOBAL, GENRUN_ALLOWED_SIGNERS or SSH agent, from a
-directory outside any repository. Keys are real ed25519 keys from `ssh-keygen -t ed25519 -N ''`.
+Every test runs `genrun` with HOME an empty temporary directory, GIT_CONFIG_NOSYSTEM=1 and no
+GIT_CONFIG_GLOBAL, GENRUN_ALLOWED_SIGNERS or SSH agent, from a directory outside any repository:
+in-process (`run_cli`, the environment set for the call; genrun reads git's configuration through
+real `git` and `ssh-keygen` processes, which inherit it), and the first test once more as a real
+`genrun` process end to end. Keys are real ed25519 keys from `ssh-keygen -t ed25519 -N ''`.
 
 The gate opens only on a signed `approve` for the current plan digest that verifies against the
 allowed-signers file (`--allowed-signers`, then GENRUN_ALLOWED_SIGNERS); an unsigned approval
@@ -20,7 +22,7 @@ from typing import NamedTuple
 import orjson
 import pytest
 
-from conftest import tiny_request, write_request
+from conftest import CliRun, run_cli, tiny_request, write_request
 from genrun.runner.store import write_frozen_manifest
 from genrun.schemas import Signoff, layout
 
@@ -35,7 +37,8 @@ class Setup(NamedTuple):
     other_key: Path
     """A key listed nowhere."""
     allowed: Path
-    env: dict[str, str]
+    env: dict[str, str | None]
+    """What the tests change in the environment (None: unset)."""
 
 
 def _keygen(path: Path) -> Path:
@@ -53,18 +56,30 @@ def setup(tmp_path: Path) -> Setup:
     kind, blob, *_ = key.with_name(key.name + ".pub").read_text().split()
     allowed = home / "allowed_signers"
     allowed.write_text(f"{ALICE} {kind} {blob}\n")
-    drop = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GENRUN_ALLOWED_SIGNERS", "SSH_AUTH_SOCK", "GIT_DIR", "GIT_WORK_TREE")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1")
-    return Setup(home, key, other, allowed, env)
+    changes: dict[str, str | None] = dict.fromkeys(DROPPED_ENV)
+    changes.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1")
+    return Setup(home, key, other, allowed, changes)
 
 
-def genrun(setup: Setup, *args: str | Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real CLI with no git configuration, outside any repository, without a terminal."""
-    return subprocess.run(
-        [sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=setup.home, env={**setup.env, **(extra_env or {})},
-        capture_output=True, text=True, timeout=300, start_new_session=True,
-    )
+DROPPED_ENV = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GENRUN_ALLOWED_SIGNERS", "SSH_AUTH_SOCK", "GIT_DIR", "GIT_WORK_TREE")
+
+
+def full_env(setup: Setup) -> dict[str, str]:
+    """This process's environment with the setup's changes applied (for real child processes)."""
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    env.update({k: v for k, v in setup.env.items() if v is not None})
+    return env
+
+
+def genrun(setup: Setup, *args: str | Path, extra_env: dict[str, str] | None = None) -> CliRun:
+    """The real CLI, in this process, with no git configuration, outside any repository, without a terminal."""
+    return run_cli(*args, cwd=setup.home, env={**setup.env, **(extra_env or {})})
+
+
+def genrun_process(setup: Setup, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The same as a real `genrun` process."""
+    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=setup.home, env=full_env(setup),
+                          capture_output=True, text=True, timeout=300, start_new_session=True)
 
 
 def _plan(setup: Setup, tiny_lm: Path, tables: str = "") -> Path:
@@ -93,17 +108,19 @@ def _not_executed(snapshot: Path) -> bool:
 
 
 def test_git_really_has_no_configuration(setup: Setup) -> None:
-    proc = subprocess.run(["git", "config", "--list"], cwd=setup.home, env=setup.env, capture_output=True, text=True)
+    proc = subprocess.run(["git", "config", "--list"], cwd=setup.home, env=full_env(setup), capture_output=True, text=True)
     assert proc.stdout.strip() == ""
 
 
 def test_signed_approval_opens_the_gate_and_by_defaults_to_the_listed_principal(setup: Setup, tiny_lm: Path) -> None:
+    """End to end in real `genrun` processes (the other tests run the same CLI in-process)."""
     snapshot = _plan(setup, tiny_lm)
-    record = _sign(setup, snapshot, "--decision", "approve", "--key", setup.key, "--allowed-signers", setup.allowed)
-    signed = Signoff.model_validate_json(record.read_bytes())
+    signing = genrun_process(setup, "signoff", snapshot, "--decision", "approve", "--key", setup.key, "--allowed-signers", setup.allowed, "--json")
+    assert signing.returncode == 0, signing.stderr
+    signed = Signoff.model_validate_json(Path(orjson.loads(signing.stdout)["path"]).read_bytes())
     assert signed.by == ALICE and signed.signed  # no --by, no git user.email: the principal the file lists for the key
 
-    proc = genrun(setup, "execute", snapshot.name[:20], "--store", setup.home / "store", "--require-approval",
+    proc = genrun_process(setup, "execute", snapshot.name[:20], "--store", setup.home / "store", "--require-approval",
                   "--allowed-signers", setup.allowed, "--json")
     assert proc.returncode == 0, proc.stderr
     result = orjson.loads(proc.stdout)

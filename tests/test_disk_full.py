@@ -63,11 +63,11 @@ def test_disk_filled_during_generation_seals_failed_with_every_id(small_disk: Pa
     while not any(store.glob(f"*/{layout.PROGRESS}")) or b'"event":"progress"' not in next(store.glob(f"*/{layout.PROGRESS}")).read_bytes():
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.02)
-    with open(small_disk / "filler", "wb") as filler:  # another program fills the disk mid-run
+    # another program fills the disk mid-run; unbuffered, so closing the file has nothing left to fail on
+    with open(small_disk / "filler", "wb", buffering=0) as filler:
         try:
             while True:
                 filler.write(b"\0" * (1 << 16))
-                filler.flush()
         except OSError:
             pass
     _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)

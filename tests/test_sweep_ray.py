@@ -3,7 +3,9 @@ executor; an actor SIGKILLed mid-item costs that attempt only (lost, kept, retri
 interrupts the running item and seals the sweep interrupted."""
 
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,14 +26,18 @@ ROWS = [{"input.prompt": "count down from 4 :"}, {"input.prompt": "count down fr
 def local_ray(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """One local instance for the module: temp RAY_TMPDIR and HOME (token auth writes ~/.ray), shut down after."""
     root = tmp_path_factory.mktemp("ray")
+    # Ray's socket paths live under RAY_TMPDIR and must fit AF_UNIX's 107 bytes: pytest's per-worker temp paths
+    # (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<i>/ray0/...) do not, so Ray gets a short directory of its own.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="genrun-ray-"))
     saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR")}
-    os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(root / "home"), str(root / "tmp")
+    os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(root / "home"), str(ray_tmp)
     (root / "home").mkdir()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
