@@ -131,6 +131,53 @@ def test_a_multilingual_whisper_records_its_language_and_task_tokens_unless_gene
         assert (prompt.text, prompt.token_ids, effective["prompt_length"]) == (expected, (257, 258, 260, 264), 4)
 
 
+def _multilingual_whisper(tmp_path: Path) -> Path:
+    model = tmp_path / "multilingual-whisper"
+    shutil.copytree(WHISPER, model)
+    config = orjson.loads((model / "generation_config.json").read_bytes())
+    config.update(is_multilingual=True, lang_to_id={"<|en|>": 258}, task_to_id={"translate": 259, "transcribe": 260})
+    (model / "generation_config.json").write_bytes(orjson.dumps(config))
+    return model
+
+
+def test_whisper_language_and_task_are_request_keys_passed_to_its_own_generate(capsys, tmp_path: Path) -> None:
+    """`language` / `task` are parameters of Whisper's generate, not generation-config fields: the request takes them."""
+    model = _multilingual_whisper(tmp_path)
+    text = whisper_request(f'"{SHORT}"').replace(str(WHISPER), str(model)) + 'language = "en"\ntask = "transcribe"\n'
+    snapshot = run(capsys, tmp_path, text)
+    prompt = preparation(snapshot).rows[0].decoder_prompt
+    assert prompt.text == "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"  # the language generate was told
+    budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
+    assert budget.prompt_tokens == 4  # start, language, task, notimestamps: what Whisper forces, counted before the run
+    assert orjson.loads((snapshot / layout.GENERATION_CONFIG).read_bytes())["prompt_length"] == 4
+    verify(capsys, snapshot)
+
+    typo = whisper_request(f'"{SHORT}"', name="typo").replace(str(WHISPER), str(model)) + 'langauge = "en"\n'
+    (tmp_path / "typo").mkdir()
+    capsys.readouterr()
+    assert main(["plan", str(write_request(tmp_path / "typo", typo)), "--store", str(tmp_path / "typo-store")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "langauge" in err and "language" in err, err  # a typo is still refused, with the fix
+    assert not (tmp_path / "typo-store").exists()
+
+
+@pytest.mark.parametrize(("max_new_tokens", "fits"), [(94, True), (95, False)])
+def test_whisper_forced_decoder_tokens_count_against_max_target_positions(capsys, tmp_path: Path, max_new_tokens: int, fits: bool) -> None:
+    """The tiny Whisper's decoder holds 96 positions and generate forces 2 tokens first: 94 new tokens fit, 95 do not
+    (Whisper's generate would raise at execute; the plan refuses it with the numbers instead)."""
+    request = write_request(tmp_path, whisper_request(f'"{SHORT}"', max_new_tokens=max_new_tokens))
+    capsys.readouterr()
+    code = main(["plan", str(request), "--store", str(tmp_path / "store")])
+    err = " ".join(capsys.readouterr().err.split())
+    if fits:
+        assert code == 0, err
+        (snapshot,) = (tmp_path / "store").iterdir()
+        budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
+        assert (budget.prompt_tokens, budget.effective_max_length, budget.context_limit) == (2, 96, 96)
+    else:
+        assert code == 3 and "97" in err and "96" in err, err
+
+
 def test_a_batch_of_two_durations_is_recorded_per_row(capsys, tmp_path: Path) -> None:
     snapshot = run(capsys, tmp_path, whisper_request(f'["{SHORT}", "{OTHER}"]'))
     rows = preparation(snapshot).rows

@@ -16,6 +16,7 @@ import pytest
 from _lm_helpers import read_ids
 from _sweep_helpers import only_sweep, read, start_cli, wait_for, write_sweep
 from conftest import PROCESS_TIMEOUT_S, run_cli
+from genrun.schemas import layout
 
 KILLED, FAILED, CAPPED = 1, 2, 3
 
@@ -80,6 +81,18 @@ def test_workers_load_the_model_once_and_record_it(faulty_sweep: dict) -> None:
     # the lost item's retry ran in a live worker (whichever was free: the killed worker's replacement or the other one)
     retry = read(store / result["items"][KILLED]["snapshot_id"] / "worker-model.json")
     assert retry["pid"] != faulty_sweep["worker_pid"] and retry["worker"].startswith("local-")
+
+
+def test_two_workers_share_the_cores_and_each_item_records_its_thread_count(faulty_sweep: dict) -> None:
+    """Two workers each at torch's default (one thread per core) oversubscribe the machine: each gets its share."""
+    from genrun.runner.sweep.local import threads_per_worker
+
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        pytest.skip("OMP_NUM_THREADS / MKL_NUM_THREADS is set: the workers then follow the user's choice, not their share")
+    store, result = faulty_sweep["store"], read(faulty_sweep["sweep"] / "sweep-result.json")
+    ran = [i for n, i in enumerate(result["items"]) if n != FAILED]
+    threads = {read(store / i["snapshot_id"] / layout.DETERMINISM)["torch_threads"] for i in ran}
+    assert threads == {threads_per_worker(2)} == {max(1, (os.cpu_count() or 1) // 2)}
 
 
 def test_verify_sweep_counts_the_hidden_cap_and_the_failure(faulty_sweep: dict) -> None:

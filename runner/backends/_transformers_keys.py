@@ -6,6 +6,7 @@ drop of incident 3. So keys are checked against the fields of a default `Generat
 are type-checked.
 """
 
+from collections.abc import Collection
 from typing import Any
 
 from ..request_loading import unknown_key_message
@@ -28,19 +29,24 @@ def generation_config_fields() -> list[str]:
     return sorted(k for k in GenerationConfig().to_dict() if not k.startswith("_"))
 
 
-def generation_problems(generation: dict[str, Any]) -> list[str]:
-    """Every unknown, runner-owned or mistyped `[generation]` key (then transformers' own value validation)."""
+def generation_problems(generation: dict[str, Any], model_arguments: Collection[str] = ()) -> list[str]:
+    """Every unknown, runner-owned or mistyped `[generation]` key (then transformers' own value validation).
+
+    `model_arguments`: parameters the model's own `generate` override adds (Whisper's `language`, `task`);
+    they are no generation-config fields, so transformers' config validation never sees them."""
     valid = generation_config_fields()
     problems = []
     for key, value in generation.items():
+        if key in model_arguments:
+            continue
         if key not in valid:
-            problems.append(unknown_key_message(("generation",), key, valid))
+            problems.append(unknown_key_message(("generation",), key, sorted({*valid, *model_arguments})))
         elif key in _RUNNER_OWNED:
             problems.append(f"[generation] {key} is set by genrun itself (it records ids, scores are not kept); remove it")
         elif (problem := _type_problem(key, value)) is not None:
             problems.append(problem)
     if not problems:
-        problems.extend(_library_validation(generation))
+        problems.extend(_library_validation({k: v for k, v in generation.items() if k not in model_arguments}))
     return problems
 
 

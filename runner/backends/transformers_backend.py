@@ -29,6 +29,7 @@ from ._prompts import encode_input
 from ._decoder_prompt import forced_decoder_prompts
 from ._generate_values import generate_value_problems
 from ._generation_modes import mode_problems
+from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
@@ -64,9 +65,11 @@ class TransformersBackend:
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
-        key_problems = generation_problems(request.generation)  # the mode and the values are only worked out from keys that passed
-        refuse_generation(key_problems or mode_problems(request.generation, model_dir, own_loop=musicgen.is_music_model(model_dir)))
-        refuse_generation(generate_value_problems(request.generation, model_dir, request.model.trust_remote_code))
+        model_arguments = model_generate_arguments(model_dir, request.model.trust_remote_code)  # Whisper's language, task
+        key_problems = generation_problems(request.generation, model_arguments)  # modes and values: only from keys that passed
+        config_keys = {k: v for k, v in request.generation.items() if k not in model_arguments}
+        refuse_generation(key_problems or mode_problems(config_keys, model_dir, own_loop=musicgen.is_music_model(model_dir)))
+        refuse_generation(generate_value_problems(config_keys, model_dir, request.model.trust_remote_code))
         musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
         validate_processor_override(request)
 

@@ -1,6 +1,7 @@
 """Build `token-budget.json` for a transformers causal LM from its config files and tokenizer."""
 
 from pathlib import Path
+from typing import Any
 
 from genrun.schemas import Request, TokenBudget
 
@@ -34,19 +35,19 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
     shape = model_shape(config, request.model.dtype)
     tokenizer_dir = processor_source(request, model_dir)  # `[model] processor` when given: items of a sweep may differ in it
     tokenizer = once(("tokenizer", str(tokenizer_dir), trust), lambda: AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=trust))
+    checkpoint = once(("generation-config", *loaded), lambda: _checkpoint_generation_config(model_dir, GenerationConfig))
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
     elif architecture(config) == "encoder_decoder" or not request.input.has_text():
-        # The decoder starts from its start token; the encoder input (text or audio features) is not in the decoder context.
+        # The decoder starts from the tokens generate forces; the encoder input (text or audio features) is not in its context.
         batch_size = max(len(request.input.audio_files()), len(request.input.image_files()), len(request.input.texts() or ()), 1)
-        prompt_tokens = 1 if architecture(config) == "encoder_decoder" else 0
+        prompt_tokens = forced_decoder_tokens(checkpoint, request.generation) if architecture(config) == "encoder_decoder" else 0
         context = _context_limit(decoder_position_limit(config), None)
     else:
         encoded = encode_input(tokenizer, request.input)
         batch_size, prompt_tokens = encoded["input_ids"].shape
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
-    checkpoint = once(("generation-config", *loaded), lambda: _checkpoint_generation_config(model_dir, GenerationConfig))
     length = effective_length(prompt_tokens, request.generation, checkpoint, context)
 
     rows = rows_per_request(request, batch_size, checkpoint)
@@ -78,6 +79,16 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         forced=False,
     )
     return with_refusals(draft, refusals_for(draft), force)
+
+
+def forced_decoder_tokens(checkpoint: dict[str, Any], generation: dict[str, Any]) -> int:
+    """Decoder tokens an encoder-decoder's generate places before the first generated one, at most: its start token, and
+    for Whisper-style checkpoints (their generation config names the ids) language + task when multilingual and
+    `<|notimestamps|>`. Whisper refuses a call whose forced tokens + max_new_tokens exceed `max_target_positions`."""
+    multilingual = generation.get("is_multilingual", checkpoint.get("is_multilingual"))
+    language_and_task = 2 if multilingual and checkpoint.get("lang_to_id") else 0
+    no_timestamps = 1 if checkpoint.get("no_timestamps_token_id") is not None else 0
+    return 1 + language_and_task + no_timestamps
 
 
 def _checkpoint_generation_config(model_dir: Path, generation_config: type) -> dict:

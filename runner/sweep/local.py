@@ -28,11 +28,26 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def worker_main(conn: Any, name: str, parent: int) -> None:
+def threads_per_worker(workers: int) -> int | None:
+    """torch threads for each of `workers` local workers: the machine's cores shared out (at least 1), so that N
+    workers do not each start one thread per core and slow each other down (measured with bench/sweep.py on 2 cores:
+    two workers at torch's default took 2.27x the time of one). `None` (torch's default) when the user chose a
+    thread count through OMP_NUM_THREADS / MKL_NUM_THREADS, which torch then follows. Each snapshot records the count
+    it ran with (`determinism` `torch_threads`)."""
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -> None:
     """Loop: receive an item snapshot path, execute it, send the `ItemReport`; `None` ends the loop."""
     _die_with_parent()
     if os.getppid() != parent:  # the driver died before prctl took effect
         return
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until start_worker notes it (the driver decides what stops)
     start_worker(name)
     while True:
@@ -46,9 +61,9 @@ def worker_main(conn: Any, name: str, parent: int) -> None:
 
 
 class _Slot:
-    def __init__(self, ctx: Any, name: str) -> None:
+    def __init__(self, ctx: Any, name: str, threads: int | None) -> None:
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker_main, args=(child, name, os.getpid()), name=f"genrun-{name}", daemon=True)
+        self.process = ctx.Process(target=worker_main, args=(child, name, os.getpid(), threads), name=f"genrun-{name}", daemon=True)
         self.process.start()
         child.close()
         self.busy = False
@@ -61,7 +76,8 @@ class LocalPool:
         self._ctx = multiprocessing.get_context("spawn")
         self.slots = workers
         self._names = [f"local-{i}" for i in range(workers)]
-        self._slots = [_Slot(self._ctx, name) for name in self._names]
+        self._threads = threads_per_worker(workers)
+        self._slots = [_Slot(self._ctx, name, self._threads) for name in self._names]
         self._generation = [0] * workers
 
     def names(self) -> list[str]:
@@ -114,7 +130,7 @@ class LocalPool:
         old.conn.close()
         self._generation[slot] += 1
         self._names[slot] = f"local-{slot}" + (f".{self._generation[slot]}" if self._generation[slot] else "")
-        self._slots[slot] = _Slot(self._ctx, self._names[slot])
+        self._slots[slot] = _Slot(self._ctx, self._names[slot], self._threads)
 
     def interrupt(self, slot: int) -> None:
         state = self._slots[slot]
