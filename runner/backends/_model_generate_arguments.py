@@ -3,12 +3,19 @@
 Whisper's `generate(language=..., task=...)` is how a speech user picks the
 language: those are parameters of `WhisperForConditionalGeneration.generate`, not generation-config
 fields, so the plain key check would refuse them. They are read from the model class's own signature
-(the class named by `config.json`'s `architectures`, no weights), and only plain values count: tensors,
+(the class the run loads, from the config alone, no weights), and only plain values count: tensors,
 callables and the arguments that change what generate returns stay genrun's or the caller's.
 """
 
 import inspect
 from pathlib import Path
+from typing import Any
+
+from genrun.schemas import Request
+
+from .._plan_session import once
+from ..errors import RequestError
+from ._processor import model_auto_class
 
 # Parameters of generate overrides that are not request values: model inputs, objects genrun attaches itself
 # (criteria, processors, streamer), and flags that make generate return a dict instead of the ids genrun records.
@@ -21,15 +28,16 @@ _NOT_REQUEST_VALUES = frozenset({
 _PLAIN_DEFAULTS = (type(None), bool, int, float, str)
 
 
-def model_generate_arguments(model_dir: Path, trust_remote_code: bool) -> frozenset[str]:
-    """Names of the plain-valued parameters the checkpoint's model class adds to `generate` (empty when it has none)."""
+def model_generate_arguments(request: Request, model_dir: Path) -> frozenset[str]:
+    """Names of the plain-valued parameters the model class this request loads adds to `generate` (empty when none)."""
     from transformers import AutoConfig, GenerationConfig, GenerationMixin
 
-    try:
-        config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code, local_files_only=True)
+    trust = request.model.trust_remote_code
+    try:  # the same config the budget reads next (shared within a sweep's plan session)
+        config = once(("config", str(model_dir), trust), lambda: AutoConfig.from_pretrained(model_dir, trust_remote_code=trust))
     except Exception:  # noqa: BLE001 - the budget loads the same config next and names what is wrong
         return frozenset()
-    model_class = _model_class(config)
+    model_class = _model_class(config, request)
     generate = getattr(model_class, "generate", None)
     if generate is None or generate is GenerationMixin.generate:
         return frozenset()
@@ -42,9 +50,15 @@ def model_generate_arguments(model_dir: Path, trust_remote_code: bool) -> frozen
     )
 
 
-def _model_class(config: object) -> type | None:
+def _model_class(config: Any, request: Request) -> type | None:
+    """The class execution loads (`model_auto_class`'s mapping for this config), else the first of `architectures`
+    (MusicGen-family checkpoints load through their own auto class)."""
     import transformers
 
+    try:
+        return model_auto_class(config, request)._model_mapping[type(config)]
+    except RequestError:  # no auto class for this input (MusicGen's is AutoModelForTextToWaveform): the config names it
+        pass
     for name in getattr(config, "architectures", None) or ():
         found = getattr(transformers, name, None)
         if isinstance(found, type):

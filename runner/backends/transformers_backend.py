@@ -65,7 +65,7 @@ class TransformersBackend:
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
-        model_arguments = model_generate_arguments(model_dir, request.model.trust_remote_code)  # Whisper's language, task
+        model_arguments = model_generate_arguments(request, model_dir)  # Whisper's language, task
         key_problems = generation_problems(request.generation, model_arguments)  # modes and values: only from keys that passed
         config_keys = {k: v for k, v in request.generation.items() if k not in model_arguments}
         refuse_generation(key_problems or mode_problems(config_keys, model_dir, own_loop=musicgen.is_music_model(model_dir)))
