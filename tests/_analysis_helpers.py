@@ -11,7 +11,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from _forked import ForkedProcess, spawn_cli
 from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 from genrun.schemas import layout
 
@@ -251,15 +251,14 @@ def make_signalled_snapshots(root: Path, signals: dict[str, signal.Signals]) -> 
     return {name: next(p for p in store.iterdir() if not p.name.startswith(".")) for name, (_, store) in runs.items()}
 
 
-def _start_slow_run(work: Path) -> tuple[subprocess.Popen, Path]:
+def _start_slow_run(work: Path) -> tuple[ForkedProcess, Path]:
     work.mkdir(parents=True)
     (work / "slow_entry.py").write_text(SLOW_ENTRYPOINT)
     request = work / "request.toml"
     request.write_text(request_toml(work.name, TINY_LM, "count down from 63 :", {"max_new_tokens": 64, "do_sample": False},
                                     entrypoint={"callable": "slow_entry:generate_slowly"}, progress={"every_units": 1}))
     store = work / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = spawn_cli("run", request, "--store", store, stdout=subprocess.DEVNULL, text=False)
     return proc, store
 
 

@@ -2,15 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from conftest import REPO, TINY_LM
+from _forked import ForkedProcess, spawn_cli
+from conftest import TINY_LM
 
 ENTRIES = '''
 """Entry points for sweep tests: block the first time (so a test can kill mid-item), fail, or load slowly."""
@@ -80,10 +79,9 @@ def write_sweep(directory: Path, *, name: str = "sw", rows: list[dict[str, Any]]
     return path
 
 
-def start_cli(*args: str | Path) -> subprocess.Popen:
+def start_cli(*args: str | Path) -> ForkedProcess:
     """The real CLI in its own process (tests signal or kill it)."""
-    return subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return spawn_cli(*args)
 
 
 def wait_for(path: Path, timeout: float = 600) -> str:

@@ -2,12 +2,12 @@
 and four concurrent runs into one store."""
 
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 
-from conftest import EXAMPLES, PROCESS_TIMEOUT_S, REPO, run_cli
+from _forked import spawn_cli
+from conftest import EXAMPLES, PROCESS_TIMEOUT_S, run_cli
 from genrun.schemas import layout
 
 
@@ -43,8 +43,7 @@ def test_tiny_budget_example_is_cut_by_max_new_tokens(tmp_path: Path) -> None:
 def test_four_concurrent_runs_make_four_complete_snapshots(tmp_path: Path) -> None:
     store = tmp_path / "store"
     procs = [
-        subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(EXAMPLES / "tiny.toml"), "--store", str(store), "--json"],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        spawn_cli("run", EXAMPLES / "tiny.toml", "--store", store, "--json")
         for _ in range(4)
     ]
     outputs = [p.communicate(timeout=PROCESS_TIMEOUT_S) for p in procs]

@@ -31,6 +31,7 @@ from _diffusion_helpers import (
     read_json,
     unit_records,
 )
+from _forked import spawn_cli
 from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli, write_request
 from genrun.runner.errors import BudgetRefused, RequestError
 from genrun.runner.execute import execute_snapshot
@@ -246,8 +247,7 @@ def _run_and_interrupt(tmp_path: Path, text: str) -> tuple[int, Path]:
     store = tmp_path / "store"
     request = write_request(tmp_path, text)
     with open(tmp_path / "stderr.txt", "w") as err:  # a file, not a pipe: a full pipe would block the child
-        proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)],
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        proc = spawn_cli("run", request, "--store", store, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + PROCESS_TIMEOUT_S
         snapshot = None
         while snapshot is None and time.monotonic() < deadline and proc.poll() is None:

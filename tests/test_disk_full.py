@@ -6,16 +6,16 @@ Stores are small tmpfs mounts (mounting needs CAP_SYS_ADMIN: without it these te
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from _forked import ForkedProcess, spawn_cli
 from conftest import PROCESS_TIMEOUT_S
 
-from _lm_helpers import REPO, TINY_LM, FixtureModels, read_ids, request_text
+from _lm_helpers import TINY_LM, FixtureModels, read_ids, request_text
 from genrun.runner.store import snapshot_state
 from genrun.schemas import layout
 
@@ -34,9 +34,8 @@ def small_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _genrun(*args: str | Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _genrun(*args: str | Path) -> ForkedProcess:
+    return spawn_cli(*args)
 
 
 @pytest.mark.parametrize("small_disk", ["64k"], indirect=True)

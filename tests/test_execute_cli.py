@@ -3,13 +3,13 @@
 import os
 import pty
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 from safetensors.torch import load_file
 
+from _forked import spawn_cli
 from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 
 from _lm_helpers import REPO, assert_counts_agree, plan, read_json, read_progress, request_text, write_entry_module
@@ -84,7 +84,7 @@ def test_frame_units(tmp_path: Path, tiny_lm: Path, tokens_per_frame: int) -> No
 def _execute_with_stderr_on_a_terminal(snapshot: Path) -> tuple[int, str, str]:
     """A process is the point: its stderr must be a real terminal."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO, stdout=subprocess.PIPE, stderr=follower)
+    proc = spawn_cli("execute", snapshot, stderr=follower, text=False)
     os.close(follower)
     chunks = []
     while True:

@@ -1,22 +1,20 @@
 """Concurrent `execute`s of one plan: one runs, the others are refused naming the running one's PID."""
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from _forked import spawn_cli
 from conftest import PROCESS_TIMEOUT_S, run_cli
 
-from _lm_helpers import REPO, FixtureModels, plan, request_text
+from _lm_helpers import FixtureModels, plan, request_text
 from genrun.schemas import layout
 
 
 def test_second_execute_is_refused_naming_the_running_pid(tmp_path: Path, fixture_models: FixtureModels) -> None:
     text = request_text(fixture_models.get("random-no-eos"), name="lock", generation={"max_new_tokens": 6000}, progress={"every_units": 1})
     snapshot = plan(tmp_path, text, store=tmp_path / "store")
-    first = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "execute", str(snapshot)], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = spawn_cli("execute", snapshot)
     try:
         deadline = time.monotonic() + PROCESS_TIMEOUT_S
         progress = snapshot / layout.PROGRESS

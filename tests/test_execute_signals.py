@@ -6,16 +6,16 @@ the signal arrives (sent as soon as `progress.ndjson` shows a `progress` record)
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from conftest import PROCESS_TIMEOUT_S
+from _forked import ForkedProcess, spawn_cli
+from conftest import PROCESS_TIMEOUT_S, run_cli
 
-from _lm_helpers import REPO, FixtureModels, assert_counts_agree, read_ids, read_json, read_progress, request_text
+from _lm_helpers import FixtureModels, assert_counts_agree, read_ids, read_json, read_progress, request_text
 from genrun.runner.store import is_sealed
 
 MAX_NEW = 6000
@@ -31,7 +31,7 @@ def _snapshot_in(store: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _wait_for_progress(store: Path, proc: subprocess.Popen, timeout: float = PROCESS_TIMEOUT_S) -> Path:
+def _wait_for_progress(store: Path, proc: ForkedProcess, timeout: float = PROCESS_TIMEOUT_S) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         snapshot = _snapshot_in(store)
@@ -46,7 +46,7 @@ def _wait_for_progress(store: Path, proc: subprocess.Popen, timeout: float = PRO
 
 
 def _interrupt(args: list[str], store: Path, sig: signal.Signals) -> tuple[subprocess.CompletedProcess, Path]:
-    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = spawn_cli(*args)
     snapshot = _wait_for_progress(store, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
@@ -80,7 +80,7 @@ def test_sigterm_during_genrun_execute(tmp_path: Path, endless: Path) -> None:
     request = tmp_path / "endless.toml"
     request.write_text(request_text(endless, name="endless", generation={"max_new_tokens": MAX_NEW}, progress={"every_units": 1}))
     store = tmp_path / "store"
-    planned = subprocess.run([sys.executable, "-m", "genrun.runner.cli", "plan", str(request), "--store", str(store), "--json"], cwd=REPO, capture_output=True, text=True)
+    planned = run_cli("plan", request, "--store", store, "--json")
     assert planned.returncode == 0, planned.stderr
     snapshot_path = orjson.loads(planned.stdout)["snapshot"]
     proc, snapshot = _interrupt(["execute", snapshot_path], store, signal.SIGTERM)

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from _lm_helpers import tiny_lm_variant
 
+from _forked import spawn_cli
 from conftest import EXAMPLES, REPO, run_cli, tiny_request, write_request
 from genrun.analysis.checks import CHECKS
 from genrun.schemas import layout
@@ -178,8 +179,7 @@ def _interrupt_right_after_planned(request: Path, store: Path) -> tuple[Path, st
     opened its stream (nor installed its signal handlers), so the SIGINT delivered on SIGCONT
     lands in exactly the window the issue describes. None when the process had already gone further.
     """
-    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO)
+    proc = spawn_cli("run", request, "--store", store, stdout=subprocess.DEVNULL)
     assert proc.stderr is not None
     snapshot = None
     for line in proc.stderr:

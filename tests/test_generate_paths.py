@@ -4,7 +4,6 @@ Runs go through the real `genrun run` CLI (in-process `main`) on the bundled cou
 ("count down from N :" -> "N-1 ... 0 <eos>"), so every expected count is known exactly.
 """
 
-import json
 import subprocess
 import sys
 import textwrap

@@ -13,7 +13,6 @@ import subprocess
 
 import pytest
 
-from _lm_helpers import read_ids
 from _sweep_helpers import only_sweep, read, start_cli, wait_for, write_sweep
 from conftest import PROCESS_TIMEOUT_S, run_cli
 from genrun.schemas import layout

@@ -18,10 +18,11 @@ from genrun.analysis.watch import INCOMPLETE_EXIT, WatchUpdate, estimate_eta
 from genrun.runner.cli import main
 from genrun.schemas import FirstTokenEvent, ProgressEvent, StartEvent
 
+from _forked import ForkedProcess, spawn_cli
 from _analysis_helpers import REPO, SLOW_ENTRYPOINT, TINY_LM, request_toml, snapshots  # noqa: F401 - fixture
 
 
-def start_slow_run(work: Path, countdown: int = 40, every_seconds: float = 0.5) -> tuple[subprocess.Popen, Path]:
+def start_slow_run(work: Path, countdown: int = 40, every_seconds: float = 0.5) -> tuple[ForkedProcess, Path]:
     """`genrun run` on the slow entry point in a subprocess; returns it and its store."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "slow_entry.py").write_text(SLOW_ENTRYPOINT)
@@ -30,12 +31,11 @@ def start_slow_run(work: Path, countdown: int = 40, every_seconds: float = 0.5) 
                                     entrypoint={"callable": "slow_entry:generate_slowly"},
                                     progress={"every_units": 2, "every_seconds": every_seconds}))
     store = work / "store"
-    run = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "run", str(request), "--store", str(store)], cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = spawn_cli("run", request, "--store", store, stdout=subprocess.DEVNULL)
     return run, store
 
 
-def wait_for_snapshot(run: subprocess.Popen, store: Path) -> Path:
+def wait_for_snapshot(run: ForkedProcess, store: Path) -> Path:
     """The snapshot directory, as soon as planning has renamed it into the store."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -47,9 +47,8 @@ def wait_for_snapshot(run: subprocess.Popen, store: Path) -> Path:
     raise AssertionError("no snapshot appeared within 180 s")
 
 
-def start_watch(snapshot: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "watch", str(snapshot), "--json", "--interval", "0.1", *extra],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_watch(snapshot: Path, *extra: str) -> ForkedProcess:
+    return spawn_cli("watch", snapshot, "--json", "--interval", "0.1", *extra)
 
 
 def updates(lines: str) -> list[WatchUpdate]:
