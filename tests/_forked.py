@@ -188,8 +188,12 @@ def _stream(spec: Any, default_fd: int, reading: bool) -> tuple[int, int | None]
 
 def spawn_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
               stdin: Any = DEVNULL, stdout: Any = PIPE, stderr: Any = PIPE, text: bool = True,
-              start_new_session: bool = False) -> ForkedProcess:
-    """Start `python -m genrun.runner.cli ARGS` as a forked real process (see the module docstring)."""
+              start_new_session: bool = False, limits: dict[str, int] | None = None) -> ForkedProcess:
+    """Start `python -m genrun.runner.cli ARGS` as a forked real process (see the module docstring).
+
+    `limits`: `setrlimit` in the child before genrun runs: `cpu_seconds`, and `address_space_headroom` (bytes the
+    child may map beyond what it holds at the fork, i.e. beyond the imports a fresh interpreter would also count).
+    """
     server = _the_server()
     full_env = {**os.environ, **(env or {})}
     changed = sorted(k for k in INTERPRETER_START if full_env.get(k) != server.env.get(k))
@@ -210,7 +214,7 @@ def spawn_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | 
     try:
         conn.connect(server.path)
         body = json.dumps({"argv": argv, "cwd": str(cwd or REPO), "env": full_env,
-                           "new_session": start_new_session}).encode()
+                           "new_session": start_new_session, "limits": limits or {}}).encode()
         payload = len(body).to_bytes(8, "big") + body
         sent = socket.send_fds(conn, [payload], child_fds)
         if sent < len(payload):
@@ -238,9 +242,9 @@ def spawn_cli(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | 
 
 
 def run_cli_forked(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
-                   timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+                   timeout: float | None = None, limits: dict[str, int] | None = None) -> subprocess.CompletedProcess[str]:
     """`spawn_cli` to its end: a `CompletedProcess` as `subprocess.run(..., capture_output=True, text=True)` gives."""
-    process = spawn_cli(*args, cwd=cwd, env=env)
+    process = spawn_cli(*args, cwd=cwd, env=env, limits=limits)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -12,7 +12,7 @@ After a child exits, the server imports the library modules that child imported 
 transformers, diffusers, ... never Ray or a user's own files), so later children start warm.
 
 Protocol, one connection per child: the client sends an 8-byte length, a JSON request
-`{"argv", "cwd", "env", "new_session"}` and, as SCM_RIGHTS, its three standard-stream
+`{"argv", "cwd", "env", "new_session", "limits"}` and, as SCM_RIGHTS, its three standard-stream
 descriptors; the server answers `{"pid": N}` then, once the child has been reaped,
 `{"status": WAIT_STATUS}` (one JSON line each) and closes the connection.
 """
@@ -62,6 +62,19 @@ def _standard_streams(environ: dict[str, str]) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
+def _limit(limits: dict) -> None:
+    """`setrlimit` for the child: CPU seconds, and address space as headroom above what the server's imports
+    already map (a fresh interpreter's limit would count its own imports the same way)."""
+    import resource
+
+    if "cpu_seconds" in limits:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"]))
+    if "address_space_headroom" in limits:
+        mapped = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+        ceiling = mapped + limits["address_space_headroom"]
+        resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
+
+
 def _run_child(request: dict, fds: list[int], modules_out: str) -> int:
     if request.get("new_session"):
         os.setsid()
@@ -76,6 +89,7 @@ def _run_child(request: dict, fds: list[int], modules_out: str) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     _standard_streams(request["env"])
+    _limit(request.get("limits") or {})
     sys.argv = ["-m", *request["argv"]]
     sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
     code = 0

@@ -22,6 +22,42 @@ EXAMPLES = REPO / "examples"
 TINY_LM = EXAMPLES / "models" / "tiny-lm"
 
 
+MODULES_FIRST = (
+    "tests/test_sweep_ray.py", "tests/test_fault_injection.py", "tests/test_sweep_faults.py", "tests/test_sweep_resume.py",
+    "tests/test_hostile_snapshots.py", "tests/test_generate_paths.py", "tests/test_packaging.py",
+)
+"""Modules whose tests start whole process trees (Ray actors, sweep workers, fresh interpreters): handed out
+first, so the many short modules fill the end of the run instead of one of these running alone."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With xdist's default `--dist load`: one test module per work unit (its module fixtures, such as a local
+    Ray or a wheel in a venv, are then built once, not once per worker), `MODULES_FIRST` first.
+
+    (xdist's own `loadgroup` would do the grouping, but its marker does not reach pytest >= 9.2's node ids.)
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the queue is complete (largest modules first) before the first unit goes out
+                self.ordered = True
+                for module in reversed(MODULES_FIRST):
+                    if module in self.workqueue:
+                        self.workqueue.move_to_end(module, last=False)
+            super()._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keep genrun's hash cache out of ~/.cache and never let transformers reach for the hub."""

@@ -51,3 +51,12 @@ def test_the_child_is_its_own_process_and_dies_by_the_signal_it_gets(tmp_path: P
 def test_interpreter_start_settings_are_refused_not_ignored(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="PYTHONPATH"):
         spawn_cli("ls", "--store", tmp_path, env={"PYTHONPATH": str(tmp_path)})
+
+
+def test_limits_bind_the_child(tmp_path: Path) -> None:
+    """`limits` reach the child: with 16 MiB of address space beyond the imports the run fails (wherever its first
+    large allocation or library load happens); the same call without limits succeeds."""
+    args = ("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "store")
+    starved = run_cli_forked(*args, limits={"address_space_headroom": 16 << 20})
+    assert starved.returncode != 0, starved.stdout[-2000:]
+    assert run_cli_forked(*args).returncode == 0

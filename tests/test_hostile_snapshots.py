@@ -1,39 +1,34 @@
 """Hostile snapshots: `verify`, `report`, `ls` and `diff` finish, bounded in memory and CPU, with a finding naming the file.
 
-Each case damages a copy of a real sealed snapshot, then runs the real CLI in a subprocess under
-`resource.setrlimit` (address space and CPU seconds: a read of `/dev/zero` or a file read whole
-dies there instead of taking the machine), with the suite's process timeout as the hang bound.
+Each case damages a copy of a real sealed snapshot, then runs the real CLI as its own process (forked
+from the suite's warm server, `tests/_forked.py`) under `resource.setrlimit` (CPU seconds, and 2 GiB of
+address space beyond what the imports hold: a read of `/dev/zero` or a file read whole dies there
+instead of taking the machine), with the suite's process timeout as the hang bound.
 """
 
 import json
 import os
-import resource
 import struct
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from _forked import run_cli_forked
 from conftest import PROCESS_TIMEOUT_S
 
 from _analysis_helpers import copy_snapshot, make_writable, run_genrun, snapshots  # noqa: F401
-from _lm_helpers import REPO
 from genrun.schemas import layout
 
-MEMORY_LIMIT = 3 << 30  # bytes of address space: imports need ~1 GiB of it, a file read whole would need more
-CPU_LIMIT_S = 120
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S))
+LIMITS = {
+    "address_space_headroom": 2 << 30,  # bytes beyond the imports (a fresh interpreter had 3 GiB, ~1 GiB of it imports)
+    "cpu_seconds": 120,
+}
 
 
 def _bounded(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          timeout=PROCESS_TIMEOUT_S, preexec_fn=_limits)
+    return run_cli_forked(*args, timeout=PROCESS_TIMEOUT_S, limits=LIMITS)
 
 
 def _replace_with_fifo(snapshot: Path, rel: str) -> None:
