@@ -31,6 +31,13 @@ first, so the many short modules fill the end of the run instead of one of these
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker more than this process may use cores (at most 4). A good part of the suite waits on
+    processes it started (Ray actors, sweep workers, a signalled run), and the extra worker fills that time."""
+    return min(len(os.sched_getaffinity(0)) + 1, 4)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With xdist's default `--dist load`: one test module per work unit (its module fixtures, such as a local
     Ray or a wheel in a venv, are then built once, not once per worker), `MODULES_FIRST` first.

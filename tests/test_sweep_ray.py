@@ -24,13 +24,17 @@ ROWS = [{"input.prompt": "count down from 4 :"}, {"input.prompt": "count down fr
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """One local instance for the module: temp RAY_TMPDIR and HOME (token auth writes ~/.ray), shut down after."""
+    """One local instance for the module: temp RAY_TMPDIR and HOME (token auth writes ~/.ray), workers not niced,
+    shut down after."""
     root = tmp_path_factory.mktemp("ray")
     # Ray's socket paths live under RAY_TMPDIR and must fit AF_UNIX's 107 bytes: pytest's per-worker temp paths
     # (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<i>/ray0/...) do not, so Ray gets a short directory of its own.
     ray_tmp = Path(tempfile.mkdtemp(prefix="genrun-ray-"))
-    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR")}
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR", "RAY_worker_niceness")}
     os.environ["HOME"], os.environ["RAY_TMPDIR"] = str(root / "home"), str(ray_tmp)
+    # Ray starts its workers at nice 15: beside the suite's other workers (or a busy machine) the actors then
+    # starve and this module's wall time triples. The test instance runs them at the suite's own priority.
+    os.environ["RAY_worker_niceness"] = "0"
     (root / "home").mkdir()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
