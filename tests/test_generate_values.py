@@ -124,3 +124,21 @@ def test_refused_sweep_item_leaves_no_hash_cache_entry(tmp_path: Path, monkeypat
     with pytest.raises(RequestError, match=r"(?s)sweep item 1.*repetition_penalty = 0.0 is rejected by transformers' RepetitionPenaltyLogitsProcessor"):
         plan_sweep(sweep, tmp_path / "store")
     assert not (tmp_path / "store").exists() and not cache.exists()
+
+
+def test_stop_strings_are_judged_by_the_tokenizer_execution_uses(tmp_path: Path, tiny_lm: Path, fixture_models) -> None:  # noqa: ANN001
+    """With `[model] processor` generate is given the override's tokenizer: stop strings it cannot index are refused
+    at plan time even when the checkpoint's own tokenizer could build them."""
+    model = fixture_models.get("bpe-no-eos")  # its byte-level BPE tokenizer builds StopStringCriteria
+    word_level = tmp_path / "word-level-tokenizer"  # tiny-lm's cannot (see "stop_strings-tokenizer-cannot-index")
+    word_level.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (word_level / name).write_bytes((tiny_lm / name).read_bytes())
+    plain = tiny_request(model, generation='max_new_tokens = 4\nstop_strings = ["5"]')
+    done = run_cli("plan", write_request(tmp_path, plain, "plain.toml"), "--store", tmp_path / "store")
+    assert done.returncode == 0, done.stderr
+    override = plain.replace('device = "cpu"\n', f'device = "cpu"\nprocessor = "{word_level}"\n', 1)
+    done = run_cli("plan", write_request(tmp_path, override, "override.toml"), "--store", tmp_path / "store-override")
+    assert done.returncode == 2, done.stderr
+    assert "[generation] stop_strings = ['5'] " in " ".join(done.stderr.split()), done.stderr
+    assert not (tmp_path / "store-override").exists()

@@ -167,3 +167,24 @@ def test_plan_session_shares_values_only_inside_it() -> None:
             once("bad", fail)
         assert once("bad", compute) == 4  # a failure is never kept
     assert once("k", compute) == 5  # the session ended
+
+
+def test_the_checkpoint_generation_config_is_read_once_per_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Key validation, decoding mode, generate's value builders and the budget all read generation_config.json: a
+    sweep plan reads it once, a lone plan for each of them (a spy around transformers' loader, which still loads)."""
+    from transformers import GenerationConfig
+
+    reads: list[str] = []
+    load = GenerationConfig.from_pretrained.__func__
+
+    def counted(cls, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        reads.append(str(args[0]))
+        return load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(GenerationConfig, "from_pretrained", classmethod(counted))
+    sweep = write_sweep(tmp_path, rows=[{"seed": 1}, {"seed": 2}, {"seed": 3}])
+    assert main(["sweep", "plan", str(sweep), "--store", str(tmp_path / "store")]) == 0
+    assert len(reads) == 1, reads
+    reads.clear()
+    assert main(["plan", str(tmp_path / "base.toml"), "--store", str(tmp_path / "lone")]) == 0
+    assert len(reads) >= 2, reads  # outside a sweep nothing is shared: each check reads its own

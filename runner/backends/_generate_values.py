@@ -14,6 +14,8 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ._checkpoint_config import checkpoint_config, checkpoint_generation_config
+
 # Keys that decide *which* processors generate builds rather than holding a value one checks: when removing
 # such a key also makes the error go away, the value it switched on is the one to blame.
 _SWITCHES = {"do_sample", "num_beams", "num_return_sequences", "max_length", "max_new_tokens", "eos_token_id", "is_assistant"}
@@ -28,14 +30,16 @@ class _Rejection(NamedTuple):
     """The transformers class whose constructor raised (`RepetitionPenaltyLogitsProcessor`), when known."""
 
 
-def generate_value_problems(generation: dict[str, Any], model_dir: Path, trust_remote_code: bool) -> list[str]:
+def generate_value_problems(generation: dict[str, Any], model_dir: Path, tokenizer_dir: Path, trust_remote_code: bool) -> list[str]:
     """One sentence per request key whose value generate's processors or stopping criteria reject (none: `[]`).
 
-    An error that stays without any request key (the checkpoint's own generation config) is not the
-    request's to fix: it is left to execute, which records it. A model whose config cannot be loaded
-    here is left to the budget, which names the problem.
+    `tokenizer_dir` is where execution's tokenizer comes from (`[model] processor`, else the checkpoint):
+    stop strings are judged by the tokenizer generate will be given. An error that stays without any
+    request key (the checkpoint's own generation config) is not the request's to fix: it is left to
+    execute, which records it. A model whose config cannot be loaded here is left to the budget, which
+    names the problem.
     """
-    builders = _builders(model_dir, trust_remote_code, "stop_strings" in generation)
+    builders = _builders(model_dir, tokenizer_dir if "stop_strings" in generation else None, trust_remote_code)
     if builders is None:
         return []
     problems: list[str] = []
@@ -128,9 +132,10 @@ _BUILDER_METHODS = ("_prepare_generation_config", "_prepare_special_tokens", "_g
 """The `GenerationMixin` methods generate calls to build its processors and criteria (transformers 5.x)."""
 
 
-def _builders(model_dir: Path, trust_remote_code: bool, needs_tokenizer: bool) -> _Builders | None:
-    """The stand-in for this checkpoint: its config and generation config, and its tokenizer when stop strings need it."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, GenerationMixin
+def _builders(model_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bool) -> _Builders | None:
+    """The stand-in for this checkpoint: its config and generation config, and the tokenizer from `tokenizer_dir`
+    when stop strings need one."""
+    from transformers import AutoTokenizer, GenerationMixin
 
     methods = {name: getattr(GenerationMixin, name, None) for name in _BUILDER_METHODS}
     if None in methods.values():  # a transformers whose private builders differ: execute's self-check reports it
@@ -139,16 +144,14 @@ def _builders(model_dir: Path, trust_remote_code: bool, needs_tokenizer: bool) -
     model = type("ConfigOnlyModel", (), {**methods, "device": "cpu"})()
     options = {"trust_remote_code": trust_remote_code, "local_files_only": True}
     try:
-        model.config = AutoConfig.from_pretrained(model_dir, **options)
-        # as from_pretrained sets `model.generation_config`
-        model.generation_config = (GenerationConfig.from_pretrained(model_dir) if (model_dir / "generation_config.json").is_file()
-                                   else GenerationConfig.from_model_config(model.config))
+        model.config = checkpoint_config(model_dir, trust_remote_code)
+        model.generation_config = checkpoint_generation_config(model_dir, model.config)  # as from_pretrained sets it
     except Exception:  # noqa: BLE001 - the budget loads the same files next and names what is wrong
         return None
     tokenizer = None
-    if needs_tokenizer:
+    if tokenizer_dir is not None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(model_dir, **options)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, **options)
         except Exception:  # noqa: BLE001 - no tokenizer here: stop strings are checked at execution
             tokenizer = None
     return _Builders(model, tokenizer)

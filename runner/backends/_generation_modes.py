@@ -10,6 +10,8 @@ MusicGen-style models' own `generate` runs greedy search and sampling only.
 from pathlib import Path
 from typing import Any
 
+from ._checkpoint_config import checkpoint_generation_config
+
 # Per mode: the request keys that select it (`GenerationConfig.get_generation_mode`), named in the refusal, and the fix.
 _MODE_KEYS = {
     "GROUP_BEAM_SEARCH": (("num_beam_groups", "num_beams"), "remove num_beam_groups (plain beam search with num_beams still runs)"),
@@ -28,13 +30,12 @@ def mode_problems(generation: dict[str, Any], model_dir: Path, own_loop: bool) -
 
     `own_loop`: the model's `generate` override runs its own greedy/sampling loop (MusicGen)."""
     import transformers
-    from transformers import GenerationConfig
 
     try:
         from transformers.generation.utils import GENERATION_MODES_MAPPING
     except ImportError:  # a transformers without the mapping: nothing to compare with, generate decides
         return []
-    config = GenerationConfig.from_pretrained(model_dir) if (model_dir / "generation_config.json").is_file() else GenerationConfig()
+    config = checkpoint_generation_config(model_dir)
     config.update(**generation)
     mode = config.get_generation_mode()
     selected_by = _selected_by(mode.name, generation)

@@ -13,8 +13,8 @@ from typing import Any
 
 from genrun.schemas import Request
 
-from .._plan_session import once
 from ..errors import RequestError
+from ._checkpoint_config import checkpoint_config
 from ._processor import model_auto_class
 
 # Parameters of generate overrides that are not request values: model inputs, objects genrun attaches itself
@@ -30,11 +30,10 @@ _PLAIN_DEFAULTS = (type(None), bool, int, float, str)
 
 def model_generate_arguments(request: Request, model_dir: Path) -> frozenset[str]:
     """Names of the plain-valued parameters the model class this request loads adds to `generate` (empty when none)."""
-    from transformers import AutoConfig, GenerationConfig, GenerationMixin
+    from transformers import GenerationConfig, GenerationMixin
 
-    trust = request.model.trust_remote_code
     try:  # the same config the budget reads next (shared within a sweep's plan session)
-        config = once(("config", str(model_dir), trust), lambda: AutoConfig.from_pretrained(model_dir, trust_remote_code=trust))
+        config = checkpoint_config(model_dir, request.model.trust_remote_code)
     except Exception:  # noqa: BLE001 - the budget loads the same config next and names what is wrong
         return frozenset()
     model_class = _model_class(config, request)

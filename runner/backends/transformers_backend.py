@@ -24,7 +24,8 @@ from ..errors import RequestError
 from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
 from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, musicgen, refuse_generation
 from ..input_files import input_path, read_input_files
-from ._processor import architecture, load_processor, model_auto_class, tokenizer_of, validate_media_request, validate_processor_override
+from ._processor import (architecture, load_processor, model_auto_class, processor_source, tokenizer_of, validate_media_request,
+                         validate_processor_override)
 from ._prompts import encode_input
 from ._decoder_prompt import forced_decoder_prompts
 from ._generate_values import generate_value_problems
@@ -69,7 +70,7 @@ class TransformersBackend:
         key_problems = generation_problems(request.generation, model_arguments)  # modes and values: only from keys that passed
         config_keys = {k: v for k, v in request.generation.items() if k not in model_arguments}
         refuse_generation(key_problems or mode_problems(config_keys, model_dir, own_loop=musicgen.is_music_model(model_dir)))
-        refuse_generation(generate_value_problems(config_keys, model_dir, request.model.trust_remote_code))
+        refuse_generation(generate_value_problems(config_keys, model_dir, processor_source(request, model_dir), request.model.trust_remote_code))
         musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
         validate_processor_override(request)
 

@@ -19,6 +19,7 @@ from ..budget import (
 )
 from .._plan_session import once
 from . import musicgen
+from ._checkpoint_config import checkpoint_config, checkpoint_generation_config
 from ._processor import architecture, processor_source
 from ._prompts import encode_input
 
@@ -27,15 +28,14 @@ LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores,
 
 def estimate_transformers_budget(request: Request, model_dir: Path, stored_weight_bytes: int, force: bool) -> TokenBudget:
     """Context and memory pre-flight; loads config.json, generation_config.json and the tokenizer only."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer
 
     trust = request.model.trust_remote_code
-    loaded = (str(model_dir), trust)  # a sweep's items share one model directory: read its files once per sweep
-    config = once(("config", *loaded), lambda: AutoConfig.from_pretrained(model_dir, trust_remote_code=trust))
+    config = checkpoint_config(model_dir, trust)  # a sweep's items share one model directory: read once per sweep
     shape = model_shape(config, request.model.dtype)
     tokenizer_dir = processor_source(request, model_dir)  # `[model] processor` when given: items of a sweep may differ in it
     tokenizer = once(("tokenizer", str(tokenizer_dir), trust), lambda: AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=trust))
-    checkpoint = once(("generation-config", *loaded), lambda: _checkpoint_generation_config(model_dir, GenerationConfig))
+    checkpoint = _checkpoint_generation_config(model_dir)
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
@@ -91,9 +91,9 @@ def forced_decoder_tokens(checkpoint: dict[str, Any], generation: dict[str, Any]
     return 1 + language_and_task + no_timestamps
 
 
-def _checkpoint_generation_config(model_dir: Path, generation_config: type) -> dict:
+def _checkpoint_generation_config(model_dir: Path) -> dict:
     """The checkpoint's `generation_config.json` as a diff from the defaults (`{}` when it has none)."""
-    return generation_config.from_pretrained(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
+    return checkpoint_generation_config(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
 
 
 def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
