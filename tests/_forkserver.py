@@ -171,8 +171,9 @@ def serve(path: str) -> None:
     selector.register(listener, selectors.EVENT_READ)
     children: dict[int, tuple[socket.socket, Path]] = {}
     finished: list[Path] = []  # module lists of exited children, imported once no child is running
+    parent = os.getppid()
     print("ready", flush=True)
-    while True:
+    while os.getppid() == parent:  # the pytest process that started this server died: so does the server
         for key, _ in selector.select(timeout=0.02):
             conn, _ = listener.accept()
             try:
