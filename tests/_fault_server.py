@@ -16,6 +16,9 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
+
+from _forkserver import warm_imports
 
 FS_EVENTS = frozenset({
     "open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate", "os.link", "os.symlink",
@@ -84,18 +87,6 @@ def run_job(job: dict) -> dict:
     return {"returncode": os.waitstatus_to_exitcode(status)}
 
 
-def warm_imports(job: dict) -> None:
-    """Import here every module the first job's run imported, so that each forked child starts warm (seconds each)."""
-    import importlib
-
-    for name in json.load(open(job["modules_out"])):
-        if name not in sys.modules and not name.startswith("__"):
-            try:
-                importlib.import_module(name)
-            except Exception:  # a module that only imports in its own context (a user's entry point): the child imports it
-                pass
-
-
 def main() -> None:
     with open(sys.argv[1]) as f:
         jobs = json.load(f)
@@ -105,8 +96,8 @@ def main() -> None:
     torch.set_num_threads(1)  # before any op: forked children must not inherit a started thread pool
     for job in jobs:
         print(json.dumps(run_job(job)), flush=True)
-        if job.get("modules_out"):
-            warm_imports(job)
+        if job.get("modules_out"):  # what the first run imported, imported here: each later child starts warm
+            warm_imports(Path(job["modules_out"]))
 
 
 if __name__ == "__main__":

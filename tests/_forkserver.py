@@ -130,8 +130,9 @@ def _run_child(request: dict, fds: list[int], modules_out: str) -> int:
     return code
 
 
-def _warm(modules_file: Path) -> None:
-    """Import what a finished child imported, so the next children start with it loaded."""
+def warm_imports(modules_file: Path) -> None:
+    """Import what a finished child imported (the JSON list of module names in `modules_file`, removed after), so the
+    next children start with it loaded. Also used by `_fault_server.py`."""
     try:
         names = json.loads(modules_file.read_text())
     except (OSError, ValueError):
@@ -217,7 +218,7 @@ def serve(path: str) -> None:
             finished.append(modules_out)
         if finished and not children:
             for modules_out in finished:
-                _warm(modules_out)
+                warm_imports(modules_out)
             finished.clear()
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install -e '.[test]'")
+import ray  # the 'test' extra installs it; never importorskip: a missing Ray must fail the suite, not hide it
 
-from _lm_helpers import read_ids, read_progress  # noqa: E402
-from _sweep_helpers import only_sweep, pid_alive, read, start_cli, wait_for, write_sweep  # noqa: E402
-from conftest import PROCESS_TIMEOUT_S, run_cli  # noqa: E402
-from genrun.runner.cli import main  # noqa: E402
+from _lm_helpers import read_ids, read_progress
+from _sweep_helpers import only_sweep, pid_alive, read, start_cli, wait_for, write_sweep
+from conftest import PROCESS_TIMEOUT_S, run_cli
+from genrun.runner.cli import main
 
 ROWS = [{"input.prompt": "count down from 4 :"}, {"input.prompt": "count down from 9 :"}, {"input.prompt": "count down from 12 :"}]
 

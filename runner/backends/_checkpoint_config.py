@@ -1,9 +1,9 @@
-"""A checkpoint's `config.json` and `generation_config.json` as the plan reads them: once per sweep plan session.
+"""A checkpoint's `config.json`, `generation_config.json` and tokenizer as the plan reads them: once per sweep plan session.
 
-Every plan-time check of a transformers request reads the same two files (key validation, decoding mode,
-generate's value builders, the budget). Within `genrun sweep plan` each is read once per model directory
-(`_plan_session.once`); callers get their own copy, since transformers' objects are mutable and some
-checks update them.
+Every plan-time check of a transformers request reads the same files (key validation, decoding mode,
+generate's value builders, the frame rate, the budget). Within `genrun sweep plan` each is read once
+per directory (`_plan_session.once`). Configs are handed out as copies, since transformers' config
+objects are mutable and some checks update them; the tokenizer is shared (see `checkpoint_tokenizer`).
 """
 
 import copy
@@ -30,3 +30,13 @@ def checkpoint_generation_config(model_dir: Path, config: Any | None = None) -> 
     if (model_dir / "generation_config.json").is_file():
         return copy.deepcopy(once(("generation-config", str(model_dir)), lambda: GenerationConfig.from_pretrained(model_dir)))
     return GenerationConfig.from_model_config(config) if config is not None else GenerationConfig()  # no file to read
+
+
+def checkpoint_tokenizer(tokenizer_dir: Path, trust_remote_code: bool) -> Any:
+    """`AutoTokenizer.from_pretrained(tokenizer_dir)` (offline): the checkpoint's, or `[model] processor`'s. Shared, not
+    copied (a copy costs as much as a load): plan-time checks encode prompts with it and index its vocabulary, and the
+    only change made to it, the padding setup of `_prompts.prepare_tokenizer`, is the same for every item."""
+    from transformers import AutoTokenizer
+
+    return once(("tokenizer", str(tokenizer_dir), trust_remote_code),
+                lambda: AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=trust_remote_code, local_files_only=True))

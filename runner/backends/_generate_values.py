@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ._checkpoint_config import checkpoint_config, checkpoint_generation_config
+from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 
 # Keys that decide *which* processors generate builds rather than holding a value one checks: when removing
 # such a key also makes the error go away, the value it switched on is the one to blame.
@@ -135,14 +135,13 @@ _BUILDER_METHODS = ("_prepare_generation_config", "_prepare_special_tokens", "_g
 def _builders(model_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bool) -> _Builders | None:
     """The stand-in for this checkpoint: its config and generation config, and the tokenizer from `tokenizer_dir`
     when stop strings need one."""
-    from transformers import AutoTokenizer, GenerationMixin
+    from transformers import GenerationMixin
 
     methods = {name: getattr(GenerationMixin, name, None) for name in _BUILDER_METHODS}
     if None in methods.values():  # a transformers whose private builders differ: execute's self-check reports it
         return None
     # what generate's builders read from a model (`config`, `generation_config`, `device`), without weights
     model = type("ConfigOnlyModel", (), {**methods, "device": "cpu"})()
-    options = {"trust_remote_code": trust_remote_code, "local_files_only": True}
     try:
         model.config = checkpoint_config(model_dir, trust_remote_code)
         model.generation_config = checkpoint_generation_config(model_dir, model.config)  # as from_pretrained sets it
@@ -151,7 +150,7 @@ def _builders(model_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bo
     tokenizer = None
     if tokenizer_dir is not None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, **options)
+            tokenizer = checkpoint_tokenizer(tokenizer_dir, trust_remote_code)  # the one the budget encodes the prompt with
         except Exception:  # noqa: BLE001 - no tokenizer here: stop strings are checked at execution
             tokenizer = None
     return _Builders(model, tokenizer)

@@ -23,6 +23,7 @@ from genrun.schemas.request import UnitsSpec
 
 from ..budget import FrameRate
 from ..errors import RequestError
+from ._checkpoint_config import checkpoint_config
 from ._media import save_audio
 
 MODEL_TYPES = ("musicgen", "musicgen_melody")
@@ -73,9 +74,7 @@ def checkpoint_frame_rate(model_dir: Path) -> float | None:
     other models. `frame_rate` is a property of the codec config (EnCodec: ceil(sampling_rate / hop)), not a stored key."""
     if not is_music_model(model_dir):
         return None
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    config = checkpoint_config(model_dir, trust_remote_code=False)  # a built-in architecture: no remote code to trust
     rate = getattr(getattr(config, "audio_encoder", None), "frame_rate", None)
     return float(rate) if rate is not None else None
 

@@ -17,9 +17,8 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
-from .._plan_session import once
 from . import musicgen
-from ._checkpoint_config import checkpoint_config, checkpoint_generation_config
+from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 from ._processor import architecture, processor_source
 from ._prompts import encode_input
 
@@ -28,13 +27,10 @@ LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores,
 
 def estimate_transformers_budget(request: Request, model_dir: Path, stored_weight_bytes: int, force: bool) -> TokenBudget:
     """Context and memory pre-flight; loads config.json, generation_config.json and the tokenizer only."""
-    from transformers import AutoTokenizer
-
     trust = request.model.trust_remote_code
     config = checkpoint_config(model_dir, trust)  # a sweep's items share one model directory: read once per sweep
     shape = model_shape(config, request.model.dtype)
-    tokenizer_dir = processor_source(request, model_dir)  # `[model] processor` when given: items of a sweep may differ in it
-    tokenizer = once(("tokenizer", str(tokenizer_dir), trust), lambda: AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=trust))
+    tokenizer = checkpoint_tokenizer(processor_source(request, model_dir), trust)  # `[model] processor` when given
     checkpoint = _checkpoint_generation_config(model_dir)
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
