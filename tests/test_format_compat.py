@@ -32,6 +32,10 @@ from conftest import tiny_request, write_request
 FIXTURES = Path(__file__).parent / "fixtures" / "format-1"
 LM = FIXTURES / "20261201T003156Z-tiny-6f6cc2"
 DIFFUSION = FIXTURES / "20261201T003210Z-tiny-diffusion-cab1ea"
+FORMAT_2 = Path(__file__).parent / "fixtures" / "format-2"
+LM_2 = FORMAT_2 / "20261201T150421Z-tiny-fd0549"
+DIFFUSION_2 = FORMAT_2 / "20261201T150426Z-tiny-diffusion-13bd79"
+SWEEP_2 = FORMAT_2 / "sweep-store" / "20261201T150437Z-countdowns-f7bdc4"
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, dict]:
@@ -73,6 +77,36 @@ def test_format_1_snapshot_verifies_and_reports_unchanged(snapshot: Path, capsys
     assert report["sequences"][0]["evidence"]["reason"] == report["sequences"][0]["reason"]  # migrated to typed evidence
     assert Report.model_validate(report).budget.plan is not None  # the --json document is the typed Report
     assert _digests(snapshot) == before, "reading migrated in memory only: no file may change"
+
+
+def test_format_2_fixtures_were_written_by_0_2_0() -> None:
+    for snapshot in (LM_2, DIFFUSION_2):
+        assert orjson.loads((snapshot / layout.STOP).read_bytes())["schema_version"] == 2
+        assert orjson.loads((snapshot / layout.ENVIRONMENT).read_bytes())["genrun_version"] == "0.2.0"
+
+
+@pytest.mark.parametrize("snapshot", [LM_2, DIFFUSION_2], ids=["lm", "diffusion"])
+def test_format_2_snapshot_verifies_and_reports_unchanged(snapshot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digests(snapshot)
+    code, verified = _cli_json(capsys, "verify", snapshot)
+    failed = [f"{f['name']}: {f['message']}" for f in verified["findings"] if f["status"] in ("FAIL", "WARN")]
+    assert code == 0 and not failed, failed
+    code, report = _cli_json(capsys, "report", snapshot)
+    assert code == 0 and report["state"] == "sealed" and report["status"] == "succeeded", report["headline"]
+    assert report["sequences"][0]["evidence"]["reason"] == report["sequences"][0]["reason"]
+    assert _digests(snapshot) == before, "reading migrated in memory only: no file may change"
+
+
+def test_format_2_sweep_and_its_items_verify(capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digests(FORMAT_2 / "sweep-store")
+    code, _ = _cli_json(capsys, "verify", SWEEP_2)
+    assert code == 0, capsys.readouterr()
+    items = sorted(p for p in SWEEP_2.parent.iterdir() if p != SWEEP_2)
+    assert len(items) == 6
+    for item in items:
+        code, verified = _cli_json(capsys, "verify", item)
+        assert code == 0, [f for f in verified["findings"] if f["status"] == "FAIL"]
+    assert _digests(FORMAT_2 / "sweep-store") == before
 
 
 def test_format_1_stop_evidence_migrates_to_one_model_per_reason() -> None:
