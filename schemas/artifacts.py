@@ -138,6 +138,12 @@ def _json(name: str, phase: layout.Phase, model: Any, written_by: tuple[str, ...
 
 _ALL = (EVERY_RUN,)
 _TRANSFORMERS = ("transformers",)
+_SIGNOFFS = (  # appended to a sealed run or sweep alike, outside its manifest
+    ArtifactSpec(f"{layout.SIGNOFFS_DIR}/*.json", "sign-off", "Append-only decisions bound to the plan or snapshot digest.",
+                 (SIGNOFF,), "json", Signoff, schema="signoff"),
+    ArtifactSpec(f"{layout.SIGNOFFS_DIR}/*.json.sig", "sign-off", "The SSH signature of the record beside it (made with `--key`).",
+                 (SIGNOFF,), "bytes"),
+)
 
 SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     ArtifactSpec(f"{layout.REQUEST_SOURCE_PREFIX}.<ext>", "plan", "The request bytes exactly as given (`.toml` or `.json`).",
@@ -185,9 +191,7 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     ArtifactSpec(f"{layout.OUTPUTS_DIR}/", "execute", "`sequence_<i>.txt` per decodable row, or the pipeline's media.", _ALL, "bytes"),
     ArtifactSpec(layout.MANIFEST, "seal", "sha256sum of every file but itself and `signoffs/`, written last: its presence means sealed; "
                  "its sha256 is the snapshot digest.", _ALL, "sha256sum"),
-    ArtifactSpec(f"{layout.SIGNOFFS_DIR}/*.json", "sign-off", "Append-only decisions bound to the plan or snapshot digest.",
-                 (SIGNOFF,), "json", Signoff, schema="signoff"),
-    ArtifactSpec(f"{layout.SIGNOFFS_DIR}/*.json.sig", "sign-off", "The SSH signature of the record beside it (`--sign`).", (SIGNOFF,), "bytes"),
+    *_SIGNOFFS,
 )
 """Every file of a run's snapshot, in the order it is written."""
 
@@ -202,8 +206,9 @@ SWEEP_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     ArtifactSpec(layout.SWEEP_PROGRESS, "execute", "Append-only: one line per item attempt started or ended.", (SWEEPS,), "ndjson", ItemAttempt,
                  schema="sweep-progress-record"),
     _json(layout.SWEEP_RESULT, "seal", SweepResult, (SWEEPS,), "Each item's final snapshot, digest, status and stop reasons."),
-    ArtifactSpec(layout.MANIFEST, "seal", "sha256sum of every file but itself, written last: its presence means the sweep is sealed.",
-                 (SWEEPS,), "sha256sum"),
+    ArtifactSpec(layout.MANIFEST, "seal", "sha256sum of every file but itself and `signoffs/`, written last: its presence means "
+                 "the sweep is sealed.", (SWEEPS,), "sha256sum"),
+    *_SIGNOFFS,
 )
 """Every file of a sweep snapshot (the directory beside its items' snapshots), in the order it is written."""
 
@@ -242,5 +247,5 @@ def with_declared(artifacts: tuple[ArtifactSpec, ...], declared: Iterable[Artifa
 
 
 def json_schema_sources(artifacts: Iterable[ArtifactSpec] = (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS)) -> dict[str, Any]:
-    """Schema file stem -> model, for every entry with a schema of its own."""
+    """Schema file stem -> model, for every entry with a schema of its own (an entry listed in both kinds of snapshot once)."""
     return {spec.schema: spec.model for spec in artifacts if spec.schema is not None}

@@ -58,6 +58,9 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> Sealed:
     assert proc.returncode == 0, proc.stderr
     proc = run_cli("sweep", EXAMPLES / "sweep" / "countdowns.toml", "--store", store / "sweep", "--json")
     assert proc.returncode == 0, proc.stderr
+    (sweep_dir,) = (p for p in (store / "sweep").iterdir() if (p / layout.SWEEP_PLAN).is_file())
+    proc = run_cli("signoff", sweep_dir, "--decision", "accept", "--by", "owner@example.com", "--key", key)
+    assert proc.returncode == 0, proc.stderr
     sweeps: dict[str, Path] = {}
     for root in (store / "sweep", FIXTURES):
         for directory in sorted(manifest.parent for manifest in root.rglob(layout.MANIFEST)):
@@ -71,6 +74,9 @@ def test_every_bundled_example_was_checked(sealed: Sealed) -> None:
     assert [name.split("/")[0] for name in sealed.sweeps] == ["sweep", "fixtures"], "the bundled sweep and the format-2 sweep"
     assert sum(name.startswith("fixtures/format-") for name in sealed.runs) >= 10, "every committed format fixture"
     assert all((path / layout.MANIFEST).is_file() for path in (*sealed.runs.values(), *sealed.sweeps.values()))
+    for signed in (sealed.runs["tiny.toml"], sealed.sweeps[next(iter(sealed.sweeps))]):
+        assert any(rel.endswith(".json.sig") for rel in _files(signed)), f"{signed} holds a signed sign-off"
+    assert (sealed.runs["rerun child of tiny.toml"] / layout.LINEAGE).is_file()
 
 
 @pytest.mark.parametrize("kind", ["runs", "sweeps"])
@@ -134,7 +140,7 @@ def test_families_and_lookups() -> None:
     assert artifact_for(layout.SWEEP_PLAN) is None and artifact_for(layout.SWEEP_PLAN, SWEEP_ARTIFACTS).phase == "plan"
     assert artifact_for(layout.DISK_RESERVE).transient
     names = [spec.name for registry in (SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS) for spec in registry]
-    assert len(names) == len(set(names)) + 2  # the two manifests are in both kinds of snapshot
+    assert len(names) == len(set(names)) + 4  # the two manifests and the sign-offs are in both kinds of snapshot
     assert all(artifact_for(spec.example) is spec for spec in SNAPSHOT_ARTIFACTS), "entries must not shadow one another"
 
 
