@@ -2,8 +2,8 @@
 
 Each entry names the file (or a pattern for a family), the model that reads it, when it is written,
 what it means and who writes it. The generated `docs/snapshot-format.md`, the JSON Schema export
-(`schemas/json/`) and the MLflow export's upload list are all derived from here, so a file cannot be
-written without being documented. The file names themselves live in `layout`; this module only
+(`schemas/json/`) and the MLflow export's upload list are all derived from here, and
+tests/test_artifact_registry.py holds every file of real sealed snapshots to it. The file names themselves live in `layout`; this module only
 lists them. A backend adds its own artifacts with `with_declared(SNAPSHOT_ARTIFACTS, declared, by)`,
 never by editing this list.
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from . import layout
 from .budget import TokenBudget
