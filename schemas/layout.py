@@ -49,7 +49,7 @@ DISK_RESERVE = ".genrun-disk-reserve"
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
 
-# -- media inputs (issue 12): present only when [input] names files ---------------------------------
+# -- media inputs: present only when [input] names files -------------------------------------------
 INPUTS_DIR = "inputs"  # frozen copies of the media files, `inputs/<row>-<kind>-<name>`
 INPUT_FILES = "input-files.json"  # frozen at plan time: path, size, sha256 and header facts of each file
 INPUT_PREPARATION = "input-preparation.json"  # written before generate: what the model actually received
@@ -213,7 +213,7 @@ def check_frozen(frozen: Mapping[str, str], request_sources: Collection[str], di
     return FrozenCheck(not_frozen, missing, changed)
 
 
-# -- sweeps (issue 14): a sweep snapshot is a directory of its own beside its items' snapshots ----
+# -- sweeps: a sweep snapshot is a directory of its own beside its items' snapshots ---------------
 SWEEP_SOURCE_PREFIX = "sweep.source"  # + ".toml" / ".json": the sweep file exactly as given
 SWEEP_BASE_REQUEST_PREFIX = "sweep.base-request.source"  # + ".toml" / ".json": the base request's bytes
 SWEEP_DATASET = "sweep-dataset.jsonl"  # the dataset's bytes, when at most SWEEP_DATASET_COPY_LIMIT
