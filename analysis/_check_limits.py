@@ -36,7 +36,7 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
     limit as the call's effective config has it, and the user set it: its source (`limit_sources`)
     is the request, or an entry point that passed the request's own value through. A limit from the
     model's generation_config, a library default, an entry point's own number, `unknown` or any
-    other reason is a WARN: that is what the 16,384-token incident looked like.
+    other reason is a WARN: that is what a run silently cut at 16,384 tokens looks like.
     """
     name = "hidden_cap"
     if snap.counts_steps:

@@ -43,7 +43,7 @@ class CoverageLine(_Model):
     covered: str
     """What came out for it."""
     fraction: float | None
-    """covered / expected when both are numbers (0.449 for incident 1's transcription)."""
+    """covered / expected when both are numbers (0.449 for a transcription cut by a hidden cap)."""
     basis: str
     """How `expected` was obtained."""
 

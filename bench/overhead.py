@@ -16,7 +16,7 @@ generation is reported separately.
 Usage:
     python bench/overhead.py [--pairs 7] [--tokens 512] [--every-units 256] [--models tiny,20m]
 
-Targets (issue 3): ratio >= 0.98 on the ~20M model, >= 0.95 on the tiny one.
+Targets: ratio >= 0.98 on the ~20M model, >= 0.95 on the tiny one.
 """
 
 import argparse
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=512, help="new tokens per run")
     parser.add_argument("--every-units", type=int, default=256, help="progress record cadence (genrun's default is 256)")
     parser.add_argument("--models", default="tiny,20m", help="comma-separated: tiny, 20m")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (the issue's setting is 2; 1 is robust on a busy machine)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (the targets are set at 2; 1 is robust on a busy machine)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite beside two CPU-bound processes, three runs in a row (issue 9's loaded figure).
+# The test suite beside two CPU-bound processes, three runs in a row (the loaded figure in docs/testing.md).
 #
 #   bash bench/suite_under_load.sh [REVISION]     (default: HEAD of this checkout)
 #

@@ -16,7 +16,7 @@ item duration (items 2..N, model already loaded) minus the median bare generate 
 Planning (validating and freezing 64 items) is printed separately.
 
 Usage: python bench/sweep.py [--items 64] [--tokens 128] [--skip-ray]
-Targets (issue 14): local / bare <= 1.15; Ray / bare <= 1.30 excluding start-up.
+Targets: local / bare <= 1.15; Ray / bare <= 1.30 excluding start-up.
 """
 
 import argparse

@@ -20,22 +20,35 @@ Heavy imports (torch, transformers) happen inside `plan`/`execute`/`run`; `open_
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from genrun.runner import __version__
 from genrun.runner.errors import BudgetRefused, GenrunError, RequestError
 
 if TYPE_CHECKING:
+    from genrun import schemas as schemas
     from genrun.analysis import Snapshot, Verification
     from genrun.runner.sweep.driver import SweepRun
     from genrun.schemas import Request, Result
 
 __all__ = [
     "BudgetRefused", "GenrunError", "RequestError", "__version__",
-    "execute", "open_snapshot", "plan", "run", "sweep", "verify",
+    "execute", "open_snapshot", "plan", "run", "schemas", "sweep", "verify",
 ]
+
+_LAZY_SUBMODULES = ("schemas",)
+"""Reachable as attributes after a plain `import genrun` (`genrun.schemas.Request`), imported on first use:
+the models cost about half a second to import, which `genrun ls` and friends should not pay."""
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def offline_hub() -> None:

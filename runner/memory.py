@@ -1,6 +1,6 @@
 """Memory readings for progress records and `result.json`, cheap enough to take often.
 
-Measured costs (notes §5): `os.pread` on a kept-open `/proc/self/statm` ~1.4 µs, `getrusage`
+Measured costs (2-core CPU VM): `os.pread` on a kept-open `/proc/self/statm` ~1.4 µs, `getrusage`
 ~0.8 µs; on CUDA one `torch.cuda.memory_stats()` call (each of the four convenience getters
 would call it again) and no device synchronisation.
 """

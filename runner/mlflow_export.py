@@ -4,7 +4,8 @@ Nothing is logged during generation: an MLflow call costs milliseconds, which on
 is a large share of each token's time. Instead the progress stream is replayed here with its
 real timestamps (the start record's wall time + each record's `t`), so MLflow's charts show the
 run as it happened. Params come from the effective configuration, tags carry the state, stop
-reasons and digests, and the snapshot directory is uploaded as artifacts under `snapshot/`.
+reasons and digests, and every file of the snapshot that the artifact registry lists is uploaded
+under `snapshot/` (the disk reserve a killed run may leave, and files no registry entry names, are not).
 
 Needs the optional extra: `pip install 'genrun[mlflow]'`.
 """
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from genrun.analysis import Snapshot, read_snapshot
+from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
 
 from .errors import GenrunError, SnapshotError
 
@@ -45,6 +47,8 @@ class ExportedRun(NamedTuple):
     """Metric values logged (progress replay + summary)."""
     artifacts: int
     """Files uploaded."""
+    skipped: tuple[str, ...] = ()
+    """Files of the snapshot no artifact registry entry names (relative paths): not uploaded."""
 
 
 def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
@@ -83,13 +87,29 @@ def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, 
             client.log_batch(run_id, params=batch)
         for batch in _chunks(metrics, BATCH_METRICS):
             client.log_batch(run_id, metrics=batch)
-        client.log_artifacts(run_id, str(snap.path), artifact_path=ARTIFACT_DIR)
+        uploads, skipped = artifact_files(snap.path)
+        for rel in uploads:
+            folder = "/".join([ARTIFACT_DIR, *rel.split("/")[:-1]])
+            client.log_artifact(run_id, str(snap.path / rel), artifact_path=folder)
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id, status=_mlflow_status(snap), end_time=end_ms)
-    artifacts = sum(1 for p in snap.path.rglob("*") if p.is_file())
-    return ExportedRun(run_id, experiment_id, uri, len(params), len(metrics), artifacts)
+    return ExportedRun(run_id, experiment_id, uri, len(params), len(metrics), len(uploads), tuple(skipped))
+
+
+def artifact_files(snapshot_dir: Path) -> tuple[list[str], list[str]]:
+    """(files to upload, files skipped), relative paths in sorted order: the registry decides what is evidence."""
+    uploads: list[str] = []
+    skipped: list[str] = []
+    for path in sorted(p for p in snapshot_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(snapshot_dir).as_posix()
+        spec = artifact_for(rel, SNAPSHOT_ARTIFACTS)
+        if spec is None:
+            skipped.append(rel)
+        elif not spec.transient:
+            uploads.append(rel)
+    return uploads, skipped
 
 
 def params_of(snap: Snapshot) -> dict[str, str]:

@@ -41,8 +41,10 @@ from .stop import (
 )
 from .token_ids import GeneratedTokenIds, TokenSequenceSummary
 from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
+from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec, artifact_for, model_for, with_declared
 
 __all__ = [
+    "ArtifactSpec", "SNAPSHOT_ARTIFACTS", "SWEEP_ARTIFACTS", "artifact_for", "model_for", "with_declared",
     "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "AudioFacts", "AudioReceived", "DecoderPrompt", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
     "AnyEvent", "AudioEvidence", "BudgetSpec", "CallEvidence", "EvidenceLevel", "GenerationCalls", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",

@@ -1,59 +1,24 @@
-"""JSON Schema export of every model, one file per artifact (`schemas/json/<file>.schema.json`)."""
+"""JSON Schema export of every artifact model, one file per artifact registry entry (`schemas/json/<schema>.schema.json`)."""
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, TypeAdapter
 
-from .budget import TokenBudget
-from .generation_calls import GenerationCalls
-from .generation_config import GenerationConfigBeforeGenerate
-from .identity import CodeIdentity, Environment, ModelIdentity
-from .lineage import Determinism, Lineage
-from .inputs import InputFiles, InputPreparation
-from .pipeline_call import PipelineCallBeforeCall
-from .progress import EVENT_ADAPTER
-from .request import Request
-from .result import Result
-from .signoff import Signoff
-from .stop import GenerationStop
-from .sweep import ATTEMPT_ADAPTER, SweepFile, SweepPlan, SweepResult, WorkerModel
-from .token_ids import GeneratedTokenIds
+from .artifacts import json_schema_sources
 
 JSON_DIR = Path(__file__).parent / "json"
 
-SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
-    "request": Request,
-    "environment": Environment,
-    "code": CodeIdentity,
-    "model": ModelIdentity,
-    "token-budget": TokenBudget,
-    "generation-config.before-generate": GenerationConfigBeforeGenerate,
-    "pipeline-call.before-call": PipelineCallBeforeCall,
-    "progress-event": EVENT_ADAPTER,
-    "generated-token-ids": GeneratedTokenIds,
-    "generation-stop": GenerationStop,
-    "generation-calls": GenerationCalls,
-    "result": Result,
-    "input-files": InputFiles,
-    "input-preparation": InputPreparation,
-    "signoff": Signoff,
-    "lineage": Lineage,
-    "determinism": Determinism,
-    "sweep-file": SweepFile,
-    "sweep-plan": SweepPlan,
-    "sweep-progress-record": ATTEMPT_ADAPTER,
-    "sweep-result": SweepResult,
-    "worker-model": WorkerModel,
-}
-"""Schema file stem -> model (or adapter, for the progress event union)."""
+SCHEMA_SOURCES: dict[str, Any] = json_schema_sources()
+"""Schema file stem -> model (a tagged union for progress events), one per artifact registry entry with a schema."""
 
 
 def render_json_schemas() -> dict[str, bytes]:
     """File name -> schema bytes, deterministic (sorted keys, trailing newline)."""
     rendered = {}
     for stem, source in SCHEMA_SOURCES.items():
-        schema = source.model_json_schema() if isinstance(source, type) else source.json_schema()
+        schema = source.model_json_schema() if isinstance(source, type) and issubclass(source, BaseModel) else TypeAdapter(source).json_schema()
         rendered[f"{stem}.schema.json"] = orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
     return rendered
 

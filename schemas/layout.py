@@ -3,7 +3,8 @@
 Writer (`genrun.runner`) and reader (`genrun.analysis`) both take names and constants from here
 (or from the schema modules re-exported here), never from a copy of their own; the reader still
 checks the facts independently. Torch-free and pure: nothing here reads or writes a snapshot.
-`docs/snapshot-format.md` is generated from this module and the schemas (`genrun schema`).
+The list of every file, with its model, phase, meaning and writers, is `genrun.schemas.artifacts`
+(it imports these names); `docs/snapshot-format.md` is generated from both (`genrun schema`).
 """
 
 import re
@@ -48,7 +49,7 @@ DISK_RESERVE = ".genrun-disk-reserve"
 MANIFEST = "manifest-sha256.txt"
 SIGNOFFS_DIR = "signoffs"
 
-# -- media inputs (issue 12): present only when [input] names files ---------------------------------
+# -- media inputs: present only when [input] names files -------------------------------------------
 INPUTS_DIR = "inputs"  # frozen copies of the media files, `inputs/<row>-<kind>-<name>`
 INPUT_FILES = "input-files.json"  # frozen at plan time: path, size, sha256 and header facts of each file
 INPUT_PREPARATION = "input-preparation.json"  # written before generate: what the model actually received
@@ -71,45 +72,8 @@ LIBRARY_DEFAULT_NEW_TOKENS = 20
 """transformers 5.x: with neither `max_new_tokens` nor `max_length` set, `max_length` = prompt + 20."""
 
 Phase = Literal["plan", "execute", "seal", "sign-off"]
-"""When a file is written: `genrun plan`, `genrun execute`, the seal at the end of execute, `genrun signoff`."""
-
-
-class FileSpec(NamedTuple):
-    """One file (or family of files) of the snapshot directory."""
-
-    name: str
-    phase: Phase
-    meaning: str
-
-
-FILES: tuple[FileSpec, ...] = (
-    FileSpec(f"{REQUEST_SOURCE_PREFIX}.<ext>", "plan", "The request bytes exactly as given (`.toml` or `.json`)."),
-    FileSpec(REQUEST, "plan", "The validated request, normalised (every default filled in)."),
-    FileSpec(ENVIRONMENT, "plan", "Host, accelerator, package versions and the genrun version that planned the run."),
-    FileSpec(CODE, "plan", "sha256 of genrun's own code, the entry point's modules and the model's remote code."),
-    FileSpec(MODEL, "plan", "The resolved model directory and every file's sha256."),
-    FileSpec(TOKEN_BUDGET, "plan", "What the run may need (units, context, memory) and whether it fits, before loading weights."),
-    FileSpec(INPUT_FILES, "plan", "Media requests: each `[input] audio` / `images` file's path, size, sha256 and decoded facts."),
-    FileSpec(f"{INPUTS_DIR}/", "plan", "Media requests: the files themselves, `<row>-<kind>-<name>` (absent with `[input] copy = false`)."),
-    FileSpec(f"{PROCESSOR_DIR}/", "plan", "`[model] processor`: a copy of the processor directory, loaded by execute (its sha256s also in `model.json`)."),
-    FileSpec(FROZEN_MANIFEST, "plan", "sha256sum of every file above, written last at plan time; its sha256 is the plan digest."),
-    FileSpec(GENERATION_CONFIG, "execute", "transformers: the config exactly as generate used it, with who set each limit (first outermost call)."),
-    FileSpec("generation-config.before-generate.<i>.json", "execute", "The same for each further outermost generate call."),
-    FileSpec(PIPELINE_CALL, "execute", "diffusers: the pipeline call as made."),
-    FileSpec(INPUT_PREPARATION, "execute", "transformers: what each row became before generate (prompt ids, audio seconds received, "
-             "image size, forced decoder tokens, every truncation), and where the processor was loaded from."),
-    FileSpec(PROMPT_TOKEN_IDS, "execute", "transformers: the unpadded prompt ids, one int64 tensor `prompt_<i>` per row."),
-    FileSpec(PROGRESS, "execute", "Append-only events, one JSON object per line, from the start of generation."),
-    FileSpec(TOKEN_IDS, "execute", "transformers: the generated ids, one int64 tensor `sequence_<i>` per row."),
-    FileSpec(TOKEN_IDS_SUMMARY, "execute", f"Per row: count, last {LAST_IDS_KEPT} ids, EOS positions and both decodes."),
-    FileSpec(STOP, "execute", "Why each row stopped (the stop vocabulary), with evidence typed per reason."),
-    FileSpec(RESULT, "execute", "How the run ended, timings, memory peaks; written after every other execution file."),
-    FileSpec(f"{OUTPUTS_DIR}/", "execute", "`sequence_<i>.txt` per decodable row, or the pipeline's media."),
-    FileSpec(MANIFEST, "seal", "sha256sum of every file but itself and `signoffs/`, written last: its presence means sealed; "
-             "its sha256 is the snapshot digest."),
-    FileSpec(f"{SIGNOFFS_DIR}/*.json", "sign-off", "Append-only decisions bound to the plan or snapshot digest (`*.json.sig` when signed)."),
-)
-"""Every file of a snapshot, in the order it is written."""
+"""When a file is written: `genrun plan`, `genrun execute`, the seal at the end of execute, `genrun signoff`.
+Every file with its phase, model, meaning and writers is listed once, in `genrun.schemas.artifacts`."""
 
 
 _SEQUENCE = re.compile(r"^sequence_(\d+)$")
@@ -249,7 +213,7 @@ def check_frozen(frozen: Mapping[str, str], request_sources: Collection[str], di
     return FrozenCheck(not_frozen, missing, changed)
 
 
-# -- sweeps (issue 14): a sweep snapshot is a directory of its own beside its items' snapshots ----
+# -- sweeps: a sweep snapshot is a directory of its own beside its items' snapshots ---------------
 SWEEP_SOURCE_PREFIX = "sweep.source"  # + ".toml" / ".json": the sweep file exactly as given
 SWEEP_BASE_REQUEST_PREFIX = "sweep.base-request.source"  # + ".toml" / ".json": the base request's bytes
 SWEEP_DATASET = "sweep-dataset.jsonl"  # the dataset's bytes, when at most SWEEP_DATASET_COPY_LIMIT

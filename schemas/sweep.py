@@ -1,4 +1,4 @@
-"""The sweep file a user writes and the sweep snapshot's own artifacts (issue 14).
+"""The sweep file a user writes and the sweep snapshot's own artifacts.
 
 A sweep is many ordinary snapshots (one per item) plus one sweep snapshot that freezes the sweep
 file, the base request and the dataset, lists the items with their plan digests, records every

@@ -47,7 +47,7 @@ def generate_slowly(model, tokenizer, inputs, generation, **kwargs):
     return tokenizer.decode(out[0], skip_special_tokens=True)
 '''
 
-# An entry point that ignores the request's max_new_tokens and passes its own 16 (incident 1's shape).
+# An entry point that ignores the request's max_new_tokens and passes its own 16 (a helper's hidden cap).
 CAPPING_ENTRYPOINT = '''
 def generate_capped(model, tokenizer, inputs, generation, **kwargs):
     encoded = tokenizer(inputs["prompt"], return_tensors="pt")

@@ -220,7 +220,7 @@ def _encode(tok, inputs):
 
 
 def decode_only(model, tok, inputs, generation):
-    """What the incident's transcription helper did: keep only the text, special tokens dropped."""
+    """What a typical transcription helper does: keep only the text, special tokens dropped."""
     enc = _encode(tok, inputs)
     out = model.generate(**enc, **generation)
     return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from genrun.runner.cli import main
 from genrun.schemas import layout
+from genrun.schemas.artifacts import artifact_for
 
 from _analysis_helpers import snapshots  # noqa: F401 - fixture
 from _lm_helpers import read_json, read_progress
@@ -58,6 +60,31 @@ def test_round_trip(snapshots, tracking: str, capsys) -> None:  # noqa: F811
 
     uploaded = {a.path for a in client.list_artifacts(run.info.run_id, "snapshot")}
     assert {f"snapshot/{layout.RESULT}", f"snapshot/{layout.MANIFEST}", f"snapshot/{layout.PROGRESS}"} <= uploaded
+
+
+def _uploaded(client, run_id: str, folder: str = "snapshot") -> set[str]:  # noqa: ANN001 (MlflowClient)
+    """Every artifact file under `folder`, recursively."""
+    found = set()
+    for entry in client.list_artifacts(run_id, folder):
+        found |= _uploaded(client, run_id, entry.path) if entry.is_dir else {entry.path}
+    return found
+
+
+def test_uploads_exactly_the_registered_files(snapshots, tracking: str, tmp_path: Path, capsys) -> None:  # noqa: F811
+    """The artifact registry decides what is uploaded: a killed run's disk reserve and a stray file are not."""
+    from mlflow.tracking import MlflowClient
+
+    snapshot = Path(shutil.copytree(snapshots.get("eos"), tmp_path / "store" / snapshots.get("eos").name))
+    (snapshot / layout.DISK_RESERVE).write_bytes(b"\0" * 1024)
+    (snapshot / "notes-by-hand.txt").write_text("not part of the format")
+    assert main(["export", str(snapshot), "--mlflow", "--tracking-uri", tracking, "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    files = sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+    expected = {f"snapshot/{rel}" for rel in files if rel not in (layout.DISK_RESERVE, "notes-by-hand.txt")}
+    assert all(artifact_for(rel) is not None for rel in files if rel != "notes-by-hand.txt")
+    assert f"snapshot/{layout.OUTPUTS_DIR}/sequence_0.txt" in expected
+    assert _uploaded(MlflowClient(tracking_uri=tracking), exported["run_id"]) == expected
+    assert exported["artifacts"] == len(expected) and exported["skipped"] == ["notes-by-hand.txt"]
 
 
 def test_second_export_refused_unless_again(snapshots, tracking: str, capsys) -> None:  # noqa: F811

@@ -1,4 +1,4 @@
-"""A new user's first hour (issue 11): each rough edge, through the real CLI in a subprocess.
+"""A new user's first hour: each rough edge, through the real CLI in a subprocess.
 
 Models are the bundled tiny-lm (or a copy with a chat template / its own generation_config);
 CUDA is really absent on this machine, so the device refusal is tested for real.
@@ -177,7 +177,7 @@ def _interrupt_right_after_planned(request: Path, store: Path) -> tuple[Path, st
 
     SIGSTOP freezes the process where it is; no progress.ndjson yet means execution has not
     opened its stream (nor installed its signal handlers), so the SIGINT delivered on SIGCONT
-    lands in exactly the window the issue describes. None when the process had already gone further.
+    lands in exactly the window between the plan and the start of execution. None when the process had already gone further.
     """
     proc = spawn_cli("run", request, "--store", store, stdout=subprocess.DEVNULL)
     assert proc.stderr is not None

@@ -1,7 +1,7 @@
 """Frame units for autoregressive media models, end to end on the bundled count-down LM (one token = one frame).
 
 `examples/tiny-frames.toml` asks for 2 s at 25 frames/s (50 frames); "count down from 20 :" makes
-the model stop by EOS after 21 frames = 0.84 s. This is incident 2 in miniature: a song that comes
+the model stop by EOS after 21 frames = 0.84 s. This is the short-song case in miniature: a song that comes
 back short must be reported as an early stop with its cause, not as "done".
 """
 

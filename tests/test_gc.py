@@ -1,5 +1,5 @@
 """`genrun gc`: the `.tmp-*` planning directories a killed planner left are listed as abandoned and removed on --yes;
-a live planner's directory, planned and sealed snapshots are never touched (issue 10, item 8).
+a live planner's directory, planned and sealed snapshots are never touched.
 
 The planner here is a real process running the store's own `create_snapshot`, held inside its freeze
 step (a pipe it reads), so it is killed or kept alive exactly while it plans; the fault-injection test

@@ -1,4 +1,4 @@
-"""Values transformers' generate rejects are refused at plan time (issue 10, item 7), and a refused plan leaves nothing.
+"""Values transformers' generate rejects are refused at plan time, and a refused plan leaves nothing.
 
 Found by trying boundary values under plain `model.generate` on the bundled tiny-lm: each REFUSED value
 raised there (before any token) yet planned; each ACCEPTED value ran. Plan now builds generate's own

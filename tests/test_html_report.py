@@ -90,7 +90,7 @@ def visible_text(opened: Opened, selector: str) -> list[str]:
     return [found.nth(i).inner_text().strip() for i in range(found.count()) if found.nth(i).is_visible()]
 
 
-# -- the four snapshot kinds the issue names ----------------------------------------------------------------------
+# -- four snapshot kinds the page must show ----------------------------------------------------------------------
 
 
 def test_succeeded_snapshot_reads_well(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811

@@ -25,7 +25,7 @@ def execute(tmp_path: Path, text: str) -> tuple[Path, dict]:
 
 
 def test_text_only_helper_still_yields_full_ids_and_the_real_stop(tmp_path: Path, tiny_lm: Path) -> None:
-    """The incident's helper decoded with skip_special_tokens=True and kept only text; the ids survive anyway."""
+    """A helper that decodes with skip_special_tokens=True and keeps only text; the ids survive anyway."""
     module = write_entry_module(tmp_path, "entries_decode_only")
     snapshot, result = execute(tmp_path, request_text(tiny_lm, prompt="count down from 5 :", generation={"max_new_tokens": 30}, entrypoint=f"{module}:decode_only"))
     assert (snapshot / "outputs" / "entrypoint-result.txt").read_text() == "4 3 2 1 0"  # what the helper returned

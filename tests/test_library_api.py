@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import genrun
-from conftest import REPO, TINY_LM
+from conftest import PROCESS_TIMEOUT_S, REPO, TINY_LM
 from genrun.schemas import Request
 
 
@@ -31,6 +31,24 @@ def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
     assert printed.getvalue().splitlines() == ["succeeded [('eos', 13)]", "0"]
     (snapshot,) = (tmp_path / "snapshots").iterdir()
     assert (snapshot / "manifest-sha256.txt").is_file()
+
+
+def test_the_readme_request_line_works_after_a_plain_import(tmp_path: Path) -> None:
+    """`genrun.plan(genrun.schemas.Request.model_validate({...}))`, as the README writes it, in a fresh interpreter
+    (here `genrun.schemas` is imported already): `import genrun` alone makes `genrun.schemas` reachable, and
+    imports neither the models nor torch until they are used."""
+    readme = (REPO / "README.md").read_text()
+    line = re.search(r"`(genrun\.plan\(genrun\.schemas\.Request\.model_validate\(\{\.\.\.\}\)\))`", readme).group(1)
+    body = {"name": "readme-line", "model": {"path": str(TINY_LM), "device": "cpu"}, "input": {"prompt": "count down from 3 :"}}
+    call = line.replace("{...}", repr(body)).replace("))", f"), store={str(tmp_path / 'store')!r})", 1)
+    code = ("import sys\nimport genrun\n"
+            "assert not {'pydantic', 'torch', 'genrun.schemas'} & set(sys.modules), sorted({'pydantic', 'torch'} & set(sys.modules))\n"
+            f"print({call})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=PROCESS_TIMEOUT_S,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    snapshot = Path(proc.stdout.strip())
+    assert snapshot.parent == tmp_path / "store" and (snapshot / "frozen-sha256.txt").is_file()
 
 
 def test_a_request_built_in_python_plans_and_runs(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A byte flipped in `manifest-sha256.txt` is blamed on the manifest, never on the file its line names (issue 10, item 8).
+"""A byte flipped in `manifest-sha256.txt` is blamed on the manifest, never on the file its line names.
 
 Each case flips one byte of the second line of a real sealed snapshot's manifest (in the digest, in
 the two-space separator, in the file name, in the newline) and runs the real `genrun verify`: the

@@ -1,5 +1,5 @@
 """One import package: the built wheel installs `genrun` and nothing else at site-packages' top level,
-and a user's own `analysis` / `runner` packages work beside it (the collision issue 9 reported).
+and a user's own `analysis` / `runner` packages work beside it (top-level `analysis` / `runner` packages of ours would shadow them).
 
 The wheel is built from a copy of the source tree (so the checkout stays clean), installed with
 `--no-deps` into a fresh virtual environment that borrows this interpreter's dependencies through a

@@ -15,7 +15,7 @@ CASES = {
         dict(generation="max_new_token = 5"),
         "unknown key 'max_new_token' in [generation]; did you mean 'max_new_tokens'?",
     ),
-    "top-level typo from incident 3": (
+    "top-level typo (a setting written outside any table)": (
         dict(top="audio_duration_s = 0.1"),
         "unknown key 'audio_duration_s' at the top level",
     ),

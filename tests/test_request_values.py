@@ -1,6 +1,6 @@
 """Requests whose values cannot be stored or computed with: exit 2, one sentence naming the key, nothing written.
 
-Found by fuzzing (issue 10, item 7): integers beyond int64 crashed while the plan was written (leaving an
+Found by fuzzing: integers beyond int64 crashed while the plan was written (leaving an
 empty store), `inf` / `1e308` overflowed the budget, deep nesting and 5,001-digit integers crashed the
 parser, NaN was saved as `null` in `request.json`.
 """

@@ -1,6 +1,6 @@
 """`genrun rerun` and the lineage verdict, through the real CLI (in-process `main`) on local models.
 
-Grouped by concern: reproduction, limits and EOS (the incident-2 proof), identity refusals,
+Grouped by concern: reproduction, limits and EOS (proof that a stop was EOS, not the cap), identity refusals,
 lineage integrity (the parent is never touched), request-change refusals.
 """
 
@@ -104,7 +104,7 @@ def test_run_cut_by_max_new_tokens_rerun_with_a_larger_limit_goes_past(capsys, t
 
 
 def test_run_ending_by_eos_rerun_with_a_larger_limit_stops_at_the_same_place(capsys, tmp_path: Path, tiny_lm: Path) -> None:
-    """The incident-2 proof: two budgets, the same stop, so the stop was EOS and not the cap."""
+    """Two budgets, the same stop, so the stop was EOS and not the cap."""
     parent = make_parent(capsys, tmp_path, request_text(tiny_lm, prompts=["count down from 9 :", "count down from 4 :"],
                                                        generation={"max_new_tokens": 16}))
     verdict = rerun(capsys, parent, "--set", "generation.max_new_tokens=64")["verdict"]

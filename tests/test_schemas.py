@@ -40,6 +40,7 @@ from genrun.schemas import (
     TokenSequenceSummary,
     layout,
 )
+from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, artifact_for
 from genrun.schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
 from genrun.schemas.format_doc import DOC_PATH, render_format_doc
 
@@ -148,6 +149,8 @@ def test_committed_json_schemas_match_the_models() -> None:
     stale = sorted(name for name in rendered.keys() | on_disk.keys() if rendered.get(name) != on_disk.get(name))
     assert not stale, f"schemas/json drifted from the models: {stale}; run 'genrun schema' and commit the result"
     assert len(rendered) == len(SCHEMA_SOURCES)
+    with_schema = [spec.schema for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS) if spec.schema is not None]
+    assert sorted(SCHEMA_SOURCES) == sorted(set(with_schema)), "one schema file per registry entry that has a schema"
 
 
 def test_committed_format_doc_matches_the_models() -> None:
@@ -158,8 +161,12 @@ def test_format_doc_covers_every_file_reason_and_state() -> None:
     doc = render_format_doc()
     assert set(STOP_REASON_MEANING) == set(get_args(StopReason)), "every stop reason has its wording, and only those"
     assert set(layout.STATE_MEANING) == set(layout.SnapshotState)
-    for name in (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST):
-        assert f"| `{name}` |" in doc, name
+    for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS):
+        assert f"| `{spec.name}` | {spec.phase} |" in doc, spec.name
+    for name in (*layout.FROZEN_FILES, *layout.OPTIONAL_FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST):
+        assert artifact_for(name) is not None, f"{name} has no entry in genrun.schemas.artifacts"
+    models = {spec.model for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS) if isinstance(spec.model, type)}
+    assert all(f"### {model.__name__}\n" in doc for model in models), "every artifact model has its fields table"
     assert all(f"| `{reason}` |" in doc for reason in STOP_REASON_MEANING)
     assert "| 1 | genrun 0.1.0" in doc
 

@@ -1,6 +1,6 @@
 """Build ``tiny-audio-lm``: a random-weight Qwen2-Audio (audio encoder + decoder-only LM) with a locally built processor.
 
-Why this exists: the incident's model was an audio LLM: audio features enter *inside the text prompt*
+Why this exists: audio LLMs are where prompt length hides: audio features enter *inside the text prompt*
 (the processor expands one `<|AUDIO|>` placeholder into one token per audio frame pair), so the
 prompt's token count depends on the audio's duration and shares the decoder context with the output.
 genrun's record must show that; random weights are fine, the record is the point.

@@ -1,8 +1,8 @@
 """Check `[generation]` against what transformers' generate really accepts, at plan time.
 
 transformers' `GenerationConfig(**kwargs)` stores unknown kwargs as attributes without a word,
-and `generate(**kwargs)` forwards unknown ones to the model: a typo there is exactly the silent
-drop of incident 3. So keys are checked against the fields of a default `GenerationConfig`, and a few common fields
+and `generate(**kwargs)` forwards unknown ones to the model: a typo there silently
+drops the setting the user meant (the run goes on with the default). So keys are checked against the fields of a default `GenerationConfig`, and a few common fields
 are type-checked.
 """
 

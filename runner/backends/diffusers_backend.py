@@ -1,6 +1,6 @@
 """Diffusion pipelines through diffusers: load, record the call, count every denoising step, save the outputs.
 
-Steps are observed in one of two ways (notes §6, measured on diffusers 0.42.1):
+Steps are observed in one of two ways (measured on diffusers 0.42.1):
 
 - pipelines whose `__call__` takes `callback_on_step_end` call it once per scheduler timestep
   (`len(timesteps)`, which can differ from `num_inference_steps`: PNDM runs one more);

@@ -7,8 +7,8 @@ from ._output import add_store_lookup, print_json, stderr_console
 EPILOG = """\
 Params: the request and the effective generation config (with each limit's source). Metrics: every
 progress record at its real time (step = units generated), then result.json's summary. Tags:
-genrun.state, genrun.stop_reasons, genrun.snapshot_digest, genrun.plan_digest, ... Artifacts: the
-snapshot directory under snapshot/. Needs: pip install 'genrun[mlflow]'.
+genrun.state, genrun.stop_reasons, genrun.snapshot_digest, genrun.plan_digest, ... Artifacts: every
+file docs/snapshot-format.md lists, under snapshot/ (others are named, not uploaded). Needs: pip install 'genrun[mlflow]'.
 
 example: genrun export snapshots/20261129T101500Z-tiny-3fa2c1 --mlflow --tracking-uri sqlite:///mlflow.db
   exported 20261129T101500Z-tiny-3fa2c1 as MLflow run 6f0c… in experiment genrun (41 params, 36 metrics, 14 files)"""
@@ -42,4 +42,7 @@ def handle(args: argparse.Namespace) -> int:
         stderr_console.print(f"exported {snapshot} as MLflow run {exported.run_id} in experiment {args.experiment} at "
                              f"{exported.tracking_uri} ({exported.params} params, {exported.metrics} metrics, {exported.artifacts} files)",
                              markup=False, highlight=False, soft_wrap=True)
+        if exported.skipped:
+            stderr_console.print(f"not uploaded (no snapshot file of that name in the format): {', '.join(exported.skipped)}",
+                                 markup=False, highlight=False, soft_wrap=True)
     return 0

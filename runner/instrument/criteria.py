@@ -1,7 +1,7 @@
 """Per-row stop evidence, recorded live by the stopping-criteria list generate builds.
 
 transformers' `StoppingCriteriaList.__call__` ORs every criterion and discards the individual
-results (notes §2), so afterwards nobody can tell EOS from a length cap when pad == eos, or a
+results, so afterwards nobody can tell EOS from a length cap when pad == eos, or a
 stop string when no EOS is configured. `RecordingCriteriaList` is a drop-in replacement that
 evaluates each criterion separately and remembers, per row, which ones fired at the step the
 row finished, the sequence length then, and the last token id.

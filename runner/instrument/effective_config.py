@@ -4,7 +4,7 @@ Built inside generate (from the `_get_stopping_criteria` hook), where transforme
 already merged passed config > kwargs > `model.generation_config` > global defaults, derived
 `max_length` (prompt + `max_new_tokens`, or prompt + 20 when nothing is set, capped at
 `max_position_embeddings`), turned EOS into a 1-D tensor and defaulted pad to `eos[0]`
-(notes §1). Nothing here re-derives those rules: it reads what generate computed.
+(all read in transformers 5.x `generate`). Nothing here re-derives those rules: it reads what generate computed.
 """
 
 from typing import Any, NamedTuple

@@ -1,7 +1,7 @@
 """Instrument every generate call made while a run is in progress, without ever changing what it does.
 
 `instrument_generate(session, models=...)` replaces, **process-wide** for the `with` block, and
-restores the original objects in `finally` (notes §4):
+restores the original objects in `finally` (so a failed or interrupted run leaves transformers as it was):
 - `GenerationMixin.generate`: genrun's own call, helpers that call `model.generate`, remote-code
   overrides that call `super().generate()`;
 - `ContinuousMixin.generate_batch`: continuous batching, called directly or by generate for

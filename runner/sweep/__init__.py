@@ -1,4 +1,4 @@
-"""Sweeps (issue 14): many items, each an ordinary snapshot, run by workers that keep the model loaded.
+"""Sweeps: many items, each an ordinary snapshot, run by workers that keep the model loaded.
 
 `spec` reads the sweep file and expands items; `store` plans them and owns the sweep snapshot;
 `driver` schedules, retries and seals; `local` / `ray_executor` are the pools; `worker` is the
