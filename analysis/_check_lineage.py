@@ -5,7 +5,7 @@ from pathlib import Path
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
 
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
+from genrun._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from genrun.schemas import Determinism, Lineage, RequestChange, SequenceStop, layout
 
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
+from genrun._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 from ._diffing import ABSENT, diff_values, short_value
 from ._load import Snapshot
 from ._verdict import EnvironmentDifference, LineageVerdict, RowOutcome, RowVerdict, VerdictKind

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from genrun.schemas import NewerFormat, layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
+from genrun._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 
 SignoffState = Literal["valid", "unsigned", "unverified", "revoked", "invalid"]
 

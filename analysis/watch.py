@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from genrun.schemas import EVENT_ADAPTER, AnyEvent, GenerationStop, Request, Result, layout
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
+from genrun._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 
 WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
 Liveness = Literal["alive", "gone", "unknown"]
