@@ -132,7 +132,10 @@ class SnapshotDir:
         try:
             return model.model_validate(data)
         except NewerFormat as exc:  # never guess at a newer layout: say which genrun can read it
-            raise ArtifactNewer(self.path, name, exc.version, exc.written_by or self.recorded_genrun_version()) from None
+            # environment.json names the genrun that planned the run; a sign-off may come from any later one
+            run_artifact = not name.startswith(layout.SIGNOFFS_DIR + "/")
+            written_by = exc.written_by or (self.recorded_genrun_version() if run_artifact else None)
+            raise ArtifactNewer(self.path, name, exc.version, written_by) from None
         except ValidationError as exc:
             raise ArtifactDamaged(self.path, name, describe_validation_error(exc)) from None
 
