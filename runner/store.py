@@ -17,6 +17,7 @@ from pathlib import Path
 
 from genrun.schemas import layout
 from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
+from genrun.snapshot_dir import SnapshotDir
 
 from ._io import DIR_MODE, fsync_dir, write_bytes_atomic
 from ._locks import lock_holder, try_exclusive
@@ -212,8 +213,7 @@ def is_sealed(snapshot_dir: Path) -> bool:
 
 def snapshot_state(snapshot_dir: Path) -> layout.SnapshotState:
     """planned / running / incomplete / sealed from the files present (`layout.snapshot_state`, the one rule)."""
-    names = manifest_candidates(snapshot_dir) + ([layout.MANIFEST] if is_sealed(snapshot_dir) else [])
-    return layout.snapshot_state(names)
+    return SnapshotDir(snapshot_dir).state()
 
 
 def is_planned(snapshot_dir: Path) -> bool:
