@@ -9,7 +9,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from genrun.schemas import Determinism, GenerationConfigBeforeGenerate, Request, layout
 from genrun.snapshot_dir import SnapshotDir
 
