@@ -18,11 +18,9 @@ from typing import Any, TypeVar
 
 from array import array
 
-import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
 from genrun.schemas import (
-    EVENT_ADAPTER,
     AnyEvent,
     CodeIdentity,
     Environment,
@@ -41,11 +39,10 @@ from genrun.schemas import (
 )
 from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
 from genrun.schemas.digests import sha256_bytes
-from genrun.snapshot_dir import ArtifactDamaged, ArtifactError, SnapshotDir, describe_validation_error
+from genrun.snapshot_dir import ArtifactDamaged, ArtifactError, SnapshotDir, parse_progress_lines
 from ._safetensors import SafetensorsError, read_int_tensors
 
 _M = TypeVar("_M", bound=BaseModel)
-_EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
 
 
 class SnapshotNotFound(ValueError):
@@ -336,10 +333,10 @@ def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str
         return None
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]  # `tail` is b"" when the file ends with a newline
-    events, invalid = _parse_lines(complete)
+    events, invalid = parse_progress_lines(complete)
     truncated = None
     if tail.strip():
-        tail_events, tail_invalid = _parse_lines([tail], first_number=len(complete) + 1)
+        tail_events, tail_invalid = parse_progress_lines([tail], first_number=len(complete) + 1)
         if tail_invalid:
             shown = tail[:60].decode("utf-8", "replace") + ("…" if len(tail) > 60 else "")
             truncated = f"line {len(complete) + 1} is cut off after {len(tail)} bytes (no newline): {shown!r}"
@@ -348,25 +345,6 @@ def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str
     if start is not None and start.schema_version > layout.FORMAT_VERSION:
         problems[layout.PROGRESS] = layout.newer_format_message(start.schema_version, SnapshotDir(root).recorded_genrun_version())
     return ProgressLog(events=tuple(events), lines=len(complete) + (1 if tail.strip() else 0), invalid_lines=tuple(invalid), truncated_tail=truncated)
-
-
-def _parse_lines(lines: list[bytes], first_number: int = 1) -> tuple[list[AnyEvent], list[tuple[int, str]]]:
-    """Fast path: one orjson array parse and one pydantic list validation; line by line only on error."""
-    try:
-        return _EVENTS_ADAPTER.validate_python(orjson.loads(b"[" + b",".join(lines) + b"]")), []
-    except (orjson.JSONDecodeError, ValidationError):
-        pass
-    events: list[AnyEvent] = []
-    invalid: list[tuple[int, str]] = []
-    for number, line in enumerate(lines, start=first_number):
-        if not line.strip():
-            invalid.append((number, "empty line"))
-            continue
-        try:
-            events.append(EVENT_ADAPTER.validate_json(line))
-        except ValidationError as exc:
-            invalid.append((number, describe_validation_error(exc)))
-    return events, invalid
 
 
 MAX_ROWS = 1 << 20

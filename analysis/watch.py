@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import EVENT_ADAPTER, AnyEvent, GenerationStop, Request, Result, layout
-from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
+from genrun.schemas import AnyEvent, GenerationStop, Request, Result, layout
+from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir, parse_progress_lines
 
 WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
 Liveness = Literal["alive", "gone", "unknown"]
@@ -109,14 +109,8 @@ class ProgressTail:
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
-        new = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                new.append(EVENT_ADAPTER.validate_json(line))
-            except ValidationError:
-                self.invalid_lines += 1
+        new, invalid = parse_progress_lines([line for line in lines if line.strip()])
+        self.invalid_lines += len(invalid)
         self.events.extend(new)
         return new
 

@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_regular, walk_entries
 from genrun.runner.errors import SnapshotError
-from genrun.schemas import NewerFormat, layout
+from genrun.schemas import EVENT_ADAPTER, AnyEvent, NewerFormat, layout
 from genrun.schemas.digests import parse_sha256sum, sha256_bytes
 
 _M = TypeVar("_M", bound=BaseModel)
+_EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
 
 READ_BOUNDS: Mapping[str, int] = MappingProxyType({
     layout.PROGRESS: MAX_PROGRESS_BYTES,
@@ -211,3 +212,23 @@ def describe_validation_error(exc: ValidationError) -> str:
         parts.append(f"{where}: {err['msg']}")
     more = exc.error_count() - len(parts)
     return "does not match its schema: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def parse_progress_lines(lines: Sequence[bytes], first_number: int = 1) -> tuple[list[AnyEvent], list[tuple[int, str]]]:
+    """Complete lines of a progress stream (newlines removed) -> (events, [(1-based line number, why)] for those that
+    do not parse). Fast path: one orjson array parse and one list validation; line by line only on error."""
+    try:
+        return _EVENTS_ADAPTER.validate_python(orjson.loads(b"[" + b",".join(lines) + b"]")), []
+    except (orjson.JSONDecodeError, ValidationError):
+        pass
+    events: list[AnyEvent] = []
+    invalid: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=first_number):
+        if not line.strip():
+            invalid.append((number, "empty line"))
+            continue
+        try:
+            events.append(EVENT_ADAPTER.validate_json(line))
+        except ValidationError as exc:
+            invalid.append((number, describe_validation_error(exc)))
+    return events, invalid

@@ -9,6 +9,7 @@ reasons and digests, and the snapshot directory is uploaded as artifacts under `
 Needs the optional extra: `pip install 'genrun[mlflow]'`.
 """
 
+import stat
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from genrun.analysis import Snapshot, read_snapshot
+from genrun.snapshot_dir import SnapshotDir
 
 from .errors import GenrunError, SnapshotError
 
@@ -88,7 +90,7 @@ def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, 
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id, status=_mlflow_status(snap), end_time=end_ms)
-    artifacts = sum(1 for p in snap.path.rglob("*") if p.is_file())
+    artifacts = sum(1 for _, st in SnapshotDir(snap.path).entries() if stat.S_ISREG(st.st_mode))
     return ExportedRun(run_id, experiment_id, uri, len(params), len(metrics), artifacts)
 
 
