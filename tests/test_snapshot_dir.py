@@ -5,6 +5,8 @@ a write is atomic (old or new content, never half, never through a link); the st
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -216,3 +218,12 @@ def test_writes_need_a_writable_object_and_a_name_inside_the_snapshot(tmp_path: 
     with pytest.raises(ArtifactUnreadable, match="outputs/ is not a directory of the snapshot"):
         SnapshotDir(copy, writable=True).write_bytes(f"{layout.OUTPUTS_DIR}/sequence_0.txt", b"x")
     assert not (tmp_path / "sequence_0.txt").exists()
+
+
+def test_reading_imports_neither_torch_nor_the_writer() -> None:
+    """Analysis reads through `SnapshotDir` on a machine without torch, and never loads the atomic writer."""
+    probe = ("import sys; from genrun.snapshot_dir import SnapshotDir; from genrun.schemas import Result, layout; "
+             f"SnapshotDir({str(LM)!r}).read(layout.RESULT, Result); "
+             "loaded = [m for m in ('torch', 'transformers', 'genrun.runner._io') if m in sys.modules]; assert not loaded, loaded")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
