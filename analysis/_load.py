@@ -38,8 +38,7 @@ from genrun.schemas import (
     layout,
 )
 from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
-from genrun.schemas.digests import sha256_bytes
-from genrun.snapshot_dir import ArtifactDamaged, ArtifactError, SnapshotDir, parse_progress_lines
+from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, parse_progress_lines
 from ._safetensors import SafetensorsError, read_int_tensors
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -302,12 +301,11 @@ def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileF
 def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapping[str, str] | None, str | None]:
     if rel in problems:
         return None, None
-    snapshot = SnapshotDir(root)
     try:
-        entries, digest = snapshot.read_manifest(rel)
-    except ArtifactDamaged as exc:  # not sha256sum text: it still has a digest (what a sign-off may be bound to)
+        entries, digest = SnapshotDir(root).read_manifest(rel)
+    except ManifestDamaged as exc:  # not sha256sum text: it still has a digest (what a sign-off may be bound to)
         problems[rel] = exc.reason
-        return None, sha256_bytes(snapshot.read_bytes(rel))
+        return None, exc.digest
     except ArtifactError as exc:
         problems[rel] = exc.reason
         return None, None

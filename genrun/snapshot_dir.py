@@ -62,6 +62,14 @@ class ArtifactDamaged(ArtifactError):
     """Not valid JSON (or sha256sum text), or JSON its model rejects."""
 
 
+class ManifestDamaged(ArtifactDamaged):
+    """A sha256sum file that does not parse; `digest` is still the sha256 of its bytes (what a sign-off may be bound to)."""
+
+    def __init__(self, directory: Path, name: str, reason: str, digest: str) -> None:
+        self.digest = digest
+        super().__init__(directory, name, reason)
+
+
 class ArtifactNewer(ArtifactError):
     """Written by a newer genrun in a format this one does not read."""
 
@@ -146,7 +154,7 @@ class SnapshotDir:
         try:
             entries = parse_sha256sum(data)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ArtifactDamaged(self.path, name, f"not sha256sum format: {exc}") from None
+            raise ManifestDamaged(self.path, name, f"not sha256sum format: {exc}", sha256_bytes(data)) from None
         return Manifest(MappingProxyType(entries), sha256_bytes(data))
 
     def recorded_genrun_version(self) -> str | None:

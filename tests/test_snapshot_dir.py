@@ -38,6 +38,7 @@ from genrun.snapshot_dir import (
     ArtifactMissing,
     ArtifactNewer,
     ArtifactUnreadable,
+    ManifestDamaged,
     SnapshotDir,
 )
 
@@ -87,6 +88,14 @@ def test_manifests_read_with_their_digests() -> None:
     sealed = SnapshotDir(LM).read_manifest(layout.MANIFEST)
     assert frozen.digest == plan_digest(LM) and sealed.digest == snapshot_digest(LM)
     assert layout.REQUEST in frozen.entries and layout.RESULT in sealed.entries
+
+
+def test_a_manifest_that_is_not_sha256sum_text_is_damaged_and_keeps_its_digest(tmp_path: Path) -> None:
+    copy = writable_copy(LM, tmp_path)
+    (copy / layout.MANIFEST).write_bytes(b"not a manifest\n")
+    with pytest.raises(ManifestDamaged, match="not sha256sum format: line 1") as caught:
+        SnapshotDir(copy).read_manifest(layout.MANIFEST)
+    assert caught.value.digest == snapshot_digest(copy) and isinstance(caught.value, ArtifactDamaged)
 
 
 def test_absent_file_is_missing_or_none() -> None:
