@@ -153,6 +153,14 @@ def test_newer_format_is_refused_naming_the_genrun_that_wrote_it(tmp_path: Path)
     assert caught.value.reason == expected and (caught.value.version, caught.value.written_by) == (layout.FORMAT_VERSION + 7, "9.1.0")
 
 
+def test_a_newer_signoff_is_not_attributed_to_the_genrun_that_ran_the_snapshot(tmp_path: Path) -> None:
+    """environment.json names the genrun that planned the run; a sign-off may come from any later genrun."""
+    copy = writable_copy(LM, tmp_path)
+    (copy / layout.SIGNOFFS_DIR / "late.json").write_bytes(orjson.dumps({"schema_version": layout.FORMAT_VERSION + 1}))
+    with pytest.raises(ArtifactNewer, match=r"^.*: written by a newer genrun \(format \d+\); this genrun reads up to \d+: upgrade$"):
+        SnapshotDir(copy).read(f"{layout.SIGNOFFS_DIR}/late.json", Signoff)
+
+
 def test_link_fifo_and_oversized_files_are_refused_without_reading(tmp_path: Path) -> None:
     copy = writable_copy(LM, tmp_path)
     outside = tmp_path / "outside.json"
