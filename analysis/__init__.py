@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .memory_estimate import describe_memory
     from ._load import Snapshot, SnapshotNotFound, read_snapshot
     from ._plot import PlotError, write_plot
-    from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular, walk_entries
+    from genrun._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular, walk_entries
     from ._report_render import render_report
     from .diff import SnapshotDiff, diff_snapshots
     from .report import Report, report_snapshot
@@ -35,8 +35,8 @@ _HOME = {
     "render_review_html": "._html_template", "render_index_html": "._html_template",
     "render_verdict": "._diff_render",
     "describe_memory": ".memory_estimate",
-    "read_regular": "._safe_read", "UnsafeFile": "._safe_read", "MAX_JSON_BYTES": "._safe_read",
-    "walk_entries": "._safe_read",
+    "read_regular": "genrun._safe_read", "UnsafeFile": "genrun._safe_read", "MAX_JSON_BYTES": "genrun._safe_read",
+    "walk_entries": "genrun._safe_read",
 }
 
 __all__ = sorted(_HOME)

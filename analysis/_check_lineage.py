@@ -4,8 +4,8 @@ from pathlib import Path
 
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
@@ -32,10 +32,10 @@ def check_lineage(snap: Snapshot, ctx: CheckContext) -> Finding:
                        message=f"rerun of {lineage.parent_id} ({describe_changes(lineage.changes)}); the parent is not at "
                                f"{lineage.parent_path} to compare digests{allowed}")
     try:
-        actual = sha256_bytes(read_regular(manifest, MAX_JSON_BYTES))
-    except (OSError, UnsafeFile) as exc:
+        actual = sha256_bytes(SnapshotDir(lineage.parent_path).read_bytes(layout.MANIFEST))
+    except ArtifactError as exc:
         return Finding(name=name, status="WARN", evidence=evidence, examined=Examined(files=1),
-                       message=f"the parent's {layout.MANIFEST} at {lineage.parent_path} cannot be read: {exc}")
+                       message=f"the parent's {layout.MANIFEST} at {lineage.parent_path} cannot be read: {exc.reason}")
     evidence["parent_snapshot_digest_now"] = actual
     if actual != lineage.parent_snapshot_digest:
         return Finding(name=name, status="WARN", evidence=evidence, examined=Examined(files=2),

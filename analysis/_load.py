@@ -1,9 +1,10 @@
 """Read-only loading of a snapshot directory through the schema models.
 
-Nothing here writes, creates, renames or changes the mode of anything: every file is opened
-for reading only, so a sealed snapshot owned by someone else (or on a read-only mount) loads
-the same way. A file that is missing is `None`; a file that does not parse is `None` too, with
-the reason in `Snapshot.problems`, so that a damaged or killed snapshot is reported, not fatal.
+Every file is read through a read-only `SnapshotDir` (bounded, never through a link, newer formats
+refused), so nothing here writes, creates, renames or changes the mode of anything: a sealed snapshot
+owned by someone else (or on a read-only mount) loads the same way. A file that is missing is `None`;
+a file that does not parse is `None` too, with the `ArtifactError` reason in `Snapshot.problems`, so
+that a damaged or killed snapshot is reported, not fatal.
 """
 
 import hashlib
@@ -17,11 +18,9 @@ from typing import Any, TypeVar
 
 from array import array
 
-import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
 from genrun.schemas import (
-    EVENT_ADAPTER,
     AnyEvent,
     CodeIdentity,
     Environment,
@@ -35,16 +34,14 @@ from genrun.schemas import (
     PipelineCallBeforeCall,
     Request,
     Result,
-    NewerFormat,
     TokenBudget,
     layout,
 )
-from ._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_PROGRESS_LINES, MAX_TOKEN_IDS_BYTES, UnsafeFile, kind_of, read_regular, walk_entries
+from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
+from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, parse_progress_lines
 from ._safetensors import SafetensorsError, read_int_tensors
-from genrun.schemas.digests import parse_sha256sum, sha256_bytes
 
 _M = TypeVar("_M", bound=BaseModel)
-_EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
 
 
 class SnapshotNotFound(ValueError):
@@ -201,7 +198,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
         loaded["request_source_name"] = source_name
         loaded["request_source"] = _read(root, source_name, problems)
     loaded["request_json"] = _read_json(root, layout.REQUEST, files, problems)
-    loaded["request"] = _validate(Request, loaded["request_json"], layout.REQUEST, problems)
+    loaded["request"] = _validate(root, Request, loaded["request_json"], layout.REQUEST, problems)
     loaded["environment"] = _read_model(root, layout.ENVIRONMENT, Environment, files, problems)
     loaded["code"] = _read_model(root, layout.CODE, CodeIdentity, files, problems)
     loaded["model"] = _read_model(root, layout.MODEL, ModelIdentity, files, problems)
@@ -234,7 +231,7 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
     """
     files: dict[str, FileFact] = {}
     try:
-        entries = sorted(walk_entries(root, skip_top=(layout.SIGNOFFS_DIR,)))
+        entries = sorted(SnapshotDir(root).entries(skip_top=(layout.SIGNOFFS_DIR,)))
     except OSError as exc:
         problems["."] = f"cannot list the snapshot: {exc.strerror or exc}"
         return files
@@ -266,75 +263,53 @@ def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
     return names[0] if names else None
 
 
-def _read(root: Path, rel: str, problems: dict[str, str], limit: int = MAX_JSON_BYTES) -> bytes | None:
+def _read(root: Path, rel: str, problems: dict[str, str]) -> bytes | None:
     """A bounded read of a regular file (never a link, FIFO or device); a refusal is recorded in `problems`."""
     if rel in problems:
         return None
     try:
-        return read_regular(root / rel, limit)
-    except UnsafeFile as exc:
-        problems[rel] = str(exc)
-    except OSError as exc:
-        problems[rel] = f"cannot read: {exc.strerror or exc}"
+        return SnapshotDir(root).read_bytes(rel)
+    except ArtifactError as exc:
+        problems[rel] = exc.reason
     return None
 
 
 def _read_json(root: Path, rel: str, files: Mapping[str, FileFact], problems: dict[str, str]) -> Any:
-    if rel not in files:
-        return None
-    data = _read(root, rel, problems)
-    if data is None:
+    if rel not in files or rel in problems:
         return None
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        problems[rel] = f"not valid JSON: {exc}"
+        return SnapshotDir(root).read_json(rel)
+    except ArtifactError as exc:
+        problems[rel] = exc.reason
         return None
 
 
-def _validate(model: type[_M], data: Any, rel: str, problems: dict[str, str]) -> _M | None:
+def _validate(root: Path, model: type[_M], data: Any, rel: str, problems: dict[str, str]) -> _M | None:
     if data is None or rel in problems:
         return None
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems[rel] = _short_validation_error(exc)
+        return SnapshotDir(root).validate(rel, model, data)
+    except ArtifactError as exc:
+        problems[rel] = exc.reason
         return None
 
 
 def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileFact], problems: dict[str, str]) -> _M | None:
-    try:
-        return _validate(model, _read_json(root, rel, files, problems), rel, problems)
-    except NewerFormat as exc:  # never guess at a newer layout: say which genrun can read it
-        problems[rel] = layout.newer_format_message(exc.version, exc.written_by or _recorded_genrun_version(root, files))
-        return None
-
-
-def _recorded_genrun_version(root: Path, files: Mapping[str, FileFact]) -> str | None:
-    """`genrun_version` as `environment.json` records it, read as plain JSON (its own format may be newer)."""
-    return layout.recorded_genrun_version(_read_json(root, layout.ENVIRONMENT, files, {}))
-
-
-def _short_validation_error(exc: ValidationError) -> str:
-    """`field.path: message` for the first few errors; enough to find the damage."""
-    parts = []
-    for err in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"{where}: {err['msg']}")
-    more = exc.error_count() - len(parts)
-    return "does not match its schema: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return _validate(root, model, _read_json(root, rel, files, problems), rel, problems)
 
 
 def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapping[str, str] | None, str | None]:
-    data = _read(root, rel, problems)
-    if data is None:
+    if rel in problems:
         return None, None
-    digest = sha256_bytes(data)
     try:
-        return MappingProxyType(parse_sha256sum(data)), digest
-    except (ValueError, UnicodeDecodeError) as exc:
-        problems[rel] = f"not sha256sum format: {exc}"
-        return None, digest
+        entries, digest = SnapshotDir(root).read_manifest(rel)
+    except ManifestDamaged as exc:  # not sha256sum text: it still has a digest (what a sign-off may be bound to)
+        problems[rel] = exc.reason
+        return None, exc.digest
+    except ArtifactError as exc:
+        problems[rel] = exc.reason
+        return None, None
+    return entries, digest
 
 
 def _read_generation_configs(
@@ -347,7 +322,7 @@ def _read_generation_configs(
 
 
 def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> ProgressLog | None:
-    data = _read(root, layout.PROGRESS, problems, MAX_PROGRESS_BYTES)
+    data = _read(root, layout.PROGRESS, problems)
     if data is None:
         return None
     line_count = data.count(b"\n")
@@ -356,37 +331,18 @@ def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str
         return None
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]  # `tail` is b"" when the file ends with a newline
-    events, invalid = _parse_lines(complete)
+    events, invalid = parse_progress_lines(complete)
     truncated = None
     if tail.strip():
-        tail_events, tail_invalid = _parse_lines([tail], first_number=len(complete) + 1)
+        tail_events, tail_invalid = parse_progress_lines([tail], first_number=len(complete) + 1)
         if tail_invalid:
             shown = tail[:60].decode("utf-8", "replace") + ("…" if len(tail) > 60 else "")
             truncated = f"line {len(complete) + 1} is cut off after {len(tail)} bytes (no newline): {shown!r}"
         events += tail_events
     start = next((e for e in events if e.event == "start"), None)
     if start is not None and start.schema_version > layout.FORMAT_VERSION:
-        problems[layout.PROGRESS] = layout.newer_format_message(start.schema_version, _recorded_genrun_version(root, files))
+        problems[layout.PROGRESS] = layout.newer_format_message(start.schema_version, SnapshotDir(root).recorded_genrun_version())
     return ProgressLog(events=tuple(events), lines=len(complete) + (1 if tail.strip() else 0), invalid_lines=tuple(invalid), truncated_tail=truncated)
-
-
-def _parse_lines(lines: list[bytes], first_number: int = 1) -> tuple[list[AnyEvent], list[tuple[int, str]]]:
-    """Fast path: one orjson array parse and one pydantic list validation; line by line only on error."""
-    try:
-        return _EVENTS_ADAPTER.validate_python(orjson.loads(b"[" + b",".join(lines) + b"]")), []
-    except (orjson.JSONDecodeError, ValidationError):
-        pass
-    events: list[AnyEvent] = []
-    invalid: list[tuple[int, str]] = []
-    for number, line in enumerate(lines, start=first_number):
-        if not line.strip():
-            invalid.append((number, "empty line"))
-            continue
-        try:
-            events.append(EVENT_ADAPTER.validate_json(line))
-        except ValidationError as exc:
-            invalid.append((number, _short_validation_error(exc)))
-    return events, invalid
 
 
 MAX_ROWS = 1 << 20
@@ -396,7 +352,7 @@ MAX_TOKEN_ID = (1 << 31) - 1
 
 
 def _read_token_ids(root: Path, problems: dict[str, str]) -> Mapping[int, array] | None:
-    data = _read(root, layout.TOKEN_IDS, problems, MAX_TOKEN_IDS_BYTES)
+    data = _read(root, layout.TOKEN_IDS, problems)
     if data is None:
         return None
     try:

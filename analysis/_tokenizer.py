@@ -16,7 +16,7 @@ import orjson
 from genrun.schemas import ModelIdentity
 from genrun.schemas.digests import sha256_bytes
 
-from ._safe_read import UnsafeFile, read_model_file
+from genrun._safe_read import UnsafeFile, read_model_file
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"

@@ -8,18 +8,19 @@ determinism differences that may explain it.
 """
 
 from array import array
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from genrun.schemas import Determinism, Lineage, RequestChange, SequenceStop, layout
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
 from ._diffing import ABSENT, diff_values, short_value
 from ._load import Snapshot
 from ._verdict import EnvironmentDifference, LineageVerdict, RowOutcome, RowVerdict, VerdictKind
 from .diff import first_divergence
+
+_M = TypeVar("_M", bound=BaseModel)
 
 LIMIT_KEYS = ("generation.max_new_tokens", "generation.max_length", "generation.max_time")
 SUPPRESS_KEYS = ("generation.suppress_tokens", "generation.begin_suppress_tokens")
@@ -28,12 +29,12 @@ LIMIT_REASONS = ("max_new_tokens", "max_length", "max_time")
 
 def read_lineage(snap: Snapshot) -> Lineage | None:
     """`lineage.json` of a rerun child; `None` for a snapshot that was not made by `genrun rerun`."""
-    return _read_model(snap.path / layout.LINEAGE, Lineage)
+    return _read_model(snap, layout.LINEAGE, Lineage)
 
 
 def read_determinism(snap: Snapshot) -> Determinism | None:
     """`determinism.json`; `None` for snapshots made before it existed or not executed."""
-    return _read_model(snap.path / layout.DETERMINISM, Determinism)
+    return _read_model(snap, layout.DETERMINISM, Determinism)
 
 
 def descent(a: Snapshot, b: Snapshot) -> tuple[Snapshot, Snapshot, Lineage] | None:
@@ -82,10 +83,10 @@ def environment_differences(parent: Snapshot, child: Snapshot) -> list[Environme
 # -- internals ------------------------------------------------------------------------------------
 
 
-def _read_model(path: Path, model: type[BaseModel]) -> Any:
+def _read_model(snap: Snapshot, name: str, model: type[_M]) -> _M | None:
     try:
-        return model.model_validate_json(read_regular(path, MAX_JSON_BYTES))
-    except (OSError, UnsafeFile, ValidationError, ValueError):
+        return SnapshotDir(snap.path).read(name, model)
+    except ArtifactError:
         return None  # absent (an ordinary snapshot) or damaged (verify reports damage; a verdict is not the place)
 
 

@@ -27,18 +27,20 @@ import shlex
 import shutil
 import struct
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import NewerFormat, layout
+from genrun.schemas import layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
+from genrun.snapshot_dir import ArtifactError, ArtifactNewer, SnapshotDir
 
 SignoffState = Literal["valid", "unsigned", "unverified", "revoked", "invalid"]
+
+_T = TypeVar("_T")
 
 NAMESPACE_SUFFIX = "@genrun"
 SIGNATURE_SUFFIX = ".sig"
@@ -155,12 +157,11 @@ class CurrentDigests(NamedTuple):
 def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allowed_signers: Path | None) -> SignoffStatus:
     """One record: parse it, check what it binds, then its signature. Every problem found is reported."""
     try:
-        record = Signoff.model_validate_json(read_regular(path, MAX_JSON_BYTES))
-    except NewerFormat as exc:  # a newer genrun's sign-off: not damage, but not readable here either
-        return _unparsed(path, f"record was {exc}")
-    except (ValidationError, ValueError, OSError, UnsafeFile) as exc:
-        reason = f"record does not parse as a Signoff ({_parse_error(exc)})"
-        return _unparsed(path, reason)
+        record = _read_signoffs_file(path, lambda snapshot, name: snapshot.read(name, Signoff))
+    except ArtifactNewer as exc:  # a newer genrun's sign-off: not damage, but not readable here either
+        return _unparsed(path, f"record was {exc.reason}")
+    except ArtifactError as exc:
+        return _unparsed(path, f"record does not parse as a Signoff ({exc.reason})")
     problems = binding_problems(record, snapshot_id, current, path.parent)
     sig = path.with_name(path.name + SIGNATURE_SUFFIX)
     if not record.signed:
@@ -207,7 +208,10 @@ def revocation_problems(record: Signoff, signoffs_dir: Path) -> list[str]:
     target = signoffs_dir / record.revokes
     if not target.is_file():
         return [f"revoked record {record.revokes} is missing"]
-    actual = hashlib.sha256(target.read_bytes()).hexdigest()
+    try:
+        actual = hashlib.sha256(_read_signoffs_file(target, SnapshotDir.read_bytes)).hexdigest()
+    except ArtifactError as exc:
+        return [f"revoked record {record.revokes} cannot be read: {exc.reason}"]
     if actual != record.digest:
         return [f"digest no longer matches: record binds record digest {short(record.digest)} of {record.revokes}, current is {short(actual)}"]
     return []
@@ -272,8 +276,10 @@ def verify_signature(record: Path, sig: Path, principal: str, namespace: str, al
 def diagnose_failure(record: Path, sig: Path, principal: str, namespace: str, allowed_signers: Path, verify_stderr: str) -> str:
     """Name the first reason a verification failed: not a signature, wrong namespace, bad signature, unknown signer."""
     try:
-        header = read_sshsig(read_regular(sig, MAX_JSON_BYTES))
-    except (ValueError, OSError, UnsafeFile) as exc:
+        header = read_sshsig(_read_signoffs_file(sig, SnapshotDir.read_bytes))
+    except ArtifactError as exc:
+        return f"bad signature: {sig.name} is not an SSH signature ({exc.reason})"
+    except ValueError as exc:
         return f"bad signature: {sig.name} is not an SSH signature ({exc})"
     if header.namespace != namespace:
         return f"signature namespace is not {namespace} (the signature was made for {header.namespace})"
@@ -373,13 +379,9 @@ def _key_description(verify_stdout: str) -> str:
     return f"{match.group(1)} key {match.group(2)}" if match else "SSH key"
 
 
-def _parse_error(exc: Exception) -> str:
-    """The first problem pydantic (or the OS) found, with the field it concerns."""
-    if isinstance(exc, ValidationError) and exc.errors():
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "file"
-        return f"{where}: {first['msg']}"
-    return _first_line_text(str(exc)) or type(exc).__name__
+def _read_signoffs_file(path: Path, read: Callable[[SnapshotDir, str], _T]) -> _T:
+    """`read(snapshot, "signoffs/<name>")` for a file of a snapshot's `signoffs/` (bounded, never through a link)."""
+    return read(SnapshotDir(path.parent.parent), f"{path.parent.name}/{path.name}")
 
 
 def _first_line_text(text: str) -> str:

@@ -16,8 +16,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import layout
-from genrun.schemas.digests import parse_sha256sum, sha256_file
+from genrun.schemas.digests import sha256_file
 from genrun.schemas.sweep import SweepPlan, SweepResult
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from ._finding import Examined, Finding
 from ._load import SnapshotNotFound
@@ -110,7 +111,7 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
     root = Path(path)
     if not is_sweep_dir(root):
         raise SnapshotNotFound(f"{root} is not a sweep snapshot (no {layout.SWEEP_PLAN})")
-    plan = SweepPlan.model_validate_json((root / layout.SWEEP_PLAN).read_bytes())
+    plan = SnapshotDir(root).read(layout.SWEEP_PLAN, SweepPlan)
     result = _read_result(root)
     store = Path(plan.store)
     finals = [(item.index, _final(item, result)) for item in plan.items]
@@ -218,8 +219,7 @@ def _distribution(items: tuple[ItemVerification, ...], result: SweepResult | Non
 
 
 def _read_result(root: Path) -> SweepResult | None:
-    path = root / layout.SWEEP_RESULT
-    return SweepResult.model_validate_json(path.read_bytes()) if path.is_file() else None
+    return SnapshotDir(root).read_optional(layout.SWEEP_RESULT, SweepResult)
 
 
 def _check_sealed(root: Path, result: SweepResult | None) -> Finding:
@@ -238,7 +238,10 @@ def _check_manifest(root: Path) -> Finding:
     manifest = root / layout.MANIFEST
     if not manifest.is_file():
         return Finding(name=name, status="FAIL", message=f"no {layout.MANIFEST}: the sweep's files are not protected")
-    entries = parse_sha256sum(manifest.read_bytes())
+    try:
+        entries = SnapshotDir(root).read_manifest(layout.MANIFEST).entries
+    except ArtifactError as exc:
+        return Finding(name=name, status="FAIL", message=f"{layout.MANIFEST} {exc.reason}", examined=Examined(files=1))
     changed = sorted(rel for rel, digest in entries.items() if not (root / rel).is_file() or sha256_file(root / rel) != digest)
     present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     unlisted = sorted(p for p in present - entries.keys() - {layout.MANIFEST} if not p.startswith(f"{layout.SIGNOFFS_DIR}/"))

@@ -7,6 +7,10 @@ flag. Whether the writer is still alive comes from the advisory lock the recorde
 `progress.ndjson` for as long as it writes (the kernel drops it when the process dies, SIGKILL
 included); a shared, non-blocking probe of that lock changes nothing on disk.
 
+Every file is read through a read-only `SnapshotDir`: a `progress.ndjson` that is a FIFO, a device,
+a link or larger than its bound raises its `ArtifactError` (the CLI reports it, exit 1) instead of
+hanging or exhausting memory.
+
 Torch-free: imports only the standard library, pydantic and `genrun.schemas`.
 """
 
@@ -17,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import EVENT_ADAPTER, AnyEvent, GenerationStop, Request, Result, layout
-from ._safe_read import MAX_JSON_BYTES, UnsafeFile, read_regular
+from genrun.schemas import AnyEvent, GenerationStop, Request, Result, layout
+from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir, parse_progress_lines
 
 WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
 Liveness = Literal["alive", "gone", "unknown"]
@@ -85,34 +89,28 @@ class WatchUpdate(BaseModel):
 
 
 class ProgressTail:
-    """Reads only the complete lines appended since the previous call (a partial last line waits for its newline)."""
+    """Reads only the complete lines appended to a snapshot's `progress.ndjson` since the previous call (a partial
+    last line waits for its newline)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, snapshot: Path) -> None:
+        self.snapshot = SnapshotDir(snapshot)
         self.events: list[AnyEvent] = []
         self.invalid_lines = 0
         self._offset = 0
         self._partial = b""
 
     def poll(self) -> list[AnyEvent]:
-        """New events since the last poll; [] when the file does not exist yet."""
+        """New events since the last poll; [] when the file does not exist yet. Raises `ArtifactError` for a file
+        that is not a regular one (a FIFO would block a plain read forever) or is over its bound."""
         try:
-            with open(self.path, "rb") as stream:
-                stream.seek(self._offset)
-                data = stream.read()
-        except FileNotFoundError:
+            data = self.snapshot.read_bytes(layout.PROGRESS, offset=self._offset)
+        except ArtifactMissing:
             return []
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
-        new = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                new.append(EVENT_ADAPTER.validate_json(line))
-            except ValidationError:
-                self.invalid_lines += 1
+        new, invalid = parse_progress_lines([line for line in lines if line.strip()])
+        self.invalid_lines += len(invalid)
         self.events.extend(new)
         return new
 
@@ -120,8 +118,8 @@ class ProgressTail:
 def writer_liveness(progress: Path) -> Liveness:
     """`alive` when a process holds the recorder's exclusive lock on progress.ndjson, `gone` when none does."""
     try:
-        fd = os.open(progress, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(progress, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # never blocks on a FIFO put in its place
+    except OSError:
         return "unknown"
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -139,8 +137,8 @@ def writer_liveness(progress: Path) -> Liveness:
 def default_stall_after(snapshot: Path) -> float:
     """3 × the request's `[progress] every_seconds` (a record is due at least that often while units are produced)."""
     try:
-        request = Request.model_validate_json(read_regular(snapshot / layout.REQUEST, MAX_JSON_BYTES))
-    except (OSError, UnsafeFile, ValidationError):
+        request = SnapshotDir(snapshot).read(layout.REQUEST, Request)
+    except ArtifactError:
         return STALL_FACTOR * 30.0
     return STALL_FACTOR * request.progress.every_seconds
 
@@ -242,16 +240,18 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
 
 
 def _sealed(snapshot: Path, common: dict) -> WatchUpdate:
+    files = SnapshotDir(snapshot)
     try:
-        result = Result.model_validate_json(read_regular(snapshot / layout.RESULT, MAX_JSON_BYTES))
-    except (OSError, UnsafeFile, ValidationError) as exc:
+        result = files.read(layout.RESULT, Result)
+    except ArtifactError as exc:
         return WatchUpdate(state="incomplete", stalled=False, writer="gone", exit_code=INCOMPLETE_EXIT,
-                           message=f"sealed but {layout.RESULT} is unreadable ({type(exc).__name__}); run 'genrun verify {snapshot}'", **common)
+                           message=f"sealed but {layout.RESULT} is unreadable ({exc.reason}); run 'genrun verify {snapshot}'", **common)
     reasons: tuple[str, ...] = ()
     try:
-        reasons = tuple(s.reason for s in GenerationStop.model_validate_json(read_regular(snapshot / layout.STOP, MAX_JSON_BYTES)).sequences)
-    except (OSError, UnsafeFile, ValidationError):
-        pass  # a run that failed while loading has no stop file; the status says why
+        stop = files.read_optional(layout.STOP, GenerationStop)  # a run that failed while loading has none; its status says why
+        reasons = tuple(s.reason for s in stop.sequences) if stop is not None else ()
+    except ArtifactError:
+        pass  # damage is for 'genrun verify' to name; watch reports the run's status
     listed = ", ".join(reasons) or "no stop record"
     return WatchUpdate(state="sealed", stalled=False, writer="gone", status=result.status, exit_code=result.exit_code, stop_reasons=reasons,
                        message=f"sealed: {result.status} (exit {result.exit_code}), {result.generated} {result.unit}s; stopped by {listed}",

@@ -1,4 +1,7 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of either.
+
+Snapshot artifacts are written through `genrun.snapshot_dir.SnapshotDir.write` / `write_bytes`, which call these.
+"""
 
 import contextlib
 import errno

@@ -8,11 +8,9 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from genrun.schemas import Determinism, Request, layout
+from genrun.schemas import Determinism, GenerationConfigBeforeGenerate, Request, layout
+from genrun.snapshot_dir import SnapshotDir
 
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
@@ -71,9 +69,8 @@ def capture_determinism(request: Request, device: str, strict: bool) -> Determin
 
 def with_sampling(record: Determinism, snapshot_dir: Path) -> Determinism:
     """Fill `sampling` from the effective config generate wrote (`do_sample`); `None` when there is none (diffusers, a failed load)."""
-    path = Path(snapshot_dir) / layout.GENERATION_CONFIG
-    if not path.is_file():
+    config = SnapshotDir(snapshot_dir).read_optional(layout.GENERATION_CONFIG, GenerationConfigBeforeGenerate)
+    if config is None:
         return record
-    effective: dict[str, Any] = orjson.loads(path.read_bytes()).get("effective", {})
-    do_sample = effective.get("do_sample")
+    do_sample = config.effective.get("do_sample")
     return record.model_copy(update={"sampling": bool(do_sample) if do_sample is not None else None})

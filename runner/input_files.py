@@ -10,8 +10,8 @@ from pathlib import Path
 
 from genrun.schemas import InputFile, InputFiles, InputSpec, Request, layout
 from genrun.schemas.digests import sha256_file
+from genrun.snapshot_dir import SnapshotDir
 
-from ._io import write_model_atomic
 from .backends._audio import AudioUndecodable, audio_facts
 from .backends._images import ImageUndecodable, image_facts
 from .errors import FrozenMismatch, RequestError
@@ -52,13 +52,12 @@ def freeze_input_files(files: InputFiles, snapshot_dir: Path) -> None:
             shutil.copyfile(item.source_path, target)
             if sha256_file(target) != item.sha256:
                 raise RequestError(f"{item.source_path} changed while it was being planned; plan again once it is stable")
-    write_model_atomic(snapshot_dir / layout.INPUT_FILES, files)
+    SnapshotDir(snapshot_dir, writable=True).write(layout.INPUT_FILES, files)
 
 
 def read_input_files(snapshot_dir: Path) -> InputFiles | None:
     """The frozen `input-files.json`, `None` for a request without media files."""
-    path = snapshot_dir / layout.INPUT_FILES
-    return InputFiles.model_validate_json(path.read_bytes()) if path.is_file() else None
+    return SnapshotDir(snapshot_dir).read_optional(layout.INPUT_FILES, InputFiles)
 
 
 def verify_input_files(snapshot_dir: Path) -> InputFiles | None:

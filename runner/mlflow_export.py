@@ -10,6 +10,7 @@ under `snapshot/` (the disk reserve a killed run may leave, and files no registr
 Needs the optional extra: `pip install 'genrun[mlflow]'`.
 """
 
+import stat
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ import orjson
 
 from genrun.analysis import Snapshot, read_snapshot
 from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+from genrun.snapshot_dir import SnapshotDir
 
 from .errors import GenrunError, SnapshotError
 
@@ -99,11 +101,13 @@ def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, 
 
 
 def artifact_files(snapshot_dir: Path) -> tuple[list[str], list[str]]:
-    """(files to upload, files skipped), relative paths in sorted order: the registry decides what is evidence."""
+    """(files to upload, files skipped), relative paths in sorted order: the registry decides what is evidence
+    (regular files only; links are never followed)."""
     uploads: list[str] = []
     skipped: list[str] = []
-    for path in sorted(p for p in snapshot_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(snapshot_dir).as_posix()
+    for rel, st in sorted(SnapshotDir(snapshot_dir).entries()):
+        if not stat.S_ISREG(st.st_mode):
+            continue
         spec = artifact_for(rel, SNAPSHOT_ARTIFACTS)
         if spec is None:
             skipped.append(rel)

@@ -12,9 +12,9 @@ from typing import NamedTuple
 from pydantic import BaseModel
 
 from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
+from genrun.snapshot_dir import SnapshotDir
 
 from . import _hash_cache
-from ._io import write_bytes_atomic, write_model_atomic
 from ._plan_session import once
 from .backends import get_backend
 from .budget import enforce
@@ -79,14 +79,15 @@ def prepare_plan(
     environment = once("environment", capture_environment)
 
     def freeze(directory: Path) -> None:
-        write_bytes_atomic(directory / layout.request_source_name(loaded.format), loaded.source)
-        write_model_atomic(directory / layout.REQUEST, request)
-        write_model_atomic(directory / layout.ENVIRONMENT, environment)
-        write_model_atomic(directory / layout.CODE, code)
-        write_model_atomic(directory / layout.MODEL, model)
-        write_model_atomic(directory / layout.TOKEN_BUDGET, budget)
+        snapshot = SnapshotDir(directory, writable=True)
+        snapshot.write_bytes(layout.request_source_name(loaded.format), loaded.source)
+        snapshot.write(layout.REQUEST, request)
+        snapshot.write(layout.ENVIRONMENT, environment)
+        snapshot.write(layout.CODE, code)
+        snapshot.write(layout.MODEL, model)
+        snapshot.write(layout.TOKEN_BUDGET, budget)
         for name, extra in (extra_frozen or {}).items():
-            write_model_atomic(directory / name, extra)
+            snapshot.write(name, extra)
         if input_files is not None:
             freeze_input_files(input_files, directory)
         if processor is not None:

@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ValidationError
 
 from genrun.schemas import GenerationConfigBeforeGenerate, Lineage, Request, RequestChange, Result, layout
-from genrun.schemas.digests import parse_sha256sum, sha256_file
+from genrun.schemas.digests import sha256_file
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from .errors import FrozenMismatch, RequestError, SnapshotError
 from .execute import FrozenPlan, load_frozen, verify_code, verify_model
@@ -102,18 +103,17 @@ def verify_sealed_parent(parent: Path) -> str:
     """A parent must be sealed and every file must still match its manifest; returns the snapshot digest."""
     if not is_sealed(parent):
         raise SnapshotError(f"{parent} is not sealed (no {layout.MANIFEST}); only an executed snapshot can be rerun and compared")
-    manifest = parent / layout.MANIFEST
     try:
-        entries = parse_sha256sum(manifest.read_bytes())
-    except ValueError as exc:
-        raise SnapshotError(f"{manifest} is malformed ({exc}); this parent cannot be trusted as a reference") from None
-    damaged = [rel for rel, digest in sorted(entries.items()) if not (parent / rel).is_file() or sha256_file(parent / rel) != digest]
+        manifest = SnapshotDir(parent).read_manifest(layout.MANIFEST)
+    except ArtifactError as exc:
+        raise SnapshotError(f"{parent / layout.MANIFEST} is malformed ({exc.reason}); this parent cannot be trusted as a reference") from None
+    damaged = [rel for rel, digest in sorted(manifest.entries.items()) if not (parent / rel).is_file() or sha256_file(parent / rel) != digest]
     if damaged:
         raise SnapshotError(
             f"{parent.name}: {', '.join(damaged)} no longer match{'es' if len(damaged) == 1 else ''} its manifest; "
             "a damaged parent cannot be a reference (run 'genrun verify' on it)"
         )
-    return sha256_file(manifest)
+    return manifest.digest
 
 
 def identity_differences(frozen: FrozenPlan) -> list[str]:
@@ -186,10 +186,10 @@ def unset_key(data: dict[str, Any], key: str) -> RequestChange:
 
 def suppress_eos_change(data: dict[str, Any], parent: Path) -> RequestChange:
     """`generation.suppress_tokens` = the parent's effective EOS ids (plus any already suppressed)."""
-    path = parent / layout.GENERATION_CONFIG
-    if not path.is_file():
+    config = SnapshotDir(parent).read_optional(layout.GENERATION_CONFIG, GenerationConfigBeforeGenerate)
+    if config is None:
         raise RequestError(f"--suppress-eos needs the parent's {layout.GENERATION_CONFIG} (its EOS ids); {parent.name} has none")
-    eos = GenerationConfigBeforeGenerate.model_validate_json(path.read_bytes()).eos_token_ids
+    eos = config.eos_token_ids
     if not eos:
         raise RequestError(f"--suppress-eos: the parent ran without an EOS id; there is nothing to suppress")
     generation = data.setdefault("generation", {})

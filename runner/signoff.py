@@ -66,9 +66,10 @@ from genrun.analysis.signoffs import (
 from genrun.schemas import layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Signoff
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from . import __version__
-from ._io import fsync_dir, write_model_atomic
+from ._io import fsync_dir
 from .errors import ApprovalRequired, SignoffError, StoreError
 from .store import describe_os_error, is_sealed, open_snapshot
 
@@ -144,7 +145,7 @@ def _bound_digest(snapshot_dir: Path, kind: str, revoked: Path | None) -> str:
     if kind == "plan":
         return plan_digest(snapshot_dir)
     if kind == "record" and revoked is not None:
-        return hashlib.sha256(revoked.read_bytes()).hexdigest()
+        return hashlib.sha256(SnapshotDir(snapshot_dir).read_bytes(f"{layout.SIGNOFFS_DIR}/{revoked.name}")).hexdigest()
     return snapshot_digest(snapshot_dir)
 
 
@@ -159,8 +160,8 @@ def find_revoked_record(snapshot_dir: Path, revokes: str | None) -> Path:
             "pass a record's file name as 'genrun verify' lists it"
         )
     try:
-        target = Signoff.model_validate_json(existing[name].read_bytes())
-    except ValueError:
+        target = SnapshotDir(snapshot_dir).read(f"{layout.SIGNOFFS_DIR}/{name}", Signoff)
+    except ArtifactError:
         return existing[name]  # an unparseable record may be revoked too: that is how an owner disowns it
     if target.decision == "revoke":
         raise SignoffError(f"--revoke {name}: that record is itself a revocation; write a new approve/accept/reject instead")
@@ -262,7 +263,7 @@ def write_record(directory: Path, record: Signoff, key: SigningKey | None, now: 
     staging = directory / f".staging-{secrets.token_hex(8)}.json"
     staged_sig = _sig_path(staging)
     try:
-        write_model_atomic(staging, record)
+        SnapshotDir(directory.parent, writable=True).write(f"{directory.name}/{staging.name}", record)
         os.chmod(staging, READ_ONLY)
         if key is not None:
             sign_file(staging, key, namespace_for(record.decision))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from genrun.schemas import layout
 from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
+from genrun.snapshot_dir import SnapshotDir
 
-from ._io import DIR_MODE, fsync_dir, write_bytes_atomic
+from ._io import DIR_MODE, fsync_dir
 from ._locks import lock_holder, try_exclusive
 from .errors import SnapshotError, StoreError
 from .interrupts import deferred
@@ -171,7 +172,7 @@ def write_frozen_manifest(snapshot_dir: Path) -> None:
     """`frozen-sha256.txt` over every file present at the end of planning; its sha256 is the plan digest."""
     files = [rel for rel in manifest_candidates(snapshot_dir) if rel != layout.FROZEN_MANIFEST]
     entries = [(rel, sha256_file(snapshot_dir / rel)) for rel in files]
-    write_bytes_atomic(snapshot_dir / layout.FROZEN_MANIFEST, render_sha256sum(entries))
+    SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.FROZEN_MANIFEST, render_sha256sum(entries))
 
 
 def seal_snapshot(snapshot_dir: Path) -> str:
@@ -188,7 +189,7 @@ def seal_snapshot(snapshot_dir: Path) -> str:
     # one with writable files. Links are never followed (a planted link must not chmod its target).
     for rel in files:
         _make_read_only(snapshot_dir / rel)
-    write_bytes_atomic(snapshot_dir / layout.MANIFEST, render_sha256sum(entries))
+    SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.MANIFEST, render_sha256sum(entries))
     os.chmod(snapshot_dir / layout.MANIFEST, READ_ONLY)
     fsync_dir(snapshot_dir)
     return sha256_file(snapshot_dir / layout.MANIFEST)
@@ -212,8 +213,7 @@ def is_sealed(snapshot_dir: Path) -> bool:
 
 def snapshot_state(snapshot_dir: Path) -> layout.SnapshotState:
     """planned / running / incomplete / sealed from the files present (`layout.snapshot_state`, the one rule)."""
-    names = manifest_candidates(snapshot_dir) + ([layout.MANIFEST] if is_sealed(snapshot_dir) else [])
-    return layout.snapshot_state(names)
+    return SnapshotDir(snapshot_dir).state()
 
 
 def is_planned(snapshot_dir: Path) -> bool:

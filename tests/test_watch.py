@@ -6,6 +6,7 @@ elapsed time: only on the updates `watch` printed and on its exit code.
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,10 +17,11 @@ import pytest
 
 from genrun.analysis.watch import INCOMPLETE_EXIT, WatchUpdate, estimate_eta
 from genrun.runner.cli import main
-from genrun.schemas import FirstTokenEvent, ProgressEvent, StartEvent
+from genrun.schemas import FirstTokenEvent, ProgressEvent, StartEvent, layout
 
-from _forked import ForkedProcess, spawn_cli
-from _analysis_helpers import REPO, SLOW_ENTRYPOINT, TINY_LM, request_toml, snapshots  # noqa: F401 - fixture
+from _forked import ForkedProcess, run_cli_forked, spawn_cli
+from _analysis_helpers import REPO, SLOW_ENTRYPOINT, TINY_LM, copy_snapshot, request_toml, snapshots  # noqa: F401 - fixture
+from conftest import PROCESS_TIMEOUT_S
 
 
 def start_slow_run(work: Path, countdown: int = 40, every_seconds: float = 0.5) -> tuple[ForkedProcess, Path]:
@@ -108,6 +110,21 @@ def test_watch_on_a_killed_snapshot_exits_incomplete(snapshots, capsys) -> None:
     out = capsys.readouterr().out
     assert code == INCOMPLETE_EXIT
     assert "STALL" in out and "incomplete: the writer is gone" in out
+
+
+@pytest.mark.parametrize("planted", ["fifo", "device link"])
+def test_watch_refuses_a_progress_stream_that_is_not_a_regular_file(snapshots, tmp_path: Path, planted: str) -> None:  # noqa: F811
+    """A FIFO would block a plain read forever and `/dev/zero` would fill memory: watch names the file and exits 1."""
+    snapshot = copy_snapshot(snapshots.killed(), tmp_path)
+    (snapshot / layout.PROGRESS).unlink()
+    if planted == "fifo":
+        os.mkfifo(snapshot / layout.PROGRESS)
+    else:
+        os.symlink("/dev/zero", snapshot / layout.PROGRESS)
+    done = run_cli_forked("watch", snapshot, "--interval", "0.05", timeout=PROCESS_TIMEOUT_S)  # a hang fails here, bounded
+    assert done.returncode == 1, done.stderr
+    what = "is a FIFO, not a regular file" if planted == "fifo" else "is a symbolic link (to '/dev/zero')"
+    assert f"{layout.PROGRESS}: {what}" in done.stderr and "a snapshot holds regular files only" in done.stderr
 
 
 def test_watch_on_a_sealed_snapshot_returns_the_runs_exit_code(snapshots, capsys) -> None:  # noqa: F811

@@ -8,6 +8,7 @@ from rich.markup import escape
 from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.stop import describe_stop
 from genrun.schemas.rendering import human_bytes
+from genrun.snapshot_dir import SnapshotDir
 
 from genrun.runner.interrupts import RunInterrupted
 
@@ -101,10 +102,8 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
 
 
 def _stops(snapshot_dir: Path) -> tuple:
-    path = Path(snapshot_dir) / layout.STOP
-    if not path.is_file():
-        return ()
-    return GenerationStop.model_validate_json(path.read_bytes()).sequences
+    stop = SnapshotDir(snapshot_dir).read_optional(layout.STOP, GenerationStop)  # none when the run failed before generating
+    return stop.sequences if stop is not None else ()
 
 
 def _describe_row(seq) -> str:

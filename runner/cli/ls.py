@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -116,10 +115,10 @@ def group_sweeps(rows: list[SnapshotRow], store: Path) -> list[SnapshotRow]:
     by_id = {row.id: row for row in rows}
     members: dict[str, list[str]] = {}
     for row in rows:
-        plan = _read_json(store / row.id / layout.SWEEP_PLAN)
+        plan = _read_json(store / row.id, layout.SWEEP_PLAN)
         if plan is None:
             continue
-        result = _read_json(store / row.id / layout.SWEEP_RESULT)
+        result = _read_json(store / row.id, layout.SWEEP_RESULT)
         ids = [i["snapshot_id"] for i in plan["items"]]
         if result is not None:
             ids = [sid for item in result["items"] for sid in item["attempts"]]
@@ -136,11 +135,11 @@ def group_sweeps(rows: list[SnapshotRow], store: Path) -> list[SnapshotRow]:
 
 def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes."""
-    plan = _read_json(snapshot / layout.SWEEP_PLAN)
+    plan = _read_json(snapshot, layout.SWEEP_PLAN)
     if plan is not None:
         return _describe_sweep(snapshot, plan, allowed_signers)
-    result = _read_json(snapshot / layout.RESULT)
-    stop = _read_json(snapshot / layout.STOP)
+    result = _read_json(snapshot, layout.RESULT)
+    stop = _read_json(snapshot, layout.STOP)
     from genrun.runner.store import snapshot_state
 
     state = snapshot_state(snapshot)
@@ -160,7 +159,7 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
 
 
 def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) -> SnapshotRow:
-    result = _read_json(snapshot / layout.SWEEP_RESULT)
+    result = _read_json(snapshot, layout.SWEEP_RESULT)
     counts = result["counts"] if result else {}
     return SnapshotRow(
         id=snapshot.name,
@@ -180,13 +179,13 @@ def _signoff_summary(snapshot: Path, allowed_signers: Path | None) -> str:
     return summarize_signoffs(evaluate_signoffs(snapshot, allowed_signers))
 
 
-def _read_json(path: Path) -> dict | None:
-    """A JSON object from a regular file of bounded size; anything else (missing, a FIFO, a link, a list) is `None`:
-    `genrun verify` names the damage, `ls` only must not hang or crash on it."""
-    from genrun.analysis import MAX_JSON_BYTES, UnsafeFile, read_regular
+def _read_json(snapshot: Path, name: str) -> dict | None:
+    """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
+    a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
+    from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
     try:
-        data = orjson.loads(read_regular(path, MAX_JSON_BYTES))
-    except (OSError, UnsafeFile, orjson.JSONDecodeError):
+        data = SnapshotDir(snapshot).read_json(name)
+    except ArtifactError:
         return None
     return data if isinstance(data, dict) else None

@@ -8,6 +8,7 @@ from genrun.analysis import describe_memory
 from genrun.schemas import TokenBudget, layout
 from genrun.schemas.digests import plan_digest
 from genrun.schemas.rendering import human_bytes
+from genrun.snapshot_dir import SnapshotDir
 
 from ._library_output import add_quiet_argument
 from ._output import print_json, stderr_console
@@ -38,7 +39,7 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.plan import plan_request
 
     snapshot = plan_request(args.request, store=args.store, force=args.force)
-    budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
+    budget = SnapshotDir(snapshot).read(layout.TOKEN_BUDGET, TokenBudget)
     if args.json:
         print_json({"snapshot": str(snapshot), "plan_digest": plan_digest(snapshot), "token_budget": budget.model_dump(mode="json")})
     else:

@@ -3,6 +3,7 @@
 import argparse
 
 from genrun.schemas import TokenBudget, layout
+from genrun.snapshot_dir import SnapshotDir
 
 from ._output import print_json, stdout_console
 
@@ -54,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
 
     def planned(child) -> None:
         if not args.json:
-            print_plan_summary(child, TokenBudget.model_validate_json((child / layout.TOKEN_BUDGET).read_bytes()))
+            print_plan_summary(child, SnapshotDir(child).read(layout.TOKEN_BUDGET, TokenBudget))
 
     from genrun.runner.store import find_snapshot
 

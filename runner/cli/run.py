@@ -3,6 +3,7 @@
 import argparse
 
 from genrun.schemas import TokenBudget, layout
+from genrun.snapshot_dir import SnapshotDir
 
 from genrun.runner.interrupts import RunInterrupted
 
@@ -45,7 +46,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         snapshot = plan_request(args.request, store=args.store, force=args.force)
         if not args.json:
-            print_plan_summary(snapshot, TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes()))
+            print_plan_summary(snapshot, SnapshotDir(snapshot).read(layout.TOKEN_BUDGET, TokenBudget))
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
         return report_interrupt(snapshot)

@@ -6,7 +6,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from genrun.runner.signoff import DECISIONS
-from genrun.schemas import Signoff
+from genrun.schemas import Signoff, layout
+from genrun.snapshot_dir import SnapshotDir
 
 from ._output import add_store_lookup, print_json, stderr_console
 
@@ -63,7 +64,7 @@ def handle(args: argparse.Namespace) -> int:
     decision = "revoke" if args.revoke is not None else args.decision
     path = make_signoff(snapshot, decision, args.by, args.key, args.note, args.accepted_gaps,
                         allowed_signers=args.allowed_signers, revokes=args.revoke)
-    record = Signoff.model_validate_json(path.read_bytes())
+    record = SnapshotDir(snapshot).read(f"{layout.SIGNOFFS_DIR}/{path.name}", Signoff)
     signature = path.with_name(path.name + ".sig") if record.signed else None
     if args.json:
         print_json({"path": str(path), "signature": str(signature) if signature else None, "record": record.model_dump(mode="json")})

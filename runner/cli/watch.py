@@ -50,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise GenrunError(f"{flag} {value:g} must be a positive number of seconds")
     stall_after = args.stall_after if args.stall_after is not None else default_stall_after(snapshot)
-    tail = ProgressTail(snapshot / layout.PROGRESS)
+    tail = ProgressTail(snapshot)
     began = time.monotonic()
     last_printed: tuple | None = None
     printed_at = 0.0

@@ -13,18 +13,22 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-import orjson
+from pydantic import BaseModel
 
-from genrun.schemas import layout
+from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.digests import snapshot_digest
 from genrun.schemas.sweep import ItemAttempt, ItemOutcome, SweepPlan, SweepResult
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from ..errors import SnapshotError
 from ..interrupts import EXIT_CODES
 from ..store import is_sealed
 from .pools import Died, Finished, WorkerPool
 from .store import AttemptLog, copy_plan, open_sweep, read_attempts, seal_sweep
+
+_M = TypeVar("_M", bound=BaseModel)
 
 POLL_S = 0.5  # seconds between checks for a signal while items run
 
@@ -218,32 +222,33 @@ def _log_end(log: AttemptLog, state: ItemState, status: str, message: str | None
 
 
 def _sealed_status(snapshot: Path) -> tuple[str, str | None]:
-    result = _read_json(snapshot / layout.RESULT)
+    result = _read_item(snapshot, layout.RESULT, Result)
     if result is None:
         return "failed", "sealed without result.json"
-    exc = result.get("exception")
-    return result["status"], (f"{exc['type']}: {exc['message']}" if exc else result.get("signal"))
+    exc = result.exception
+    return result.status, (f"{exc.type}: {exc.message}" if exc else result.signal)
 
 
 def outcome_of(store: Path, state: ItemState, status: str, message: str | None) -> ItemOutcome:
     """The item's final record, read from its latest snapshot (digest only when sealed)."""
     latest = store / state.attempts[-1]
-    stop = _read_json(latest / layout.STOP)
-    result = _read_json(latest / layout.RESULT)
+    stop = _read_item(latest, layout.STOP, GenerationStop)
+    result = _read_item(latest, layout.RESULT, Result)
     return ItemOutcome(
         index=state.index,
         status=status,
         snapshot_id=latest.name,
         snapshot_digest=snapshot_digest(latest) if is_sealed(latest) else None,
         attempts=tuple(state.attempts),
-        stop_reasons=tuple(sorted({s["reason"] for s in stop["sequences"]})) if stop else (),
-        generated=result["generated"] if result else None,
+        stop_reasons=tuple(sorted({s.reason for s in stop.sequences})) if stop else (),
+        generated=result.generated if result else None,
         message=message,
     )
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_item(snapshot: Path, name: str, model: type[_M]) -> _M | None:
+    """An item snapshot's artifact; `None` when absent or damaged (the item's own verify names the damage)."""
     try:
-        return orjson.loads(path.read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
+        return SnapshotDir(snapshot).read(name, model)
+    except ArtifactError:
         return None

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import orjson
 
-from genrun.schemas import layout
-from genrun.schemas.digests import parse_sha256sum, plan_digest
+from genrun.schemas import Request, layout
+from genrun.schemas.digests import plan_digest
 from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
+from genrun.snapshot_dir import ArtifactMissing, SnapshotDir
 
 from .. import _hash_cache
-from .._io import fsync_dir, write_bytes_atomic, write_model_atomic
+from .._io import fsync_dir, write_bytes_atomic
 from .._plan_session import plan_session
 from ..errors import GenrunError, SnapshotError
 from ..plan import PreparedPlan, prepare_plan
@@ -71,18 +72,19 @@ def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPla
 
 
 def _freeze_sweep(directory: Path, sweep: SweepSource, store: Path, items: tuple[SweepItem, ...]) -> None:
-    write_bytes_atomic(directory / f"{layout.SWEEP_SOURCE_PREFIX}.{sweep.format}", sweep.source)
-    write_bytes_atomic(directory / f"{layout.SWEEP_BASE_REQUEST_PREFIX}.{sweep.base_format}", sweep.base_source)
+    files = SnapshotDir(directory, writable=True)
+    files.write_bytes(f"{layout.SWEEP_SOURCE_PREFIX}.{sweep.format}", sweep.source)
+    files.write_bytes(f"{layout.SWEEP_BASE_REQUEST_PREFIX}.{sweep.base_format}", sweep.base_source)
     dataset = None
     if sweep.dataset_bytes is not None and sweep.dataset_path is not None:
         copied = len(sweep.dataset_bytes) <= layout.SWEEP_DATASET_COPY_LIMIT
         if copied:
-            write_bytes_atomic(directory / layout.SWEEP_DATASET, sweep.dataset_bytes)
+            files.write_bytes(layout.SWEEP_DATASET, sweep.dataset_bytes)
         lines = len({i.dataset_line for i in items})
         dataset = DatasetRef(path=str(sweep.dataset_path), sha256=dataset_digest(sweep) or "", bytes=len(sweep.dataset_bytes),
                              lines=lines, copied=copied)
     plan = SweepPlan(sweep=sweep.body, store=str(store), base_request=str(sweep.base_path), dataset=dataset, items=items)
-    write_model_atomic(directory / layout.SWEEP_PLAN, plan)
+    files.write(layout.SWEEP_PLAN, plan)
 
 
 # -- reading and recording ------------------------------------------------------------------------
@@ -98,15 +100,16 @@ def open_sweep(path: str | Path) -> tuple[Path, SweepPlan]:
     sweep_dir = Path(path)
     if not is_sweep(sweep_dir):
         raise SnapshotError(f"{sweep_dir} is not a sweep snapshot (no {layout.SWEEP_PLAN}); pass a directory made by 'genrun sweep plan|run'")
-    return sweep_dir, SweepPlan.model_validate_json((sweep_dir / layout.SWEEP_PLAN).read_bytes())
+    return sweep_dir, SnapshotDir(sweep_dir).read(layout.SWEEP_PLAN, SweepPlan)
 
 
 def read_attempts(sweep_dir: Path) -> list[ItemAttempt]:
     """Every line of `sweep-progress.ndjson`; a torn last line (driver killed mid-write) is ignored."""
     path = sweep_dir / layout.SWEEP_PROGRESS
-    if not path.exists():
+    try:
+        lines = SnapshotDir(sweep_dir).read_bytes(layout.SWEEP_PROGRESS).split(b"\n")
+    except ArtifactMissing:
         return []
-    lines = path.read_bytes().split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -125,7 +128,8 @@ class AttemptLog:
 
     def __init__(self, sweep_dir: Path) -> None:
         path = sweep_dir / layout.SWEEP_PROGRESS
-        if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+        size = path.stat().st_size if path.exists() else 0
+        if size and SnapshotDir(sweep_dir).read_bytes(layout.SWEEP_PROGRESS, offset=size - 1) != b"\n":
             with open(path, "ab") as f:  # terminate a torn line so the next record starts cleanly
                 f.write(b"\n")
         self._file = open(path, "ab")
@@ -141,11 +145,12 @@ class AttemptLog:
 
 def copy_plan(store: Path, snapshot_dir: Path) -> Path:
     """A new snapshot with the same frozen files (same plan digest) for a retry; the lost one is kept as evidence."""
-    entries = parse_sha256sum((snapshot_dir / layout.FROZEN_MANIFEST).read_bytes())
-    name = orjson.loads((snapshot_dir / layout.REQUEST).read_bytes())["name"]
+    original = SnapshotDir(snapshot_dir)
+    entries = original.read_manifest(layout.FROZEN_MANIFEST).entries
+    name = original.read(layout.REQUEST, Request).name
 
     def freeze(directory: Path) -> None:
-        for rel in entries:
+        for rel in entries:  # copied byte for byte, whatever their size (a frozen processor's files are not bounded)
             write_bytes_atomic(directory / rel, (snapshot_dir / rel).read_bytes())
 
     return create_snapshot(store, name, freeze)
@@ -155,6 +160,6 @@ def seal_sweep(sweep_dir: Path, result: SweepResult) -> str:
     """Write `sweep-result.json` and seal the sweep like a run; returns the sweep digest."""
     if is_sealed(sweep_dir):
         raise SnapshotError(f"sweep {sweep_dir} is already sealed")
-    write_model_atomic(sweep_dir / layout.SWEEP_RESULT, result)
+    SnapshotDir(sweep_dir, writable=True).write(layout.SWEEP_RESULT, result)
     fsync_dir(sweep_dir)
     return seal_snapshot(sweep_dir)

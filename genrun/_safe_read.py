@@ -1,9 +1,10 @@
 """Reading a snapshot that may be hostile: regular files inside it only, never a link out, never unbounded.
 
-A snapshot is a directory anyone could have edited. Analysis opens each file without following a
-final symbolic link and without blocking (a FIFO would hang `open`), checks on the open descriptor
-that it is a regular file, and refuses one larger than the bound for its kind; the inventory never
-descends into a linked directory. Every refusal is a sentence for the finding that names the file.
+A snapshot is a directory anyone could have edited. Every reader (`SnapshotDir`, and through it analysis,
+the runner and the CLI) opens each file without following a final symbolic link and without blocking
+(a FIFO would hang `open`), checks on the open descriptor that it is a regular file, and refuses one
+larger than the bound for its kind; the inventory never descends into a linked directory. Every
+refusal is a sentence that completes "<file> ...".
 """
 
 import os
@@ -33,15 +34,16 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of regular file `path`, at most `limit`; raises `UnsafeFile` (or `OSError` for an unreadable one)."""
+def read_regular(path: Path, limit: int, offset: int = 0) -> bytes:
+    """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
+    (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read."""
     try:
         fd = os.open(path, _NO_FOLLOW)
     except OSError as exc:
         if os.path.islink(path):
             raise UnsafeFile(f"is a symbolic link (to {os.readlink(path)!r}); a snapshot holds regular files only") from None
         raise
-    return _read_open(fd, limit)
+    return _read_open(fd, limit, offset=offset)
 
 
 MAX_TOKENIZER_BYTES = 256 << 20
@@ -54,16 +56,17 @@ def read_model_file(path: Path, limit: int = MAX_TOKENIZER_BYTES) -> bytes:
     return _read_open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), limit, "a model file must be one")
 
 
-def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files only") -> bytes:
-    """Read an open descriptor (closed afterwards) if it is a regular file of at most `limit` bytes."""
+def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files only", offset: int = 0) -> bytes:
+    """Read an open descriptor (closed afterwards) from `offset` if it is a regular file of at most `limit` bytes."""
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile(f"is {kind_of(st.st_mode)}, not a regular file; {rule}")
         if st.st_size > limit:
             raise UnsafeFile(f"is {st.st_size:,} bytes, more than the {limit:,} analysis reads of it")
-        data = f.read(limit + 1)
-    if len(data) > limit:  # grew while being read
+        f.seek(offset)
+        data = f.read(max(0, limit - offset) + 1)
+    if offset + len(data) > limit:  # grew while being read
         raise UnsafeFile(f"is more than the {limit:,} bytes analysis reads of it")
     return data
 

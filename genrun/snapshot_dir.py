@@ -1,0 +1,242 @@
+"""One snapshot directory: read an artifact into its model, write one atomically, list the entries, tell the state.
+
+Every reader and writer of snapshot artifacts (runner, CLI, analysis, watch, lineage, export, sweeps)
+goes through `SnapshotDir`, so each file is handled the same way everywhere:
+
+- read: bounded, never through a symbolic link, never blocking on a FIFO or device (`genrun._safe_read`),
+  older formats migrated in memory, a newer format refused (`written by genrun X (format N); this genrun
+  reads up to M: upgrade`); every failure is one typed `ArtifactError` whose `reason` completes "<file> ...".
+- write: atomic (temporary file beside the target, fsync, `os.replace`; a link at the target is replaced,
+  never written through), and only by a `SnapshotDir(path, writable=True)`; analysis opens them read-only.
+
+It lives beside `genrun.schemas` rather than in `analysis` or `runner` because both use it: analysis must
+stay torch-free and never write, the runner writes. Torch-free: stdlib, orjson, pydantic, `genrun.schemas`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
+
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_regular, walk_entries
+from genrun.runner.errors import SnapshotError
+from genrun.schemas import EVENT_ADAPTER, AnyEvent, NewerFormat, layout
+from genrun.schemas.digests import parse_sha256sum, sha256_bytes
+
+_M = TypeVar("_M", bound=BaseModel)
+_EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
+
+READ_BOUNDS: Mapping[str, int] = MappingProxyType({
+    layout.PROGRESS: MAX_PROGRESS_BYTES,
+    layout.SWEEP_PROGRESS: MAX_PROGRESS_BYTES,
+    layout.TOKEN_IDS: MAX_TOKEN_IDS_BYTES,
+    layout.PROMPT_TOKEN_IDS: MAX_TOKEN_IDS_BYTES,
+})
+"""Bytes read at most of the artifacts that may be larger than a JSON record (`MAX_JSON_BYTES` for every other file)."""
+
+
+class ArtifactError(SnapshotError):
+    """A snapshot file could not be read as asked; `reason` completes "<name> ..." (what a finding shows)."""
+
+    def __init__(self, directory: Path, name: str, reason: str) -> None:
+        self.directory, self.name, self.reason = directory, name, reason
+        super().__init__(f"{directory / name}: {reason}")
+
+
+class ArtifactMissing(ArtifactError):
+    """The file does not exist."""
+
+
+class ArtifactUnreadable(ArtifactError):
+    """A link, FIFO, device or directory instead of a regular file, a file over its bound, or one the system will not read."""
+
+
+class ArtifactDamaged(ArtifactError):
+    """Not valid JSON (or sha256sum text), or JSON its model rejects."""
+
+
+class ManifestDamaged(ArtifactDamaged):
+    """A sha256sum file that does not parse; `digest` is still the sha256 of its bytes (what a sign-off may be bound to)."""
+
+    def __init__(self, directory: Path, name: str, reason: str, digest: str) -> None:
+        self.digest = digest
+        super().__init__(directory, name, reason)
+
+
+class ArtifactNewer(ArtifactError):
+    """Written by a newer genrun in a format this one does not read."""
+
+    def __init__(self, directory: Path, name: str, version: int, written_by: str | None) -> None:
+        self.version, self.written_by = version, written_by
+        super().__init__(directory, name, layout.newer_format_message(version, written_by))
+
+
+class Manifest(NamedTuple):
+    """A sha256sum file (`frozen-sha256.txt`, `manifest-sha256.txt`) as read."""
+
+    entries: Mapping[str, str]
+    """Relative path -> hex sha256."""
+    digest: str
+    """sha256 of the file itself: the plan or snapshot digest."""
+
+
+class SnapshotDir:
+    """A snapshot (or sweep snapshot) directory; every artifact of it is read and written through this object."""
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = False) -> None:
+        self.path = Path(path)
+        self.writable = writable
+
+    def __repr__(self) -> str:
+        return f"SnapshotDir({str(self.path)!r}{', writable=True' if self.writable else ''})"
+
+    # -- reading ------------------------------------------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        """Whether an entry of that name exists (of any kind, a link included: reading it says what is wrong)."""
+        try:
+            os.lstat(self.path / name)
+        except OSError:
+            return False
+        return True
+
+    def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
+        """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
+        try:
+            return read_regular(self.path / name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset)
+        except FileNotFoundError:
+            raise ArtifactMissing(self.path, name, "does not exist") from None
+        except UnsafeFile as exc:
+            raise ArtifactUnreadable(self.path, name, str(exc)) from None
+        except OSError as exc:
+            raise ArtifactUnreadable(self.path, name, f"cannot read: {exc.strerror or exc}") from None
+
+    def read_json(self, name: str) -> Any:
+        """`name` parsed as plain JSON (for key-by-key comparison, or a file whose own format may be newer)."""
+        data = self.read_bytes(name)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ArtifactDamaged(self.path, name, f"not valid JSON: {exc}") from None
+
+    def read(self, name: str, model: type[_M]) -> _M:
+        """Artifact `name` validated as `model`: older formats migrated in memory, a newer one refused (`ArtifactNewer`)."""
+        return self.validate(name, model, self.read_json(name))
+
+    def read_optional(self, name: str, model: type[_M]) -> _M | None:
+        """`read`, but `None` when the file is absent (a run that never got that far); damage still raises."""
+        try:
+            return self.read(name, model)
+        except ArtifactMissing:
+            return None
+
+    def validate(self, name: str, model: type[_M], data: Any) -> _M:
+        """`data` (the JSON of artifact `name`, as `read_json` gave it) validated as `model`, with `read`'s errors."""
+        try:
+            return model.model_validate(data)
+        except NewerFormat as exc:  # never guess at a newer layout: say which genrun can read it
+            # environment.json names the genrun that planned the run; a sign-off may come from any later one
+            run_artifact = not name.startswith(layout.SIGNOFFS_DIR + "/")
+            written_by = exc.written_by or (self.recorded_genrun_version() if run_artifact else None)
+            raise ArtifactNewer(self.path, name, exc.version, written_by) from None
+        except ValidationError as exc:
+            raise ArtifactDamaged(self.path, name, describe_validation_error(exc)) from None
+
+    def read_manifest(self, name: str) -> Manifest:
+        """A sha256sum file: its entries and its own digest."""
+        data = self.read_bytes(name)
+        try:
+            entries = parse_sha256sum(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestDamaged(self.path, name, f"not sha256sum format: {exc}", sha256_bytes(data)) from None
+        return Manifest(MappingProxyType(entries), sha256_bytes(data))
+
+    def recorded_genrun_version(self) -> str | None:
+        """`genrun_version` as `environment.json` records it, read as plain JSON (its own format may be newer); `None` if unreadable."""
+        try:
+            return layout.recorded_genrun_version(self.read_json(layout.ENVIRONMENT))
+        except ArtifactError:
+            return None
+
+    # -- listing and state --------------------------------------------------------------------------------------------
+    def entries(self, skip_top: tuple[str, ...] = ()) -> Iterator[tuple[str, os.stat_result]]:
+        """`(relative path, lstat)` of every non-directory entry, links included but never followed; `skip_top` names
+        top-level entries left out (e.g. `signoffs`)."""
+        return walk_entries(self.path, skip_top)
+
+    def names(self) -> list[str]:
+        """Relative paths of the regular files, `signoffs/` left out (it grows after the seal), sorted."""
+        return sorted(rel for rel, st in self.entries(skip_top=(layout.SIGNOFFS_DIR,)) if stat.S_ISREG(st.st_mode))
+
+    def state(self) -> layout.SnapshotState:
+        """planning / planned / running / incomplete / sealed from the files present (`layout.snapshot_state`, the one rule).
+
+        `abandoned` also needs the planner's lock (`genrun.runner.store.planning_holder`), which files cannot show."""
+        return layout.snapshot_state(self.names())
+
+    # -- writing ------------------------------------------------------------------------------------------------------
+    def write(self, name: str, model: BaseModel) -> Path:
+        """Write artifact `name` from its model atomically (sorted keys, indented); returns its path."""
+        from genrun.runner._io import write_model_atomic  # the writer's side (with the disk reserve) is the runner's
+
+        path = self._target(name)
+        write_model_atomic(path, model)
+        return path
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        """Write a file that has no model (the request source, a manifest, an output) atomically; returns its path."""
+        from genrun.runner._io import write_bytes_atomic
+
+        path = self._target(name)
+        write_bytes_atomic(path, data)
+        return path
+
+    def _target(self, name: str) -> Path:
+        """`name` inside the snapshot, refusing a read-only object, a path leaving the directory, or a linked folder."""
+        if not self.writable:
+            raise PermissionError(f"{self!r} is read-only: open it with SnapshotDir(path, writable=True) to write {name}")
+        parts = name.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"{name!r} is not a file name inside a snapshot (a relative path without '.', '..' or empty parts)")
+        folder = self.path
+        for part in parts[:-1]:  # a linked folder would carry the write out of the snapshot
+            folder = folder / part
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise ArtifactUnreadable(self.path, name, f"cannot be written: {part}/ is not a directory of the snapshot")
+        return self.path / name
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """`does not match its schema: field.path: message; ...` for the first few errors: enough to find the damage."""
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    return "does not match its schema: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def parse_progress_lines(lines: Sequence[bytes], first_number: int = 1) -> tuple[list[AnyEvent], list[tuple[int, str]]]:
+    """Complete lines of a progress stream (newlines removed) -> (events, [(1-based line number, why)] for those that
+    do not parse). Fast path: one orjson array parse and one list validation; line by line only on error."""
+    try:
+        return _EVENTS_ADAPTER.validate_python(orjson.loads(b"[" + b",".join(lines) + b"]")), []
+    except (orjson.JSONDecodeError, ValidationError):
+        pass
+    events: list[AnyEvent] = []
+    invalid: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=first_number):
+        if not line.strip():
+            invalid.append((number, "empty line"))
+            continue
+        try:
+            events.append(EVENT_ADAPTER.validate_json(line))
+        except ValidationError as exc:
+            invalid.append((number, describe_validation_error(exc)))
+    return events, invalid
