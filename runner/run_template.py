@@ -1,4 +1,4 @@
-"""The run template every backend fills: load -> start -> generate -> finish.
+"""The run template every backend fills: start -> load -> generate -> finish.
 
 The signal gate, the classification of what ended generation, `disarm()` and the handling of a step
 that fails live here, once, for every backend (the protocol is in `genrun.runner.backends`). A
@@ -32,23 +32,23 @@ class RunRecord(NamedTuple):
 
 
 def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel | None = None) -> RunRecord:
-    """Load (unless `preloaded`), start, generate inside the signal gate; disarm; finish. Never raises for a failure
-    of the model, of user code or of the backend: each is recorded, and the caller seals the snapshot."""
+    """Start the run, load (unless `preloaded`) and generate inside the signal gate; disarm; finish. Never raises for a
+    failure of the model, of user code or of the backend: each is recorded, and the caller seals the snapshot."""
     loaded, run, end = preloaded, None, GenerationEnd()
     notes = (preloaded.reuse_note,) if preloaded is not None else ()
     with interrupt_gate():  # nested in execute's gate: shares its handlers; a first signal raises where it lands
         try:
             try:
+                run = backend.start(ctx)
                 if loaded is None:
                     loaded = backend.load(ctx)
-                run = backend.start(ctx, loaded)
-                run.generate()
+                run.generate(loaded)
             finally:
                 disarm()  # generation is over: from here a signal is counted, never acted on
-        except BaseException as exc:  # what ended generation is evidence: classified, never re-raised
+        except BaseException as exc:  # what ended the run is evidence: classified, never re-raised
             end = GenerationEnd.raised(exc)
     load_s = loaded.load_s if loaded is not None else None
-    if run is None:  # loading or starting failed: no row ran, so there are no stop records
+    if run is None:  # the backend could not even start a run: no stop records, the exception in result.json
         return _record(bare_outcome(ctx.recorder), end, None, load_s, notes)
     outcome, finish_failure = _finish(run, end, ctx.recorder)
     return _record(outcome, end, finish_failure, load_s, notes)

@@ -11,28 +11,29 @@ At plan time a backend validates the request (`validate_request`: generation key
 
 At execution the core owns the run template (`genrun.runner.run_template`); a backend supplies its steps:
 
+    run = backend.start(ctx)                  # the run's state; cheap: loads and writes nothing
     loaded = preloaded or backend.load(ctx)   # raises on failure
-    run = backend.start(ctx, loaded)          # the run's state; cheap, writes nothing
-    run.generate()                            # may raise anything, `RunInterrupted` included
-    interrupts.disarm()                       # the core, as soon as generate returned or raised
+    run.generate(loaded)                      # may raise anything, `RunInterrupted` included
+    interrupts.disarm()                       # the core, as soon as generation (or loading) returned or raised
     outcome = run.finish(end)                 # `GenerationEnd`: returned, raised, or a signal
     # the core: terminal progress event, determinism, generation-stop.json, result.json, seal
 
-- Load, start and generate run inside the signal gate: the first SIGINT/SIGTERM raises
-  `RunInterrupted` where it lands. The core classifies what ended generation (`GenerationEnd`):
-  returned, failed (any exception) or interrupted (the signal's name).
-- `generate()` emits `ctx.recorder.start(...)`, writes its call-config artifact
+- Load and generate run inside the signal gate: the first SIGINT/SIGTERM raises `RunInterrupted`
+  where it lands. The core classifies what ended the run (`GenerationEnd`): returned, failed (any
+  exception) or interrupted (the signal's name).
+- `generate(loaded)` emits `ctx.recorder.start(...)`, writes its call-config artifact
   (`call_config_artifact`) before the first unit and calls `ctx.recorder.step()` once per
   generated unit (the recorder writes `first_token` and the periodic `progress` records itself).
   It may hold a signal (`interrupts.deferred`) to stop at a clean point, e.g. a pipeline's
   interrupt flag, and let it raise when the call returns.
-- `finish(end)` is called exactly once after `generate` returned or raised, disarmed; it writes the
-  backend's own artifacts (token ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too,
-  and returns a `BackendOutcome` with one stop record per row that agrees with `end`.
+- `finish(end)` is called exactly once, disarmed: after `generate` returned or raised, and also
+  when loading failed or was interrupted (then `generate` was never called, and the run writes
+  the evidence of an empty run, e.g. empty id files). It writes the backend's own artifacts (token
+  ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too, and returns a `BackendOutcome`
+  with stop records that agree with `end`.
 - A backend never catches `BaseException` to classify a run and never calls `disarm()`: the core
-  does both, once, for every backend. A failed (or interrupted) `load` or `start` is a sealed
-  `failed` (`interrupted`) snapshot without stop records (there is no run to finish); an exception
-  escaping `finish` is recorded as a failure and the snapshot is still sealed.
+  does both, once, for every backend. An exception escaping `start` or `finish` is recorded as a
+  failure (without stop records) and the snapshot is still sealed.
 
 **A late signal** (one that arrives after generation ended: while `finish` saves ids and outputs,
 or while the core writes the evidence and seals) is counted and noted in `result.json`, never acted
@@ -171,22 +172,25 @@ class BackendOutcome:
 
 @runtime_checkable
 class Run(Protocol):
-    """One execution of one planned snapshot, made by `Backend.start`; the core calls `generate` once, then `finish` once."""
+    """One execution of one planned snapshot, made by `Backend.start`; the core calls `generate` at most once (not when
+    loading failed), then `finish` once."""
 
-    def generate(self) -> None:
-        """Prepare the inputs, write the call-config artifact, generate with one `ctx.recorder.step()` per unit.
-        May raise anything (`RunInterrupted` included); the core classifies it."""
+    def generate(self, loaded: "LoadedModel") -> None:
+        """With the model `loaded` (by `Backend.load` for this run, or reused by a sweep worker): prepare the inputs,
+        write the call-config artifact, generate with one `ctx.recorder.step()` per unit. May raise anything
+        (`RunInterrupted` included); the core classifies it."""
         ...
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
-        """Called once generation is over (signals are only counted by then): write ids and outputs, partial ones
-        too, and return the outcome with per-row stop records that agree with `end`."""
+        """Called once the run is over (signals are only counted by then), also when loading failed and `generate`
+        never ran: write ids and outputs, partial ones too, and return the outcome with stop records that agree
+        with `end`."""
         ...
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model loaded by `Backend.load`, reusable by `start` for other snapshots of the same frozen model."""
+    """A model loaded by `Backend.load`, reusable by `Run.generate` for other snapshots of the same frozen model."""
 
     backend: str
     """Name of the backend that loaded it."""
@@ -251,9 +255,8 @@ class Backend(Protocol):
         """Load the frozen model onto `ctx.device` (offline); raises on failure."""
         ...
 
-    def start(self, ctx: "ExecutionContext", loaded: LoadedModel) -> Run:
-        """The run of this snapshot with `loaded` (loaded by `load` for this run, or reused by a sweep worker);
-        holds the run's state, writes nothing."""
+    def start(self, ctx: "ExecutionContext") -> Run:
+        """The run of this snapshot, made before its model is loaded: holds the run's state, loads and writes nothing."""
         ...
 
 
