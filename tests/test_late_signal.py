@@ -9,22 +9,21 @@ generation ended with, sealed, and its evidence complete.
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from _diffusion_helpers import TINY_DDIM, diffusion_request, events
+from _plugin_helpers import counter_installed, counter_request  # noqa: F401  (a fixture)
 from conftest import tiny_request, write_request
 from genrun.analysis import verify_snapshot
-from genrun.runner.backends import installed_backends
 from genrun.runner.execute import execute_snapshot
 from genrun.runner.plan import plan_request
 from genrun.runner.store import is_sealed
 from genrun.schemas import GenerationStop, Result, layout
 
-PLUGIN_DIR = Path(__file__).parent / "test_backend_plugin"
 LATE_NOTE = "received SIGINT after generation ended; counted, not acted on"
 
 
@@ -70,24 +69,6 @@ def test_diffusers_late_signal_while_outputs_are_saved(tmp_path: Path, monkeypat
     assert result.generated == 3 and result.outputs == ("image_0.png",)
 
 
-@pytest.fixture
-def counter_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[type]:
-    """The test plugin backend installed in this process as a distribution would install it (a dist-info on
-    `sys.path`); removed again, with the backend cache, afterwards."""
-    dist = tmp_path / "site" / "genrun_counter_backend-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: genrun-counter-backend\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[genrun.backends]\ncounter = counter_backend:create_backend\n")
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    installed_backends.cache_clear()
-    import counter_backend
-
-    yield counter_backend.CounterBackend
-    monkeypatch.undo()
-    installed_backends.cache_clear()
-
-
 def test_plugin_backend_late_signal_while_it_finishes(tmp_path: Path, counter_installed: type, monkeypatch: pytest.MonkeyPatch) -> None:
     start = counter_installed.start
 
@@ -97,10 +78,6 @@ def test_plugin_backend_late_signal_while_it_finishes(tmp_path: Path, counter_in
         return run
 
     monkeypatch.setattr(counter_installed, "start", start_with_late_signal)
-    model = tmp_path / "counter-model"
-    model.mkdir()
-    (model / "config.json").write_text('{"start": 7}\n')
-    text = f'name = "count"\nseed = 0\n[model]\npath = "{model}"\nbackend = "counter"\ndevice = "cpu"\n[generation]\nsteps = 3\n'
-    result, snapshot = _run(tmp_path, text)
+    result, snapshot = _run(tmp_path, counter_request(tmp_path, steps=3))
     _assert_late_signal_noted_not_acted_on(result, snapshot, {"completed"})
     assert (snapshot / "outputs" / "count.txt").read_text() == "7 8 9\n"
