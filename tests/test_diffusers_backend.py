@@ -220,7 +220,7 @@ def test_progress_bar_total_form_counts_updates(tmp_path: Path) -> None:
     (StableAudio, AudioLDM2, PixArt): the real pipeline method and tqdm, driven the way those loops drive it."""
     from diffusers import DiffusionPipeline
 
-    from genrun.runner.backends.diffusers_backend import StepObserver
+    from genrun.runner.backends.diffusion_steps import StepObserver
     from genrun.runner.recorder import ProgressRecorder
 
     pipe = DiffusionPipeline.from_pretrained(TINY_DDIM, local_files_only=True)
@@ -269,9 +269,12 @@ def _assert_interrupted(snapshot: Path, planned: int) -> dict:
     assert (result["status"], result["exit_code"], result["signal"]) == ("interrupted", 130, "SIGINT")
     (stop,) = read_json(snapshot, layout.STOP)["sequences"]
     assert stop["reason"] == "interrupted" and stop["evidence"]["signal"] == "SIGINT"
-    assert 2 <= stop["generated"] < planned and stop["steps_planned"] == planned
+    # however far the pipeline got before the signal landed, the evidence agrees on that count
+    assert stop["generated"] < planned and stop["steps_planned"] == planned
+    assert stop["evidence"]["steps"]["steps_done"] == stop["generated"]
     stream = events(snapshot)
     assert stream[-1].event == "interrupted" and stream[-1].generated == stop["generated"] == result["generated"]
+    assert all(e.generated <= stop["generated"] for e in unit_records(snapshot))  # the stream never counted past the stop
     check = subprocess.run(["sha256sum", "-c", "--quiet", layout.MANIFEST], cwd=snapshot, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
     assert _verify(snapshot)["summary"]["failed"] == 0
