@@ -45,6 +45,7 @@ from genrun.schemas.progress import Unit
 from ..errors import RequestError
 from ..interrupts import RunInterrupted
 from ..recorder import ProgressRecorder
+from ._extras import install_line, missing_extra_requirements
 
 ENTRY_POINT_GROUP = "genrun.backends"
 """Distributions register backends here: `NAME = "module:factory"`, `factory() -> Backend`."""
@@ -219,8 +220,16 @@ def get_backend(name: str) -> Backend:
             f"[model] backend = {name!r} is not an installed backend; installed: {names}. "
             f"A backend is added by a distribution declaring it in the {ENTRY_POINT_GROUP!r} entry-point group"
         )
+    missing = missing_extra_requirements(entry)
+    if missing:
+        raise RequestError(f"[model] backend = {name!r} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                           f"not installed: {install_line(entry)}")
     try:
         backend = entry.load()()
+    except ModuleNotFoundError as exc:
+        if not entry.extras:
+            raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
+        raise RequestError(f"[model] backend = {name!r} cannot be loaded ({exc}): {install_line(entry)}") from exc
     except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
         raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
     if not isinstance(backend, Backend) or backend.name != name:
