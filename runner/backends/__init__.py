@@ -7,7 +7,8 @@ third party adds one by installing a distribution that declares
 and returns an object satisfying `Backend`).
 
 At plan time a backend validates the request (`validate_request`: generation keys, whether
-`[input]` is required) and estimates the budget (`estimate_budget`). At execution,
+`[input]` is required) and estimates the budget (`estimate_budget`); both receive the plan's
+`PlanContext` (`genrun.runner.plan_context`), which caches reads shared by a sweep's items. At execution,
 `execute_snapshot` verifies the frozen plan, installs the signal handlers, opens the progress
 recorder at the backend's `progress_unit`, calls `backend.run(ctx, loaded)` once, then writes
 `generation-stop.json`, `result.json`, the terminal progress event, and seals.
@@ -44,6 +45,7 @@ from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted
+from ..plan_context import PlanContext
 from ..recorder import ProgressRecorder
 from ._extras import install_line, missing_extra_requirements
 
@@ -177,17 +179,19 @@ class Backend(Protocol):
     call_config_artifact: str
     """The file (a `genrun.schemas.layout` name) it writes before the first unit: the call configuration as made."""
 
-    def validate_request(self, request: Request, model_dir: Path) -> None:
+    def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """Refuse (raise `RequestError`, exit 2) what this backend cannot run: unknown or mistyped
-        `[generation]` keys, a missing `[input]` it needs. Called at plan time, before any hashing."""
+        `[generation]` keys, a missing `[input]` it needs. Called at plan time, before any hashing;
+        reads of the checkpoint go through `context.cached` (one context per plan, one per sweep plan)."""
         ...
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
         """The model inputs `[input]` becomes (tokenised prompts, call keywords); the same at plan and at execution."""
         ...
 
-    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
-        """The pre-flight `token-budget.json` (with its refusals; `force` records them instead of refusing)."""
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
+        """The pre-flight `token-budget.json` (with its refusals; `force` records them instead of refusing); `context` as
+        for `validate_request`."""
         ...
 
     def progress_unit(self, request: Request) -> tuple[Unit, int]:
