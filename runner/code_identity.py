@@ -160,7 +160,7 @@ def _package_dir(name: str) -> Path:
 
 def _python_files(directory: Path) -> list[Path]:
     """Every `*.py` under `directory` (symlinked files included), skipping dot-directories and `__pycache__`, sorted."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(directory):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         found.extend(Path(dirpath) / n for n in sorted(filenames) if n.endswith(".py"))
