@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import DomainEstimate, Request, TokenBudget, layout
-from genrun.schemas.budget import FrameRateSource
+from genrun.schemas.budget import FrameRateSource, LengthSource
 from genrun.schemas.rendering import human_bytes
 
 from .errors import BudgetRefused, RequestError
@@ -22,8 +22,7 @@ class LengthLimit(NamedTuple):
     """Absolute length incl. the (padded) prompt."""
     new_tokens: int
     """max_length - prompt."""
-    source: str
-    """`request`, `model_generation_config` or `library_default`."""
+    source: LengthSource
 
 
 def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: dict[str, Any], context: int | None) -> LengthLimit:
@@ -32,8 +31,9 @@ def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: 
     Request values win, unset ones are filled from the checkpoint's generation_config;
     `max_new_tokens` wins over `max_length`; with neither set, prompt + 20 capped at the context.
     """
+    tables: tuple[tuple[LengthSource, dict[str, Any]], ...] = (("request", overrides), ("model_generation_config", checkpoint))
     for key in ("max_new_tokens", "max_length"):
-        for source, table in (("request", overrides), ("model_generation_config", checkpoint)):
+        for source, table in tables:
             value = table.get(key)
             if value is None:
                 continue
