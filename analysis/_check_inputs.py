@@ -1,6 +1,7 @@
 """Input checks: did the model receive all the input the request supplied, and are the frozen input files intact?"""
 
 from pathlib import Path
+from typing import Any
 
 from genrun.schemas import InputPreparation, PreparedRow, layout
 from genrun.schemas.digests import sha256_file
@@ -66,7 +67,7 @@ def check_input_coverage(snap: Snapshot, ctx: CheckContext) -> Finding:
         return skip(name, "no input-preparation.json (text-only snapshot from an older genrun, or not executed)")
     examined = Examined(files=1)
     lost = {row.row: message for row in preparation.rows if (message := row_coverage(row)) is not None}
-    evidence = {f"row_{r.row}": {"seconds_supplied": r.audio.input_seconds if r.audio else None,
+    evidence: dict[str, Any] = {f"row_{r.row}": {"seconds_supplied": r.audio.input_seconds if r.audio else None,
                                  "seconds_received": r.audio.seconds_received if r.audio else None,
                                  "prompt_tokens": r.prompt_tokens,
                                  "truncations": [t.model_dump(mode="json") for t in r.truncations]} for r in preparation.rows}
@@ -98,7 +99,9 @@ def check_input_files(snap: Snapshot, ctx: CheckContext) -> Finding:
     files = snap.input_files
     if files is None:
         return skip(name, "the request names no media files")
-    changed, missing, unchecked = [], [], []
+    changed: list[str] = []
+    missing: list[str] = []
+    unchecked: list[str] = []
     for item in files.files:
         path = snap.path / item.frozen_path if item.frozen_path is not None else Path(item.source_path)
         if not path.is_file():

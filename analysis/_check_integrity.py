@@ -2,7 +2,7 @@
 
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from genrun.schemas import layout
 
@@ -32,7 +32,7 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
     if has_result and snap.is_sealed:
         result = snap.result
         status = result.status if result is not None else "unreadable"
-        evidence = {"result_status": status}
+        evidence: dict[str, Any] = {"result_status": status}
         if result is not None and result.status != "succeeded":  # sealed and consistent, but the outputs are partial
             why = f"was interrupted by {result.signal}" if result.status == "interrupted" else (
                 f"failed with {result.exception.type}: {result.exception.message}" if result.exception else "failed")
@@ -40,7 +40,7 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
                            "the outputs are partial", evidence=evidence, examined=examined)
         return Finding(name=name, status="PASS", message=f"sealed: result.json (status {status}) and manifest-sha256.txt are present",
                        evidence=evidence, examined=examined)
-    evidence: dict = {"has_result": has_result, "sealed": snap.is_sealed, "progress_records": records}
+    evidence = {"has_result": has_result, "sealed": snap.is_sealed, "progress_records": records}
     if layout.RESULT in snap.problems and not has_result:  # there, but unreadable: never "ended without a result"
         evidence["result_problem"] = snap.problems[layout.RESULT]
         return Finding(name=name, status="FAIL", evidence=evidence, examined=examined,

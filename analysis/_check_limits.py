@@ -211,7 +211,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     request = snap.request
     if request is None or request.units.name != "frame":
         return skip(name, "token units: no requested duration to compare")
-    if request.units.requested_seconds is None:
+    requested = request.units.requested_seconds
+    if requested is None:
         return skip(name, "[units] requested_seconds is not set: nothing to compare the produced duration with")
     if snap.result is None or snap.token_ids is None:
         return skip(name, "no result.json or saved ids (the run did not finish)")
@@ -225,8 +226,7 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     longest = max(frames, key=frames.__getitem__, default=0)
     computed = frames.get(longest, 0) / per_second
     recorded = snap.result.produced_seconds
-    requested = units.requested_seconds
-    evidence = {"requested_seconds": requested, "produced_seconds": recorded, "computed_seconds": computed,
+    evidence: dict[str, Any] = {"requested_seconds": requested, "produced_seconds": recorded, "computed_seconds": computed,
                 "frames": {layout.sequence_name(i): f for i, f in frames.items()}, "per_second": per_second, "tokens_per_frame": tokens_per_frame}
     examined = Examined(files=2, token_ids=total_ids(snap))
     if recorded is None or abs(recorded - computed) > 1.0 / per_second:

@@ -1,5 +1,8 @@
 """The progress stream: contiguous, monotonic, opened by `start`, closed by the event that matches result.json."""
 
+from collections.abc import Sequence
+from typing import Any
+
 from genrun.schemas import layout
 
 from ._context import CheckContext
@@ -54,8 +57,8 @@ def check_progress_stream(snap: Snapshot, ctx: CheckContext) -> Finding:
     examined = Examined(files=1, progress_records=log.lines)
     if problems or warns:
         return Finding(name=name, status="FAIL" if problems else "WARN", message="; ".join(problems + warns), evidence=evidence, examined=examined)
-    last = events[-1] if events else None
-    tail = f", last '{last.event}' at t={last.t:.3f} s with {last.generated} {unit or 'unit'}s" if last else ""
+    final = events[-1] if events else None
+    tail = f", last '{final.event}' at t={final.t:.3f} s with {final.generated} {unit or 'unit'}s" if final else ""
     return Finding(name=name, status="PASS", message=f"{len(events)} records, seq contiguous, t and generated monotonic{tail}",
                    evidence=evidence, examined=examined)
 
@@ -73,6 +76,6 @@ def _order_problems(events: tuple) -> list[str]:
     return problems
 
 
-def _ended_while_loading(events: list) -> bool:
+def _ended_while_loading(events: Sequence[Any]) -> bool:
     """A run that failed or was interrupted while loading writes only its terminal record (no `start`)."""
     return len(events) == 1 and events[0].event in ("exception", "interrupted") and events[0].generated == 0

@@ -8,7 +8,7 @@ from genrun.schemas import GenerationConfigBeforeGenerate, Request, layout
 
 from ._context import CheckContext
 from ._diffing import ABSENT, Change, diff_values, same_json, short_value
-from ._finding import Examined, Finding, skip, worst
+from ._finding import Examined, Finding, Status, skip, worst
 from ._load import Snapshot
 
 _LENGTH_KEYS = ("max_new_tokens", "max_length")
@@ -101,7 +101,7 @@ def check_limits_reached_config(snap: Snapshot, ctx: CheckContext) -> Finding:
     return Finding(name=name, status=status, message="; ".join(messages), evidence=evidence, examined=examined)
 
 
-def _limits_of_call(snap: Snapshot, cfg: GenerationConfigBeforeGenerate) -> tuple[str, list[str], dict[str, Any]]:
+def _limits_of_call(snap: Snapshot, cfg: GenerationConfigBeforeGenerate) -> tuple[Status, list[str], dict[str, Any]]:
     """(status, problems, evidence) for one outermost generate call."""
     request = snap.request
     assert request is not None  # checked by the caller
@@ -124,8 +124,8 @@ def _limits_of_call(snap: Snapshot, cfg: GenerationConfigBeforeGenerate) -> tupl
     if not snap.counts_steps:
         fails += _derivation_problems(cfg)
         warns += _length_warnings(snap, cfg)
-    status = "FAIL" if fails else "WARN" if warns else "PASS"
-    evidence = {"overrides": cfg.overrides, "effective_limits": {k: cfg.effective.get(k) for k in (*_LENGTH_KEYS, "max_time", "stop_strings")},
+    status: Status = "FAIL" if fails else "WARN" if warns else "PASS"
+    evidence: dict[str, Any] = {"overrides": cfg.overrides, "effective_limits": {k: cfg.effective.get(k) for k in (*_LENGTH_KEYS, "max_time", "stop_strings")},
                 "limit_sources": cfg.limit_sources, "prompt_length": cfg.prompt_length, "context_limit": cfg.context_limit}
     return status, fails + warns, evidence
 

@@ -130,7 +130,7 @@ def check_stop_reasons(snap: Snapshot, ctx: CheckContext) -> Finding:
     verdicts.append(_judge_status(snap))
     status = worst(v[0] for v in verdicts)
     notes = [v[1] for v in verdicts if v[1]]
-    evidence = {layout.sequence_name(s.index): {"reason": s.reason, "generated": s.generated, "last_token_id": s.last_token_id,
+    evidence: dict[str, Any] = {layout.sequence_name(s.index): {"reason": s.reason, "generated": s.generated, "last_token_id": s.last_token_id,
                                         "fired": list(s.fired), "evidence": s.evidence.model_dump(mode="json")} for s in snap.stop.sequences}
     if snap.result is not None:
         evidence["result_status"] = snap.result.status

@@ -131,7 +131,7 @@ class Snapshot:
         return self.path.name
 
     @property
-    def recorded_unit(self) -> str | None:
+    def recorded_unit(self) -> layout.Unit | None:
         """What the run counted, as recorded: `token-budget.json` (frozen at plan time), else `result.json`,
         else the progress `start` event; `None` when none of them was loaded."""
         if self.budget is not None:

@@ -12,7 +12,7 @@ from ._load import Snapshot
 class Row(NamedTuple):
     """Row `index` across the three files that describe it; `None` where a file lacks it."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (a method no caller uses on these)
     ids: array | None
     """# ids: array('q') [count], new tokens only."""
     summary: TokenSequenceSummary | None
@@ -60,13 +60,13 @@ class AudioFrames(NamedTuple):
 def audio_frames(snap: Snapshot) -> AudioFrames | None:
     """`None` unless some call returned decoded audio (MusicGen-style): its ids are `codebooks` rows per item."""
     calls = snap.generation_calls
-    audio = [c for c in calls.calls if c.audio is not None] if calls is not None else []
+    audio = [(c.call_index, c.audio) for c in calls.calls if c.audio is not None] if calls is not None else []
     if not audio or snap.stop is None or snap.token_ids is None:
         return None
     frames: list[int] = []
-    for call in audio:
-        lengths = [len(snap.token_ids.get(s.index, ())) for s in snap.stop.sequences if s.call_index == call.call_index]
-        per_item = call.audio.codebooks
+    for call_index, evidence in audio:
+        lengths = [len(snap.token_ids.get(s.index, ())) for s in snap.stop.sequences if s.call_index == call_index]
+        per_item = evidence.codebooks
         for start in range(0, len(lengths), per_item):
             frames.append(max(0, max(lengths[start : start + per_item]) - (per_item - 1)))
-    return AudioFrames(tuple(frames), audio[0].audio.frames_per_second)
+    return AudioFrames(tuple(frames), audio[0][1].frames_per_second)

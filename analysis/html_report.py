@@ -129,7 +129,7 @@ def signoff_commands(snap: Snapshot) -> tuple[tuple[str, ...], str]:
 
 def input_coverage(snap: Snapshot, report: Report) -> list[CoverageLine]:
     """Per input, what came out: rows per prompt, produced vs requested duration, output vs the input-seconds estimate."""
-    lines = []
+    lines: list[CoverageLine] = []
     request = snap.request
     if request is None:
         return lines

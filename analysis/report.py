@@ -65,6 +65,10 @@ class SequenceLine(_Model):
     exception: str | None = None
 
 
+InputKind = Literal["prompt", "prompts", "messages"]
+"""Which `[input]` key holds the text (`messages` is one conversation, `prompts` one batch)."""
+
+
 class RequestSummary(_Model):
     """The request's essentials."""
 
@@ -78,7 +82,7 @@ class RequestSummary(_Model):
     device: str
     input: str | tuple[str, ...] | None
     """The prompt, the prompts, or the messages as `role: content`; `None` when the request has no input."""
-    input_kind: Literal["prompt", "prompts", "messages"] | None = None
+    input_kind: InputKind | None = None
     """Which `[input]` key `input` came from (messages are one conversation, prompts one batch)."""
     media: tuple[str, ...] | None = None
     """`[input] audio` / `images` files as `kind: path`, one per row; `None` without media."""
@@ -255,7 +259,7 @@ def _request_essentials(snap: Snapshot) -> RequestSummary | None:
         shown = tuple(inputs.prompts)
     else:
         shown = tuple(f"{m.role}: {m.content}" for m in inputs.messages) if inputs.messages else None
-    kind = "prompt" if inputs.prompt is not None else "prompts" if inputs.prompts is not None else "messages" if inputs.messages else None
+    kind: InputKind | None = "prompt" if inputs.prompt is not None else "prompts" if inputs.prompts is not None else "messages" if inputs.messages else None
     return RequestSummary(name=request.name, model=request.model.path, processor=request.model.processor, backend=request.model.backend,
                           dtype=request.model.dtype,
                           device=request.model.device, input=shown, input_kind=kind,

@@ -20,7 +20,7 @@ from genrun.schemas.digests import sha256_file
 from genrun.schemas.sweep import SweepPlan, SweepResult
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
-from ._finding import Examined, Finding
+from ._finding import Examined, Finding, Status
 from ._load import SnapshotNotFound
 
 PARALLEL_FROM = 4  # items; below this a process pool costs more than it saves
@@ -226,7 +226,7 @@ def _check_sealed(root: Path, result: SweepResult | None) -> Finding:
     name = "sweep_sealed"
     sealed = (root / layout.MANIFEST).is_file()
     if sealed and result is not None:
-        status = "PASS" if result.status == "completed" else "WARN"
+        status: Status = "PASS" if result.status == "completed" else "WARN"
         return Finding(name=name, status=status, message=f"sealed; the sweep {result.status}", evidence={"status": result.status},
                        examined=Examined(files=2))
     return Finding(name=name, status="FAIL", message="not sealed: the sweep is still running or its driver was killed; "

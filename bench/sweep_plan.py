@@ -3,9 +3,9 @@
 `genrun sweep plan` checks each item as strictly as `genrun plan` (request, model path, entry
 points, model identity, budget from the item's own prompt). Inside a sweep, the facts every item
 shares (environment, genrun's code hash, the model's config/tokenizer/generation config) are
-computed once (`genrun.runner._plan_session`). This measures both ways side by side in one
-process, alternating rounds, after a warm-up that pays the one-time imports: `per item` computes
-everything for each item (as a lone `genrun plan` does), `shared` is what `sweep plan` does.
+computed once (one `genrun.runner.plan_context.PlanContext` for all items). This measures both ways
+side by side in one process, alternating rounds, after a warm-up that pays the one-time imports:
+`per item` gives each item its own context (as a lone `genrun plan` has), `shared` is what `sweep plan` does.
 Then one full `plan_sweep` (checks + freezing every item snapshot, fsynced) for the total.
 
 Usage: python bench/sweep_plan.py [--items 64] [--rounds 2]
@@ -38,20 +38,16 @@ def write_inputs(directory: Path, items: int) -> Path:
 
 def check_items(sweep_file: Path, shared: bool) -> float:
     """Seconds to check every item (nothing written)."""
-    from genrun.runner._plan_session import plan_session
+    from genrun.runner.plan_context import PlanContext
     from genrun.runner.sweep.spec import expand_items, load_sweep
     from genrun.runner.sweep.store import prepare_item
 
     t0 = time.perf_counter()
     sweep = load_sweep(sweep_file)
     items = expand_items(sweep)
-    if shared:
-        with plan_session():
-            for item in items:
-                prepare_item(sweep, item, False)
-    else:
-        for item in items:
-            prepare_item(sweep, item, False)
+    shared_context = PlanContext()
+    for item in items:
+        prepare_item(sweep, item, False, shared_context if shared else PlanContext())
     return time.perf_counter() - t0
 
 

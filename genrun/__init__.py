@@ -67,8 +67,9 @@ def plan(request: str | os.PathLike[str] | Request, store: str | os.PathLike[str
     """
     offline_hub()
     from genrun.runner.plan import plan_request
+    from genrun.schemas import Request
 
-    return plan_request(request, store=store, force=force)
+    return plan_request(request if isinstance(request, Request) else Path(request), store=_optional_path(store), force=force)
 
 
 def execute(snapshot: str | os.PathLike[str], *, require_approval: bool = False, live: bool = False,
@@ -105,7 +106,7 @@ def sweep(sweep_file: str | os.PathLike[str], store: str | os.PathLike[str] | No
     from genrun.runner.sweep.executors import make_pool
     from genrun.runner.sweep.store import plan_sweep
 
-    return execute_sweep(plan_sweep(sweep_file, store, force=force), make_pool)
+    return execute_sweep(plan_sweep(Path(sweep_file), _optional_path(store), force=force), make_pool)
 
 
 def open_snapshot(path: str | os.PathLike[str]) -> Snapshot:
@@ -123,3 +124,8 @@ def verify(path: str | os.PathLike[str], *, allowed_signers: str | os.PathLike[s
     from genrun.analysis import verify_snapshot
 
     return verify_snapshot(Path(path), allowed_signers=Path(allowed_signers) if allowed_signers else None)
+
+
+def _optional_path(path: str | os.PathLike[str] | None) -> Path | None:
+    """`path` as a `Path` (the internal functions take `str | Path`), `None` kept."""
+    return Path(path) if path is not None else None

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import DomainEstimate, Request, TokenBudget, layout
-from genrun.schemas.budget import FrameRateSource
+from genrun.schemas.budget import FrameRateSource, LengthSource
 from genrun.schemas.rendering import human_bytes
 
 from .errors import BudgetRefused, RequestError
@@ -22,8 +22,7 @@ class LengthLimit(NamedTuple):
     """Absolute length incl. the (padded) prompt."""
     new_tokens: int
     """max_length - prompt."""
-    source: str
-    """`request`, `model_generation_config` or `library_default`."""
+    source: LengthSource
 
 
 def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: dict[str, Any], context: int | None) -> LengthLimit:
@@ -32,8 +31,9 @@ def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: 
     Request values win, unset ones are filled from the checkpoint's generation_config;
     `max_new_tokens` wins over `max_length`; with neither set, prompt + 20 capped at the context.
     """
+    tables: tuple[tuple[LengthSource, dict[str, Any]], ...] = (("request", overrides), ("model_generation_config", checkpoint))
     for key in ("max_new_tokens", "max_length"):
-        for source, table in (("request", overrides), ("model_generation_config", checkpoint)):
+        for source, table in tables:
             value = table.get(key)
             if value is None:
                 continue
@@ -227,19 +227,20 @@ def resolve_device(device: str) -> str:
 def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tuple[str, ...]:
     """Human reasons the plan must not run; empty when it fits."""
     reasons = []
-    if budget.fits_context is False and (budget.prompt_tokens or 0) >= budget.context_limit:
+    limit = budget.context_limit  # set whenever fits_context is (None: no context limit known)
+    if budget.fits_context is False and limit is not None and (budget.prompt_tokens or 0) >= limit:
         prompt = budget.prompt_tokens or 0
         reasons.append(
-            f"the prompt is too long: {prompt:,} tokens, but the model's context is {budget.context_limit:,} tokens; "
-            f"cut at least {prompt - budget.context_limit + 1:,} tokens from [input] to generate anything "
-            f"({prompt - budget.context_limit + (budget.requested_units or 0):,} to keep {unit_word} = {budget.requested_units or 0:,}), "
+            f"the prompt is too long: {prompt:,} tokens, but the model's context is {limit:,} tokens; "
+            f"cut at least {prompt - limit + 1:,} tokens from [input] to generate anything "
+            f"({prompt - limit + (budget.requested_units or 0):,} to keep {unit_word} = {budget.requested_units or 0:,}), "
             "or use a model with a longer context"
         )
-    elif budget.fits_context is False:
-        allowed = budget.context_limit - (budget.prompt_tokens or 0)
+    elif budget.fits_context is False and limit is not None:
+        allowed = limit - (budget.prompt_tokens or 0)
         reasons.append(
             f"prompt ({budget.prompt_tokens:,} tokens) + budget ({budget.requested_units:,}) = {budget.effective_max_length:,} "
-            f"exceeds the model's context limit {budget.context_limit:,}; lower [generation] {unit_word} to at most {max(allowed, 0):,}, "
+            f"exceeds the model's context limit {limit:,}; lower [generation] {unit_word} to at most {max(allowed, 0):,}, "
             "or pass --force to run anyway"
         )
     if budget.fits_memory is False:

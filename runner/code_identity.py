@@ -19,7 +19,6 @@ import genrun.analysis
 import genrun.runner
 import genrun.schemas
 
-from ._plan_session import once
 from .errors import RequestError
 
 GENRUN_PACKAGES = ("genrun", "genrun.runner", "genrun.analysis", "genrun.schemas")
@@ -62,6 +61,8 @@ def identify_code(
     entrypoint_modules: Sequence[str | CodeRef],
     search_path: Sequence[Path],
     model_dir: Path | None,
+    *,
+    genrun_code: CodeSet | None = None,
 ) -> CodeIdentity:
     """Hash genrun, the modules of the `module:function` entry points/loaders, and the model directory's `*.py`.
 
@@ -71,6 +72,7 @@ def identify_code(
     Remote code is recorded whenever the model directory has Python files, whatever the request's
     `trust_remote_code` says (it is frozen in request.json): with it off they are not run, but they
     are part of the checkpoint, and a later run with it on must be comparable.
+    `genrun_code` is genrun's own code set when the caller has it already (`PlanContext.genrun_code`).
     """
     refs = [r if isinstance(r, CodeRef) else CodeRef("[entrypoint] callable", r) for r in entrypoint_modules]
     sources = [module_source(ref, search_path) for ref in refs]
@@ -83,7 +85,7 @@ def identify_code(
         remote = _python_files(Path(model_dir))
         if remote:
             remote_code = code_set(Path(model_dir), remote)
-    return CodeIdentity(genrun=once("genrun-code", genrun_code_set), entrypoint=entrypoint, remote_code=remote_code)
+    return CodeIdentity(genrun=genrun_code or genrun_code_set(), entrypoint=entrypoint, remote_code=remote_code)
 
 
 def code_refs(entrypoint_callable: str | None, loader: str | None) -> list[CodeRef]:
@@ -158,7 +160,7 @@ def _package_dir(name: str) -> Path:
 
 def _python_files(directory: Path) -> list[Path]:
     """Every `*.py` under `directory` (symlinked files included), skipping dot-directories and `__pycache__`, sorted."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(directory):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         found.extend(Path(dirpath) / n for n in sorted(filenames) if n.endswith(".py"))

@@ -15,14 +15,13 @@ from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
 
 from . import _hash_cache
-from ._plan_session import once
 from .backends import get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
-from .environment import capture_environment
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, resolve_model_dir
+from .plan_context import PlanContext
 from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
 from .store import create_snapshot, resolve_store
@@ -56,9 +55,13 @@ def plan_request(
 
 def prepare_plan(
     request_path: str | Path | Request, force: bool = False,
-    *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None,
+    *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None, context: PlanContext | None = None,
 ) -> PreparedPlan:
-    """Every check of `plan_request` and the identities to freeze, without touching the store (sweeps check all items first)."""
+    """Every check of `plan_request` and the identities to freeze, without touching the store (sweeps check all items first).
+
+    `context` holds the reads several plans share (a sweep passes one for all its items); a new one by default.
+    """
+    context = context if context is not None else PlanContext()
     if isinstance(request_path, Request):
         loaded = request_from_model(request_path, base_dir if base_dir is not None else Path.cwd())
     else:
@@ -68,15 +71,15 @@ def prepare_plan(
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     processor = identify_processor(request.model, base_dir)
-    backend.validate_request(with_processor_path(request, processor), resolved.path)
+    backend.validate_request(with_processor_path(request, processor), resolved.path, context)
     input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
-    code = identify_code(user_code, [base_dir], resolved.path)
+    code = identify_code(user_code, [base_dir], resolved.path, genrun_code=context.genrun_code())
     model = identify_model(request.model, base_dir).model_copy(update={"processor": processor})
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
-    budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force)
+    budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
-    environment = once("environment", capture_environment)
+    environment = context.environment()
 
     def freeze(directory: Path) -> None:
         snapshot = SnapshotDir(directory, writable=True)

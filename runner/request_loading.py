@@ -5,9 +5,12 @@ Nothing here writes anything; a refused request leaves the store untouched (exit
 
 import difflib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:  # the type of `ValidationError.errors()` items; pydantic_core comes with pydantic
+    from pydantic_core import ErrorDetails
 
 from genrun.schemas import Request, layout
 
@@ -86,7 +89,7 @@ def format_validation_error(exc: ValidationError, where: str, root: type[BaseMod
     return header + "".join(f"\n  - {line}" for line in lines)
 
 
-def _describe_error(err: dict, root: type[BaseModel] = Request) -> str:
+def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str:
     loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden":
         return unknown_key_message(loc[:-1], str(loc[-1]), _fields_at(loc[:-1], root))
@@ -126,10 +129,10 @@ def _fields_at(loc: tuple, root: type[BaseModel] = Request) -> list[str]:
     for part in loc:
         if isinstance(part, int):
             continue
-        annotation = model.model_fields[part].annotation
-        model = _inner_model(annotation)
-        if model is None:
+        inner = _inner_model(model.model_fields[part].annotation)
+        if inner is None:
             return []
+        model = inner
     return list(model.model_fields)
 
 

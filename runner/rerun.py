@@ -119,9 +119,9 @@ def verify_sealed_parent(parent: Path) -> str:
 def identity_differences(frozen: FrozenPlan) -> list[str]:
     """`execute`'s checks of the parent's frozen model and code against what is on disk now; one message per difference."""
     found = []
-    for check, identity in ((verify_model, frozen.model), (verify_code, frozen.code)):
+    for check in (lambda: verify_model(frozen.model), lambda: verify_code(frozen.code)):
         try:
-            check(identity)
+            check()
         except FrozenMismatch as exc:
             # execute's message ends with its own fix ("; restore them or plan again"); rerun gives its own
             found.append(str(exc).split("; restore")[0].split("; run the genrun")[0].replace("since planning", "since the parent was planned"))

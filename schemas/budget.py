@@ -9,6 +9,9 @@ from .progress import Unit
 FrameRateSource = Literal["request", "model_codec"]
 """Where frames per second came from: `[units] per_second`, or the model's audio codec config (MusicGen)."""
 
+LengthSource = Literal["request", "model_generation_config", "library_default"]
+"""Who set the length limit generate stops at: the request, the checkpoint's generation config, or the library default."""
+
 
 class DomainEstimate(Strict):
     """Estimates from `[budget]` and `[units]` domain hints."""
@@ -44,7 +47,7 @@ class TokenBudget(Versioned):
     """Prompts in the batch."""
     requested_units: int | None
     """New units the request allows (`max_new_tokens`, frames, or steps); `None` when unset."""
-    requested_units_source: Literal["request", "model_generation_config", "library_default"] | None
+    requested_units_source: LengthSource | None
     """Where the length limit comes from."""
     effective_max_length: int | None
     """Total sequence length generate will stop at (prompt + new)."""

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ._base import Strict
+from .inputs import MediaKind
 
 BackendName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][\w.-]*$")]
 """A backend's entry-point name; which ones exist is checked against the installed backends at plan time."""
@@ -123,10 +124,11 @@ class InputSpec(Strict):
         """A prompt, a batch of prompts or a conversation is given."""
         return self.prompt is not None or self.prompts is not None or self.messages is not None
 
-    def media_files(self) -> tuple[tuple[str, int, str], ...]:
+    def media_files(self) -> tuple[tuple[MediaKind, int, str], ...]:
         """`(kind, row, path)` for every media file, audio first: kind is `audio` or `image`."""
-        audio = tuple(("audio", i, p) for i, p in enumerate(self.audio_files()))
-        return audio + tuple(("image", i, p) for i, p in enumerate(self.image_files()))
+        audio: tuple[tuple[MediaKind, int, str], ...] = tuple(("audio", i, p) for i, p in enumerate(self.audio_files()))
+        images: tuple[tuple[MediaKind, int, str], ...] = tuple(("image", i, p) for i, p in enumerate(self.image_files()))
+        return audio + images
 
     def texts(self) -> tuple[str, ...] | None:
         """The prompts as a batch, or `None` when the input is a conversation."""

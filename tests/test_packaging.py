@@ -1,9 +1,16 @@
-"""One import package: the built wheel installs `genrun` and nothing else at site-packages' top level,
-and a user's own `analysis` / `runner` packages work beside it (top-level `analysis` / `runner` packages of ours would shadow them).
+"""One import package and a torch-free core: what the built wheel installs, and what it needs.
 
-The wheel is built from a copy of the source tree (so the checkout stays clean), installed with
-`--no-deps` into a fresh virtual environment that borrows this interpreter's dependencies through a
-`.pth` file (nothing is downloaded), and driven through that environment's own `genrun` script.
+The wheel is built once per module from a copy of the source tree (so the checkout stays clean) and
+installed with `--no-deps` into fresh virtual environments; nothing is downloaded:
+
+- `wheel_env` borrows every dependency of this interpreter (torch, transformers, ...) through a `.pth`
+  file, to run models from the installed wheel;
+- `core_env` gets only the distributions genrun's core requirements (its `Requires-Dist` without an
+  extra, followed transitively) name, as symlinks to this interpreter's installed copies in one
+  directory a `.pth` file adds. Building wheels of them would need the network (`pip download`) or
+  minutes of `pip wheel`; symlinking the installed files takes milliseconds and installs exactly the
+  closure the metadata declares: a core requirement that is missing from `pyproject.toml` fails the
+  tests, and torch, which no core requirement names, cannot be imported there.
 """
 
 import os
@@ -12,20 +19,24 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from importlib.metadata import distribution
 from pathlib import Path
 
 import orjson
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from conftest import REPO, TINY_LM
+from conftest import REPO, TINY_LM, run_cli, tiny_request, write_request
 
 FORMAT_1 = REPO / "tests" / "fixtures" / "format-1"
 SOURCES = ("pyproject.toml", "README.md", "genrun", "runner", "analysis", "schemas")
+BACKEND_MODULES = ("torch", "transformers", "diffusers", "safetensors", "soundfile", "soxr", "PIL", "numpy")
 
 
 @pytest.fixture(scope="module")
-def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with genrun installed from its wheel; returns the venv directory."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """genrun's wheel, built offline from a copy of the source tree."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "src"
     for name in SOURCES:
@@ -38,18 +49,63 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                             "-w", str(work / "dist"), str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = (work / "dist").glob("genrun-*.whl")
-    env_dir = work / "venv"
+    (built_wheel,) = (work / "dist").glob("genrun-*.whl")
+    return built_wheel
+
+
+def _venv_with_wheel(env_dir: Path, wheel: Path, deps_dir: Path) -> Path:
+    """A fresh venv (no system site-packages) that sees `deps_dir` after its own site-packages; genrun installed."""
     venv.create(env_dir, with_pip=False)
-    purelib = Path(subprocess.run([str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
-    # Borrow torch, transformers, ... from the interpreter running the tests (a .pth entry adds the
-    # directory to sys.path after the venv's own site-packages, where the wheel goes).
-    (purelib / "zz-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # A .pth entry adds the directory to sys.path after the venv's own site-packages, where the wheel goes.
+    (_site_packages(env_dir) / "zz-test-deps.pth").write_text(f"{deps_dir}\n")
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "--no-deps",
                                 "--no-index", str(wheel)], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return env_dir
+
+
+@pytest.fixture(scope="module")
+def wheel_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with genrun installed from its wheel, borrowing this interpreter's dependencies."""
+    return _venv_with_wheel(tmp_path_factory.mktemp("full") / "venv", wheel, Path(sysconfig.get_paths()["purelib"]))
+
+
+@pytest.fixture(scope="module")
+def core_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with genrun's wheel and only its core requirements (see the module docstring)."""
+    work = tmp_path_factory.mktemp("core")
+    deps = work / "core-deps"
+    deps.mkdir()
+    for name in _core_closure(wheel):
+        dist = distribution(name)
+        site = Path(str(dist.locate_file("")))
+        for top in {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}:
+            if not (deps / top).exists() and not top.endswith(".pth") and top != "__pycache__":
+                (deps / top).symlink_to(site / top)
+    return _venv_with_wheel(work / "venv", wheel, deps)
+
+
+def _core_closure(wheel: Path) -> set[str]:
+    """Names of the distributions genrun's core needs: its requirements outside any extra, transitively
+    (with the extras a requirement asks of its own dependency, e.g. `httpx[http2]`)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = archive.read(metadata).decode().splitlines()
+    pending = [(line.split(":", 1)[1].strip(), "") for line in lines if line.startswith("Requires-Dist:")]
+    closure: set[tuple[str, str]] = set()
+    while pending:
+        line, extra = pending.pop()
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+            continue  # another extra's requirement, or not for this platform
+        name = canonicalize_name(requirement.name)
+        for wanted in ("", *sorted(requirement.extras)):
+            if (name, wanted) not in closure:
+                closure.add((name, wanted))
+                pending.extend((dependency, wanted) for dependency in distribution(name).requires or ())
+    return {name for name, _ in closure}
 
 
 def _site_packages(env_dir: Path) -> Path:
@@ -123,3 +179,57 @@ def test_genrun_commands_work_from_a_directory_with_its_own_analysis_folder(whee
                           capture_output=True, text=True, env=_env())
     assert done.returncode == 0, done.stderr
     assert orjson.loads(done.stdout)["summary"]["failed"] == 0
+
+
+def _core(env_dir: Path, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(env_dir / "bin" / "genrun"), *map(str, args)], cwd=cwd, capture_output=True, text=True, env=_env())
+
+
+@pytest.fixture(scope="module")
+def sealed_tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A snapshot this checkout's genrun planned, executed and sealed (the bundled model, in this process)."""
+    work = tmp_path_factory.mktemp("sealed")
+    done = run_cli("run", write_request(work, tiny_request(TINY_LM, name="core")), "--store", work / "store", "--json", cwd=work)
+    assert done.returncode == 0, done.stderr
+    return Path(orjson.loads(done.stdout)["snapshot"])
+
+
+def test_the_core_install_has_no_backend_libraries(core_env: Path) -> None:
+    python = str(core_env / "bin" / "python")
+    for module in BACKEND_MODULES:
+        found = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, env=_env())
+        assert found.returncode != 0 and "ModuleNotFoundError" in found.stderr, (module, found.stderr)
+
+
+def test_the_core_install_verifies_reports_and_signs_off_a_sealed_snapshot(core_env: Path, sealed_tiny_run: Path,
+                                                                          tmp_path: Path) -> None:
+    snapshot = tmp_path / sealed_tiny_run.name  # a copy: the sign-off is written into it
+    shutil.copytree(sealed_tiny_run, snapshot)
+    verified = _core(core_env, "verify", snapshot, "--json", cwd=tmp_path)
+    assert verified.returncode == 0, verified.stderr
+    findings = orjson.loads(verified.stdout)
+    assert findings["summary"]["failed"] == 0
+    # The token/text check decodes with the checkpoint's tokenizer.json: the core's `tokenizers` does it.
+    statuses = {f["name"]: f["status"] for f in findings["findings"]}
+    assert statuses["saved_text"] == "PASS", statuses
+    reported = _core(core_env, "report", snapshot, cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert "eos" in reported.stdout
+    page = tmp_path / "review.html"
+    assert _core(core_env, "report", snapshot, "--html", page, cwd=tmp_path).returncode == 0 and page.is_file()
+    signed = _core(core_env, "signoff", snapshot, "--decision", "approve", "--by", "owner@example.org", cwd=tmp_path)
+    assert signed.returncode == 0, signed.stderr
+    listed = _core(core_env, "ls", "--store", tmp_path, "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "owner@example.org" in listed.stdout
+    again = orjson.loads(_core(core_env, "verify", snapshot, "--json", cwd=tmp_path).stdout)
+    assert {f["name"]: f["status"] for f in again["findings"]}["signoffs"] == "PASS"
+
+
+def test_a_request_without_its_backends_extra_is_refused_with_the_install_line(core_env: Path, tmp_path: Path) -> None:
+    planned = _core(core_env, "plan", REPO / "examples" / "tiny.toml", "--store", tmp_path / "store", cwd=tmp_path)
+    assert planned.returncode == 2, planned.stderr
+    assert "[model] backend = 'transformers' needs" in planned.stderr and "torch" in planned.stderr
+    assert "pip install 'genrun[transformers]'" in planned.stderr
+    assert "Traceback" not in planned.stderr
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())

@@ -145,33 +145,10 @@ def test_items_share_the_sweeps_facts_and_keep_their_own_checks(tmp_path: Path) 
     assert budgets[1]["prompt_tokens"] == budgets[0]["prompt_tokens"] + 2  # each item's own prompt is tokenized
 
 
-def test_plan_session_shares_values_only_inside_it() -> None:
-    from genrun.runner._plan_session import once, plan_session
-
-    calls: list[int] = []
-
-    def compute() -> int:
-        calls.append(1)
-        return len(calls)
-
-    assert (once("k", compute), once("k", compute)) == (1, 2)  # outside a session: computed every time (a lone plan)
-    with plan_session():
-        assert (once("k", compute), once("k", compute)) == (3, 3)
-        with plan_session():  # nested: the outer session's values
-            assert once("k", compute) == 3
-
-        def fail() -> int:
-            raise ValueError("unreadable")
-
-        with pytest.raises(ValueError):
-            once("bad", fail)
-        assert once("bad", compute) == 4  # a failure is never kept
-    assert once("k", compute) == 5  # the session ended
-
-
 def test_the_checkpoint_generation_config_is_read_once_per_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Key validation, decoding mode, generate's value builders and the budget all read generation_config.json: a
-    sweep plan reads it once, a lone plan for each of them (a spy around transformers' loader, which still loads)."""
+    sweep plan reads it once for all its items, a lone plan once for itself, and the next lone plan again (each
+    `genrun plan` has its own plan context; a spy around transformers' loader, which still loads)."""
     from transformers import GenerationConfig
 
     reads: list[str] = []
@@ -187,4 +164,7 @@ def test_the_checkpoint_generation_config_is_read_once_per_sweep(tmp_path: Path,
     assert len(reads) == 1, reads
     reads.clear()
     assert main(["plan", str(tmp_path / "base.toml"), "--store", str(tmp_path / "lone")]) == 0
-    assert len(reads) >= 2, reads  # outside a sweep nothing is shared: each check reads its own
+    assert len(reads) == 1, reads
+    reads.clear()
+    assert main(["plan", str(tmp_path / "base.toml"), "--store", str(tmp_path / "lone")]) == 0
+    assert len(reads) == 1, reads  # nothing is kept from one plan to the next

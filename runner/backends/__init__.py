@@ -7,7 +7,8 @@ third party adds one by installing a distribution that declares
 and returns an object satisfying `Backend`).
 
 At plan time a backend validates the request (`validate_request`: generation keys, whether
-`[input]` is required) and estimates the budget (`estimate_budget`).
+`[input]` is required) and estimates the budget (`estimate_budget`); both receive the plan's
+`PlanContext` (`genrun.runner.plan_context`), which caches reads shared by a sweep's items.
 
 At execution the core owns the run template (`genrun.runner.run_template`); a backend supplies its steps:
 
@@ -55,7 +56,9 @@ from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted, signal_of
+from ..plan_context import PlanContext
 from ..recorder import ProgressRecorder
+from ._extras import install_line, missing_extra_requirements
 
 ENTRY_POINT_GROUP = "genrun.backends"
 """Distributions register backends here: `NAME = "module:factory"`, `factory() -> Backend`."""
@@ -230,17 +233,19 @@ class Backend(Protocol):
     call_config_artifact: str
     """The file (a `genrun.schemas.layout` name) it writes before the first unit: the call configuration as made."""
 
-    def validate_request(self, request: Request, model_dir: Path) -> None:
+    def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """Refuse (raise `RequestError`, exit 2) what this backend cannot run: unknown or mistyped
-        `[generation]` keys, a missing `[input]` it needs. Called at plan time, before any hashing."""
+        `[generation]` keys, a missing `[input]` it needs. Called at plan time, before any hashing;
+        reads of the checkpoint go through `context.cached` (one context per plan, one per sweep plan)."""
         ...
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
         """The model inputs `[input]` becomes (tokenised prompts, call keywords); the same at plan and at execution."""
         ...
 
-    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
-        """The pre-flight `token-budget.json` (with its refusals; `force` records them instead of refusing)."""
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
+        """The pre-flight `token-budget.json` (with its refusals; `force` records them instead of refusing); `context` as
+        for `validate_request`."""
         ...
 
     def progress_unit(self, request: Request) -> tuple[Unit, int]:
@@ -272,8 +277,16 @@ def get_backend(name: str) -> Backend:
             f"[model] backend = {name!r} is not an installed backend; installed: {names}. "
             f"A backend is added by a distribution declaring it in the {ENTRY_POINT_GROUP!r} entry-point group"
         )
+    missing = missing_extra_requirements(entry)
+    if missing:
+        raise RequestError(f"[model] backend = {name!r} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                           f"not installed: {install_line(entry)}")
     try:
         backend = entry.load()()
+    except ModuleNotFoundError as exc:
+        if not entry.extras:
+            raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
+        raise RequestError(f"[model] backend = {name!r} cannot be loaded ({exc}): {install_line(entry)}") from exc
     except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
         raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
     if not isinstance(backend, Backend) or backend.name != name:

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 
 # Keys that decide *which* processors generate builds rather than holding a value one checks: when removing
@@ -30,7 +31,8 @@ class _Rejection(NamedTuple):
     """The transformers class whose constructor raised (`RepetitionPenaltyLogitsProcessor`), when known."""
 
 
-def generate_value_problems(generation: dict[str, Any], model_dir: Path, tokenizer_dir: Path, trust_remote_code: bool) -> list[str]:
+def generate_value_problems(context: PlanContext, generation: dict[str, Any], model_dir: Path, tokenizer_dir: Path,
+                            trust_remote_code: bool) -> list[str]:
     """One sentence per request key whose value generate's processors or stopping criteria reject (none: `[]`).
 
     `tokenizer_dir` is where execution's tokenizer comes from (`[model] processor`, else the checkpoint):
@@ -39,7 +41,7 @@ def generate_value_problems(generation: dict[str, Any], model_dir: Path, tokeniz
     execute, which records it. A model whose config cannot be loaded here is left to the budget, which
     names the problem.
     """
-    builders = _builders(model_dir, tokenizer_dir if "stop_strings" in generation else None, trust_remote_code)
+    builders = _builders(context, model_dir, tokenizer_dir if "stop_strings" in generation else None, trust_remote_code)
     if builders is None:
         return []
     problems: list[str] = []
@@ -132,7 +134,7 @@ _BUILDER_METHODS = ("_prepare_generation_config", "_prepare_special_tokens", "_g
 """The `GenerationMixin` methods generate calls to build its processors and criteria (transformers 5.x)."""
 
 
-def _builders(model_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bool) -> _Builders | None:
+def _builders(context: PlanContext, model_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bool) -> _Builders | None:
     """The stand-in for this checkpoint: its config and generation config, and the tokenizer from `tokenizer_dir`
     when stop strings need one."""
     from transformers import GenerationMixin
@@ -143,14 +145,14 @@ def _builders(model_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bo
     # what generate's builders read from a model (`config`, `generation_config`, `device`), without weights
     model = type("ConfigOnlyModel", (), {**methods, "device": "cpu"})()
     try:
-        model.config = checkpoint_config(model_dir, trust_remote_code)
-        model.generation_config = checkpoint_generation_config(model_dir, model.config)  # as from_pretrained sets it
+        model.config = checkpoint_config(context, model_dir, trust_remote_code)
+        model.generation_config = checkpoint_generation_config(context, model_dir, model.config)  # as from_pretrained sets it
     except Exception:  # noqa: BLE001 - the budget loads the same files next and names what is wrong
         return None
     tokenizer = None
     if tokenizer_dir is not None:
         try:
-            tokenizer = checkpoint_tokenizer(tokenizer_dir, trust_remote_code)  # the one the budget encodes the prompt with
+            tokenizer = checkpoint_tokenizer(context, tokenizer_dir, trust_remote_code)  # the one the budget encodes the prompt with
         except Exception:  # noqa: BLE001 - no tokenizer here: stop strings are checked at execution
             tokenizer = None
     return _Builders(model, tokenizer)

@@ -10,6 +10,7 @@ MusicGen-style models' own `generate` runs greedy search and sampling only.
 from pathlib import Path
 from typing import Any
 
+from ..plan_context import PlanContext
 from ._checkpoint_config import checkpoint_generation_config
 
 # Per mode: the request keys that select it (`GenerationConfig.get_generation_mode`), named in the refusal, and the fix.
@@ -25,7 +26,7 @@ _OWN_LOOP_MODES = ("GREEDY_SEARCH", "SAMPLE")
 """What MusicGen's `generate` accepts (anything else raises ValueError inside it)."""
 
 
-def mode_problems(generation: dict[str, Any], model_dir: Path, own_loop: bool) -> list[str]:
+def mode_problems(context: PlanContext, generation: dict[str, Any], model_dir: Path, own_loop: bool) -> list[str]:
     """Why the decoding mode `[generation]` selects (over the checkpoint's generation config) cannot run; `[]` when it can.
 
     `own_loop`: the model's `generate` override runs its own greedy/sampling loop (MusicGen)."""
@@ -35,7 +36,7 @@ def mode_problems(generation: dict[str, Any], model_dir: Path, own_loop: bool) -
         from transformers.generation.utils import GENERATION_MODES_MAPPING
     except ImportError:  # a transformers without the mapping: nothing to compare with, generate decides
         return []
-    config = checkpoint_generation_config(model_dir)
+    config = checkpoint_generation_config(context, model_dir)
     config.update(**generation)
     mode = config.get_generation_mode()
     selected_by = _selected_by(mode.name, generation)

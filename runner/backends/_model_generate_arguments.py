@@ -14,6 +14,7 @@ from typing import Any
 from genrun.schemas import Request
 
 from ..errors import RequestError
+from ..plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config
 from ._processor import model_auto_class
 
@@ -28,12 +29,12 @@ _NOT_REQUEST_VALUES = frozenset({
 _PLAIN_DEFAULTS = (type(None), bool, int, float, str)
 
 
-def model_generate_arguments(request: Request, model_dir: Path) -> frozenset[str]:
+def model_generate_arguments(context: PlanContext, request: Request, model_dir: Path) -> frozenset[str]:
     """Names of the plain-valued parameters the model class this request loads adds to `generate` (empty when none)."""
     from transformers import GenerationConfig, GenerationMixin
 
-    try:  # the same config the budget reads next (shared within a sweep's plan session)
-        config = checkpoint_config(model_dir, request.model.trust_remote_code)
+    try:  # the same config the budget reads next (read once per plan context)
+        config = checkpoint_config(context, model_dir, request.model.trust_remote_code)
     except Exception:  # noqa: BLE001 - the budget loads the same config next and names what is wrong
         return frozenset()
     model_class = _model_class(config, request)

@@ -20,7 +20,7 @@ def model_auto_class(config: Any, request: Request) -> Any:
 
     audio, images = request.input.audio is not None, request.input.images is not None
     if architecture(config) == "encoder_decoder":
-        order = ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM") if audio else ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq")
+        order: tuple[str, ...] = ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM") if audio else ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq")
     elif audio or images:
         order = ("AutoModelForMultimodalLM", "AutoModelForImageTextToText", "AutoModelForSeq2SeqLM", "AutoModelForCausalLM")
     else:

@@ -24,6 +24,7 @@ from genrun.schemas.rendering import jsonable
 from .. import interrupts
 from .._io import write_model_atomic
 from ..errors import RequestError
+from ..plan_context import PlanContext
 from ..request_loading import unknown_key_message
 from . import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, generation_timings, refuse_generation
 from . import _diffusers_files as files
@@ -43,7 +44,7 @@ class DiffusersBackend:
     name = "diffusers"
     call_config_artifact = layout.PIPELINE_CALL
 
-    def validate_request(self, request: Request, model_dir: Path) -> None:
+    def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""
         if request.input.media_files():  # nothing here would feed them to the pipeline: refuse rather than ignore
             raise RequestError("[input] audio/images are not passed to diffusers pipelines by genrun (media inputs are "
@@ -63,7 +64,7 @@ class DiffusersBackend:
             return {"prompt": list(given.prompts)}
         return {}
 
-    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
         """Weights at the run dtype + latents and activations per denoising step."""
         return estimate_diffusers_budget(request, model_dir, weight_bytes, force)
 

@@ -23,6 +23,7 @@ from genrun.schemas.request import UnitsSpec
 
 from ..budget import FrameRate
 from ..errors import RequestError
+from ..plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config
 from ._media import save_audio
 
@@ -69,20 +70,20 @@ def is_music_instance(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) in MODEL_TYPES
 
 
-def checkpoint_frame_rate(model_dir: Path) -> float | None:
+def checkpoint_frame_rate(context: PlanContext, model_dir: Path) -> float | None:
     """Frames per second of a MusicGen-family checkpoint's audio codec, from its config files (no weights); `None` for
     other models. `frame_rate` is a property of the codec config (EnCodec: ceil(sampling_rate / hop)), not a stored key."""
     if not is_music_model(model_dir):
         return None
-    config = checkpoint_config(model_dir, trust_remote_code=False)  # a built-in architecture: no remote code to trust
+    config = checkpoint_config(context, model_dir, trust_remote_code=False)  # a built-in architecture: no remote code to trust
     rate = getattr(getattr(config, "audio_encoder", None), "frame_rate", None)
     return float(rate) if rate is not None else None
 
 
-def planned_frame_rate(units: UnitsSpec, model_dir: Path) -> FrameRate | None:
+def planned_frame_rate(context: PlanContext, units: UnitsSpec, model_dir: Path) -> FrameRate | None:
     """The frame rate a plan counts with: the codec's for MusicGen-family models (a disagreeing `per_second` is refused),
     else `[units] per_second` for frame units, which is then required (an entry point's model has no rate genrun can read)."""
-    codec_rate = checkpoint_frame_rate(model_dir)
+    codec_rate = checkpoint_frame_rate(context, model_dir)
     if codec_rate is not None:
         if units.per_second is not None and not math.isclose(units.per_second, codec_rate, rel_tol=1e-9):
             raise RequestError(f"[units] per_second = {units.per_second:g} disagrees with the model's audio codec, which emits "
@@ -111,13 +112,13 @@ def load(path: str, dtype: Any, device: str, options: dict[str, Any], processor_
     return model, auto.from_pretrained(str(processor_dir), **options)
 
 
-def validate_request(request: Request, model_dir: Path) -> None:
+def validate_request(context: PlanContext, request: Request, model_dir: Path) -> None:
     """MusicGen-family refusals at plan time: media inputs (genrun conditions on text only) and the frame rate rules."""
     if request.input.media_files() and is_music_model(model_dir):
         raise RequestError("[input] audio/images are not passed to MusicGen-family models by genrun: plain requests condition on "
                            "the text alone (MusicGen-Melody's chroma extractor needs torchaudio and that path is not wired or "
                            "tested yet); remove them, or pass the audio path to your own [entrypoint] in its kwargs")
-    planned_frame_rate(request.units, model_dir)
+    planned_frame_rate(context, request.units, model_dir)
 
 
 def codec(model: Any) -> Codec | None:

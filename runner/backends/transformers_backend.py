@@ -19,6 +19,7 @@ from .. import interrupts
 from .._io import write_model_atomic
 from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
 from ..errors import RequestError
+from ..plan_context import PlanContext
 from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
 from . import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, musicgen, refuse_generation
 from ..input_files import input_path, read_input_files
@@ -40,17 +41,17 @@ class TransformersBackend:
     name = "transformers"
     call_config_artifact = layout.GENERATION_CONFIG
 
-    def validate_request(self, request: Request, model_dir: Path) -> None:
+    def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
-        model_arguments = model_generate_arguments(request, model_dir)  # Whisper's language, task
+        model_arguments = model_generate_arguments(context, request, model_dir)  # Whisper's language, task
         key_problems = generation_problems(request.generation, model_arguments)  # modes and values: only from keys that passed
         config_keys = {k: v for k, v in request.generation.items() if k not in model_arguments}
-        refuse_generation(key_problems or mode_problems(config_keys, model_dir, own_loop=musicgen.is_music_model(model_dir)))
-        refuse_generation(generate_value_problems(config_keys, model_dir, processor_source(request, model_dir), request.model.trust_remote_code))
-        musicgen.validate_request(request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
+        refuse_generation(key_problems or mode_problems(context, config_keys, model_dir, own_loop=musicgen.is_music_model(model_dir)))
+        refuse_generation(generate_value_problems(context, config_keys, model_dir, processor_source(request, model_dir), request.model.trust_remote_code))
+        musicgen.validate_request(context, request, model_dir)  # media for MusicGen; frame units without a rate, or one the codec contradicts
         validate_processor_override(request)
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
@@ -58,11 +59,11 @@ class TransformersBackend:
         media rows are prepared at execution from the frozen files (`input_preparation.prepare_model_inputs`)."""
         return encode_input(processor, request.input)
 
-    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
         """Weights + KV cache at the effective max length, and the context limit."""
         from .transformers_budget import estimate_transformers_budget
 
-        return estimate_transformers_budget(request, model_dir, weight_bytes, force)
+        return estimate_transformers_budget(context, request, model_dir, weight_bytes, force)
 
     def progress_unit(self, request: Request) -> tuple[Unit, int]:
         """Tokens, or frames of `[units] tokens_per_frame` tokens (the recorder is stepped once per token either way)."""

@@ -17,6 +17,7 @@ from ..budget import (
     rows_per_request,
     with_refusals,
 )
+from ..plan_context import PlanContext
 from . import musicgen
 from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 from ._processor import architecture, processor_source
@@ -25,13 +26,14 @@ from ._prompts import encode_input
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
 
 
-def estimate_transformers_budget(request: Request, model_dir: Path, stored_weight_bytes: int, force: bool) -> TokenBudget:
+def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir: Path, stored_weight_bytes: int,
+                                 force: bool) -> TokenBudget:
     """Context and memory pre-flight; loads config.json, generation_config.json and the tokenizer only."""
     trust = request.model.trust_remote_code
-    config = checkpoint_config(model_dir, trust)  # a sweep's items share one model directory: read once per sweep
+    config = checkpoint_config(plan, model_dir, trust)  # a sweep's items share one model directory and plan context: read once
     shape = model_shape(config, request.model.dtype)
-    tokenizer = checkpoint_tokenizer(processor_source(request, model_dir), trust)  # `[model] processor` when given
-    checkpoint = _checkpoint_generation_config(model_dir)
+    tokenizer = checkpoint_tokenizer(plan, processor_source(request, model_dir), trust)  # `[model] processor` when given
+    checkpoint = _checkpoint_generation_config(plan, model_dir)
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
@@ -70,7 +72,7 @@ def estimate_transformers_budget(request: Request, model_dir: Path, stored_weigh
         weight_bytes=weights,
         activation_bytes_estimate=activations,
         **memory._asdict(),
-        domain=domain_estimate(request, requested_units, prompt_tokens, context, musicgen.planned_frame_rate(request.units, model_dir)),
+        domain=domain_estimate(request, requested_units, prompt_tokens, context, musicgen.planned_frame_rate(plan, request.units, model_dir)),
         refusals=(),
         forced=False,
     )
@@ -87,9 +89,9 @@ def forced_decoder_tokens(checkpoint: dict[str, Any], generation: dict[str, Any]
     return 1 + language_and_task + no_timestamps
 
 
-def _checkpoint_generation_config(model_dir: Path) -> dict:
+def _checkpoint_generation_config(plan: PlanContext, model_dir: Path) -> dict:
     """The checkpoint's `generation_config.json` as a diff from the defaults (`{}` when it has none)."""
-    return checkpoint_generation_config(model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
+    return checkpoint_generation_config(plan, model_dir).to_diff_dict() if (model_dir / "generation_config.json").is_file() else {}
 
 
 def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             quiet = getattr(args, "quiet", False)
             set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over
-            output = contextlib.nullcontext()
+            output: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             if hasattr(args, "quiet"):  # commands that load models: genrun owns the terminal
                 from ._library_output import library_output_taken_over
 

@@ -34,7 +34,8 @@ class _StreamConsole:
         return getattr(self._console, name)
 
 
-stderr_console: Console = _StreamConsole(stderr=True)  # type: ignore[assignment]
+_stderr = _StreamConsole(stderr=True)
+stderr_console: Console = _stderr  # type: ignore[assignment]
 """Diagnostics, progress and human summaries."""
 stdout_console: Console = _StreamConsole(stderr=False)  # type: ignore[assignment]
 """Human tables that a user may pipe (ls, verify, report)."""
@@ -44,7 +45,7 @@ error_console = Console(stderr=True, highlight=False)
 
 def set_quiet(quiet: bool) -> None:
     """`--quiet`: no human progress or summaries on stderr (errors and --json documents still appear)."""
-    stderr_console.set_quiet(quiet)
+    _stderr.set_quiet(quiet)
 
 
 def print_error(message: str) -> None:

@@ -3,10 +3,14 @@
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
 from ._output import print_json, stderr_console
+
+if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
+    from rich.progress import TaskID
 
 ACTIONS = ("run", "plan", "execute", "resume")
 
@@ -95,7 +99,7 @@ class SweepProgress:
 
     def __init__(self, live: bool) -> None:
         self._bar = None
-        self._task = None
+        self._task: "TaskID | None" = None
         if live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -106,7 +110,7 @@ class SweepProgress:
             self._bar.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 

@@ -11,13 +11,20 @@ import copy
 from typing import Any
 
 from .capture import CallCapture, CaptureSession, RequestOutput
-from .criteria import RowCriteria
+from .criteria import CriterionKind, RowCriteria
 from .effective_config import build_before_generate
 
-try:
-    from transformers.generation.continuous_batching import ContinuousMixin
-except ImportError:  # an older/newer transformers without continuous batching: nothing to wrap
-    ContinuousMixin = None
+
+def _continuous_mixin() -> type | None:
+    """transformers' continuous-batching mixin; `None` in a transformers without it (nothing to wrap)."""
+    try:
+        from transformers.generation.continuous_batching import ContinuousMixin
+    except ImportError:
+        return None
+    return ContinuousMixin
+
+
+ContinuousMixin = _continuous_mixin()
 
 NAME = "generate_batch"
 """What `fired` names for a continuous-batching stop (no criterion object exists)."""
@@ -67,7 +74,7 @@ def _request_output(output: Any, config: Any) -> RequestOutput:
     eos = config.eos_token_id if config is not None else None
     eos_set = {eos} if isinstance(eos, int) else set(eos or ())
     limit = config.max_new_tokens if config is not None else None
-    kind = None
+    kind: CriterionKind | None = None
     if ids and ids[-1] in eos_set:
         kind = "eos"
     elif limit is not None and len(ids) >= limit:

@@ -136,7 +136,7 @@ class CallCapture:
         for row in range(ids.shape[0]):
             state = states[row] if row < len(states) else None
             count, within = available, False
-            if state is not None and state.finished and self.prompt_length is not None:
+            if state is not None and state.finished and state.stop_length is not None and self.prompt_length is not None:
                 needed = state.stop_length - self.prompt_length
                 if needed <= available:
                     count, within = needed, True

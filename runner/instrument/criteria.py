@@ -14,7 +14,7 @@ Two bookkeeping modes with the same result:
 """
 
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 from transformers.generation.stopping_criteria import (
@@ -107,8 +107,8 @@ class RecordingCriteriaList(StoppingCriteriaList):
         self.last_input_ids = input_ids  # a reference, no copy: the loop builds a new tensor each step
         if self.rows is None:
             self._initialise(input_ids)
-        if not results:
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        if not results:  # a bool tensor; transformers' annotation names the legacy `torch.BoolTensor` type
+            return cast(torch.BoolTensor, torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device))
         if not all(isinstance(r, torch.Tensor) for r in results):  # ConfidenceCriteria returns a python bool
             results = [self._as_rows(r, input_ids) for r in results]
         is_done = results[0]
@@ -190,6 +190,7 @@ class RecordingCriteriaList(StoppingCriteriaList):
         return torch.full((input_ids.shape[0],), bool(result), dtype=torch.bool, device=input_ids.device)
 
     def _record_host(self, results: list[torch.Tensor], is_done: torch.Tensor, input_ids: torch.Tensor) -> None:
+        assert self._done is not None, "_initialise sets the host state at the first step"
         newly = is_done & ~self._done
         if not newly.any():
             return
@@ -204,6 +205,7 @@ class RecordingCriteriaList(StoppingCriteriaList):
             self._done = self._done | is_done
 
     def _record_device(self, results: list[torch.Tensor], is_done: torch.Tensor, input_ids: torch.Tensor) -> None:
+        assert self._device_state is not None, "_initialise sets the device state at the first step"
         done, fired, stop_length, last = self._device_state
         newly = is_done & ~done
         now = torch.stack(results, dim=1)  # [rows, criteria]
@@ -215,7 +217,7 @@ class RecordingCriteriaList(StoppingCriteriaList):
         )
 
     def _row(self, finished: bool, stop_length: int | None, last: int | None, fired_mask: tuple[bool, ...]) -> RowCriteria:
-        if not finished:
+        if not finished or stop_length is None or last is None:  # a finished row always has both
             return RowCriteria(False, None, None, (), ())
         names = tuple(n for n, f in zip(self.names, fired_mask) if f)
         kinds = tuple(k for k, f in zip(self.kinds, fired_mask) if f)

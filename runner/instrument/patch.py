@@ -99,7 +99,7 @@ def _make_thread_start(original: Any, session: CaptureSession) -> Any:
     @functools.wraps(original)
     def start(self: threading.Thread) -> None:
         if belongs_to_run(session):
-            self._genrun_session = session
+            setattr(self, "_genrun_session", session)  # a marker Thread does not declare, read by belongs_to_run
         return original(self)
 
     return start
@@ -123,7 +123,7 @@ def _make_wrapper(original: Any, session: CaptureSession, kind: CallPath) -> Any
             _CURRENT.reset(current_token)
             _DEPTH.reset(depth_token)
 
-    generate.__genrun_session__ = session
+    setattr(generate, "__genrun_session__", session)  # marks the wrapper as genrun's (functools.wraps' type lacks it)
     return generate
 
 
@@ -358,7 +358,7 @@ def _criteria_hook(model: Any, get_criteria: Any, session: CaptureSession) -> An
         call = _recording_call(model)
         if call is None or call.criteria is not None:  # another context's call, or a second list in the same call: keep the first
             return criteria
-        config = kwargs.get("generation_config", args[0] if args else None)
+        config: Any = kwargs.get("generation_config", args[0] if args else None)  # a GenerationConfig; None fails below, recorded
         try:
             beam = call.path == "beam_search"
             call.criteria = RecordingCriteriaList(

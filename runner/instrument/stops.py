@@ -34,7 +34,7 @@ from genrun.schemas import (
 
 from ..interrupts import signal_of
 from .capture import CallCapture, RowTokens
-from .criteria import primary_kind
+from .criteria import RowCriteria, primary_kind
 
 STOP_STRING_WINDOW = 32  # tokens decoded from the end to find which stop string matched
 
@@ -42,7 +42,7 @@ STOP_STRING_WINDOW = 32  # tokens decoded from the end to find which stop string
 class ClassifiedRow(NamedTuple):
     """A row's kept ids and its stop record; `index` is the row's number over the whole run."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (a method no caller uses on these)
     tokens: RowTokens
     stop: SequenceStop
 
@@ -78,7 +78,7 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
     )
     state = tokens.criteria
     if state is not None and state.finished and tokens.stop_within_ids:
-        evidence = _finished(call, tokens, tokenizer)
+        evidence = _finished(call, tokens, state, tokenizer)
         return SequenceStop(reason=evidence.reason, fired=state.fired, evidence=evidence, **base)
     if call.exception is not None:
         return _unfinished(call.exception, base, exception_info)
@@ -99,8 +99,7 @@ def _unfinished(exc: BaseException, base: dict[str, Any], exception_info: Any) -
     return SequenceStop(reason="exception", fired=(), exception=info, evidence=ExceptionEvidence(type=info.type, message=info.message), **base)
 
 
-def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any) -> StopEvidence:
-    state = tokens.criteria
+def _finished(call: CallCapture, tokens: RowTokens, state: RowCriteria, tokenizer: Any) -> StopEvidence:
     config = call.config
     kind = primary_kind(state.kinds)
     common: dict[str, Any] = {

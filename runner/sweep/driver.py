@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.digests import snapshot_digest
-from genrun.schemas.sweep import ItemAttempt, ItemOutcome, SweepPlan, SweepResult
+from genrun.schemas.sweep import ItemAttempt, ItemOutcome, ItemStatus, SweepPlan, SweepResult, SweepStatus
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from ..errors import SnapshotError
@@ -126,6 +126,7 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
             idle = list(range(pool.slots)) if pool else []
             interrupted_sent = False
             while (pending and not signals.fired) or running:
+                assert pool is not None, "pending or running items: the pool was made above"
                 while idle and pending and not signals.fired:
                     slot, state = idle.pop(0), pending.pop()
                     snapshot = _snapshot_to_run(store, state, plan, log, origin)
@@ -161,17 +162,18 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
             if pool is not None:
                 pool.close()
             log.close()
+    outcomes: list[ItemOutcome] = []
     for state in states:
         if state.outcome is None:
             state.outcome = ItemOutcome(index=state.index, status="not_run", snapshot_id=state.attempts[-1], snapshot_digest=None,
                                         attempts=tuple(state.attempts), stop_reasons=(), generated=None,
                                         message="the sweep was interrupted before this item ran (its snapshot stays planned)")
-    outcomes = tuple(s.outcome for s in states)
+        outcomes.append(state.outcome)
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
-    status = "interrupted" if signals.fired else "completed"
-    result = SweepResult(status=status, counts=counts, items=outcomes)
+    status: SweepStatus = "interrupted" if signals.fired else "completed"
+    result = SweepResult(status=status, counts=counts, items=tuple(outcomes))
     seal_sweep(sweep_dir, result)
     if signals.fired:
         code = EXIT_CODES.get(signals.fired, 130)
@@ -216,12 +218,12 @@ def _snapshot_to_run(store: Path, state: ItemState, plan: SweepPlan, log: Attemp
     return fresh
 
 
-def _log_end(log: AttemptLog, state: ItemState, status: str, message: str | None, origin: float, worker: str | None) -> None:
+def _log_end(log: AttemptLog, state: ItemState, status: ItemStatus, message: str | None, origin: float, worker: str | None) -> None:
     log.append(ItemAttempt(event="ended", item=state.index, attempt=len(state.attempts), snapshot_id=state.attempts[-1],
                            t=time.monotonic() - origin, worker=worker, status=status, message=message))
 
 
-def _sealed_status(snapshot: Path) -> tuple[str, str | None]:
+def _sealed_status(snapshot: Path) -> tuple[ItemStatus, str | None]:
     result = _read_item(snapshot, layout.RESULT, Result)
     if result is None:
         return "failed", "sealed without result.json"
@@ -229,7 +231,7 @@ def _sealed_status(snapshot: Path) -> tuple[str, str | None]:
     return result.status, (f"{exc.type}: {exc.message}" if exc else result.signal)
 
 
-def outcome_of(store: Path, state: ItemState, status: str, message: str | None) -> ItemOutcome:
+def outcome_of(store: Path, state: ItemState, status: ItemStatus, message: str | None) -> ItemOutcome:
     """The item's final record, read from its latest snapshot (digest only when sealed)."""
     latest = store / state.attempts[-1]
     stop = _read_item(latest, layout.STOP, GenerationStop)

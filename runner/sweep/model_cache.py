@@ -56,6 +56,7 @@ class LoadedModelCache:
                 return None, {}
             self.key, self.loaded_for, self.items = key, snapshot.name, 0
             self.loads += 1
+        assert self.loaded_for is not None, "set together with the model it names"
         record = WorkerModel(worker=self.worker, pid=os.getpid(), loaded_for_snapshot=self.loaded_for, reused=reused,
                              items_before=self.items, model_digest=plan.model.digest, key=key)
         self.items += 1

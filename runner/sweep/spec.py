@@ -46,7 +46,7 @@ class SweepSource(NamedTuple):
 class ItemSpec(NamedTuple):
     """One expanded item, before planning."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (a method no caller uses on these)
     dataset_line: int | None
     changes: dict[str, Any]
     request: Request
@@ -83,13 +83,13 @@ def load_sweep(path: str | Path) -> SweepSource:
 
 def expand_items(sweep: SweepSource) -> list[ItemSpec]:
     """Dataset lines (in order) x grid combinations (in the order the grid lists them); each validated as a request."""
-    rows = list(dataset_rows(sweep)) if sweep.dataset_bytes is not None else [(None, {})]
+    rows: list[tuple[int | None, dict[str, Any]]] = list(dataset_rows(sweep)) if sweep.dataset_bytes is not None else [(None, {})]
     grid = sweep.body.grid
     for key, values in grid.items():
         if not values:
             raise RequestError(f"[sweep.grid] {key!r} has no values; give at least one or remove the key")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] if grid else [{}]
-    items = []
+    items: list[ItemSpec] = []
     for line, row in rows:
         for combo in combos:
             clash = sorted(row.keys() & combo.keys())

@@ -20,9 +20,9 @@ from genrun.snapshot_dir import ArtifactMissing, SnapshotDir
 
 from .. import _hash_cache
 from .._io import fsync_dir, write_bytes_atomic
-from .._plan_session import plan_session
 from ..errors import GenrunError, SnapshotError
 from ..plan import PreparedPlan, prepare_plan
+from ..plan_context import PlanContext
 from ..store import create_snapshot, is_sealed, resolve_store, seal_snapshot
 from .spec import ItemSpec, SweepSource, dataset_digest, expand_items, load_sweep
 
@@ -41,11 +41,11 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
     sweep = load_sweep(sweep_path)
     items = expand_items(sweep)
     prepared = []
-    with plan_session():  # environment, genrun's code hash, the model's config and tokenizer: once for all items
-        for item in items:
-            prepared.append(prepare_item(sweep, item, force))
-            if on_item is not None:
-                on_item(item.index + 1, len(items))
+    context = PlanContext()  # environment, genrun's code hash, the model's config and tokenizer: once for all items
+    for item in items:
+        prepared.append(prepare_item(sweep, item, force, context))
+        if on_item is not None:
+            on_item(item.index + 1, len(items))
     root = resolve_store(store).absolute()
     planned: list[Path] = []
     try:
@@ -62,10 +62,11 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
         raise
 
 
-def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool) -> PreparedPlan:
-    """Every `genrun plan` check of one item (nothing written); a refusal names the item, its dataset line and changes."""
+def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool, context: PlanContext | None = None) -> PreparedPlan:
+    """Every `genrun plan` check of one item (nothing written); a refusal names the item, its dataset line and changes.
+    `context`: the sweep's, shared by all its items (a new one by default, as for a lone plan)."""
     try:
-        return prepare_plan(item.request, force, base_dir=sweep.base_path.parent)
+        return prepare_plan(item.request, force, base_dir=sweep.base_path.parent, context=context)
     except GenrunError as exc:
         changes = orjson.dumps(item.changes).decode()
         raise type(exc)(f"{item.where}, changes {changes}: {exc}") from None

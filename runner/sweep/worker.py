@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from genrun.schemas.sweep import ItemStatus
+
 from ..errors import GenrunError
 from .model_cache import LoadedModelCache, active_cache, install_cache
 
@@ -20,7 +22,7 @@ class ItemReport(NamedTuple):
 
     snapshot: str
     """The item snapshot directory."""
-    status: str
+    status: ItemStatus
     """`succeeded`, `failed` or `interrupted` (result.json), `failed` when execution was refused, `not_run` when a
     signal came while the worker prepared the item (loading its model): its snapshot stays planned."""
     message: str | None
@@ -75,5 +77,5 @@ def execute_item(snapshot: str | Path) -> ItemReport:
         result = execute_snapshot(Path(snapshot), live=False, loaded=loaded, records=records)
     except GenrunError as exc:  # refused before running (frozen files changed, already executed): nothing sealed
         return ItemReport(str(snapshot), "failed", f"refused: {exc}", worker, os.getpid())
-    message = f"{result.exception.type}: {result.exception.message}" if result.exception else (result.signal or None)
-    return ItemReport(str(snapshot), result.status, message, worker, os.getpid())
+    ended_by = f"{result.exception.type}: {result.exception.message}" if result.exception else (result.signal or None)
+    return ItemReport(str(snapshot), result.status, ended_by, worker, os.getpid())

@@ -31,7 +31,7 @@ class CounterBackend:
     name = "counter"
     call_config_artifact = layout.PIPELINE_CALL
 
-    def validate_request(self, request: Request, model_dir: Path) -> None:
+    def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
         """Only `steps`, a positive integer; `[input]` is optional."""
         refuse_generation([unknown_key_message(("generation",), k, list(GENERATION_KEYS)) for k in request.generation if k not in GENERATION_KEYS])
         steps = request.generation.get("steps", DEFAULT_STEPS)
@@ -42,7 +42,7 @@ class CounterBackend:
         """The prompt, kept as a label."""
         return {"label": request.input.prompt or ""}
 
-    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool) -> TokenBudget:
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
         """Steps are the units; the "weights" are the config file."""
         memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes)
         draft = TokenBudget(
