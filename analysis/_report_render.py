@@ -103,7 +103,7 @@ def _limits_table(report: Report) -> Table:
 
 def _stops_table(report: Report) -> Table:
     table = Table(title="Why each sequence stopped", title_justify="left")
-    for column in ("seq", "reason", "steps" if report.unit == "step" else "tokens", "last id", "EOS at", "evidence"):
+    for column in ("seq", "reason", "generated", "last id", "EOS at", "evidence"):
         table.add_column(column, overflow="fold")
     for s in report.sequences:
         last = s.last_tokens[-1].token if s.last_tokens and s.last_tokens[-1].token else None

@@ -16,7 +16,7 @@ from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 from . import _hash_cache
 from ._io import write_bytes_atomic, write_model_atomic
 from ._plan_session import once
-from .backends import get_backend
+from .backends import declaration_of, get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .environment import capture_environment
@@ -76,6 +76,7 @@ def prepare_plan(
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
     budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force)
     enforce(budget)
+    declaration = declaration_of(backend, request)
     environment = once("environment", capture_environment)
 
     def freeze(directory: Path) -> None:
@@ -85,6 +86,7 @@ def prepare_plan(
         write_model_atomic(directory / layout.CODE, code)
         write_model_atomic(directory / layout.MODEL, model)
         write_model_atomic(directory / layout.TOKEN_BUDGET, budget)
+        write_model_atomic(directory / layout.BACKEND, declaration)
         for name, extra in (extra_frozen or {}).items():
             write_model_atomic(directory / name, extra)
         if input_files is not None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from . import layout
 from .budget import TokenBudget
+from .evidence import BackendDeclaration
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
 from .inputs import InputFiles, InputPreparation
@@ -31,6 +32,7 @@ FILE_MODELS: dict[str, Any] = {
     layout.CODE: CodeIdentity,
     layout.MODEL: ModelIdentity,
     layout.TOKEN_BUDGET: TokenBudget,
+    layout.BACKEND: BackendDeclaration,
     layout.INPUT_FILES: InputFiles,
     layout.INPUT_PREPARATION: InputPreparation,
     layout.GENERATION_CONFIG: GenerationConfigBeforeGenerate,

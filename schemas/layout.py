@@ -28,6 +28,7 @@ MODEL = "model.json"
 TOKEN_BUDGET = "token-budget.json"
 FROZEN_MANIFEST = "frozen-sha256.txt"
 LINEAGE = "lineage.json"  # rerun children only: parent, changes, why (frozen with the plan)
+BACKEND = "backend.json"  # format 3+: the backend and the evidence it declares (older snapshots: derived in memory)
 
 # -- execute: written by `genrun execute` ---------------------------------------------------------------------------
 GENERATION_CONFIG = "generation-config.before-generate.json"
@@ -56,9 +57,9 @@ PROMPT_TOKEN_IDS = "prompt-token-ids.safetensors"  # beside it: `prompt_<row>` i
 PROCESSOR_DIR = "processor"  # frozen copy of a `[model] processor` directory (listed in frozen-sha256.txt), loaded by execute
 
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
-OPTIONAL_FROZEN_FILES = (LINEAGE,)
-"""Frozen at plan time when present (only rerun children have a lineage)."""
 """Frozen at plan time besides the request source (whose extension varies)."""
+OPTIONAL_FROZEN_FILES = (LINEAGE, BACKEND)
+"""Frozen at plan time when present (only rerun children have a lineage; snapshots before format 3 have no `backend.json`)."""
 
 EXECUTION_FILES = (GENERATION_CONFIG, PIPELINE_CALL, PROGRESS, TOKEN_IDS, TOKEN_IDS_SUMMARY, STOP, RESULT)
 """Written by execution (besides `outputs/` and further generation configs); any of them means it started."""
@@ -89,6 +90,8 @@ FILES: tuple[FileSpec, ...] = (
     FileSpec(CODE, "plan", "sha256 of genrun's own code, the entry point's modules and the model's remote code."),
     FileSpec(MODEL, "plan", "The resolved model directory and every file's sha256."),
     FileSpec(TOKEN_BUDGET, "plan", "What the run may need (units, context, memory) and whether it fits, before loading weights."),
+    FileSpec(BACKEND, "plan", "The backend (name, distribution, version), its unit, the evidence kinds it provides, and the JSON Schema "
+             "of its call-config and stop-evidence models (absent before format 3: derived from what the snapshot recorded)."),
     FileSpec(INPUT_FILES, "plan", "Media requests: each `[input] audio` / `images` file's path, size, sha256 and decoded facts."),
     FileSpec(f"{INPUTS_DIR}/", "plan", "Media requests: the files themselves, `<row>-<kind>-<name>` (absent with `[input] copy = false`)."),
     FileSpec(f"{PROCESSOR_DIR}/", "plan", "`[model] processor`: a copy of the processor directory, loaded by execute (its sha256s also in `model.json`)."),

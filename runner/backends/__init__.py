@@ -29,7 +29,8 @@ recorder at the backend's `progress_unit`, calls `backend.run(ctx, loaded)` once
   `exception` / `interrupted`. Whatever escapes `run` is treated as a genrun bug: the run is
   recorded as failed and the snapshot is still sealed.
 
-Analysis never imports a backend: it reads what the snapshot recorded (the unit, which artifacts exist).
+Analysis never imports a backend: `genrun plan` freezes the backend's evidence declaration (`evidence`)
+as `backend.json`, and analysis picks its checks by the evidence kinds recorded there.
 """
 
 import traceback
@@ -39,7 +40,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from genrun.schemas import CodeIdentity, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
+from genrun.schemas import BackendDeclaration, CodeIdentity, EvidenceDeclaration, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
 from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
@@ -51,7 +52,7 @@ ENTRY_POINT_GROUP = "genrun.backends"
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Backend", "BackendOutcome", "ExecutionContext", "LoadContext", "LoadedModel", "RunInterrupted",
-    "exception_info", "get_backend", "installed_backends", "refuse_generation",
+    "declaration_of", "exception_info", "get_backend", "installed_backends", "refuse_generation",
 ]
 
 
@@ -176,6 +177,9 @@ class Backend(Protocol):
     call_config_artifact: str
     """The file (a `genrun.schemas.layout` name) it writes before the first unit: the call configuration as made."""
 
+    evidence: EvidenceDeclaration
+    """What it writes and analysis may check: call-config and stop-evidence models, evidence kinds (frozen as `backend.json`)."""
+
     def validate_request(self, request: Request, model_dir: Path) -> None:
         """Refuse (raise `RequestError`, exit 2) what this backend cannot run: unknown or mistyped
         `[generation]` keys, a missing `[input]` it needs. Called at plan time, before any hashing."""
@@ -201,6 +205,15 @@ class Backend(Protocol):
         """Generate with instrumentation and write backend artifacts (loading first when `loaded` is None);
         report failures, never raise them."""
         ...
+
+
+def declaration_of(backend: Backend, request: Request) -> BackendDeclaration:
+    """`backend.json` for a snapshot of `request`: the backend's declared evidence, its unit, and the distribution providing it."""
+    entry = installed_backends().get(backend.name)
+    dist = getattr(entry, "dist", None)
+    unit, _ = backend.progress_unit(request)
+    return backend.evidence.record(backend=backend.name, unit=unit, distribution=dist.name if dist is not None else None,
+                                   distribution_version=dist.version if dist is not None else None)
 
 
 @cache

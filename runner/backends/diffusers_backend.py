@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from genrun.schemas import (
+    DIFFUSION_EVIDENCE,
     CompletedEvidence,
+    DiffusionExceptionEvidence,
+    DiffusionInterruptedEvidence,
     DiffusionSteps,
-    ExceptionEvidence,
-    InterruptedEvidence,
     PipelineCallBeforeCall,
     Request,
     SequenceStop,
@@ -178,6 +179,7 @@ class DiffusersBackend:
 
     name = "diffusers"
     call_config_artifact = layout.PIPELINE_CALL
+    evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path) -> None:
         """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""
@@ -463,26 +465,12 @@ def stop_record(state: _RunState, requested_steps: int | None) -> SequenceStop:
     evidence: StopEvidence
     if state.signal is not None:
         flag_step = observer.interrupt_flag_set_at if observer else None
-        evidence = InterruptedEvidence(signal=state.signal, interrupt_flag_set_at_step=flag_step, steps=progress)
+        evidence = DiffusionInterruptedEvidence(signal=state.signal, interrupt_flag_set_at_step=flag_step, steps=progress)
     elif info is not None:
-        evidence = ExceptionEvidence(type=info.type, message=info.message, steps=progress)
+        evidence = DiffusionExceptionEvidence(type=info.type, message=info.message, steps=progress)
     else:
         evidence = CompletedEvidence(steps=progress)
-    return SequenceStop(
-        index=0,
-        call_index=0,
-        reason=evidence.reason,
-        generated=steps,
-        last_token_id=None,
-        fired=(),
-        eos_token_ids=(),
-        max_new_tokens=None,
-        max_length=None,
-        prompt_length=None,
-        steps_planned=planned,
-        exception=info,
-        evidence=evidence,
-    )
+    return SequenceStop(index=0, call_index=0, reason=evidence.reason, generated=steps, exception=info, evidence=evidence)
 
 
 def _denoiser(pipe: Any) -> Any:

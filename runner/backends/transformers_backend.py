@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import Request, TokenBudget, layout
+from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 
 from .. import interrupts
@@ -60,6 +60,7 @@ class TransformersBackend:
 
     name = "transformers"
     call_config_artifact = layout.GENERATION_CONFIG
+    evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""

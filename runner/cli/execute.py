@@ -108,9 +108,12 @@ def _stops(snapshot_dir: Path) -> tuple:
 
 
 def _describe_row(seq) -> str:
-    """`sequence 0: eos (id 2) after 13 tokens`, or for a pipeline `pipeline call 0: completed after 10 of 10 steps`."""
-    if seq.steps_planned is not None:
-        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
+    """`sequence 0: eos (id 2) after 13 tokens`, or when the evidence records steps (a diffusion pipeline's)
+    `pipeline call 0: completed after 10 of 10 steps`."""
+    steps = seq.evidence.fact("steps")
+    planned = steps.get("steps_planned") if isinstance(steps, dict) else None
+    if planned is not None:
+        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {planned:,} steps"
     return f"sequence {seq.index}: {describe_stop(seq)} after {seq.generated:,} tokens"
 
 
