@@ -6,6 +6,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from .budget import TokenBudget
+from .evidence import BackendDeclaration, stop_evidence_adapter
 from .generation_calls import GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
@@ -17,6 +18,8 @@ from .request import Request
 from .result import Result
 from .signoff import Signoff
 from .stop import GenerationStop
+from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
+from .stop_tokens import TOKEN_STOP_EVIDENCE
 from .sweep import ATTEMPT_ADAPTER, SweepFile, SweepPlan, SweepResult, WorkerModel
 from .token_ids import GeneratedTokenIds
 
@@ -28,11 +31,14 @@ SCHEMA_SOURCES: dict[str, type[BaseModel] | TypeAdapter] = {
     "code": CodeIdentity,
     "model": ModelIdentity,
     "token-budget": TokenBudget,
+    "backend": BackendDeclaration,
     "generation-config.before-generate": GenerationConfigBeforeGenerate,
     "pipeline-call.before-call": PipelineCallBeforeCall,
     "progress-event": EVENT_ADAPTER,
     "generated-token-ids": GeneratedTokenIds,
     "generation-stop": GenerationStop,
+    "stop-evidence.language-model": stop_evidence_adapter(TOKEN_STOP_EVIDENCE),
+    "stop-evidence.diffusion": stop_evidence_adapter(DIFFUSION_STOP_EVIDENCE),
     "generation-calls": GenerationCalls,
     "result": Result,
     "input-files": InputFiles,

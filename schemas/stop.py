@@ -89,7 +89,7 @@ class SequenceStop(Strict):
     call_index: int
     """Outermost generate call the row belongs to."""
     reason: StopReason
-    """Classified reason, from the stop vocabulary."""
+    """Classified reason from the stop vocabulary; `custom` when only the caller's own StoppingCriteria fired; `unknown` when no recorded criterion explains the stop."""
     generated: int
     """Units generated for this row (tokens, frames' tokens or steps: the run's unit)."""
     exception: ExceptionInfo | None = None
