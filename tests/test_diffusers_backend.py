@@ -220,7 +220,7 @@ def test_progress_bar_total_form_counts_updates(tmp_path: Path) -> None:
     (StableAudio, AudioLDM2, PixArt): the real pipeline method and tqdm, driven the way those loops drive it."""
     from diffusers import DiffusionPipeline
 
-    from genrun.runner.backends.diffusers_backend import StepObserver
+    from genrun.runner.backends.diffusion_steps import StepObserver
     from genrun.runner.recorder import ProgressRecorder
 
     pipe = DiffusionPipeline.from_pretrained(TINY_DDIM, local_files_only=True)

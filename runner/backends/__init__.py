@@ -7,32 +7,43 @@ third party adds one by installing a distribution that declares
 and returns an object satisfying `Backend`).
 
 At plan time a backend validates the request (`validate_request`: generation keys, whether
-`[input]` is required) and estimates the budget (`estimate_budget`). At execution,
-`execute_snapshot` verifies the frozen plan, installs the signal handlers, opens the progress
-recorder at the backend's `progress_unit`, calls `backend.run(ctx, loaded)` once, then writes
-`generation-stop.json`, `result.json`, the terminal progress event, and seals.
+`[input]` is required) and estimates the budget (`estimate_budget`).
 
-`run(ctx, loaded)`:
+At execution the core owns the run template (`genrun.runner.run_template`); a backend supplies its steps:
 
-- with `loaded=None`, loads through `self.load(ctx)` inside its own failure handling (a load
-  failure is recorded like any failure of the model: a sealed, failed snapshot); with a
-  `LoadedModel` (a sweep worker loading once for many snapshots) it skips loading;
-- emits `ctx.recorder.start(...)`, then calls `ctx.recorder.step()` once per generated unit
-  (the recorder writes `first_token` and the periodic `progress` records itself);
-- writes its call-config artifact (`call_config_artifact`) before the first unit;
-- once generation is over (returned, raised or interrupted) calls `genrun.runner.interrupts.disarm()`,
-  so a later signal is only counted and cannot cut the evidence short, then writes its own
-  artifacts (token ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too;
-- **never raises for a failure of the model or of user code**: it catches `BaseException`
-  (including `RunInterrupted`, raised by genrun's SIGINT/SIGTERM handlers) and returns it in
-  `BackendOutcome.exception` / `BackendOutcome.signal` with per-row stop records that say
-  `exception` / `interrupted`. Whatever escapes `run` is treated as a genrun bug: the run is
-  recorded as failed and the snapshot is still sealed.
+    run = backend.start(ctx)                  # the run's state; cheap: loads and writes nothing
+    loaded = preloaded or backend.load(ctx)   # raises on failure
+    run.generate(loaded)                      # may raise anything, `RunInterrupted` included
+    interrupts.disarm()                       # the core, as soon as generation (or loading) returned or raised
+    outcome = run.finish(end)                 # `GenerationEnd`: returned, raised, or a signal
+    # the core: terminal progress event, determinism, generation-stop.json, result.json, seal
+
+- Load and generate run inside the signal gate: the first SIGINT/SIGTERM raises `RunInterrupted`
+  where it lands. The core classifies what ended the run (`GenerationEnd`): returned, failed (any
+  exception) or interrupted (the signal's name).
+- `generate(loaded)` emits `ctx.recorder.start(...)`, writes its call-config artifact
+  (`call_config_artifact`) before the first unit and calls `ctx.recorder.step()` once per
+  generated unit (the recorder writes `first_token` and the periodic `progress` records itself).
+  It may hold a signal (`interrupts.deferred`) to stop at a clean point, e.g. a pipeline's
+  interrupt flag, and let it raise when the call returns.
+- `finish(end)` is called exactly once, disarmed: after `generate` returned or raised, and also
+  when loading failed or was interrupted (then `generate` was never called, and the run writes
+  the evidence of an empty run, e.g. empty id files). It writes the backend's own artifacts (token
+  ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too, and returns a `BackendOutcome`
+  with stop records that agree with `end`.
+- A backend never catches `BaseException` to classify a run and never calls `disarm()`: the core
+  does both, once, for every backend. An exception escaping `start` or `finish` is recorded as a
+  failure (without stop records) and the snapshot is still sealed.
+
+**A late signal** (one that arrives after generation ended: while `finish` saves ids and outputs,
+or while the core writes the evidence and seals) is counted and noted in `result.json`, never acted
+on: the status is what generation ended with. The rule is the same for every backend.
 
 Analysis never imports a backend: `genrun plan` freezes the backend's evidence declaration (`evidence`)
 as `backend.json`, and analysis picks its checks by the evidence kinds recorded there.
 """
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from functools import cache
@@ -51,8 +62,9 @@ ENTRY_POINT_GROUP = "genrun.backends"
 """Distributions register backends here: `NAME = "module:factory"`, `factory() -> Backend`."""
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Backend", "BackendOutcome", "ExecutionContext", "LoadContext", "LoadedModel", "RunInterrupted",
-    "declaration_of", "exception_info", "get_backend", "installed_backends", "refuse_generation",
+    "ENTRY_POINT_GROUP", "Backend", "BackendOutcome", "ExecutionContext", "GenerationEnd", "LoadContext", "LoadedModel", "Run",
+    "RunInterrupted",
+    "declaration_of", "exception_info", "generation_timings", "get_backend", "installed_backends", "refuse_generation",
 ]
 
 
@@ -102,8 +114,39 @@ class ExecutionContext(LoadContext):
 
 
 @dataclass(frozen=True)
+class GenerationEnd:
+    """What ended generation, as the core classified it; `Run.finish` receives it."""
+
+    exception: BaseException | None = None
+    """What `generate` raised (`RunInterrupted` when a signal stopped it); `None` when it returned."""
+    signal: str | None = None
+    """`SIGINT`/`SIGTERM` when a signal stopped generation."""
+
+    @classmethod
+    def raised(cls, exc: BaseException) -> "GenerationEnd":
+        """Classify what escaped generation: genrun's signal handler, a bare KeyboardInterrupt (no handler
+        installed: not the main thread) or a failure of the model or of user code."""
+        if isinstance(exc, RunInterrupted):
+            return cls(exception=exc, signal=exc.signal_name)
+        if isinstance(exc, KeyboardInterrupt):
+            return cls(exception=exc, signal="SIGINT")
+        return cls(exception=exc)
+
+    @property
+    def returned(self) -> bool:
+        """Generation returned normally."""
+        return self.exception is None
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The exception that failed the run (`None` when it returned or a signal stopped it)."""
+        return self.exception if self.signal is None else None
+
+
+@dataclass(frozen=True)
 class BackendOutcome:
-    """What one backend run produced; `execute` turns it into `result.json` and `generation-stop.json`."""
+    """What `Run.finish` reports; the core adds how generation ended, the load time and its notes, and writes
+    `result.json` and `generation-stop.json`."""
 
     unit: Unit
     """What `generated` counts."""
@@ -111,29 +154,44 @@ class BackendOutcome:
     """Units over all rows."""
     generated_tokens: int
     """Tokens over all rows (equals `generated` for token units; 0 for diffusion)."""
-    load_s: float | None
-    """Seconds spent loading weights/tokenizer (`None` if loading never finished)."""
     first_unit_s: float | None
     """Seconds from the start of generation to the first unit."""
     decode_s: float | None
     """Seconds from the first unit to the end of generation."""
     stops: tuple[SequenceStop, ...]
-    """One stop record per row (of every outermost generate call)."""
+    """One stop record per row (of every outermost generate call), agreeing with the `GenerationEnd`."""
     outputs: tuple[str, ...] = ()
     """Files written under `outputs/`, relative to it."""
-    exception: ExceptionInfo | None = None
-    """The exception that ended the run, if any."""
-    signal: str | None = None
-    """`SIGINT`/`SIGTERM` when a signal ended the run."""
     produced_seconds: float | None = None
     """Frame units: produced duration of the longest row."""
     notes: tuple[str, ...] = field(default=())
     """Human-readable remarks for the summary (e.g. nested generate calls seen)."""
+    failure: BaseException | None = None
+    """An exception `finish` met writing evidence it could not write (e.g. an output file): the run is recorded
+    as failed with it, unless generation itself already failed or was interrupted."""
+
+
+@runtime_checkable
+class Run(Protocol):
+    """One execution of one planned snapshot, made by `Backend.start`; the core calls `generate` at most once (not when
+    loading failed), then `finish` once."""
+
+    def generate(self, loaded: "LoadedModel") -> None:
+        """With the model `loaded` (by `Backend.load` for this run, or reused by a sweep worker): prepare the inputs,
+        write the call-config artifact, generate with one `ctx.recorder.step()` per unit. May raise anything
+        (`RunInterrupted` included); the core classifies it."""
+        ...
+
+    def finish(self, end: GenerationEnd) -> BackendOutcome:
+        """Called once the run is over (signals are only counted by then), also when loading failed and `generate`
+        never ran: write ids and outputs, partial ones too, and return the outcome with stop records that agree
+        with `end`."""
+        ...
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model loaded by `Backend.load`, reusable by `run` for other snapshots of the same frozen model."""
+    """A model loaded by `Backend.load`, reusable by `Run.generate` for other snapshots of the same frozen model."""
 
     backend: str
     """Name of the backend that loaded it."""
@@ -201,9 +259,8 @@ class Backend(Protocol):
         """Load the frozen model onto `ctx.device` (offline); raises on failure."""
         ...
 
-    def run(self, ctx: "ExecutionContext", loaded: LoadedModel | None = None) -> BackendOutcome:
-        """Generate with instrumentation and write backend artifacts (loading first when `loaded` is None);
-        report failures, never raise them."""
+    def start(self, ctx: "ExecutionContext") -> Run:
+        """The run of this snapshot, made before its model is loaded: holds the run's state, loads and writes nothing."""
         ...
 
 
@@ -254,3 +311,12 @@ def exception_info(exc: BaseException) -> ExceptionInfo:
     qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     text = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
     return ExceptionInfo(type=qualified, message=str(exc), traceback=text)
+
+
+def generation_timings(recorder: ProgressRecorder, started: float | None, ended: float | None) -> tuple[float | None, float | None]:
+    """`(first_unit_s, decode_s)` from when generation started and ended (`time.monotonic()`; `ended=None`: now)
+    and when the recorder counted the first unit; `(None, None)` when no unit was counted."""
+    first_unit_at = recorder.first_unit_at
+    if first_unit_at is None or started is None:
+        return None, None
+    return first_unit_at - started, (ended if ended is not None else time.monotonic()) - first_unit_at

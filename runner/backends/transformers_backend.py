@@ -8,7 +8,6 @@ makes are instrumented the same way (`genrun.runner.instrument`).
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,9 @@ from genrun.schemas.progress import Unit
 from .. import interrupts
 from .._io import write_model_atomic
 from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
-from ..interrupts import RunInterrupted
 from ..errors import RequestError
 from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
-from . import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, musicgen, refuse_generation
+from . import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, musicgen, refuse_generation
 from ..input_files import input_path, read_input_files
 from ._processor import (architecture, load_processor, model_auto_class, processor_source, tokenizer_of, validate_media_request,
                          validate_processor_override)
@@ -34,25 +32,6 @@ from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
 from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
-
-
-@dataclass
-class _RunState:
-    """What one run accumulated, however far it got."""
-
-    tokenizer: Any = None
-    model: Any = None
-    audio: list[musicgen.AudioOutput] = field(default_factory=list)
-    """MusicGen-style models: the decoded audio of each call, saved as WAV."""
-    load_s: float | None = None
-    generation_started: float | None = None
-    generation_ended: float | None = None
-    session: CaptureSession | None = None
-    value: Any = None
-    returned: bool = False
-    exception: BaseException | None = None
-    signal: str | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 class TransformersBackend:
@@ -102,51 +81,52 @@ class TransformersBackend:
                            model=model, processor=tokenizer, load_s=time.monotonic() - started,
                            processor_digest=ctx.model.processor.digest if ctx.model.processor is not None else None)
 
-    def run(self, ctx: ExecutionContext, loaded: LoadedModel | None = None) -> BackendOutcome:
-        """Generate with instrumentation (loading first when `loaded` is None), write token artifacts and outputs;
-        failures, a failed load included, are returned, not raised."""
-        state = _RunState()
-        try:
-            with user_import_paths(ctx.import_paths):
-                self._load_and_generate(ctx, state, loaded)
-        except RunInterrupted as exc:
-            state.exception, state.signal = exc, exc.signal_name
-        except KeyboardInterrupt as exc:  # only when genrun's handler is not installed (not the main thread)
-            state.exception, state.signal = exc, "SIGINT"
-        except BaseException as exc:  # the model's or the user's failure is evidence, not a crash
-            state.exception = exc
-        finally:
-            if state.generation_started is not None and state.generation_ended is None:
-                state.generation_ended = time.monotonic()
-        interrupts.disarm()  # generation is over: a signal now must not cut the evidence short
-        return self._finish(ctx, state)
+    def start(self, ctx: ExecutionContext) -> "TransformersRun":
+        """One instrumented run (the core loads the model for it, or a sweep worker reuses one)."""
+        return TransformersRun(self, ctx)
 
-    # -- phases ---------------------------------------------------------------------------------
 
-    def _load_and_generate(self, ctx: ExecutionContext, state: _RunState, loaded: LoadedModel | None) -> None:
-        if loaded is None:
-            loaded = self.load(ctx)
-        else:
-            state.notes.append(loaded.reuse_note)
-        model, tokenizer = loaded.model, loaded.processor
-        state.model, state.tokenizer = model, tokenizer_of(tokenizer)
-        state.load_s = loaded.load_s
-        import torch
+class TransformersRun:
+    """`generate`: tokenise (or resolve the entry point) and call generate with every call instrumented; `finish`:
+    token artifacts, texts, audio and the call evidence, however far generation got."""
 
-        torch.manual_seed(ctx.request.seed)
-        state.session = CaptureSession(
-            caller="entrypoint" if ctx.request.entrypoint else "request",
-            on_step=ctx.recorder.step,
-            on_config=partial(write_effective_config, ctx),
-            on_call_start=lambda call: ctx.recorder.set_last_ids(call.stream.last_ids if call.stream else tuple),
-        )
-        run_generation = self._prepare_call(ctx, model, tokenizer)
-        state.generation_started = time.monotonic()
-        with instrument_generate(state.session, models=(model,)):
-            state.value = run_generation()
-        state.generation_ended = time.monotonic()
+    def __init__(self, backend: TransformersBackend, ctx: ExecutionContext) -> None:
+        self._backend = backend
+        self._ctx = ctx
+        self.model: Any = None
+        self.tokenizer: Any = None
+        """The text tokenizer (of the processor, for media models); `None` until loaded."""
+        self.session: CaptureSession | None = None
+        self.audio: list[musicgen.AudioOutput] = []
+        """MusicGen-style models: the decoded audio of each call, saved as WAV."""
+        self.generation_started: float | None = None
+        self.generation_ended: float | None = None
+        self.value: Any = None
+        """What the entry point returned."""
+        self.notes: list[str] = []
+
+    def generate(self, loaded: LoadedModel) -> None:
+        """Seed, prepare the call, then generate (or call the entry point) inside the instrumentation."""
+        ctx = self._ctx
+        self.model, self.tokenizer = loaded.model, tokenizer_of(loaded.processor)
+        with user_import_paths(ctx.import_paths):
+            import torch
+
+            torch.manual_seed(ctx.request.seed)
+            self.session = CaptureSession(
+                caller="entrypoint" if ctx.request.entrypoint else "request",
+                on_step=ctx.recorder.step,
+                on_config=partial(write_effective_config, ctx),
+                on_call_start=lambda call: ctx.recorder.set_last_ids(call.stream.last_ids if call.stream else tuple),
+            )
+            run_generation = self._prepare_call(ctx, loaded.model, loaded.processor)
+            self.generation_started = time.monotonic()
+            try:
+                with instrument_generate(self.session, models=(self.model,)):
+                    self.value = run_generation()
+            finally:
+                self.generation_ended = time.monotonic()
         ctx.recorder.mark_generation_end()
-        state.returned = True
 
     def _prepare_call(self, ctx: ExecutionContext, model: Any, tokenizer: Any) -> Callable[[], Any]:
         """Tokenise (plain requests) or resolve the entry point, write `start`, and return the call to make."""
@@ -176,7 +156,9 @@ class TransformersBackend:
 
         return call
 
-    def _finish(self, ctx: ExecutionContext, state: _RunState) -> BackendOutcome:
+    def finish(self, end: GenerationEnd) -> BackendOutcome:
+        """Token ids, summary, texts, the entry point's result, audio and `generation-calls.json`, partial ones too."""
+        ctx, state = self._ctx, self
         calls = state.session.calls if state.session is not None else []
         rows = classify_calls(calls, state.tokenizer, exception_info)
         first = _first_config(calls)
@@ -191,18 +173,18 @@ class TransformersBackend:
         write_token_summary(ctx.snapshot_dir, summary)
         ctx.outputs_dir.mkdir(exist_ok=True)
         outputs = write_sequence_texts(ctx.outputs_dir, summary)
-        if state.returned and ctx.request.entrypoint is not None:
+        if end.returned and ctx.request.entrypoint is not None:
             outputs += save_entrypoint_result(ctx.outputs_dir, state.value)
         outputs += self._save_audio(ctx, state, calls)
         ctx.recorder.sync_steps(sum(call.steps for call in calls))
         if state.session is not None:
             self._write_call_evidence(ctx, state)
-        if state.returned and not calls:
+        if end.returned and not calls:
             state.notes.append("the entry point returned without calling generate")
         return self._outcome(ctx, state, rows, outputs)
 
     @staticmethod
-    def _save_audio(ctx: ExecutionContext, state: _RunState, calls: list[CallCapture]) -> tuple[str, ...]:
+    def _save_audio(ctx: ExecutionContext, state: "TransformersRun", calls: list[CallCapture]) -> tuple[str, ...]:
         """MusicGen-style calls returned decoded audio: WAV files, with frames and seconds from the codec."""
         codec = musicgen.codec(state.model) if state.model is not None else None
         written: list[str] = []
@@ -214,7 +196,7 @@ class TransformersBackend:
         return tuple(written)
 
     @staticmethod
-    def _write_call_evidence(ctx: ExecutionContext, state: _RunState) -> None:
+    def _write_call_evidence(ctx: ExecutionContext, state: "TransformersRun") -> None:
         """`generation-calls.json`, and a note for what the summary should say about it."""
         evidence = generation_calls(state.session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
         write_model_atomic(ctx.snapshot_dir / layout.GENERATION_CALLS, evidence)
@@ -225,15 +207,11 @@ class TransformersBackend:
         if evidence.evidence_level == "partial":
             state.notes.append(f"evidence partial: see {layout.GENERATION_CALLS}")
 
-    def _outcome(self, ctx: ExecutionContext, state: _RunState, rows: tuple[ClassifiedRow, ...], outputs: tuple[str, ...]) -> BackendOutcome:
+    def _outcome(self, ctx: ExecutionContext, state: "TransformersRun", rows: tuple[ClassifiedRow, ...], outputs: tuple[str, ...]) -> BackendOutcome:
         units = ctx.request.units
-        unit, per_unit = self.progress_unit(ctx.request)
+        unit, per_unit = self._backend.progress_unit(ctx.request)
         counts = [int(r.tokens.ids.shape[0]) for r in rows]
-        first_unit_at = ctx.recorder.first_unit_at
-        first_unit_s = decode_s = None
-        if first_unit_at is not None and state.generation_started is not None:
-            first_unit_s = first_unit_at - state.generation_started
-            decode_s = (state.generation_ended or time.monotonic()) - first_unit_at
+        first_unit_s, decode_s = generation_timings(ctx.recorder, state.generation_started, state.generation_ended)
         produced = None
         codec = musicgen.codec(state.model) if state.model is not None else None
         per_second = units.per_second or (codec.frames_per_second if codec is not None else None)  # plan refused any disagreement
@@ -243,18 +221,14 @@ class TransformersBackend:
         if state.audio:  # decoded audio: frames and seconds from the codec, whatever the request's units
             unit, generated = "frame", sum(sum(a.frames) for a in state.audio)
             produced = max(s for a in state.audio for s in a.seconds) if any(a.seconds for a in state.audio) else 0.0
-        failed = state.exception is not None and state.signal is None
         return BackendOutcome(
             unit=unit,
             generated=generated,
             generated_tokens=sum(counts),
-            load_s=state.load_s,
             first_unit_s=first_unit_s,
             decode_s=decode_s,
             stops=stop_records(rows),
             outputs=outputs,
-            exception=exception_info(state.exception) if failed else None,
-            signal=state.signal,
             produced_seconds=produced,
             notes=tuple(state.notes),
         )

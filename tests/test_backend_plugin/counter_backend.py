@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrun.runner import interrupts
 from genrun.runner._io import write_model_atomic
-from genrun.runner.backends import BackendOutcome, ExecutionContext, LoadContext, LoadedModel, exception_info, refuse_generation
+from genrun.runner.backends import (BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings,
+                                    refuse_generation)
 from genrun.runner.budget import memory_fit, refusals_for, with_refusals
 from genrun.runner.errors import RequestError
 from genrun.runner.request_loading import unknown_key_message
-from genrun.schemas import CompletedEvidence, DiffusionSteps, ExceptionEvidence, PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
+from genrun.schemas import CompletedEvidence, DiffusionSteps, ExceptionEvidence, InterruptedEvidence, PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
 
 GENERATION_KEYS = ("steps",)
 DEFAULT_STEPS = 3
@@ -65,39 +65,43 @@ class CounterBackend:
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
                            model=int(start), processor=None, load_s=time.monotonic() - started)
 
-    def run(self, ctx: ExecutionContext, loaded: LoadedModel | None = None) -> BackendOutcome:
-        """Count; failures are returned, not raised."""
-        steps, done, exception, load_s, first_at, started = _steps(ctx.request), 0, None, None, None, time.monotonic()
-        try:
-            loaded = loaded or self.load(ctx)
-            load_s = loaded.load_s
-            write_model_atomic(ctx.snapshot_dir / self.call_config_artifact, _call_record(ctx, steps))
-            ctx.recorder.start(steps, 1)
-            started = time.monotonic()
-            values = []
-            for _ in range(steps):
-                values.append(loaded.model + done)
-                ctx.recorder.step()
-                done += 1
-                first_at = first_at or time.monotonic()
-        except BaseException as exc:  # a backend reports failures, never raises them
-            exception = exc
-        interrupts.disarm()
+    def start(self, ctx: ExecutionContext) -> "CounterRun":
+        """A run counting from the loaded start value."""
+        return CounterRun(ctx)
+
+
+class CounterRun:
+    """`generate` counts one recorder step per value; `finish` writes the values and the stop record. Failures and
+    signals are the core's to classify: this run only reports what it counted."""
+
+    def __init__(self, ctx: ExecutionContext) -> None:
+        self._ctx = ctx
+        self.values: list[int] = []
+        self.started: float | None = None
+
+    def generate(self, loaded: LoadedModel) -> None:
+        ctx, steps = self._ctx, _steps(self._ctx.request)
+        write_model_atomic(ctx.snapshot_dir / CounterBackend.call_config_artifact, _call_record(ctx, steps))
+        ctx.recorder.start(steps, 1)
+        self.started = time.monotonic()
+        for _ in range(steps):
+            self.values.append(loaded.model + len(self.values))
+            ctx.recorder.step()
+
+    def finish(self, end: GenerationEnd) -> BackendOutcome:
+        ctx, steps, done = self._ctx, _steps(self._ctx.request), len(self.values)
         ctx.outputs_dir.mkdir(exist_ok=True)
-        (ctx.outputs_dir / "count.txt").write_text(" ".join(map(str, values)) + "\n" if exception is None else "")
-        reason = "completed" if exception is None else "exception"
+        (ctx.outputs_dir / "count.txt").write_text(" ".join(map(str, self.values)) + "\n" if end.returned else "")
+        reason = "completed" if end.returned else "interrupted" if end.signal else "exception"
         stop = SequenceStop(
             index=0, call_index=0, reason=reason, generated=done, last_token_id=None, fired=(), eos_token_ids=(),
             max_new_tokens=None, max_length=None, prompt_length=None, steps_planned=steps,
-            exception=exception_info(exception) if exception else None,
-            evidence=_evidence(reason, done, steps, exception),
+            exception=exception_info(end.failure) if end.failure else None,
+            evidence=_evidence(end, done, steps),
         )
-        return BackendOutcome(
-            unit="step", generated=done, generated_tokens=0, load_s=load_s,
-            first_unit_s=None if first_at is None else first_at - started,
-            decode_s=None if first_at is None else time.monotonic() - first_at,
-            stops=(stop,), outputs=("count.txt",), exception=exception_info(exception) if exception else None,
-        )
+        first_unit_s, decode_s = generation_timings(ctx.recorder, self.started, None)
+        return BackendOutcome(unit="step", generated=done, generated_tokens=0, first_unit_s=first_unit_s, decode_s=decode_s,
+                              stops=(stop,), outputs=("count.txt",))
 
 
 def _steps(request: Request) -> int:
@@ -120,11 +124,13 @@ def create_backend() -> CounterBackend:
     return CounterBackend()
 
 
-def _evidence(reason: str, done: int, steps: int, exception: BaseException | None) -> CompletedEvidence | ExceptionEvidence:
+def _evidence(end: GenerationEnd, done: int, steps: int) -> CompletedEvidence | ExceptionEvidence | InterruptedEvidence:
     """Typed stop evidence (the format's per-reason models): steps done of steps planned."""
     counted = DiffusionSteps(steps_done=done, steps_planned=steps, steps_planned_source="requested_num_inference_steps",
                              num_inference_steps=steps, timesteps_planned_dry_run=None, step_observation="counter",
-                             denoising_loops=1, output_returned=exception is None)
-    if exception is None:
-        return CompletedEvidence(steps=counted)
-    return ExceptionEvidence(type=type(exception).__name__, message=str(exception), steps=counted)
+                             denoising_loops=1, output_returned=end.returned)
+    if end.signal is not None:
+        return InterruptedEvidence(signal=end.signal, interrupt_flag_set_at_step=None, steps=counted)
+    if end.failure is not None:
+        return ExceptionEvidence(type=type(end.failure).__name__, message=str(end.failure), steps=counted)
+    return CompletedEvidence(steps=counted)

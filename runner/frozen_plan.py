@@ -1,0 +1,197 @@
+"""Before anything is loaded: refuse a snapshot that was already executed, verify every frozen file against
+`frozen-sha256.txt` (the plan digest) and refuse anything else in the plan, and check that genrun's code, the
+entry-point modules, the model's remote code and the model files still hash to what `code.json` / `model.json`
+froze (`FrozenMismatch` names what differs)."""
+
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import orjson
+
+from genrun.schemas import CodeIdentity, CodeSet, ModelIdentity, Request, TokenBudget, layout
+from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_genrun_version
+
+from ._io import RESERVE_NAME
+from .backends import LoadContext
+from .code_identity import code_set, genrun_code_set
+from .errors import FrozenMismatch, GenrunError, SnapshotError
+from .input_files import verify_input_files
+from .processor_identity import frozen_processor_dir
+
+
+class FrozenPlan(NamedTuple):
+    """The frozen files execution reads."""
+
+    request: Request
+    code: CodeIdentity
+    model: ModelIdentity
+    budget: TokenBudget
+
+
+class VerifiedIdentity(NamedTuple):
+    """Digests recomputed before loading anything."""
+
+    plan_digest: str
+    code_digest: str
+    model_digest: str
+
+
+def verify_before_loading(snapshot_dir: Path) -> tuple[FrozenPlan, VerifiedIdentity]:
+    """Not executed yet, frozen files intact, then code and model unchanged; the frozen plan and the digests."""
+    refuse_executed(snapshot_dir)
+    digest = verify_plan_files(snapshot_dir)
+    verify_input_files(snapshot_dir)  # files frozen by hash only (`[input] copy = false`)
+    plan = load_frozen(snapshot_dir)
+    return plan, VerifiedIdentity(digest, verify_code(plan.code), verify_model(plan.model))
+
+
+def refuse_executed(snapshot_dir: Path) -> None:
+    """A snapshot runs once: its progress and result are evidence and are never overwritten."""
+    for name in (layout.RESULT, layout.PROGRESS, layout.MANIFEST):
+        if (snapshot_dir / name).exists():
+            raise SnapshotError(
+                f"snapshot {snapshot_dir} was already executed ({name} exists); a snapshot runs once: "
+                "plan a new one with 'genrun plan REQUEST' or 'genrun run REQUEST'"
+            )
+
+
+def load_frozen(snapshot_dir: Path) -> FrozenPlan:
+    """Parse the frozen files (a file that no longer parses is a changed plan)."""
+    models = ((layout.REQUEST, Request), (layout.CODE, CodeIdentity), (layout.MODEL, ModelIdentity), (layout.TOKEN_BUDGET, TokenBudget))
+    loaded = []
+    for name, model in models:
+        try:
+            loaded.append(model.model_validate_json((snapshot_dir / name).read_bytes()))
+        except NewerFormat as exc:
+            writer = exc.written_by or _planned_by(snapshot_dir)
+            raise SnapshotError(f"frozen file {name} in {snapshot_dir} was {newer_format_message(exc.version, writer)}") from None
+        except (OSError, ValueError) as exc:
+            raise FrozenMismatch(f"frozen file {name} in {snapshot_dir} cannot be read as planned ({exc}); plan the request again") from None
+    return FrozenPlan(*loaded)
+
+
+def _planned_by(snapshot_dir: Path) -> str | None:
+    try:
+        return recorded_genrun_version(orjson.loads((snapshot_dir / layout.ENVIRONMENT).read_bytes()))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+def verify_plan_files(snapshot_dir: Path) -> str:
+    """Recompute every `frozen-sha256.txt` entry; returns the plan digest."""
+    manifest = snapshot_dir / layout.FROZEN_MANIFEST
+    try:
+        entries = parse_sha256sum(manifest.read_bytes())
+    except ValueError as exc:
+        raise FrozenMismatch(f"{manifest} is malformed ({exc}); the plan cannot be trusted: plan the request again") from None
+    current = {}
+
+    def digest_of(rel: str) -> str | None:
+        path = snapshot_dir / rel
+        current[rel] = sha256_file(path) if path.is_file() else None
+        return current[rel]
+
+    sources = [p.name for p in snapshot_dir.iterdir() if layout.is_request_source(p.name)]
+    found = layout.check_frozen(entries, sources, digest_of)
+    if found.not_frozen:
+        raise FrozenMismatch(f"{layout.FROZEN_MANIFEST} does not list {', '.join(found.not_frozen)}; the plan was altered: plan the request again")
+    if found.missing:
+        raise FrozenMismatch(f"frozen file {found.missing[0]} is missing from {snapshot_dir}; the plan was altered: plan the request again")
+    if found.changed:
+        rel = found.changed[0]
+        raise FrozenMismatch(
+            f"frozen file {rel} changed since planning (sha256 {current[rel][:12]}… != frozen {entries[rel][:12]}…); "
+            "a plan is never edited: plan the request again"
+        )
+    refuse_foreign_entries(snapshot_dir, entries)
+    return plan_digest(snapshot_dir)
+
+
+def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> None:
+    """Nothing but the frozen files (and regular sign-off records in a real `signoffs/` directory) may be in a plan:
+    a planted link (`outputs/` -> elsewhere) would make execute write, and the seal chmod, outside the store."""
+    from genrun.analysis import walk_entries
+
+    signoffs = snapshot_dir / layout.SIGNOFFS_DIR
+    if signoffs.is_symlink() or (signoffs.exists() and not signoffs.is_dir()):
+        raise FrozenMismatch(f"{signoffs} is not a directory (a link?); a plan holds only its frozen files: remove it or plan again")
+    for rel, st in walk_entries(snapshot_dir):
+        in_signoffs = rel.startswith(layout.SIGNOFFS_DIR + "/")
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "
+                                 "remove it or plan again")
+        if rel not in (layout.FROZEN_MANIFEST, RESERVE_NAME) and rel not in frozen and not in_signoffs:
+            raise FrozenMismatch(f"{snapshot_dir / rel} is not listed in {layout.FROZEN_MANIFEST}; a plan holds only its frozen files: "
+                                 "remove it or plan again")
+
+
+def verify_code(code: CodeIdentity) -> str:
+    """genrun's code digest now, which must equal the frozen one; entry-point and remote code are checked too."""
+    current = genrun_code_set()
+    _compare_code("genrun's own code", code.genrun, current, "run the genrun version that planned it, or plan again with this one")
+    for label, frozen in (("the entry-point code", code.entrypoint), ("the model's remote code", code.remote_code)):
+        if frozen is not None:
+            _compare_code(label, frozen, _rehash(frozen), "restore it, or plan the request again")
+    return current.digest
+
+
+def _rehash(frozen: CodeSet) -> CodeSet:
+    root = Path(frozen.root)
+    present = [root / f.path for f in frozen.files if (root / f.path).is_file()]
+    return code_set(root, present)
+
+
+def _compare_code(label: str, frozen: CodeSet, current: CodeSet, fix: str) -> None:
+    if current.digest == frozen.digest:
+        return
+    raise FrozenMismatch(f"{label} changed since planning ({describe_differences(frozen.files, current.files)}); {fix}")
+
+
+def describe_differences(frozen: tuple, current: tuple) -> str:
+    """`changed: a, b; added: c; removed: d` from two `FileDigest` lists."""
+    before = {f.path: f.sha256 for f in frozen}
+    after = {f.path: f.sha256 for f in current}
+    parts = []
+    for word, names in (
+        ("changed", sorted(p for p in before.keys() & after.keys() if before[p] != after[p])),
+        ("added", sorted(after.keys() - before.keys())),
+        ("removed", sorted(before.keys() - after.keys())),
+    ):
+        if names:
+            parts.append(f"{word}: {', '.join(names)}")
+    return "; ".join(parts) or "same files, different root"
+
+
+def verify_model(model: ModelIdentity) -> str:
+    """Re-digest the frozen model directory (cheap through the hash cache); it must match `model.json`."""
+    from .model_identity import digest_model_files
+
+    root = Path(model.resolved_path)
+    if not root.is_dir():
+        raise FrozenMismatch(f"model directory {root} (model.json resolved_path) no longer exists; restore it or plan again")
+    try:
+        files = digest_model_files(root)
+    except GenrunError as exc:
+        raise FrozenMismatch(f"model directory {root} can no longer be identified: {exc}") from None
+    digest = sha256_bytes(render_sha256sum((f.path, f.sha256) for f in files))
+    if digest != model.digest:
+        raise FrozenMismatch(
+            f"the model files in {root} changed since planning ({describe_differences(model.files, files)}); restore them or plan again"
+        )
+    return digest
+
+
+def entrypoint_paths(code: CodeIdentity) -> tuple[Path, ...]:
+    """Where planning found the entry-point/loader modules (the request file's directory for local modules)."""
+    if code.entrypoint is None:
+        return ()
+    return (Path(code.entrypoint.root),)
+
+
+def load_context(plan: FrozenPlan, device: str, snapshot_dir: Path) -> LoadContext:
+    """What the backend needs to load this plan's model."""
+    return LoadContext(request=plan.request, model=plan.model, code=plan.code, device=device, import_paths=entrypoint_paths(plan.code),
+                       frozen_processor_dir=frozen_processor_dir(snapshot_dir, plan.model))

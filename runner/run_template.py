@@ -1,0 +1,81 @@
+"""The run template every backend fills: start -> load -> generate -> finish.
+
+The signal gate, the classification of what ended generation, `disarm()` and the handling of a step
+that fails live here, once, for every backend (the protocol is in `genrun.runner.backends`). A
+backend never catches `BaseException` to classify its run and never disarms: a signal that
+arrives after generation ended is counted by the disarmed gate and noted in `result.json`, never
+acted on, whichever backend ran.
+"""
+
+from typing import NamedTuple
+
+from genrun.schemas import ExceptionInfo
+
+from .backends import Backend, BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, Run, exception_info
+from .interrupts import disarm, interrupt_gate
+from .recorder import ProgressRecorder
+
+
+class RunRecord(NamedTuple):
+    """A finished run as the core records it: the backend's outcome, how the run ended, and the core's own facts."""
+
+    outcome: BackendOutcome
+    """What the backend's `finish` reported (a bare count from the recorder when there was no run to finish)."""
+    signal: str | None
+    """`SIGINT`/`SIGTERM` when a signal stopped the run."""
+    exception: ExceptionInfo | None
+    """The exception that failed the run (`None` when it succeeded or a signal stopped it)."""
+    load_s: float | None
+    """Seconds the model's load took (`None` when loading never finished)."""
+    notes: tuple[str, ...] = ()
+    """The core's remarks (a reused model), before the backend's own."""
+
+
+def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel | None = None) -> RunRecord:
+    """Start the run, load (unless `preloaded`) and generate inside the signal gate; disarm; finish. Never raises for a
+    failure of the model, of user code or of the backend: each is recorded, and the caller seals the snapshot."""
+    loaded, run, end = preloaded, None, GenerationEnd()
+    notes = (preloaded.reuse_note,) if preloaded is not None else ()
+    with interrupt_gate():  # nested in execute's gate: shares its handlers; a first signal raises where it lands
+        try:
+            try:
+                run = backend.start(ctx)
+                if loaded is None:
+                    loaded = backend.load(ctx)
+                run.generate(loaded)
+            finally:
+                disarm()  # generation is over: from here a signal is counted, never acted on
+        except BaseException as exc:  # what ended the run is evidence: classified, never re-raised
+            end = GenerationEnd.raised(exc)
+    load_s = loaded.load_s if loaded is not None else None
+    if run is None:  # the backend could not even start a run: no stop records, the exception in result.json
+        return _record(bare_outcome(ctx.recorder), end, None, load_s, notes)
+    outcome, finish_failure = _finish(run, end, ctx.recorder)
+    return _record(outcome, end, finish_failure, load_s, notes)
+
+
+def _finish(run: Run, end: GenerationEnd, recorder: ProgressRecorder) -> tuple[BackendOutcome, BaseException | None]:
+    try:
+        outcome = run.finish(end)
+    except BaseException as exc:  # a failure of the backend's own evidence writing: still a sealed, failed snapshot
+        return bare_outcome(recorder), exc
+    return outcome, outcome.failure
+
+
+def _record(outcome: BackendOutcome, end: GenerationEnd, finish_failure: BaseException | None, load_s: float | None,
+            notes: tuple[str, ...]) -> RunRecord:
+    """How generation ended decides the status; a failure while finishing fails a run that had returned."""
+    failure = finish_failure if end.returned else end.failure
+    return RunRecord(outcome=outcome, signal=end.signal, exception=exception_info(failure) if failure is not None else None,
+                     load_s=load_s, notes=notes)
+
+
+def interrupted_before_running(recorder: ProgressRecorder, signal: str) -> RunRecord:
+    """A signal after `progress.ndjson` opened but before the template ran (e.g. while the context was built)."""
+    return RunRecord(outcome=bare_outcome(recorder), signal=signal, exception=None, load_s=None)
+
+
+def bare_outcome(recorder: ProgressRecorder) -> BackendOutcome:
+    """What the recorder counted, without stop records, timings or outputs: a run no backend could finish."""
+    return BackendOutcome(unit=recorder.unit, generated=recorder.generated, generated_tokens=recorder.steps,
+                          first_unit_s=None, decode_s=None, stops=())
