@@ -218,7 +218,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     loaded["code"] = _read_model(root, layout.CODE, CodeIdentity, files, problems)
     loaded["model"] = _read_model(root, layout.MODEL, ModelIdentity, files, problems)
     loaded["budget"] = _read_model(root, layout.TOKEN_BUDGET, TokenBudget, files, problems)
-    loaded["backend"] = _read_declaration(root, files, problems, loaded["request_json"])
+    loaded["backend"] = _read_declaration(root, files, problems)
     loaded["frozen_manifest"], loaded["plan_digest"] = _read_manifest(root, layout.FROZEN_MANIFEST, problems)
     loaded["generation_configs"] = _read_generation_configs(root, files, problems)
     loaded["pipeline_call"] = _read_model(root, layout.PIPELINE_CALL, PipelineCallBeforeCall, files, problems)
@@ -327,9 +327,12 @@ def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileF
         return None
 
 
-def _read_declaration(root: Path, files: Mapping[str, FileFact], problems: dict[str, str], request_json: Any) -> BackendDeclaration | None:
-    """`backend.json`; its absence is damage in a snapshot planned at format 3 or later (older ones derive it)."""
-    planned_format = request_json.get("schema_version") if isinstance(request_json, dict) else None
+def _read_declaration(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> BackendDeclaration | None:
+    """`backend.json`; its absence is damage in a snapshot planned at format 3 or later (older ones derive it).
+
+    The planned format is `environment.json`'s `schema_version` as written (frozen at plan time, before migration)."""
+    environment = _read_json(root, layout.ENVIRONMENT, files, {})
+    planned_format = environment.get("schema_version") if isinstance(environment, dict) else None
     if layout.BACKEND not in files and isinstance(planned_format, int) and planned_format >= 3 and layout.BACKEND not in problems:
         problems[layout.BACKEND] = ("missing: a snapshot planned at format 3 or later freezes its backend's evidence declaration; "
                                     "without it the evidence cannot be checked as declared (plan the request again)")
