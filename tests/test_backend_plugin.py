@@ -121,6 +121,7 @@ def test_two_plugin_snapshots_diff(tmp_path: Path) -> None:
     assert diffed.returncode == 0, diffed.stderr
     document = json.loads(diffed.stdout)
     assert "generation.steps" in json.dumps(document["request"]), document["request"]
+    assert "call_config.steps" in json.dumps(document["effective_config"]), document["effective_config"]  # its own call config, compared
     assert [(s["reason_a"], s["count_a"], s["count_b"]) for s in document["sequences"]] == [("completed", 4, 6)], document["sequences"]
     assert "changed: outputs/count.txt" in genrun("diff", str(four), str(six), env=env, cwd=tmp_path).stdout
 

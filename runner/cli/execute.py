@@ -86,8 +86,7 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
         requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
         out.print(f"  produced {result.produced_seconds:.2f} s{requested}", soft_wrap=True)
     t = result.timings
-    first = "first step" if result.unit == "step" else f"first {result.unit}"
-    phases = [("load", t.load_s), (first, t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
+    phases = [("load", t.load_s), (f"first {result.unit}", t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
     out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None), soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
