@@ -8,7 +8,8 @@ snapshot must finish (SIGKILL still stops a hung process). Small critical sectio
 line) can defer the exception to their end, so a record is never half-counted.
 
 Gates nest: the CLI holds one for the whole command (`genrun.runner.cli.main`), `execute` one from
-the first execution file to the seal, the backend run one more; an inner gate shares the outer
+the first execution file to the seal, the run template (`genrun.runner.run_template`) one more
+around load and generate, and it alone disarms, for every backend; an inner gate shares the outer
 one's state and handlers, so a signal between two of them is never handled by Python's defaults.
 """
 
@@ -89,6 +90,16 @@ def interrupt_gate() -> Iterator[_GateState]:
         _state.armed = _state.installed = False
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def signal_of(exc: BaseException) -> str | None:
+    """The signal `exc` stands for: genrun's `RunInterrupted`, or a bare `KeyboardInterrupt` (SIGINT where genrun's
+    handler is not installed: not the main thread); `None` for any other exception."""
+    if isinstance(exc, RunInterrupted):
+        return exc.signal_name
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGINT"
+    return None
 
 
 def disarm() -> None:

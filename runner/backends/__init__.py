@@ -55,7 +55,7 @@ from genrun.schemas import BackendDeclaration, CodeIdentity, EvidenceDeclaration
 from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
-from ..interrupts import RunInterrupted
+from ..interrupts import RunInterrupted, signal_of
 from ..recorder import ProgressRecorder
 
 ENTRY_POINT_GROUP = "genrun.backends"
@@ -126,11 +126,7 @@ class GenerationEnd:
     def raised(cls, exc: BaseException) -> "GenerationEnd":
         """Classify what escaped generation: genrun's signal handler, a bare KeyboardInterrupt (no handler
         installed: not the main thread) or a failure of the model or of user code."""
-        if isinstance(exc, RunInterrupted):
-            return cls(exception=exc, signal=exc.signal_name)
-        if isinstance(exc, KeyboardInterrupt):
-            return cls(exception=exc, signal="SIGINT")
-        return cls(exception=exc)
+        return cls(exception=exc, signal=signal_of(exc))
 
     @property
     def returned(self) -> bool:

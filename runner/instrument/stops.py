@@ -32,7 +32,7 @@ from genrun.schemas import (
     UnknownEvidence,
 )
 
-from ..interrupts import RunInterrupted
+from ..interrupts import signal_of
 from .capture import CallCapture, RowTokens
 from .criteria import primary_kind
 
@@ -91,8 +91,7 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
 
 
 def _unfinished(exc: BaseException, base: dict[str, Any], facts: dict[str, Any], exception_info: Any) -> SequenceStop:
-    if isinstance(exc, RunInterrupted | KeyboardInterrupt):
-        signal = exc.signal_name if isinstance(exc, RunInterrupted) else "SIGINT"
+    if (signal := signal_of(exc)) is not None:
         return SequenceStop(reason="interrupted", evidence=InterruptedEvidence(signal=signal, **facts), **base)
     info: ExceptionInfo = exception_info(exc)
     return SequenceStop(reason="exception", exception=info, evidence=ExceptionEvidence(type=info.type, message=info.message, **facts), **base)

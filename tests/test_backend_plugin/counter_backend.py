@@ -169,7 +169,7 @@ class CounterRun:
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         ctx = self._ctx
         ctx.outputs_dir.mkdir(exist_ok=True)
-        (ctx.outputs_dir / "count.txt").write_text(" ".join(map(str, self.values)) + "\n")
+        (ctx.outputs_dir / "count.txt").write_text("".join(f"{v} " for v in self.values).rstrip() + ("\n" if self.values else ""))
         evidence = _evidence(end, self.values, _steps(ctx.request))
         stop = SequenceStop(index=0, call_index=0, reason=evidence.reason, generated=len(self.values),
                             exception=exception_info(end.failure) if end.failure else None, evidence=evidence)
