@@ -197,3 +197,12 @@ def test_a_broken_backend_install_is_refused_naming_its_entry_point(tmp_path: Pa
     assert planned.returncode == 2, planned.stderr
     assert "(entry point 'no_such_counter_module:create_backend') cannot be loaded" in planned.stderr
     assert "Traceback" not in planned.stderr
+
+
+def test_the_plugin_module_is_torch_free_and_exports_what_it_names() -> None:
+    """A backend's author imports `genrun.backends` alone; it must not pull in torch (a torch-free backend stays torch-free)."""
+    probe = ("import sys, genrun.backends as b; missing = [n for n in b.__all__ if not hasattr(b, n)]; "
+             "print(missing, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "False", "False"], proc.stdout
