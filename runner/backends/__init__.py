@@ -22,7 +22,7 @@ At execution the core owns the run template (`genrun.runner.run_template`); a ba
   where it lands. The core classifies what ended the run (`GenerationEnd`): returned, failed (any
   exception) or interrupted (the signal's name).
 - `generate(loaded)` emits `ctx.recorder.start(...)`, writes its call-config artifact
-  (`call_config_artifact`) before the first unit and calls `ctx.recorder.step()` once per
+  (named in its `evidence` declaration) before the first unit and calls `ctx.recorder.step()` once per
   generated unit (the recorder writes `first_token` and the periodic `progress` records itself).
   It may hold a signal (`interrupts.deferred`) to stop at a clean point, e.g. a pipeline's
   interrupt flag, and let it raise when the call returns.
@@ -228,11 +228,9 @@ class Backend(Protocol):
     name: str
     """The `[model] backend` value it serves (its entry-point name)."""
 
-    call_config_artifact: str
-    """The file (a `genrun.schemas.layout` name) it writes before the first unit: the call configuration as made."""
-
     evidence: EvidenceDeclaration
-    """What it writes and analysis may check: call-config and stop-evidence models, evidence kinds (frozen as `backend.json`)."""
+    """What it writes and analysis may check: the call-config artifact it writes before the first unit (file name and
+    model), its stop-evidence models, its evidence kinds (frozen as `backend.json` at plan time)."""
 
     def validate_request(self, request: Request, model_dir: Path) -> None:
         """Refuse (raise `RequestError`, exit 2) what this backend cannot run: unknown or mistyped

@@ -41,7 +41,6 @@ class DiffusersBackend:
     """`[model] backend = "diffusers"`."""
 
     name = "diffusers"
-    call_config_artifact = layout.PIPELINE_CALL
     evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path) -> None:

@@ -38,7 +38,6 @@ class TransformersBackend:
     """`[model] backend = "transformers"`."""
 
     name = "transformers"
-    call_config_artifact = layout.GENERATION_CONFIG
     evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path) -> None:

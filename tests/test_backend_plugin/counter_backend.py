@@ -97,7 +97,6 @@ class CounterBackend:
     """`[model] backend = "counter"`."""
 
     name = "counter"
-    call_config_artifact = CALL_CONFIG
     evidence = EvidenceDeclaration(
         kinds=("call_config", "stop_records"),
         stop_evidence=(CountedAll, CountInterrupted, CountFailed),
