@@ -333,7 +333,9 @@ def _read_declaration(root: Path, files: Mapping[str, FileFact], problems: dict[
     The planned format is `environment.json`'s `schema_version` as written (frozen at plan time, before migration)."""
     environment = _read_json(root, layout.ENVIRONMENT, files, {})
     planned_format = environment.get("schema_version") if isinstance(environment, dict) else None
-    if layout.BACKEND not in files and isinstance(planned_format, int) and planned_format >= 3 and layout.BACKEND not in problems:
+    declared_since = 3  # a newer format's own rules are not ours to apply: its files are refused as newer instead
+    if (layout.BACKEND not in files and isinstance(planned_format, int) and declared_since <= planned_format <= layout.FORMAT_VERSION
+            and layout.BACKEND not in problems):
         problems[layout.BACKEND] = ("missing: a snapshot planned at format 3 or later freezes its backend's evidence declaration; "
                                     "without it the evidence cannot be checked as declared (plan the request again)")
         return None
