@@ -28,6 +28,8 @@ def render_report(report: Report, console: Console) -> None:
         console.print(_limits_table(report))
     if report.pipeline is not None:
         console.print(_kv_table("Pipeline call (as made)", _pipeline_rows(report.pipeline)))
+    if report.call_config is not None:
+        console.print(_kv_table(f"Call config (as made, {report.call_config_name})", list(report.call_config.items())))
     if report.sequences:
         console.print(_stops_table(report))
     console.print(_timings_line(report))

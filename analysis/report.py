@@ -192,6 +192,10 @@ class Report(_Model):
     """Progress records in the file (before thinning)."""
     pipeline: PipelineCallBeforeCall | None
     """Diffusers: the pipeline call as made (`None` for LMs)."""
+    call_config: dict[str, Any] | None = None
+    """Any other backend: its declared call-config artifact as recorded (`call_config_name`), top-level values."""
+    call_config_name: str | None = None
+    """That artifact's file name."""
     outputs: tuple[str, ...]
     """Files under `outputs/` named by result.json."""
     last_progress_ids: tuple[TokenLine, ...]
@@ -224,9 +228,18 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
         sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
-        pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (),
+        pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (), **_declared_call_config(snap),
         **_last_progress_ids(snap, decoder),
     )
+
+
+def _declared_call_config(snap: Snapshot) -> dict[str, Any]:
+    """The call config of a backend whose evidence kinds name no model for it (the limits and pipeline tables show the others)."""
+    declared = snap.declaration.call_config
+    typed = snap.declares("generation_config") or snap.declares("diffusion_steps")
+    if typed or declared is None or not isinstance(snap.call_config_json, dict):
+        return {}
+    return {"call_config": snap.call_config_json, "call_config_name": declared.name}
 
 
 def _headline(snap: Snapshot) -> str:

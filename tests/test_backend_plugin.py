@@ -102,6 +102,7 @@ def test_the_plugin_snapshot_reports_as_text_json_and_html(tmp_path: Path) -> No
     text = genrun("report", str(snapshot), env=env, cwd=tmp_path)
     assert text.returncode == 0, text.stderr
     assert "succeeded: 4 steps" in text.stdout and "counted=4" in text.stdout and "last_value=10" in text.stdout
+    assert "Call config" in text.stdout and "steps_source  request" in text.stdout  # its own call config, as recorded
     as_json = genrun("report", str(snapshot), "--json", env=env, cwd=tmp_path)
     assert as_json.returncode == 0, as_json.stderr
     line = json.loads(as_json.stdout)["sequences"][0]
@@ -110,7 +111,7 @@ def test_the_plugin_snapshot_reports_as_text_json_and_html(tmp_path: Path) -> No
     html = genrun("report", str(snapshot), "--html", str(page), env=env, cwd=tmp_path)
     assert html.returncode == 0, html.stderr
     body = page.read_text()
-    assert "counted=4" in body and "call_config" in body and "stop_evidence" in body
+    assert "counted=4" in body and "call_config" in body and "stop_evidence" in body and "Call config (as made, counter-call.json)" in body
 
 
 def test_two_plugin_snapshots_diff(tmp_path: Path) -> None:
