@@ -166,6 +166,21 @@ def test_a_current_snapshot_without_its_declaration_is_damaged(tmp_path: Path) -
     assert findings["artifacts_valid"].status == "FAIL" and f"{layout.BACKEND}: missing" in findings["artifacts_valid"].message
 
 
+def test_a_backend_that_declares_no_evidence_is_refused_naming_what_it_lacks(tmp_path: Path) -> None:
+    """A backend without an evidence declaration could not be checked: plan refuses it (exit 2), naming the member."""
+    site = tmp_path / "site"
+    env = install_counter(site, target="undeclared_counter:create_backend")
+    (site / "undeclared_counter.py").write_text(
+        "import counter_backend\n\n"
+        "class Undeclared(counter_backend.CounterBackend):\n"
+        "    evidence = property(lambda self: (_ for _ in ()).throw(AttributeError('evidence')))\n\n"
+        "def create_backend():\n    return Undeclared()\n")
+    planned = genrun("plan", str(counter_request(tmp_path)), "--store", str(tmp_path / "store"), env=env, cwd=tmp_path)
+    assert planned.returncode == 2, planned.stderr
+    assert "does not provide a genrun Backend named 'counter': it lacks evidence (see genrun.backends)" in planned.stderr
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
+
+
 def test_the_counter_imports_nothing_from_genrun_but_the_plugin_module() -> None:
     tree = ast.parse((PLUGIN_DIR / "counter_backend.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

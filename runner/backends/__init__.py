@@ -287,9 +287,15 @@ def get_backend(name: str) -> Backend:
         backend = entry.load()()
     except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
         raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(backend, Backend) or backend.name != name:
-        raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}")
+    missing = sorted(member for member in _BACKEND_MEMBERS if not hasattr(backend, member))
+    if missing or not isinstance(backend, Backend) or backend.name != name:
+        lacking = f": it lacks {', '.join(missing)} (see genrun.backends)" if missing else ""
+        raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}{lacking}")
     return backend
+
+
+_BACKEND_MEMBERS = frozenset(Backend.__annotations__) | {n for n in vars(Backend) if not n.startswith("_")}
+"""What a backend must have: the protocol's attributes and methods (named when one is missing)."""
 
 
 def refuse_generation(problems: list[str]) -> None:
