@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from genrun.analysis import Finding, read_snapshot, verify_snapshot
 from genrun.schemas import BackendDeclaration, GenerationStop, Result, layout
 
@@ -222,3 +224,34 @@ def test_the_plugin_module_is_torch_free_and_exports_what_it_names() -> None:
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[]", "False", "False"], proc.stdout
+
+
+def test_an_evidence_declaration_that_cannot_hold_is_refused_when_the_backend_is_defined() -> None:
+    """Mistakes in a declaration surface where the author writes it, each naming the fix."""
+    from typing import Literal
+
+    from genrun.backends import EvidenceDeclaration, StopEvidence
+
+    class Done(StopEvidence):
+        reason: Literal["completed"] = "completed"
+
+    class AlsoDone(StopEvidence):
+        reason: Literal["completed"] = "completed"
+
+    class Untagged(StopEvidence):
+        pass
+
+    cases = [
+        (dict(kinds=("stop_records", "token_idz"), stop_evidence=(Done,)), r"unknown evidence kind\(s\) \['token_idz'\]"),
+        (dict(kinds=("call_config",), stop_evidence=(Done,)), r"every backend provides \['stop_records'\]"),
+        (dict(kinds=("stop_records", "call_config"), stop_evidence=(Done,)), "call_config_name, call_config_model and the `call_config` kind go together"),
+        (dict(kinds=("stop_records",), stop_evidence=()), "declare at least one stop-evidence model"),
+        (dict(kinds=("stop_records",), stop_evidence=(Done, AlsoDone)), r"one stop-evidence model per reason; reasons declared: \['completed', 'completed'\]"),
+        (dict(kinds=("stop_records",), stop_evidence=(Untagged,)), "must default `reason` to its Literal tag"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises((ValueError, TypeError), match=message):
+            EvidenceDeclaration(**arguments)
+    declared = EvidenceDeclaration(kinds=("stop_records",), stop_evidence=(Done,)).record(
+        backend="done", unit="step", distribution=None, distribution_version=None)
+    assert (declared.stop_reasons, declared.call_config, declared.derived) == (("completed",), None, False)
