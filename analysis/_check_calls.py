@@ -2,6 +2,7 @@
 
 from genrun.schemas import layout
 
+from ._check_tokens import undeclared
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
@@ -10,12 +11,14 @@ from ._load import Snapshot
 def check_call_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Every generate call was recorded with full evidence; a partial one is a WARN naming what is missing and why."""
     name = "call_evidence"
+    if not snap.declares("generation_calls"):
+        return skip(name, undeclared(snap, "generation_calls"))
     calls = snap.generation_calls
     if calls is None:
         if layout.GENERATION_CALLS in snap.files:
             return Finding(name=name, status="FAIL", message=f"{layout.GENERATION_CALLS} is {snap.problems.get(layout.GENERATION_CALLS, 'invalid')}",
                            examined=Examined(files=1))
-        return skip(name, f"no {layout.GENERATION_CALLS} (diffusion, or written by an older genrun)")
+        return skip(name, f"no {layout.GENERATION_CALLS} (written by an older genrun, or generation never started)")
     evidence = {"transformers_version": calls.transformers_version, "foreign_thread_calls": calls.foreign_thread_calls,
                 "calls": {c.call_index: {"path": c.path, "evidence_level": c.evidence_level, "nested_calls": c.nested_calls}
                           for c in calls.calls}}

@@ -7,8 +7,8 @@ from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop, layout
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
-from ._rows import audio_frames, eos_positions, rows_of, total_ids
-from ._check_tokens import DIFFUSION_SKIP
+from ._rows import audio_frames, eos_positions, rows_of, token_facts, total_ids
+from ._check_tokens import undeclared
 
 COMMON_BUDGETS = frozenset({16, 20, 100, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384, 32768, 65536})
 """Budgets seen as hidden caps in clients and servers (../shared/notes/anchors.md)."""
@@ -39,8 +39,8 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
     other reason is a WARN: that is what a run silently cut at 16,384 tokens looks like.
     """
     name = "hidden_cap"
-    if snap.counts_steps:
-        return skip(name, DIFFUSION_SKIP)
+    if not snap.declares("token_ids"):
+        return skip(name, undeclared(snap, "token_ids"))
     if snap.stop is None:
         return skip(name, "no generation-stop.json (the run did not finish)")
     warns, notes, evidence = [], [], {}
@@ -49,7 +49,7 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
         if stop is None:
             continue
         count = len(row.ids) if row.ids is not None else stop.generated
-        has_eos = stop.reason == "eos" or (row.ids is not None and bool(eos_positions(row.ids, stop.eos_token_ids)))
+        has_eos = stop.reason == "eos" or (row.ids is not None and bool(eos_positions(row.ids, token_facts(stop).eos_token_ids)))
         if has_eos or not is_suspicious_count(count):
             continue
         explanation = _request_limit_explains(snap, stop, count)
@@ -98,8 +98,9 @@ def _request_limit_explains(snap: Snapshot, stop: SequenceStop, count: int) -> s
     effective = config.effective.get(stop.reason) if config is not None else None
     if stop.reason == "max_new_tokens" and effective == count:
         return f"max_new_tokens={count} set by {who} (recorded stop max_new_tokens)"
-    if stop.reason == "max_length" and stop.prompt_length is not None and effective == stop.prompt_length + count:
-        return f"max_length={effective} set by {who} (prompt {stop.prompt_length} + {count}; recorded stop max_length)"
+    prompt_length = token_facts(stop).prompt_length
+    if stop.reason == "max_length" and prompt_length is not None and effective == prompt_length + count:
+        return f"max_length={effective} set by {who} (prompt {prompt_length} + {count}; recorded stop max_length)"
     return None
 
 
@@ -114,8 +115,8 @@ def _limit_origin(snap: Snapshot, stop: SequenceStop) -> str:
 def check_library_default_limit(snap: Snapshot, ctx: CheckContext) -> Finding:
     """A row cut by a length nobody set (transformers 5.x: `max_length` = prompt + 20) is a WARN."""
     name = "library_default_limit"
-    if snap.counts_steps:
-        return skip(name, DIFFUSION_SKIP)
+    if not snap.declares("generation_config"):
+        return skip(name, undeclared(snap, "generation_config"))
     if not snap.generation_configs:
         return skip(name, "no generation-config.before-generate.json")
     defaults = {c.call_index: c for c in snap.generation_configs if "library_default" in (c.limit_sources.get(k) for k in _LENGTH_REASONS)}
@@ -146,8 +147,8 @@ def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
     must pass on ordinary runs that asked for N tokens and got N.
     """
     name = "budget_truncation"
-    if snap.counts_steps:
-        return skip(name, DIFFUSION_SKIP)
+    if not snap.declares("token_ids"):
+        return skip(name, undeclared(snap, "token_ids"))
     if snap.stop is None:
         return skip(name, "no generation-stop.json (the run did not finish)")
     cut = [s for s in snap.stop.sequences if s.reason in _LENGTH_REASONS]
@@ -159,17 +160,18 @@ def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
                     "fits_context": budget.fits_context}
         if budget.domain is not None:
             estimate["domain"] = budget.domain.model_dump(mode="json")
+    facts = {s.index: token_facts(s) for s in cut}
     evidence: dict[str, Any] = {"budget_estimate": estimate, "cut": {layout.sequence_name(s.index): {
-        "reason": s.reason, "generated": s.generated, "max_new_tokens": s.max_new_tokens, "max_length": s.max_length,
-        "prompt_length": s.prompt_length} for s in cut}}
+        "reason": s.reason, "generated": s.generated, "max_new_tokens": facts[s.index].max_new_tokens,
+        "max_length": facts[s.index].max_length, "prompt_length": facts[s.index].prompt_length} for s in cut}}
     examined = Examined(files=2)
     if not cut:
         return Finding(name=name, status="PASS", message=f"no row was cut by a length limit ({len(snap.stop.sequences)} row(s))",
                        evidence=evidence, examined=examined)
-    parts = [f"sequence {s.index} was cut by max_new_tokens: {s.generated} of {s.max_new_tokens} new tokens (prompt {s.prompt_length}, "
-             f"max_length {s.max_length})" if s.reason == "max_new_tokens" else
-             f"sequence {s.index} was cut by max_length: prompt {s.prompt_length} + {s.generated} new tokens = max_length {s.max_length}"
-             for s in cut]
+    parts = [f"sequence {s.index} was cut by max_new_tokens: {s.generated} of {f.max_new_tokens} new tokens (prompt {f.prompt_length}, "
+             f"max_length {f.max_length})" if s.reason == "max_new_tokens" else
+             f"sequence {s.index} was cut by max_length: prompt {f.prompt_length} + {s.generated} new tokens = max_length {f.max_length}"
+             for s, f in ((s, facts[s.index]) for s in cut)]
     setters = {s.index: user_set_limit(snap, s) for s in cut}
     needed = _estimate_needs_more(budget)
     evidence.update(set_by_user={f"sequence_{i}": who is not None for i, who in setters.items()}, estimate_needs_more=needed)
@@ -209,8 +211,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Frame units: produced seconds below 95 % of the requested seconds is a WARN `early_stop` naming the cause."""
     name = "early_stop"
     request = snap.request
-    if request is None or request.units.name != "frame":
-        return skip(name, "token units: no requested duration to compare")
+    if request is None or request.units.name != "frame" or not snap.declares("token_ids"):
+        return skip(name, "not frame units of saved token ids: no requested duration to compare")
     requested = request.units.requested_seconds
     if requested is None:
         return skip(name, "[units] requested_seconds is not set: nothing to compare the produced duration with")
@@ -248,12 +250,13 @@ def _early_stop_cause(snap: Snapshot, index: int, tokens_per_frame: int) -> str:
     stop = next((s for s in snap.stop.sequences if s.index == index), None) if snap.stop else None
     if stop is None:
         return "the stop reason is not recorded"
+    facts = token_facts(stop)
     if stop.reason == "eos":
         ids = snap.token_ids[index] if snap.token_ids else None
-        found = eos_positions(ids, stop.eos_token_ids) if ids is not None else []
+        found = eos_positions(ids, facts.eos_token_ids) if ids is not None else []
         position = found[0] if found else stop.generated - 1
-        return f"the model emitted EOS (id {stop.last_token_id}) at frame {position // tokens_per_frame}"
+        return f"the model emitted EOS (id {facts.last_token_id}) at frame {position // tokens_per_frame}"
     if stop.reason in _LENGTH_REASONS:
-        limit = stop.max_new_tokens if stop.reason == "max_new_tokens" else stop.max_length
+        limit = facts.max_new_tokens if stop.reason == "max_new_tokens" else facts.max_length
         return f"the {stop.reason} limit ({limit}) was reached at frame {stop.generated // tokens_per_frame}"
     return f"generation stopped with reason {stop.reason!r} at frame {stop.generated // tokens_per_frame}"

@@ -81,12 +81,15 @@ def check_limits_reached_config(snap: Snapshot, ctx: CheckContext) -> Finding:
     name = "limits_reached_config"
     if snap.request is None:
         return skip(name, "request.json is missing or invalid")
-    if snap.counts_steps:
+    if snap.declares("diffusion_steps"):
         return _pipeline_limits(snap, name)
+    if not snap.declares("generation_config"):
+        return skip(name, f"the {snap.declaration.backend!r} backend declares no generation-config or pipeline-call evidence; "
+                          f"its call configuration is checked by call_config")
     if not snap.generation_configs:
         if snap.result is not None and snap.result.status != "succeeded":
             return skip(name, f"the run {snap.result.status} before generate recorded its effective config")
-        if layout.RESULT in snap.files and not snap.counts_steps:
+        if layout.RESULT in snap.files:
             return Finding(name=name, status="FAIL", message="no generation-config.before-generate.json: the effective config was never recorded",
                            examined=Examined(files=1))
         return skip(name, "no generation-config.before-generate.json (generation never started, or the backend records none)")
@@ -121,9 +124,8 @@ def _limits_of_call(snap: Snapshot, cfg: GenerationConfigBeforeGenerate) -> tupl
             (warns if via_entrypoint else fails).append(problem + (" — the entry point passed its own value" if via_entrypoint else ""))
         elif not via_entrypoint and cfg.limit_sources.get(key, "request") != "request":
             fails.append(f"call {cfg.call_index}: limit_sources says {key} came from {cfg.limit_sources[key]!r}, but the request set it")
-    if not snap.counts_steps:
-        fails += _derivation_problems(cfg)
-        warns += _length_warnings(snap, cfg)
+    fails += _derivation_problems(cfg)
+    warns += _length_warnings(snap, cfg)
     status: Status = "FAIL" if fails else "WARN" if warns else "PASS"
     evidence: dict[str, Any] = {"overrides": cfg.overrides, "effective_limits": {k: cfg.effective.get(k) for k in (*_LENGTH_KEYS, "max_time", "stop_strings")},
                 "limit_sources": cfg.limit_sources, "prompt_length": cfg.prompt_length, "context_limit": cfg.context_limit}

@@ -3,15 +3,20 @@
 from array import array
 from typing import Any
 
-from genrun.schemas import MaxTimeEvidence, SequenceStop, StopStringEvidence, layout
+from genrun.schemas import TERMINAL_REASONS, SequenceStop, layout
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, Status, skip, worst
 from ._load import Snapshot
-from ._rows import Row, audio_frames, eos_positions, rows_of, total_ids, units_of
+from ._rows import Row, audio_frames, eos_positions, rows_of, token_facts, total_ids, units_of
 from ._tokenizer import DecoderUnavailable, TextDecoder
 
-DIFFUSION_SKIP = "the run counted steps (a diffusion pipeline or another step-counting backend): no token ids (outputs are checked through the manifest and diffusion_steps)"
+
+def undeclared(snap: Snapshot, kind: str) -> str:
+    """The SKIP message of a check whose evidence kind the snapshot's backend did not declare."""
+    declared = snap.declaration
+    return (f"the {declared.backend!r} backend declares no {kind} evidence (it declares {', '.join(declared.evidence)}); "
+            f"its outputs are checked through the manifest")
 
 
 def _no_ids_reason(snap: Snapshot) -> Finding | None:
@@ -27,8 +32,8 @@ def _no_ids_reason(snap: Snapshot) -> Finding | None:
 def check_token_counts(snap: Snapshot, ctx: CheckContext) -> Finding:
     """The count per row agrees across the ids file, its summary and the stop file; totals agree with result.json and the last progress record."""
     name = "token_counts"
-    if snap.counts_steps:
-        return skip(name, DIFFUSION_SKIP)
+    if not snap.declares("token_ids"):
+        return skip(name, undeclared(snap, "token_ids"))
     if (missing := _no_ids_reason(snap)) is not None:
         return missing.model_copy(update={"name": name})
     rows = rows_of(snap)
@@ -88,8 +93,8 @@ def _decoding_steps(snap: Snapshot, counts: dict[int, int]) -> int:
 def check_token_summary(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`generated-token-ids.json` describes the saved ids: last `LAST_IDS_KEPT` ids, EOS positions, EOS set and prompt length."""
     name = "token_summary"
-    if snap.counts_steps:
-        return skip(name, DIFFUSION_SKIP)
+    if not snap.declares("token_ids"):
+        return skip(name, undeclared(snap, "token_ids"))
     if snap.token_ids is None or snap.token_summary is None:
         return skip(name, "generated-token-ids.safetensors or generated-token-ids.json is missing or invalid (see token_counts)")
     summary = snap.token_summary
@@ -126,12 +131,13 @@ def check_stop_reasons(snap: Snapshot, ctx: CheckContext) -> Finding:
                            examined=Examined(files=1))
         return skip(name, "no generation-stop.json (the run did not finish)")
     ids = snap.token_ids or {}
-    verdicts = [_judge_stop(s, ids.get(s.index), snap, ctx.decoder) for s in snap.stop.sequences]
+    judge = _judge_stop if snap.declares("token_ids") else _judge_without_ids
+    verdicts = [judge(s, ids.get(s.index), snap, ctx.decoder) for s in snap.stop.sequences]
     verdicts.append(_judge_status(snap))
     status = worst(v[0] for v in verdicts)
     notes = [v[1] for v in verdicts if v[1]]
-    evidence: dict[str, Any] = {layout.sequence_name(s.index): {"reason": s.reason, "generated": s.generated, "last_token_id": s.last_token_id,
-                                        "fired": list(s.fired), "evidence": s.evidence.model_dump(mode="json")} for s in snap.stop.sequences}
+    evidence: dict[str, Any] = {layout.sequence_name(s.index): {"reason": s.reason, "generated": s.generated, "evidence": s.evidence.model_dump(mode="json")}
+                for s in snap.stop.sequences}
     if snap.result is not None:
         evidence["result_status"] = snap.result.status
     examined = Examined(files=3, token_ids=total_ids(snap))
@@ -143,56 +149,65 @@ def check_stop_reasons(snap: Snapshot, ctx: CheckContext) -> Finding:
     return Finding(name=name, status=status, message="; ".join(bad), evidence=evidence, examined=examined)
 
 
-def _judge_stop(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> tuple[Status, str]:
-    """(status, note) for one row's recorded reason."""
+def _judge_without_ids(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> tuple[Status, str]:
+    """(status, note) for one row of a backend that declares no token ids: terminal reasons against result.json."""
     where = f"sequence {stop.index} ({stop.reason})"
+    if stop.reason in TERMINAL_REASONS:
+        return _judge_terminal(stop, snap, where)
+    return "PASS", f"sequence {stop.index}: {stop.reason} (no token ids declared to hold it against)"
+
+
+def _judge_stop(stop: SequenceStop, ids: array | None, snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> tuple[Status, str]:
+    """(status, note) for one row's recorded reason, against its saved ids and the token facts of its evidence."""
+    where = f"sequence {stop.index} ({stop.reason})"
+    facts = token_facts(stop)
     if ids is not None:
         last = ids[-1] if ids else None
-        if stop.last_token_id != last:
-            return "FAIL", f"{where}: last_token_id {stop.last_token_id} but the last saved id is {last}"
-    if stop.reason in ("completed", "interrupted", "exception"):
+        if facts.last_token_id != last:
+            return "FAIL", f"{where}: last_token_id {facts.last_token_id} but the last saved id is {last}"
+    if stop.reason in TERMINAL_REASONS:
         return _judge_terminal(stop, snap, where)
     if ids is None:
         return "FAIL", f"{where}: no saved ids to check the reason against"
     count = len(ids)
     last = ids[-1] if count else None
-    eos_at = eos_positions(ids, stop.eos_token_ids)
+    eos_at = eos_positions(ids, facts.eos_token_ids)
     if stop.reason == "eos":
-        if last is None or last not in stop.eos_token_ids:
-            return "FAIL", f"{where}: the last id {last} is not in the EOS set {list(stop.eos_token_ids)}"
+        if last is None or last not in facts.eos_token_ids:
+            return "FAIL", f"{where}: the last id {last} is not in the EOS set {list(facts.eos_token_ids)}"
         if len(eos_at) > 1:
             return "FAIL", f"{where}: EOS also at position {eos_at[0]}, before the end; the row should have stopped there"
         return "PASS", ""
     if stop.reason in ("max_new_tokens", "max_length") and eos_at:
         return "FAIL", f"{where}: EOS id {ids[eos_at[0]]} at position {eos_at[0]}, so the row ended by EOS, not by a length limit"
     if stop.reason == "max_new_tokens":
-        if stop.max_new_tokens is None or count != stop.max_new_tokens:
-            return "FAIL", f"{where}: {count} tokens but max_new_tokens is {stop.max_new_tokens}"
+        if facts.max_new_tokens is None or count != facts.max_new_tokens:
+            return "FAIL", f"{where}: {count} tokens but max_new_tokens is {facts.max_new_tokens}"
         return "PASS", ""
     if stop.reason == "max_length":
-        if stop.max_length is None or stop.prompt_length is None or stop.prompt_length + count != stop.max_length:
-            return "FAIL", f"{where}: prompt {stop.prompt_length} + {count} tokens != max_length {stop.max_length}"
+        if facts.max_length is None or facts.prompt_length is None or facts.prompt_length + count != facts.max_length:
+            return "FAIL", f"{where}: prompt {facts.prompt_length} + {count} tokens != max_length {facts.max_length}"
         return "PASS", ""
     if stop.reason == "stop_string":
         return _judge_stop_string(stop, ids, decoder, where)
     if stop.reason == "max_time":
-        limit = stop.evidence.max_time if isinstance(stop.evidence, MaxTimeEvidence) else None
+        limit = stop.evidence.fact("max_time")
         elapsed = snap.progress.last.t if snap.progress and snap.progress.last else None
         if isinstance(limit, (int, float)) and elapsed is not None and elapsed < limit:
             return "FAIL", f"{where}: the run lasted {elapsed:.3f} s, less than max_time {limit} s"
         return "PASS", f"sequence {stop.index}: max_time {limit} s (time limits are not visible in the ids)"
     if stop.reason == "custom":
-        names = list(getattr(stop.evidence, "custom_criteria", ()) or stop.fired)
+        names = list(stop.evidence.fact("custom_criteria") or facts.fired)
         if not names:
             return "FAIL", f"{where}: reason 'custom' but no criterion is named in fired or evidence.custom_criteria"
         return "PASS", f"sequence {stop.index}: stopped by the caller's own criteria {names}"
     if stop.reason == "unknown":
-        return "WARN", f"{where}: no recorded criterion explains the stop (last id {last}, {count} tokens, fired {list(stop.fired)})"
+        return "WARN", f"{where}: no recorded criterion explains the stop (last id {last}, {count} tokens, fired {list(facts.fired)})"
     return "FAIL", f"{where}: reason {stop.reason!r} is not valid for a token row"
 
 
 def _judge_stop_string(stop: SequenceStop, ids: array, decoder: TextDecoder | DecoderUnavailable, where: str) -> tuple[Status, str]:
-    string = stop.evidence.stop_string if isinstance(stop.evidence, StopStringEvidence) else None
+    string = stop.evidence.fact("stop_string")
     if not isinstance(string, str):
         return "FAIL", f"{where}: evidence does not name the stop string"
     if isinstance(decoder, DecoderUnavailable):
@@ -235,8 +250,8 @@ def _judge_status(snap: Snapshot) -> tuple[Status, str]:
 def check_saved_text(snap: Snapshot, ctx: CheckContext) -> Finding:
     """The saved text (summary decodes, `outputs/sequence_<i>.txt`) equals the decode of the saved ids."""
     name = "saved_text"
-    if snap.counts_steps:
-        return skip(name, DIFFUSION_SKIP)
+    if not snap.declares("token_ids"):
+        return skip(name, undeclared(snap, "token_ids"))
     if snap.token_ids is None or snap.token_summary is None:
         return skip(name, "no saved ids or summary to decode (see token_counts)")
     problems: list[str] = []

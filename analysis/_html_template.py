@@ -64,6 +64,8 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <p>prompt {{ fmt(r.prompt_length) }} tokens · context {{ fmt(r.context_limit) }} · EOS {{ fmt(r.eos_token_ids|list) }} · pad {{ fmt(r.pad_token_id) }}</p>{% endif %}
 {% if r.pipeline %}<h2 id="pipeline">Pipeline call (as made)</h2><table>{% for key, value in r.pipeline.items() %}
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
+{% if r.call_config %}<h2 id="call-config">Call config (as made, {{ r.call_config_name }})</h2><table>{% for key, value in r.call_config.items() %}
+<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
 
 <h2 id="stops">Why each row stopped</h2>
 {% if r.sequences %}<table><tr><th>row</th><th>stop reason</th><th>{{ r.unit }}s</th><th>last id</th><th>EOS at</th><th>evidence</th><th>last tokens decoded</th></tr>

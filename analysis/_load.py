@@ -11,7 +11,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from genrun.schemas import (
     AnyEvent,
+    BackendDeclaration,
     CodeIdentity,
     Environment,
     GeneratedTokenIds,
@@ -35,10 +36,12 @@ from genrun.schemas import (
     Request,
     Result,
     TokenBudget,
+    derived_declaration,
     layout,
 )
 from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
 from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, parse_progress_lines
+from genrun.schemas.evidence import EvidenceKind
 from ._safetensors import SafetensorsError, read_int_tensors
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -98,12 +101,16 @@ class Snapshot:
     code: CodeIdentity | None = None
     model: ModelIdentity | None = None
     budget: TokenBudget | None = None
+    backend: BackendDeclaration | None = None
+    """`backend.json` as frozen at plan time (`None` before format 3, or when damaged: see `declaration`)."""
     frozen_manifest: Mapping[str, str] | None = None
     """`frozen-sha256.txt` entries: path -> sha256."""
     plan_digest: str | None = None
     """sha256 of `frozen-sha256.txt`."""
     generation_configs: tuple[GenerationConfigBeforeGenerate, ...] = ()
     """Call 0 (`generation-config.before-generate.json`) then any further outermost calls."""
+    call_config_json: Any = None
+    """The declared call-config artifact as plain JSON (validated against its recorded schema by `call_config`)."""
     pipeline_call: PipelineCallBeforeCall | None = None
     """Diffusers: the pipeline call as made (`pipeline-call.before-call.json`)."""
     progress: ProgressLog | None = None
@@ -142,15 +149,22 @@ class Snapshot:
         return next((e.unit for e in starts), None)
 
     @property
-    def counts_steps(self) -> bool:
-        """The run counted steps and recorded no token ids (a diffusion-style call): the token checks do not apply.
+    def declaration(self) -> BackendDeclaration:
+        """The backend's evidence declaration: `backend.json`, else (format 1/2) derived from what the snapshot recorded.
 
-        Decided from what the snapshot recorded, never from the backend's name: the recorded unit,
-        else whether a `pipeline-call.before-call.json` call record exists."""
+        Analysis picks its checks by the evidence kinds declared here, never by the backend's name."""
+        if self.backend is not None:
+            return self.backend
         unit = self.recorded_unit
-        if unit is not None:
-            return unit == "step"
-        return layout.PIPELINE_CALL in self.files
+        if unit is None:  # no budget, result or progress loaded (damage): a pipeline call record still says steps
+            unit = "step" if layout.PIPELINE_CALL in self.files else self.request.units.name if self.request is not None else "token"
+        genrun_version = self.environment.genrun_version if self.environment is not None else None
+        backend = self.request.model.backend if self.request is not None else "unknown"
+        return derived_declaration(backend=backend, unit=unit, genrun_version=genrun_version)
+
+    def declares(self, kind: EvidenceKind) -> bool:
+        """The snapshot's backend declared this evidence kind (its checks apply)."""
+        return self.declaration.declares(kind)
 
     @property
     def state(self) -> layout.SnapshotState:
@@ -164,12 +178,10 @@ class Snapshot:
 
     @property
     def unit(self) -> layout.Unit:
-        """`token`, `frame` or `step`: as recorded, else the request's `[units]`, else `token`."""
+        """`token`, `frame` or `step`: as recorded at execution, else as declared at plan time (`backend.json`)."""
         if (unit := self.recorded_unit) is not None:
             return unit
-        if self.counts_steps:
-            return "step"
-        return self.request.units.name if self.request is not None else "token"
+        return self.declaration.unit
 
 
 def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
@@ -203,6 +215,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     loaded["code"] = _read_model(root, layout.CODE, CodeIdentity, files, problems)
     loaded["model"] = _read_model(root, layout.MODEL, ModelIdentity, files, problems)
     loaded["budget"] = _read_model(root, layout.TOKEN_BUDGET, TokenBudget, files, problems)
+    loaded["backend"] = _read_declaration(root, files, problems)
     loaded["frozen_manifest"], loaded["plan_digest"] = _read_manifest(root, layout.FROZEN_MANIFEST, problems)
     loaded["generation_configs"] = _read_generation_configs(root, files, problems)
     loaded["pipeline_call"] = _read_model(root, layout.PIPELINE_CALL, PipelineCallBeforeCall, files, problems)
@@ -220,7 +233,11 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     loaded["outputs"] = _read_text_outputs(root, files, problems)
     loaded["input_files"] = _read_model(root, layout.INPUT_FILES, InputFiles, files, problems)
     loaded["input_preparation"] = _read_model(root, layout.INPUT_PREPARATION, InputPreparation, files, problems)
-    return Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
+    snap = Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
+    call_config = snap.declaration.call_config
+    if call_config is None or call_config.name not in files:
+        return snap
+    return replace(snap, call_config_json=_read_json(root, call_config.name, files, problems))
 
 
 def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[str, FileFact]:
@@ -296,6 +313,21 @@ def _validate(root: Path, model: type[_M], data: Any, rel: str, problems: dict[s
 
 def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileFact], problems: dict[str, str]) -> _M | None:
     return _validate(root, model, _read_json(root, rel, files, problems), rel, problems)
+
+
+def _read_declaration(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> BackendDeclaration | None:
+    """`backend.json`; its absence is damage in a snapshot planned at format 3 or later (older ones derive it).
+
+    The planned format is `environment.json`'s `schema_version` as written (frozen at plan time, before migration)."""
+    environment = _read_json(root, layout.ENVIRONMENT, files, {})
+    planned_format = environment.get("schema_version") if isinstance(environment, dict) else None
+    declared_since = 3  # a newer format's own rules are not ours to apply: its files are refused as newer instead
+    if (layout.BACKEND not in files and isinstance(planned_format, int) and declared_since <= planned_format <= layout.FORMAT_VERSION
+            and layout.BACKEND not in problems):
+        problems[layout.BACKEND] = ("missing: a snapshot planned at format 3 or later freezes its backend's evidence declaration; "
+                                    "without it the evidence cannot be checked as declared (plan the request again)")
+        return None
+    return _read_model(root, layout.BACKEND, BackendDeclaration, files, problems)
 
 
 def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapping[str, str] | None, str | None]:

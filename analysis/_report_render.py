@@ -28,6 +28,8 @@ def render_report(report: Report, console: Console) -> None:
         console.print(_limits_table(report))
     if report.pipeline is not None:
         console.print(_kv_table("Pipeline call (as made)", _pipeline_rows(report.pipeline)))
+    if report.call_config is not None:
+        console.print(_kv_table(f"Call config (as made, {report.call_config_name})", list(report.call_config.items())))
     if report.sequences:
         console.print(_stops_table(report))
     console.print(_timings_line(report))
@@ -103,7 +105,7 @@ def _limits_table(report: Report) -> Table:
 
 def _stops_table(report: Report) -> Table:
     table = Table(title="Why each sequence stopped", title_justify="left")
-    for column in ("seq", "reason", "steps" if report.unit == "step" else "tokens", "last id", "EOS at", "evidence"):
+    for column in ("seq", "reason", "generated", "last id", "EOS at", "evidence"):
         table.add_column(column, overflow="fold")
     for s in report.sequences:
         last = s.last_tokens[-1].token if s.last_tokens and s.last_tokens[-1].token else None

@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 from array import array
 
-from genrun.schemas import SequenceStop, TokenSequenceSummary
+from genrun.schemas import DiffusionSteps, SequenceStop, TokenSequenceSummary, TokenStopFacts
 
 from ._load import Snapshot
 
@@ -28,6 +28,23 @@ def rows_of(snap: Snapshot) -> list[Row]:
     return [Row(i, ids.get(i), summaries.get(i), stops.get(i)) for i in indexes]
 
 
+def token_facts(stop: SequenceStop) -> TokenStopFacts:
+    """The token facts of a row's evidence (declared with the `token_ids` kind): last id, EOS set, limits, prompt length.
+
+    Raises `ValidationError` when the evidence does not carry them as the kind promises (a check turns that into a FAIL).
+    """
+    evidence = stop.evidence
+    if isinstance(evidence, TokenStopFacts):
+        return evidence
+    return TokenStopFacts.model_validate(evidence.model_dump(mode="json"))
+
+
+def steps_of(stop: SequenceStop) -> DiffusionSteps | None:
+    """`evidence.steps` of a row (declared with the `diffusion_steps` kind); `None` when the evidence has none."""
+    steps = stop.evidence.fact("steps")
+    return DiffusionSteps.model_validate(steps) if steps is not None else None
+
+
 def eos_positions(ids: array, eos: tuple[int, ...]) -> list[int]:
     """0-based positions of EOS ids (a plain loop: ~3 ms for 65,536 ids, cheaper than importing numpy)."""
     if not eos:
@@ -43,9 +60,8 @@ def total_ids(snap: Snapshot) -> int:
 
 def units_of(snap: Snapshot, tokens: int) -> int:
     """Tokens -> progress units (frames group `tokens_per_frame` tokens; a started frame does not count)."""
-    if snap.unit == "frame" and snap.request is not None:
-        return tokens // snap.request.units.tokens_per_frame
-    return tokens
+    per_unit = snap.request.units.tokens_per_frame if snap.unit == "frame" and snap.request is not None else 1
+    return tokens // per_unit
 
 
 class AudioFrames(NamedTuple):

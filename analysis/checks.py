@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ._check_calls import check_call_evidence
+from ._check_declared import check_call_config, check_stop_evidence
 from ._check_diffusion import check_diffusion_steps
 from ._check_inputs import check_input_coverage, check_input_files, check_processor_files
 from ._check_integrity import (
@@ -57,9 +58,11 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("request_round_trip", check_request_round_trip),
     CheckSpec("input_coverage", check_input_coverage),
     CheckSpec("limits_reached_config", check_limits_reached_config),
+    CheckSpec("call_config", check_call_config),
     CheckSpec("token_counts", check_token_counts),
     CheckSpec("token_summary", check_token_summary),
     CheckSpec("stop_reasons", check_stop_reasons),
+    CheckSpec("stop_evidence", check_stop_evidence),
     CheckSpec("call_evidence", check_call_evidence),
     CheckSpec("hidden_cap", check_hidden_cap),
     CheckSpec("library_default_limit", check_library_default_limit),

@@ -84,7 +84,8 @@ class SnapshotDiff(_Model):
     b: str
     request: tuple[FieldChange, ...]
     effective_config: tuple[FieldChange, ...]
-    """Per generate call: `call_<i>.effective.*`, `call_<i>.limit_sources.*`, prompt length, EOS, pad; diffusers: `pipeline_call.*`."""
+    """Per generate call: `call_<i>.effective.*`, `call_<i>.limit_sources.*`, prompt length, EOS, pad; diffusers: `pipeline_call.*`;
+    any other backend: its declared call-config artifact, `call_config.*`."""
     environment: tuple[FieldChange, ...]
     code: dict[str, FileSetChange]
     """`genrun`, `entrypoint`, `remote_code` sets that differ."""
@@ -168,6 +169,9 @@ def _configs(snap: Snapshot) -> dict[str, Any]:
     configs = {f"call_{c.call_index}": comparable(c) for c in snap.generation_configs}
     if snap.pipeline_call is not None:
         configs["pipeline_call"] = comparable(snap.pipeline_call)
+    typed = snap.declares("generation_config") or snap.declares("diffusion_steps")  # compared through their models above
+    if not typed and isinstance(snap.call_config_json, dict):  # any other backend: its declared call config, as recorded
+        configs["call_config"] = snap.call_config_json
     return configs
 
 

@@ -100,7 +100,7 @@ def review_snapshot(path: str | Path, allowed_signers: Path | None = None) -> Re
     """Load the snapshot once (hashing files, as verify does) and gather everything the page shows."""
     snap = read_snapshot(path, hash_files=True)
     has_ids = snap.token_ids is not None or snap.progress is not None
-    decoder = load_decoder(snap.model) if has_ids and not snap.counts_steps else DecoderUnavailable("no ids")
+    decoder = load_decoder(snap.model) if has_ids and snap.declares("token_ids") else DecoderUnavailable("no ids")
     report = build_report(snap, decoder)
     verification = verify_loaded(snap, allowed_signers)
     statuses = evaluate_signoffs(snap.path, allowed_signers)

@@ -205,12 +205,13 @@ def _join(sentences: Any) -> str:
 def _reason(stop: SequenceStop | None) -> str:
     if stop is None:
         return "an unrecorded reason"
-    limit = getattr(stop.evidence, "limit", None) if stop.reason in LIMIT_REASONS else None
+    limit = stop.evidence.fact("limit") if stop.reason in LIMIT_REASONS else None
     return f"{stop.reason} = {limit}" if limit is not None else stop.reason
 
 
 def _limit(stop: SequenceStop | None) -> str:
-    return str(stop.max_new_tokens) if stop is not None and stop.max_new_tokens is not None else "?"
+    limit = stop.evidence.fact("max_new_tokens") if stop is not None else None
+    return str(limit) if limit is not None else "?"
 
 
 def _at(ids: array, index: int | None) -> int | None:

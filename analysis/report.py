@@ -9,14 +9,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, StopEvidence, TokenBudget, UnitsSpec
+from pydantic import SerializeAsAny
+
+from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, StopEvidence, TokenBudget, TokenStopFacts, UnitsSpec
 from genrun.schemas.layout import SnapshotState, Unit
 
 from .memory_estimate import describe_memory
 from ._check_integrity import INCOMPLETE, PLANNED, is_plan_only
 from ._check_inputs import input_summary
 from ._load import Snapshot, read_snapshot
-from ._rows import eos_positions, rows_of
+from ._rows import eos_positions, rows_of, steps_of, token_facts
 from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
 
 LAST_TOKENS_SHOWN = 16
@@ -55,13 +57,15 @@ class SequenceLine(_Model):
     generated: int
     last_token_id: int | None
     fired: tuple[str, ...]
-    evidence: StopEvidence | None
+    evidence: SerializeAsAny[StopEvidence] | None
+    """The backend's evidence for the reason (token facts shown in their own fields are left out)."""
     eos_positions: tuple[int, ...]
     """First EOS positions found in the saved ids (at most 8)."""
     last_tokens: tuple[TokenLine, ...]
     last_text: str | None
     """Decode (special tokens kept) of the last tokens."""
     steps_planned: int | None = None
+    """Steps planned, when the evidence records them (diffusion)."""
     exception: str | None = None
 
 
@@ -192,6 +196,10 @@ class Report(_Model):
     """Progress records in the file (before thinning)."""
     pipeline: PipelineCallBeforeCall | None
     """Diffusers: the pipeline call as made (`None` for LMs)."""
+    call_config: dict[str, Any] | None = None
+    """Any other backend: its declared call-config artifact as recorded (`call_config_name`), top-level values."""
+    call_config_name: str | None = None
+    """That artifact's file name."""
     outputs: tuple[str, ...]
     """Files under `outputs/` named by result.json."""
     last_progress_ids: tuple[TokenLine, ...]
@@ -206,7 +214,7 @@ def report_snapshot(path: str | Path) -> Report:
     """Build the post-mortem of a snapshot (read-only; no hashing of files)."""
     snap = read_snapshot(path, hash_files=False)
     has_ids = snap.token_ids is not None or (snap.progress is not None and any(getattr(e, "last_ids", ()) for e in snap.progress.events[-1:]))
-    decoder = load_decoder(snap.model) if has_ids and not snap.counts_steps else DecoderUnavailable("no ids")
+    decoder = load_decoder(snap.model) if has_ids and snap.declares("token_ids") else DecoderUnavailable("no ids")
     return build_report(snap, decoder)
 
 
@@ -224,9 +232,18 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
         sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
-        pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (),
+        pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (), **_declared_call_config(snap),
         **_last_progress_ids(snap, decoder),
     )
+
+
+def _declared_call_config(snap: Snapshot) -> dict[str, Any]:
+    """The call config of a backend whose evidence kinds name no model for it (the limits and pipeline tables show the others)."""
+    declared = snap.declaration.call_config
+    typed = snap.declares("generation_config") or snap.declares("diffusion_steps")
+    if typed or declared is None or not isinstance(snap.call_config_json, dict):
+        return {}
+    return {"call_config": snap.call_config_json, "call_config_name": declared.name}
 
 
 def _headline(snap: Snapshot) -> str:
@@ -308,16 +325,26 @@ def _sequence_lines(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -
             text = decoder.decode(tail, skip_special_tokens=False)  # type: ignore[union-attr]
         else:
             text = row.summary.text_with_special[-200:] if row.summary and row.summary.text_with_special else None
-        eos = stop.eos_token_ids if stop else (snap.token_summary.eos_token_ids if snap.token_summary else ())
+        facts = token_facts(stop) if stop is not None and snap.declares("token_ids") else None
+        eos = facts.eos_token_ids if facts else (snap.token_summary.eos_token_ids if snap.token_summary else ())
         positions = tuple(eos_positions(row.ids, eos)[:8]) if row.ids is not None else ()
+        steps = steps_of(stop) if stop is not None and snap.declares("diffusion_steps") else None
         lines.append(SequenceLine(
             index=row.index, call_index=stop.call_index if stop else 0, reason=stop.reason if stop else "not recorded",
             generated=stop.generated if stop else (len(row.ids) if row.ids is not None else 0),
-            last_token_id=stop.last_token_id if stop else (tail[-1] if tail else None), fired=stop.fired if stop else (),
-            evidence=stop.evidence if stop else None, eos_positions=positions, last_tokens=tokens, last_text=text,
-            steps_planned=stop.steps_planned if stop else None,
+            last_token_id=facts.last_token_id if facts else (tail[-1] if tail else None), fired=facts.fired if facts else (),
+            evidence=_shown_evidence(stop.evidence) if stop else None, eos_positions=positions, last_tokens=tokens, last_text=text,
+            steps_planned=steps.steps_planned if steps else None,
             exception=f"{stop.exception.type}: {stop.exception.message}" if stop and stop.exception else None))
     return lines
+
+
+_TOKEN_FACTS = frozenset(TokenStopFacts.model_fields) - {"reason"}
+
+
+def _shown_evidence(evidence: StopEvidence) -> StopEvidence:
+    """The evidence without the token facts a sequence line shows in its own fields (or, EOS set and limits, under limits)."""
+    return StopEvidence.model_validate({k: v for k, v in evidence.model_dump(mode="json").items() if k not in _TOKEN_FACTS})
 
 
 def _last_progress_ids(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> dict[str, Any]:

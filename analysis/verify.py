@@ -53,7 +53,7 @@ def verify_snapshot(path: str | Path, allowed_signers: Path | None = None) -> Ve
 
 def verify_loaded(snap: Snapshot, allowed_signers: Path | None = None) -> Verification:
     """Run the checks on an already-loaded snapshot (hashes needed for the manifest checks)."""
-    needs_decoder = snap.token_summary is not None and not snap.counts_steps
+    needs_decoder = snap.token_summary is not None and snap.declares("token_ids")
     decoder = load_decoder(snap.model) if needs_decoder else DecoderUnavailable("no token ids to decode")
     findings = tuple(run_checks(snap, CheckContext(decoder=decoder, allowed_signers=allowed_signers), CHECKS))
     return Verification(snapshot=str(snap.path), snapshot_id=snap.id, findings=findings, summary=summarise(findings))

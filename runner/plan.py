@@ -15,7 +15,7 @@ from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
 
 from . import _hash_cache
-from .backends import get_backend
+from .backends import declaration_of, get_backend
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .device_check import require_device
@@ -79,6 +79,7 @@ def prepare_plan(
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
     budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
+    declaration = declaration_of(backend, request)
     environment = context.environment()
 
     def freeze(directory: Path) -> None:
@@ -89,6 +90,7 @@ def prepare_plan(
         snapshot.write(layout.CODE, code)
         snapshot.write(layout.MODEL, model)
         snapshot.write(layout.TOKEN_BUDGET, budget)
+        snapshot.write(layout.BACKEND, declaration)
         for name, extra in (extra_frozen or {}).items():
             snapshot.write(name, extra)
         if input_files is not None:

@@ -36,7 +36,7 @@ def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int 
     sequences = []
     for r in rows:
         ids = r.tokens.ids.tolist()
-        eos_set = set(r.stop.eos_token_ids)
+        eos_set = set(r.stop.evidence.fact("eos_token_ids", ()))
         sequences.append(
             TokenSequenceSummary(
                 index=r.index,

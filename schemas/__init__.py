@@ -20,23 +20,29 @@ from .progress import (
 from .request import BudgetSpec, ChatMessage, DeterminismSpec, EntrypointSpec, InputSpec, ModelSpec, PolicySpec, ProgressSpec, Request, UnitsSpec
 from .result import ExecutionIdentity, PeakMemory, Result, RunStatus, Timings
 from .signoff import Decision, DigestKind, Signoff
-from .stop import (
-    STOP_REASON_MEANING,
-    CompletedEvidence,
+from .evidence import (
+    DIFFUSION_EVIDENCE,
+    EVIDENCE_KIND_MEANING,
+    TOKEN_EVIDENCE,
+    BackendDeclaration,
+    CallConfigArtifact,
+    EvidenceDeclaration,
+    EvidenceKind,
+    derived_declaration,
+)
+from .stop import STOP_REASON_MEANING, TERMINAL_REASONS, ExceptionInfo, GenerationStop, SequenceStop, StopEvidence, StopReason, describe_stop
+from .stop_diffusion import DIFFUSION_STOP_EVIDENCE, CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps
+from .stop_tokens import (
+    TOKEN_STOP_EVIDENCE,
     CustomEvidence,
-    DiffusionSteps,
     EosEvidence,
     ExceptionEvidence,
-    ExceptionInfo,
-    GenerationStop,
     InterruptedEvidence,
     MaxLengthEvidence,
     MaxNewTokensEvidence,
     MaxTimeEvidence,
-    SequenceStop,
-    StopEvidence,
-    StopReason,
     StopStringEvidence,
+    TokenStopFacts,
     UnknownEvidence,
 )
 from .token_ids import GeneratedTokenIds, TokenSequenceSummary
@@ -45,6 +51,9 @@ from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec, artifa
 
 __all__ = [
     "ArtifactSpec", "SNAPSHOT_ARTIFACTS", "SWEEP_ARTIFACTS", "artifact_for", "model_for", "with_declared",
+    "BackendDeclaration", "CallConfigArtifact", "DIFFUSION_EVIDENCE", "DIFFUSION_STOP_EVIDENCE", "DiffusionExceptionEvidence",
+    "DiffusionInterruptedEvidence", "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "TERMINAL_REASONS", "TOKEN_EVIDENCE",
+    "TOKEN_STOP_EVIDENCE", "TokenStopFacts", "derived_declaration", "describe_stop",
     "CompletedEvidence", "CustomEvidence", "DiffusionSteps", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "STOP_REASON_MEANING", "StopEvidence", "StopStringEvidence", "UnknownEvidence", "AudioFacts", "AudioReceived", "DecoderPrompt", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation", "FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned",
     "AnyEvent", "AudioEvidence", "BudgetSpec", "CallEvidence", "EvidenceLevel", "GenerationCalls", "ChangeAction", "Determinism", "DeterminismSpec", "Lineage", "RequestChange", "ChatMessage", "CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo",
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",

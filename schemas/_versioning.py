@@ -13,12 +13,14 @@ from pydantic import model_validator
 
 from ._base import Strict
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The snapshot format this genrun writes (and the newest it reads)."""
 
 FORMAT_HISTORY: Mapping[int, str] = MappingProxyType({
     1: "genrun 0.1.0: first release",
     2: "genrun 0.2.0: `generation-stop.json` evidence typed per stop reason; `schema_version` in the progress `start` event",
+    3: "genrun 0.3.0: `backend.json` (frozen at plan time) declares the backend's evidence; a `generation-stop.json` record is "
+       "the same for every backend, its family's facts (token ids and limits, diffusion steps) moved into `evidence`",
 })
 """Format -> the genrun release that first wrote it, and what changed."""
 

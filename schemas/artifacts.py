@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 
 from . import layout
 from .budget import TokenBudget
+from .evidence import BackendDeclaration
 from .generation_calls import GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
@@ -154,6 +155,9 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     _json(layout.MODEL, "plan", ModelIdentity, _ALL, "The resolved model directory and every file's sha256."),
     _json(layout.TOKEN_BUDGET, "plan", TokenBudget, _ALL,
           "What the run may need (units, context, memory) and whether it fits, before loading weights."),
+    _json(layout.BACKEND, "plan", BackendDeclaration, _ALL,
+          "The backend (name, distribution, version), its unit, the evidence kinds it provides, and the JSON Schema of its "
+          "call-config and stop-evidence models (absent before format 3: derived from what the snapshot recorded)."),
     _json(layout.INPUT_FILES, "plan", InputFiles, (MEDIA_REQUESTS,),
           "Each `[input] audio` / `images` file's path, size, sha256 and decoded facts."),
     ArtifactSpec(f"{layout.INPUTS_DIR}/", "plan", "The media files themselves, `<row>-<kind>-<name>` (absent with `[input] copy = false`).",

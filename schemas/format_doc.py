@@ -12,7 +12,10 @@ from pydantic import BaseModel
 
 from . import layout
 from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec
+from .evidence import EVIDENCE_KIND_MEANING
 from .stop import STOP_REASON_MEANING
+from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
+from .stop_tokens import TOKEN_STOP_EVIDENCE
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "snapshot-format.md"
 
@@ -127,6 +130,16 @@ def render_format_doc() -> str:
         "|---|---|",
         *(f"| `{reason}` | {meaning} |" for reason, meaning in STOP_REASON_MEANING.items()),
         "",
+        "## Evidence kinds",
+        "",
+        f"A backend declares the evidence it provides; `genrun plan` freezes the declaration as `{layout.BACKEND}` (with the JSON",
+        "Schema of its call-config and stop-evidence models), and `verify` runs the checks of the declared kinds only.",
+        "Snapshots before format 3 have no declaration: it is derived from what they recorded (steps: diffusion, else a language model).",
+        "",
+        "| kind | provides |",
+        "|---|---|",
+        *(f"| `{kind}` | {meaning} |" for kind, meaning in EVIDENCE_KIND_MEANING.items()),
+        "",
         "## Units",
         "",
         "`generated` counts " + ", ".join(f"`{u}`s" for u in typing.get_args(layout.Unit)) + ".",
@@ -144,6 +157,10 @@ def render_format_doc() -> str:
     roots: list[type[BaseModel]] = []
     for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS):
         roots += [m for m in _member_models(spec.model) if m not in roots]
+    families = (("language models (`transformers`)", TOKEN_STOP_EVIDENCE), ("diffusion (`diffusers`)", DIFFUSION_STOP_EVIDENCE))
+    for family, models in families:
+        out.append(f"- `{layout.STOP}` `evidence` of {family}: " + ", ".join(f"[{m.__name__}](#{m.__name__.lower()})" for m in models))
+        roots += [m for m in models if m not in roots]
     for model in _models_in_order(roots):
         out += ["", f"### {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0], "", *_fields_table(model)]
     return "\n".join(out) + "\n"

@@ -29,6 +29,7 @@ MODEL = "model.json"
 TOKEN_BUDGET = "token-budget.json"
 FROZEN_MANIFEST = "frozen-sha256.txt"
 LINEAGE = "lineage.json"  # rerun children only: parent, changes, why (frozen with the plan)
+BACKEND = "backend.json"  # format 3+: the backend and the evidence it declares (older snapshots: derived in memory)
 
 # -- execute: written by `genrun execute` ---------------------------------------------------------------------------
 GENERATION_CONFIG = "generation-config.before-generate.json"
@@ -57,9 +58,9 @@ PROMPT_TOKEN_IDS = "prompt-token-ids.safetensors"  # beside it: `prompt_<row>` i
 PROCESSOR_DIR = "processor"  # frozen copy of a `[model] processor` directory (listed in frozen-sha256.txt), loaded by execute
 
 FROZEN_FILES = (REQUEST, ENVIRONMENT, CODE, MODEL, TOKEN_BUDGET)
-OPTIONAL_FROZEN_FILES = (LINEAGE,)
-"""Frozen at plan time when present (only rerun children have a lineage)."""
 """Frozen at plan time besides the request source (whose extension varies)."""
+OPTIONAL_FROZEN_FILES = (LINEAGE, BACKEND)
+"""Frozen at plan time when present (only rerun children have a lineage; snapshots before format 3 have no `backend.json`)."""
 
 EXECUTION_FILES = (GENERATION_CONFIG, PIPELINE_CALL, PROGRESS, TOKEN_IDS, TOKEN_IDS_SUMMARY, STOP, RESULT)
 """Written by execution (besides `outputs/` and further generation configs); any of them means it started."""

@@ -1,19 +1,26 @@
-"""`generation-stop.json`: why each sequence stopped, recorded live, with its evidence.
+"""`generation-stop.json`: why each row stopped, recorded live, with its evidence.
 
 The stop vocabulary (`StopReason`) and the wording of each reason (`STOP_REASON_MEANING`) live
-here, once; `evidence` is one model per reason, tagged by `reason` (format 2; format-1 files,
-whose evidence was an untyped object, are migrated in memory).
+here, once. A stop record (`SequenceStop`) is the same for every backend: row, call, reason,
+units generated, exception, and `evidence`, an object tagged by the same `reason` whose shape is
+the backend's own (one model per reason, declared in `backend.json`): the language-model models
+are in `stop_tokens.py`, the diffusion ones in `stop_diffusion.py`, a third-party backend brings
+its own. Readers validate the core record here and a row's evidence against the schema the
+snapshot recorded, never by guessing the family.
+
+Format history of this file: format 1 had an untyped evidence object (migrated to per-reason
+models, format 2); format 2 kept language-model and diffusion facts on the record itself
+(moved into the evidence, format 3). Both are migrated in memory.
 """
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, SerializeAsAny, model_validator
 
 from ._base import Strict
 from ._versioning import Versioned
-from .generation_config import LimitSource
 
 StopReason = Literal[
     "eos",
@@ -38,9 +45,12 @@ STOP_REASON_MEANING: Mapping[str, str] = MappingProxyType({
     "interrupted": "a signal (SIGINT/SIGTERM) ended the run",
     "exception": "generate (or the pipeline) raised",
     "unknown": "no recorded criterion explains the stop (e.g. a callable custom_generate, or evidence genrun could not attach)",
-    "completed": "the diffusion pipeline ran all its steps",
+    "completed": "the run did all the work it planned (e.g. every denoising step)",
 })
 """Reason -> what it means, in words shown by `execute`, `report` and the format doc."""
+
+TERMINAL_REASONS: tuple[StopReason, ...] = ("completed", "interrupted", "exception")
+"""Reasons that must agree with `result.json`'s status, whatever the backend."""
 
 
 class ExceptionInfo(Strict):
@@ -54,183 +64,38 @@ class ExceptionInfo(Strict):
     """Formatted traceback."""
 
 
-class DiffusionSteps(Strict):
-    """Diffusion: steps done of steps planned, and how they were observed."""
+class StopEvidence(Strict):
+    """Base of every stop-evidence model: tagged by `reason`; a backend's model adds its own facts.
 
-    steps_done: int
-    """Denoising steps observed."""
-    steps_planned: int | None
-    """Steps planned, best evidence first (see `steps_planned_source`)."""
-    steps_planned_source: Literal["denoising_loop", "set_timesteps_dry_run", "requested_num_inference_steps"]
-    """Where `steps_planned` came from."""
-    num_inference_steps: int | None
-    """`num_inference_steps` of the call."""
-    timesteps_planned_dry_run: int | None
-    """Timesteps from a dry run of the scheduler's `set_timesteps`."""
-    step_observation: str | None
-    """`callback_on_step_end` or `progress_bar`."""
-    denoising_loops: int
-    """Denoising loops the pipeline opened."""
-    output_returned: bool
-    """The pipeline returned an output."""
+    Loaded from a file, the facts a reader does not model stay as plain JSON values (extra keys are
+    kept); the snapshot's `backend.json` holds the schema they are validated against.
+    """
 
+    model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
 
-class _TokenStop(Strict):
-    """Shared by reasons a recorded stopping criterion explains."""
+    reason: StopReason
+    """Tag: the same reason as the record."""
 
-    stop_length: int | None
-    """Sequence length (prompt included) at the step the row finished."""
-    source: LimitSource | None
-    """Who set the limit (or EOS set, stop strings) that fired: request, model, library default, entry point."""
-    custom_criteria: tuple[str, ...] = ()
-    """User criteria that fired at the same step (genrun does not interpret them)."""
-    rule: str | None = None
-    """Set when no live criterion decided (continuous batching): the completion rule that was applied."""
-
-
-class EosEvidence(_TokenStop):
-    """`eos`."""
-
-    reason: Literal["eos"] = "eos"
-    """Tag."""
-    eos_token_id: int | None
-    """The EOS id generated last."""
-
-
-class StopStringEvidence(_TokenStop):
-    """`stop_string`."""
-
-    reason: Literal["stop_string"] = "stop_string"
-    """Tag."""
-    stop_strings: tuple[str, ...]
-    """Configured stop strings."""
-    stop_string: str | None
-    """The one that matched latest in the decoded tail (`None` when no tokenizer could tell)."""
-
-
-class MaxNewTokensEvidence(_TokenStop):
-    """`max_new_tokens`."""
-
-    reason: Literal["max_new_tokens"] = "max_new_tokens"
-    """Tag."""
-    limit: int | None
-    """Effective `max_new_tokens`."""
-
-
-class MaxLengthEvidence(_TokenStop):
-    """`max_length`."""
-
-    reason: Literal["max_length"] = "max_length"
-    """Tag."""
-    limit: int | None
-    """Effective `max_length` (prompt included)."""
-
-
-class MaxTimeEvidence(_TokenStop):
-    """`max_time`."""
-
-    reason: Literal["max_time"] = "max_time"
-    """Tag."""
-    max_time: float | None
-    """Effective `max_time`, seconds."""
-
-
-class CustomEvidence(Strict):
-    """`custom`: only the caller's own `StoppingCriteria` fired."""
-
-    reason: Literal["custom"] = "custom"
-    """Tag."""
-    custom_criteria: tuple[str, ...]
-    """Class names of the user criteria that fired."""
-    stop_length: int | None
-    """Sequence length (prompt included) at the step the row finished."""
-
-
-class UnknownEvidence(Strict):
-    """`unknown`."""
-
-    reason: Literal["unknown"] = "unknown"
-    """Tag."""
-    note: str
-    """Why genrun cannot tell."""
-    stop_length: int | None = None
-    """Set when only user criteria fired."""
-    custom_criteria: tuple[str, ...] = ()
-    """User criteria that fired."""
-
-
-class InterruptedEvidence(Strict):
-    """`interrupted`."""
-
-    reason: Literal["interrupted"] = "interrupted"
-    """Tag."""
-    signal: str
-    """`SIGINT` or `SIGTERM`."""
-    interrupt_flag_set_at_step: int | None = None
-    """Diffusion: the step at which the pipeline's interrupt flag was set."""
-    steps: DiffusionSteps | None = None
-    """Diffusion: steps done and planned."""
-
-
-class ExceptionEvidence(Strict):
-    """`exception` (the traceback is in `SequenceStop.exception`)."""
-
-    reason: Literal["exception"] = "exception"
-    """Tag."""
-    type: str | None
-    """Qualified exception class name."""
-    message: str | None
-    """`str(exception)`."""
-    steps: DiffusionSteps | None = None
-    """Diffusion: steps done and planned."""
-
-
-class CompletedEvidence(Strict):
-    """`completed` (diffusion)."""
-
-    reason: Literal["completed"] = "completed"
-    """Tag."""
-    steps: DiffusionSteps
-    """Steps done and planned."""
-
-
-StopEvidence = Annotated[
-    EosEvidence | StopStringEvidence | MaxNewTokensEvidence | MaxLengthEvidence | MaxTimeEvidence
-    | CustomEvidence | UnknownEvidence | InterruptedEvidence | ExceptionEvidence | CompletedEvidence,
-    Field(discriminator="reason"),
-]
-"""Evidence of one stop, one model per reason."""
+    def fact(self, name: str, default: Any = None) -> Any:
+        """A fact of the evidence by name, typed field or loaded extra alike (`default` when absent)."""
+        return self.model_dump(mode="json").get(name, default)
 
 
 class SequenceStop(Strict):
-    """Stop record of one row (or, for diffusion, of the pipeline call)."""
+    """Stop record of one row (or of one call, for a backend without rows): the same for every backend."""
 
     index: int
     """Row index (`sequence_<index>`)."""
     call_index: int
     """Outermost generate call the row belongs to."""
     reason: StopReason
-    """Classified reason; `custom` when only the caller's own StoppingCriteria fired; `unknown` when no recorded criterion explains the stop."""
+    """Classified reason from the stop vocabulary; `custom` when only the caller's own StoppingCriteria fired; `unknown` when no recorded criterion explains the stop."""
     generated: int
-    """Units generated for this row (tokens; steps for diffusion)."""
-    last_token_id: int | None
-    """Last generated id (`None` for diffusion or no tokens)."""
-    fired: tuple[str, ...]
-    """Criteria that fired at the step the row finished, e.g. `EosTokenCriteria`."""
-    eos_token_ids: tuple[int, ...]
-    """Effective EOS set."""
-    max_new_tokens: int | None
-    """Effective `max_new_tokens`."""
-    max_length: int | None
-    """Effective `max_length` (prompt included)."""
-    prompt_length: int | None
-    """Padded prompt length."""
-    steps_planned: int | None = None
-    """Diffusion: scheduler timesteps planned."""
+    """Units generated for this row (tokens, frames' tokens or steps: the run's unit)."""
     exception: ExceptionInfo | None = None
     """Set when `reason` is `exception`."""
-    evidence: StopEvidence
-    """Reason-specific facts, tagged by the same `reason`."""
+    evidence: SerializeAsAny[StopEvidence]
+    """Reason-specific facts in the backend's declared model, tagged by the same `reason`."""
 
     @model_validator(mode="after")
     def _evidence_matches_reason(self) -> "SequenceStop":
@@ -240,26 +105,38 @@ class SequenceStop(Strict):
 
 
 def describe_stop(seq: SequenceStop) -> str:
-    """The reason in words with its deciding fact: `eos (id 2)`, `max_new_tokens (limit 8, request)`, `interrupted (SIGINT)`."""
-    evidence = seq.evidence
-    if isinstance(evidence, EosEvidence):
-        return f"eos (id {evidence.eos_token_id})"
-    if isinstance(evidence, StopStringEvidence):
-        return f"stop_string {evidence.stop_string!r}"
-    if isinstance(evidence, MaxNewTokensEvidence | MaxLengthEvidence):
-        return f"{seq.reason} (limit {evidence.limit}{', ' + evidence.source if evidence.source else ''})"
+    """The reason in words with its deciding fact: `eos (id 2)`, `max_new_tokens (limit 8, request)`, `interrupted (SIGINT)`.
+
+    Reads the facts the stop vocabulary names (`eos_token_id`, `limit`, `source`, `stop_string`,
+    `signal`, `custom_criteria`) wherever a backend's evidence carries them.
+    """
+    facts = seq.evidence.model_dump(mode="json")
+    if seq.reason == "eos" and "eos_token_id" in facts:
+        return f"eos (id {facts['eos_token_id']})"
+    if seq.reason == "stop_string" and "stop_string" in facts:
+        return f"stop_string {facts['stop_string']!r}"
+    if seq.reason in ("max_new_tokens", "max_length") and "limit" in facts:
+        source = facts.get("source")
+        return f"{seq.reason} (limit {facts['limit']}{', ' + source if source else ''})"
     if seq.reason == "exception" and seq.exception is not None:
         return f"exception {seq.exception.type}"
-    if isinstance(evidence, InterruptedEvidence):
-        return f"interrupted ({evidence.signal})"
-    if isinstance(evidence, CustomEvidence):
-        return f"custom ({', '.join(evidence.custom_criteria)})"
-    if isinstance(evidence, UnknownEvidence) and evidence.custom_criteria:
-        return f"unknown (custom criteria fired: {', '.join(evidence.custom_criteria)})"
+    if seq.reason == "interrupted" and facts.get("signal"):
+        return f"interrupted ({facts['signal']})"
+    criteria = facts.get("custom_criteria") or ()
+    if seq.reason == "custom" and criteria:
+        return f"custom ({', '.join(criteria)})"
+    if seq.reason == "unknown" and criteria:
+        return f"unknown (custom criteria fired: {', '.join(criteria)})"
     return seq.reason
 
 
-_DIFFUSION_STEP_KEYS = tuple(DiffusionSteps.model_fields)
+# -- migrations of older files (in memory; the files are never rewritten) --------------------------------------------
+_DIFFUSION_STEP_KEYS = ("steps_done", "steps_planned", "steps_planned_source", "num_inference_steps", "timesteps_planned_dry_run",
+                        "step_observation", "denoising_loops", "output_returned")
+"""Format 1 kept a diffusion call's step facts flat in `evidence`."""
+
+_FORMAT_2_TOKEN_FACTS = ("last_token_id", "fired", "eos_token_ids", "max_new_tokens", "max_length", "prompt_length")
+"""Format 2 kept these language-model facts on the record; format 3 keeps them in the evidence."""
 
 
 def _evidence_1_to_2(sequence: dict[str, Any]) -> dict[str, Any]:
@@ -276,10 +153,34 @@ def _evidence_1_to_2(sequence: dict[str, Any]) -> dict[str, Any]:
     return {**sequence, "evidence": new}
 
 
+def _record_2_to_3(sequence: dict[str, Any]) -> dict[str, Any]:
+    """Format-2 record -> the core record: the family facts move into the evidence.
+
+    Format 2 had exactly two families: a diffusion call's evidence carries `steps` (its
+    `steps_planned` is `steps.steps_planned`, and its token fields were empty); any other row is a
+    language-model row, whose token facts join its evidence.
+    """
+    record = dict(sequence)
+    facts = {k: record.pop(k) for k in (*_FORMAT_2_TOKEN_FACTS, "steps_planned") if k in record}
+    evidence = dict(record.get("evidence") or {})
+    if evidence.get("steps") is None:  # format 2 wrote the diffusion-only keys as null on language-model rows
+        evidence = {k: v for k, v in evidence.items() if not (k in ("steps", "interrupt_flag_set_at_step") and v is None)}
+        evidence.update({k: facts[k] for k in _FORMAT_2_TOKEN_FACTS if k in facts})
+    return {**record, "evidence": evidence}
+
+
+def _each_record(data: dict[str, Any], migrate: Any) -> dict[str, Any]:
+    """`migrate` applied to every record that is an object (anything else is left for validation to report)."""
+    sequences = data.get("sequences")
+    if not isinstance(sequences, list):
+        return dict(data)
+    return {**data, "sequences": [migrate(s) if isinstance(s, dict) else s for s in sequences]}
+
+
 class GenerationStop(Versioned):
     """Stop records for every row of every outermost generate call."""
 
-    MIGRATIONS = MappingProxyType({1: lambda data: {**data, "sequences": [_evidence_1_to_2(s) for s in data.get("sequences", [])]}})
+    MIGRATIONS = MappingProxyType({1: lambda data: _each_record(data, _evidence_1_to_2), 2: lambda data: _each_record(data, _record_2_to_3)})
 
     sequences: tuple[SequenceStop, ...]
     """One record per row."""

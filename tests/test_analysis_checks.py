@@ -34,7 +34,7 @@ def test_clean_eos_run_passes_every_check_that_applies(snapshots) -> None:
     assert skipped == {"early_stop", "diffusion_steps", "signoffs", "lineage", "input_files", "processor_files"}, statuses  # not a rerun; a text-only request
     assert set(statuses.values()) == {"PASS", "SKIP"}, statuses
     summary = verification.summary
-    assert (summary.checks, summary.passed, summary.warnings, summary.failed) == (24, 18, 0, 0)
+    assert (summary.checks, summary.passed, summary.warnings, summary.failed) == (26, 20, 0, 0)
     # examined: every file of the snapshot (manifest included), the 13 ids, the 6 progress lines
     files = sum(1 for p in snapshots.get("eos").rglob("*") if p.is_file())
     assert (summary.examined.files, summary.examined.token_ids, summary.examined.progress_records) == (files, 13, 6)
@@ -208,9 +208,17 @@ def test_summary_that_misdescribes_the_ids_fails(snapshots, tmp_path: Path) -> N
     assert found.status == "FAIL" and "last_ids" in found.message and "eos_positions [] != [12]" in found.message
 
 
+_TOKEN_FACTS = ("last_token_id", "fired", "eos_token_ids", "max_new_tokens", "max_length", "prompt_length")
+
+
 def _claim(reason: str, **evidence: object):
-    """Forge row 0's stop as `reason`, with evidence of that reason's shape (a mismatched tag would not even load)."""
-    return lambda s: s["sequences"][0].update(reason=reason, evidence={"reason": reason, **evidence})
+    """Forge row 0's stop as `reason`, with evidence of that reason's shape (a mismatched tag would not even load); the row's
+    token facts are kept, as a forger who only changed the reason would."""
+    def forge(stops: dict) -> None:
+        row = stops["sequences"][0]
+        facts = {k: row["evidence"][k] for k in _TOKEN_FACTS if k in row["evidence"]}
+        row.update(reason=reason, evidence={"reason": reason, **facts, **evidence})
+    return forge
 
 
 def test_eos_claimed_for_a_row_cut_by_the_budget_fails(snapshots, tmp_path: Path) -> None:
@@ -432,8 +440,9 @@ def test_diffusion_snapshot_skips_token_checks_and_checks_steps(snapshots) -> No
     verification = verify_snapshot(snapshots.get("diffusion"))
     statuses = {f.name: f.status for f in verification.findings}
     for name in ("token_counts", "token_summary", "hidden_cap", "library_default_limit", "budget_truncation", "saved_text"):
-        assert statuses[name] == "SKIP" and "diffusion pipeline" in finding(verification, name).message
-    for name in ("manifest_integrity", "limits_reached_config", "stop_reasons", "diffusion_steps", "outputs_listed", "progress_stream"):
+        assert statuses[name] == "SKIP" and "the 'diffusers' backend declares no" in finding(verification, name).message
+    for name in ("manifest_integrity", "limits_reached_config", "call_config", "stop_reasons", "stop_evidence", "diffusion_steps",
+                 "outputs_listed", "progress_stream"):
         assert statuses[name] == "PASS", finding(verification, name)
     assert "completed after 4/4 steps" in finding(verification, "diffusion_steps").message
     assert verification.exit_code(strict=True) == 0

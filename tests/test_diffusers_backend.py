@@ -100,7 +100,7 @@ def test_example_completes_with_one_record_per_step(example_run) -> None:
     assert (result["status"], result["exit_code"], result["unit"], result["generated"]) == ("succeeded", 0, "step", 10)
     assert result["generated_tokens"] == 0 and result["outputs"] == ["image_0.png"]
     (stop,) = read_json(snapshot, layout.STOP)["sequences"]
-    assert (stop["reason"], stop["generated"], stop["steps_planned"]) == ("completed", 10, 10)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["steps"]["steps_planned"]) == ("completed", 10, 10)
     assert stop["evidence"]["steps"]["step_observation"] == "progress_bar"
     stream = events(snapshot)
     assert stream[0].event == "start" and stream[0].unit == "step" and stream[0].planned_units == 10
@@ -208,7 +208,7 @@ def test_pndm_callback_records_every_real_timestep_not_num_inference_steps(sd_ru
     assert call.call_arguments["prompt"] == "count down"
     assert len(unit_records(snapshot)) == 9 and result.generated == 9  # PNDM (skip_prk_steps) runs 8 + 1 timesteps
     (stop,) = read_json(snapshot, layout.STOP)["sequences"]
-    assert (stop["reason"], stop["generated"], stop["steps_planned"]) == ("completed", 9, 9)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["steps"]["steps_planned"]) == ("completed", 9, 9)
     assert events(snapshot)[0].planned_units == 9
     budget = read_json(snapshot, layout.TOKEN_BUDGET)
     assert (budget["requested_units"], budget["rows_per_request"]) == (8, 2)  # guidance 7.5 > 1: cond + uncond rows
@@ -270,7 +270,7 @@ def _assert_interrupted(snapshot: Path, planned: int) -> dict:
     (stop,) = read_json(snapshot, layout.STOP)["sequences"]
     assert stop["reason"] == "interrupted" and stop["evidence"]["signal"] == "SIGINT"
     # however far the pipeline got before the signal landed, the evidence agrees on that count
-    assert stop["generated"] < planned and stop["steps_planned"] == planned
+    assert stop["generated"] < planned and stop["evidence"]["steps"]["steps_planned"] == planned
     assert stop["evidence"]["steps"]["steps_done"] == stop["generated"]
     stream = events(snapshot)
     assert stream[-1].event == "interrupted" and stream[-1].generated == stop["generated"] == result["generated"]
@@ -307,7 +307,7 @@ def test_exception_in_the_denoiser_is_recorded_with_steps_done(tmp_path: Path) -
     assert (result.status, result.exit_code, result.generated) == ("failed", 1, 3)
     assert result.exception is not None and result.exception.type == "failing_loader.InjectedFailure"
     (stop,) = read_json(snapshot, layout.STOP)["sequences"]
-    assert (stop["reason"], stop["generated"], stop["steps_planned"]) == ("exception", 3, 10)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["steps"]["steps_planned"]) == ("exception", 3, 10)
     assert stop["exception"]["message"] == "injected failure in UNet call 4" and "fail_on_call" in stop["exception"]["traceback"]
     assert [e.event for e in events(snapshot)][-1] == "exception" and is_sealed(snapshot)
     assert result.outputs == ()

@@ -27,6 +27,6 @@ def test_an_encoder_decoder_counts_decoder_tokens_and_says_so(capsys, tmp_path: 
     budget = TokenBudget.model_validate_json((snapshot / layout.TOKEN_BUDGET).read_bytes())
     assert (budget.prompt_tokens, budget.context_limit, budget.effective_max_length) == (1, 64, 6)  # decoder start + 5 new, of 64
     stops = orjson.loads((snapshot / layout.STOP).read_bytes())["sequences"]
-    assert [s["prompt_length"] for s in stops] == [1, 1]  # the decoder's prompt, not the encoder's 6 tokens
+    assert [s["evidence"]["prompt_length"] for s in stops] == [1, 1]  # the decoder's prompt, not the encoder's 6 tokens
     assert all(s["generated"] <= 5 for s in stops)
     verify(capsys, snapshot)

@@ -58,9 +58,11 @@ def _assert_interrupted(snapshot: Path, name: str, code: int) -> None:
     result = read_json(snapshot, "result.json")
     assert (result["status"], result["exit_code"], result["signal"]) == ("interrupted", code, name)
     (stop,) = read_json(snapshot, "generation-stop.json")["sequences"]
-    assert stop["reason"] == "interrupted" and stop["evidence"] == {"reason": "interrupted", "signal": name, "interrupt_flag_set_at_step": None, "steps": None}
+    evidence = stop["evidence"]
+    assert stop["reason"] == "interrupted" and (evidence["reason"], evidence["signal"]) == ("interrupted", name) and "steps" not in evidence
     ids = read_ids(snapshot)["sequence_0"]
     assert 0 < len(ids) < MAX_NEW  # partial ids kept
+    assert evidence["last_token_id"] == int(ids[-1])  # the language-model facts of the partial row
     events = read_progress(snapshot)
     assert events[-1]["event"] == "interrupted" and events[-1]["signal"] == name
     assert_counts_agree(snapshot)

@@ -18,14 +18,18 @@ from genrun.runner.plan import plan_request
 from genrun.schemas import (
     FORMAT_HISTORY,
     FORMAT_VERSION,
+    DIFFUSION_STOP_EVIDENCE,
+    TOKEN_STOP_EVIDENCE,
     CompletedEvidence,
     Environment,
     EosEvidence,
     GenerationStop,
     NewerFormat,
     Result,
+    SequenceStop,
     layout,
 )
+from genrun.schemas.evidence import stop_evidence_adapter
 from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
 from conftest import tiny_request, write_request
 
@@ -113,9 +117,28 @@ def test_format_1_stop_evidence_migrates_to_one_model_per_reason() -> None:
     lm = GenerationStop.model_validate_json((LM / layout.STOP).read_bytes())
     diffusion = GenerationStop.model_validate_json((DIFFUSION / layout.STOP).read_bytes())
     assert lm.schema_version == FORMAT_VERSION and diffusion.schema_version == FORMAT_VERSION
-    assert lm.sequences[0].evidence == EosEvidence(eos_token_id=2, source="model_generation_config", stop_length=19)
-    evidence = diffusion.sequences[0].evidence
+    # the record's language-model facts moved into the evidence (format 3), which validates with the family's models
+    assert _typed(lm.sequences[0], TOKEN_STOP_EVIDENCE) == EosEvidence(
+        eos_token_id=2, source="model_generation_config", stop_length=19, last_token_id=2, fired=("EosTokenCriteria",),
+        eos_token_ids=(2,), max_new_tokens=64, max_length=70, prompt_length=6)
+    evidence = _typed(diffusion.sequences[0], DIFFUSION_STOP_EVIDENCE)
     assert isinstance(evidence, CompletedEvidence) and (evidence.steps.steps_done, evidence.steps.steps_planned) == (10, 10)
+
+
+def _typed(stop: SequenceStop, family: tuple) -> object:
+    """A loaded row's evidence validated with a family's declared models (what `backend.json` records the schema of)."""
+    return stop_evidence_adapter(family).validate_python(stop.evidence.model_dump(mode="json"))
+
+
+def test_format_2_records_move_their_family_facts_into_the_evidence() -> None:
+    lm = GenerationStop.model_validate_json((LM_2 / layout.STOP).read_bytes()).sequences[0]
+    diffusion = GenerationStop.model_validate_json((DIFFUSION_2 / layout.STOP).read_bytes()).sequences[0]
+    raw = orjson.loads((LM_2 / layout.STOP).read_bytes())["sequences"][0]
+    facts = _typed(lm, TOKEN_STOP_EVIDENCE)
+    assert (facts.last_token_id, facts.eos_token_ids, facts.prompt_length) == (raw["last_token_id"], tuple(raw["eos_token_ids"]), raw["prompt_length"])
+    steps = _typed(diffusion, DIFFUSION_STOP_EVIDENCE)
+    assert isinstance(steps, CompletedEvidence) and steps.steps.steps_planned == 10  # format 2's record-level steps_planned, kept once
+    assert "steps_planned" not in diffusion.model_dump() and "last_token_id" not in lm.model_dump()
 
 
 @pytest.mark.parametrize("record", [
@@ -140,14 +163,14 @@ def test_every_format_1_evidence_shape_migrates(record: dict) -> None:
            "max_new_tokens": None, "max_length": None, "prompt_length": None, "exception": None} | record
     stop = GenerationStop.model_validate({"schema_version": 1, "sequences": [row]}).sequences[0]
     assert stop.evidence.reason == stop.reason
+    family = DIFFUSION_STOP_EVIDENCE if "steps_done" in record["evidence"] else TOKEN_STOP_EVIDENCE
+    assert _typed(stop, family).reason == stop.reason  # valid for the family's declared models
     again = GenerationStop.model_validate_json(GenerationStop(sequences=(stop,)).model_dump_json())
     assert again.sequences[0] == stop
 
 
 def test_evidence_tagged_for_another_reason_is_refused() -> None:
-    row = {"index": 0, "call_index": 0, "reason": "eos", "generated": 2, "last_token_id": 2, "fired": [], "eos_token_ids": [2],
-           "max_new_tokens": None, "max_length": None, "prompt_length": None,
-           "evidence": {"reason": "interrupted", "signal": "SIGINT"}}
+    row = {"index": 0, "call_index": 0, "reason": "eos", "generated": 2, "evidence": {"reason": "interrupted", "signal": "SIGINT"}}
     with pytest.raises(ValueError, match="evidence is tagged 'interrupted' but reason is 'eos'"):
         GenerationStop.model_validate({"schema_version": FORMAT_VERSION, "sequences": [row]})
 

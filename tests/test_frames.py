@@ -34,7 +34,7 @@ def test_result_speaks_in_frames_and_seconds(frames_run: Path) -> None:
     assert result["produced_seconds"] == pytest.approx(FRAMES_PRODUCED / PER_SECOND)  # 0.84 s
     assert result["requested_seconds"] == 2.0
     (stop,) = read_json(frames_run, layout.STOP)["sequences"]
-    assert (stop["reason"], stop["generated"], stop["last_token_id"]) == ("eos", 21, 2)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["last_token_id"]) == ("eos", 21, 2)
     budget = read_json(frames_run, layout.TOKEN_BUDGET)
     assert (budget["units"], budget["requested_units"], budget["domain"]["requested_frames"]) == ("frame", 50, 50)
     stream = events(frames_run)

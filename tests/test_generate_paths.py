@@ -77,7 +77,7 @@ def test_beam_search_rows_ending_by_eos_and_by_length(tmp_path: Path, tiny_lm: P
     snapshot = run(tmp_path, text)
     stops = read_json(snapshot, "generation-stop.json")["sequences"]
     assert [(s["reason"], s["generated"]) for s in stops] == [("eos", 4), ("max_new_tokens", 5)]
-    assert stops[0]["fired"] == ["EosTokenCriteria"] and stops[1]["fired"] == ["MaxLengthCriteria"]
+    assert stops[0]["evidence"]["fired"] == ["EosTokenCriteria"] and stops[1]["evidence"]["fired"] == ["MaxLengthCriteria"]
     ids = read_ids(snapshot)
     assert ids["sequence_0"][-1] == EOS and len(ids["sequence_1"]) == 5
     assert_counts_agree(snapshot)
@@ -120,7 +120,7 @@ def test_self_assisted_decoding_keeps_the_outer_calls_counts(tmp_path: Path, tin
     returned = read_json(snapshot, "outputs/entrypoint-result.json")
     assert returned["new_tokens"] == 4
     (stop,) = read_json(snapshot, "generation-stop.json")["sequences"]
-    assert (stop["reason"], stop["generated"], stop["prompt_length"]) == ("max_new_tokens", 4, 6)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["prompt_length"]) == ("max_new_tokens", 4, 6)
     assert read_ids(snapshot)["sequence_0"] == returned["ids"][6:]
     config = read_json(snapshot, "generation-config.before-generate.json")
     assert (config["prompt_length"], config["batch_rows"], config["effective"]["max_length"]) == (6, 1, 10)
@@ -149,7 +149,7 @@ def test_paged_cache_runs_under_genrun_with_the_same_ids(tmp_path: Path, tiny_lm
     assert read_json(snapshot, "outputs/entrypoint-result.json")["ids"] == plain.tolist()
     assert read_ids(snapshot)["sequence_0"] == plain[0, 0, 6:].tolist() and len(plain[0, 0, 6:]) == 5  # "3 2 1 0 <eos>"
     (stop,) = read_json(snapshot, "generation-stop.json")["sequences"]
-    assert (stop["reason"], stop["fired"], stop["last_token_id"]) == ("eos", ["generate_batch"], EOS)
+    assert (stop["reason"], stop["evidence"]["fired"], stop["evidence"]["last_token_id"]) == ("eos", ["generate_batch"], EOS)
     assert read_json(snapshot, "generation-config.before-generate.json")["effective"]["max_new_tokens"] == 8
     calls = read_json(snapshot, "generation-calls.json")
     assert calls["evidence_level"] == "partial" and calls["calls"][0]["path"] == "continuous_batching"

@@ -128,5 +128,5 @@ def test_nested_calls_pass_through_uninstrumented(tiny_lm: Path) -> None:
 def test_beam_search_gets_no_streamer_and_the_finished_hypothesis_reason(tmp_path: Path, tiny_lm: Path) -> None:
     snapshot, _ = execute(tmp_path, request_text(tiny_lm, prompt="count down from 3 :", generation={"max_new_tokens": 8, "num_beams": 2}))
     stop = read_json(snapshot, "generation-stop.json")["sequences"][0]
-    assert (stop["reason"], stop["fired"]) == ("eos", ["EosTokenCriteria"])
+    assert (stop["reason"], stop["evidence"]["fired"]) == ("eos", ["EosTokenCriteria"])
     assert read_json(snapshot, "generated-token-ids.json")["sequences"][0]["text"] == "2 1 0"

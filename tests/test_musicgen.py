@@ -98,7 +98,7 @@ def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musi
 
     # each codebook row with its recorded stop
     stops = read_json(snapshot, "generation-stop.json")["sequences"]
-    assert [(s["reason"], s["generated"], s["fired"]) for s in stops] == [("max_new_tokens", STEPS, ["MaxLengthCriteria"])] * CODEBOOKS
+    assert [(s["reason"], s["generated"], s["evidence"]["fired"]) for s in stops] == [("max_new_tokens", STEPS, ["MaxLengthCriteria"])] * CODEBOOKS
 
     # effective config written inside MusicGen's own generate, CFG included
     config = read_json(snapshot, "generation-config.before-generate.json")

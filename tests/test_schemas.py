@@ -12,6 +12,8 @@ from conftest import run_cli, tiny_request, write_request
 from genrun.runner.plan import plan_request
 from genrun.schemas import (
     EVENT_ADAPTER,
+    TOKEN_EVIDENCE,
+    BackendDeclaration,
     AudioEvidence,
     CallEvidence,
     Determinism,
@@ -41,7 +43,8 @@ from genrun.schemas import (
     layout,
 )
 from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, artifact_for
-from genrun.schemas.export import JSON_DIR, SCHEMA_SOURCES, render_json_schemas
+from genrun.schemas.evidence import stop_evidence_adapter
+from genrun.schemas.export import EVIDENCE_SCHEMAS, JSON_DIR, SCHEMA_SOURCES, render_json_schemas
 from genrun.schemas.format_doc import DOC_PATH, render_format_doc
 
 FROZEN_MODELS = {
@@ -50,6 +53,7 @@ FROZEN_MODELS = {
     layout.CODE: CodeIdentity,
     layout.MODEL: ModelIdentity,
     layout.TOKEN_BUDGET: TokenBudget,
+    layout.BACKEND: BackendDeclaration,
 }
 
 
@@ -59,15 +63,20 @@ def planned(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Path) -> Path:
     return plan_request(write_request(directory, tiny_request(tiny_lm)), store=directory / "store")
 
 
+def _stops() -> GenerationStop:
+    """Two language-model rows: the core record, the token facts and the reason's facts in the evidence."""
+    facts = dict(last_token_id=2, fired=("EosTokenCriteria",), eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6)
+    stop = SequenceStop(index=0, call_index=0, reason="eos", generated=3,
+                        evidence=EosEvidence(eos_token_id=2, source="model_generation_config", stop_length=9, **facts))
+    return GenerationStop(sequences=(stop, stop.model_copy(update={"index": 1, "reason": "exception",
+                          "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb"),
+                          "evidence": ExceptionEvidence(type="ValueError", message="m", **facts)})))
+
+
 def _hand_made() -> list[BaseModel]:
     """One instance of each execution-time artifact, filled the way the runner fills them."""
-    stop = SequenceStop(index=0, call_index=0, reason="eos", generated=3, last_token_id=2, fired=("EosTokenCriteria",),
-                        eos_token_ids=(2,), max_new_tokens=16, max_length=22, prompt_length=6,
-                        evidence=EosEvidence(eos_token_id=2, source="model_generation_config", stop_length=9))
     return [
-        GenerationStop(sequences=(stop, stop.model_copy(update={"index": 1, "reason": "exception",
-                       "exception": ExceptionInfo(type="ValueError", message="m", traceback="tb"),
-                       "evidence": ExceptionEvidence(type="ValueError", message="m")}))),
+        _stops(),
         GeneratedTokenIds(prompt_length=6, eos_token_ids=(2,), pad_token_id=0, sequences=(TokenSequenceSummary(
             index=0, call_index=0, count=3, last_ids=(9, 8, 2), eos_positions=(2,), text="1 0", text_with_special="1 0 <eos>"),)),
         GenerationConfigBeforeGenerate(call_index=0, model_class="LlamaForCausalLM", model_generation_config={"eos_token_id": 2},
@@ -112,7 +121,20 @@ def test_frozen_artifacts_round_trip(planned: Path) -> None:
 @pytest.mark.parametrize("instance", _hand_made(), ids=lambda m: type(m).__name__)
 def test_execution_artifacts_round_trip(instance: BaseModel) -> None:
     again = type(instance).model_validate_json(orjson.dumps(instance.model_dump(mode="json")))
+    if isinstance(instance, GenerationStop):  # a stop record's evidence loads untyped; its facts and declared model round-trip below
+        assert again.model_dump(mode="json") == instance.model_dump(mode="json")
+        return
     assert again == instance
+
+
+def test_stop_evidence_round_trips_through_its_declared_models() -> None:
+    """Loaded, a row's evidence keeps every fact; validated with the family's models (as backend.json records them) it is the typed model again."""
+    stops = _stops()
+    loaded = GenerationStop.model_validate_json(stops.model_dump_json())
+    adapter = stop_evidence_adapter(TOKEN_EVIDENCE.stop_evidence)
+    assert [adapter.validate_python(s.evidence.model_dump(mode="json")) for s in loaded.sequences] == [s.evidence for s in stops.sequences]
+    with pytest.raises(ValidationError, match="surprise"):
+        adapter.validate_python(loaded.sequences[0].evidence.model_dump(mode="json") | {"surprise": 1})
 
 
 @pytest.mark.parametrize("instance", _hand_made(), ids=lambda m: type(m).__name__)
@@ -150,7 +172,8 @@ def test_committed_json_schemas_match_the_models() -> None:
     assert not stale, f"schemas/json drifted from the models: {stale}; run 'genrun schema' and commit the result"
     assert len(rendered) == len(SCHEMA_SOURCES)
     with_schema = [spec.schema for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS) if spec.schema is not None]
-    assert sorted(SCHEMA_SOURCES) == sorted(set(with_schema)), "one schema file per registry entry that has a schema"
+    assert sorted(SCHEMA_SOURCES) == sorted(set(with_schema) | set(EVIDENCE_SCHEMAS)), \
+        "one schema file per registry entry that has a schema, and one per built-in family's stop evidence"
 
 
 def test_committed_format_doc_matches_the_models() -> None:

@@ -66,8 +66,8 @@ def greedy_rows(model_dir: Path, prompts: list[str], new_tokens: int) -> tuple[l
 def test_natural_eos_on_the_bundled_model(tmp_path: Path, models: dict[str, Path]) -> None:
     snapshot, result = run(tmp_path, request_text(models["tiny"], prompt="count down from 3 :", generation={"max_new_tokens": 16}))
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["last_token_id"]) == ("eos", 4, EOS)
-    assert stop["fired"] == ["EosTokenCriteria"] and stop["evidence"]["eos_token_id"] == EOS
+    assert (stop["reason"], stop["generated"], stop["evidence"]["last_token_id"]) == ("eos", 4, EOS)
+    assert stop["evidence"]["fired"] == ["EosTokenCriteria"] and stop["evidence"]["eos_token_id"] == EOS
     summary = read_json(snapshot, "generated-token-ids.json")["sequences"][0]
     assert summary["text"] == "2 1 0" and summary["text_with_special"] == "2 1 0 <eos>" and summary["eos_positions"] == [3]
     assert result["status"] == "succeeded" and result["exit_code"] == 0 and result["generated"] == 4
@@ -76,14 +76,16 @@ def test_natural_eos_on_the_bundled_model(tmp_path: Path, models: dict[str, Path
 def test_max_new_tokens(tmp_path: Path, models: dict[str, Path]) -> None:
     snapshot, _ = run(tmp_path, request_text(models["tiny"], prompt="count down from 40 :", generation={"max_new_tokens": 8}))
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["fired"]) == ("max_new_tokens", 8, ["MaxLengthCriteria"])
+    assert (stop["reason"], stop["generated"], stop["evidence"]["fired"]) == ("max_new_tokens", 8, ["MaxLengthCriteria"])
+    facts = {k: stop["evidence"].pop(k) for k in ("last_token_id", "fired", "eos_token_ids", "max_new_tokens", "max_length", "prompt_length")}
     assert stop["evidence"] == {"reason": "max_new_tokens", "limit": 8, "source": "request", "stop_length": 6 + 8, "custom_criteria": [], "rule": None}  # rule: continuous batching only
+    assert (facts["max_new_tokens"], facts["max_length"], facts["prompt_length"]) == (8, 6 + 8, 6)  # the token facts, in the evidence since format 3
 
 
 def test_explicit_max_length_counts_the_prompt(tmp_path: Path, models: dict[str, Path]) -> None:
     snapshot, _ = run(tmp_path, request_text(models["tiny"], prompt="count down from 40 :", generation={"max_length": 10}))
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["max_length"], stop["prompt_length"]) == ("max_length", 4, 10, 6)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["max_length"], stop["evidence"]["prompt_length"]) == ("max_length", 4, 10, 6)
     assert stop["evidence"]["source"] == "request"
 
 
@@ -91,7 +93,7 @@ def test_silent_library_default_is_named(tmp_path: Path, models: dict[str, Path]
     """Nothing sets a length anywhere: transformers 5.x stops at prompt + 20, and genrun says so."""
     snapshot, _ = run(tmp_path, request_text(models["tiny"], prompt="count down from 40 :"))
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["max_length"]) == ("max_length", 20, 26)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["max_length"]) == ("max_length", 20, 26)
     assert stop["evidence"]["source"] == "library_default"
     config = read_json(snapshot, "generation-config.before-generate.json")
     assert config["limit_sources"]["max_length"] == "library_default" and config["effective"]["max_new_tokens"] is None
@@ -102,7 +104,7 @@ def test_stop_string(tmp_path: Path, models: dict[str, Path]) -> None:
     stop_string, step = pick_stop_string(tok, rows[0], 3)
     snapshot, _ = run(tmp_path, request_text(models["bpe_no_eos"], prompt="x", generation={"max_new_tokens": 24, "stop_strings": [stop_string]}))
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["fired"]) == ("stop_string", step + 1, ["StopStringCriteria"])
+    assert (stop["reason"], stop["generated"], stop["evidence"]["fired"]) == ("stop_string", step + 1, ["StopStringCriteria"])
     assert stop["evidence"]["stop_string"] == stop_string
     assert read_ids(snapshot)["sequence_0"] == rows[0][: step + 1]
 
@@ -112,7 +114,7 @@ def test_max_time(tmp_path: Path, models: dict[str, Path]) -> None:
         tmp_path, request_text(models["no_eos_random"], prompt="count down from 3 :", generation={"max_new_tokens": 6000, "max_time": 0.3})
     )
     (stop,) = stops(snapshot)
-    assert stop["reason"] == "max_time" and stop["fired"] == ["MaxTimeCriteria"] and stop["evidence"]["max_time"] == 0.3
+    assert stop["reason"] == "max_time" and stop["evidence"]["fired"] == ["MaxTimeCriteria"] and stop["evidence"]["max_time"] == 0.3
     # Recorded evidence, not elapsed time (a loaded machine decodes few tokens in 0.3 s): the clock criterion
     # fired inside generate and the run ended before its token budget.
     assert 0 < stop["generated"] < 6000 and result["status"] == "succeeded"
@@ -162,7 +164,7 @@ def test_no_eos_configured(tmp_path: Path, models: dict[str, Path]) -> None:
     """Without EOS the count-down model emits id 2 as an ordinary token and keeps going to the cap."""
     snapshot, _ = run(tmp_path, request_text(models["tiny_no_eos"], prompt="count down from 3 :", generation={"max_new_tokens": 8}))
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["eos_token_ids"]) == ("max_new_tokens", 8, [])
+    assert (stop["reason"], stop["generated"], stop["evidence"]["eos_token_ids"]) == ("max_new_tokens", 8, [])
     ids = read_ids(snapshot)["sequence_0"]
     assert EOS in ids and read_json(snapshot, "generated-token-ids.json")["sequences"][0]["eos_positions"] == []
 
@@ -174,7 +176,7 @@ def test_no_eos_stop_string_row_is_cut_where_it_stopped(tmp_path: Path, models: 
     text = request_text(models["bpe_no_eos"], prompts=BPE_PROMPTS, generation={"max_new_tokens": 12, "stop_strings": [stop_string]})
     snapshot, _ = run(tmp_path, text)
     row = stops(snapshot)[1]
-    assert (row["reason"], row["generated"], row["eos_token_ids"]) == ("stop_string", step + 1, [])
+    assert (row["reason"], row["generated"], row["evidence"]["eos_token_ids"]) == ("stop_string", step + 1, [])
     assert read_ids(snapshot)["sequence_1"] == rows[1][: step + 1]
 
 
@@ -201,7 +203,7 @@ def test_exception_before_the_first_token(tmp_path: Path, models: dict[str, Path
     text = request_text(models["tiny"], generation={"max_new_tokens": 4}, entrypoint=f"{module}:stop_strings_without_tokenizer")
     snapshot, result = run(tmp_path, text)
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["last_token_id"]) == ("exception", 0, None)
+    assert (stop["reason"], stop["generated"], stop["evidence"]["last_token_id"]) == ("exception", 0, None)
     assert stop["exception"]["type"] == "ValueError" and result["status"] == "failed"
 
 
@@ -222,7 +224,7 @@ def test_custom_criterion_is_custom_with_its_name_as_evidence(tmp_path: Path, mo
     )
     snapshot, result = run(tmp_path, text)
     (stop,) = stops(snapshot)
-    assert (stop["reason"], stop["generated"], stop["fired"]) == ("custom", 3, ["StopAfter"])
+    assert (stop["reason"], stop["generated"], stop["evidence"]["fired"]) == ("custom", 3, ["StopAfter"])
     assert stop["evidence"]["custom_criteria"] == ["StopAfter"]
     assert result["status"] == "succeeded"
 

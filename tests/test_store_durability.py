@@ -80,7 +80,7 @@ def test_read_only_filesystem_gives_clear_error(mount_point: Path, tmp_path: Pat
 def test_plan_freezes_every_file_and_seal_is_checkable(tmp_path: Path, tiny_lm: Path) -> None:
     snapshot = plan_request(write_request(tmp_path, tiny_request(tiny_lm)), store=tmp_path / "store")
     frozen = parse_sha256sum((snapshot / layout.FROZEN_MANIFEST).read_bytes())
-    assert set(frozen) == {"request.source.toml", *layout.FROZEN_FILES}
+    assert set(frozen) == {"request.source.toml", *layout.FROZEN_FILES, layout.BACKEND}  # the backend's evidence declaration too
     assert (snapshot / "request.source.toml").read_bytes() == (tmp_path / "request.toml").read_bytes()
     seal_snapshot(snapshot)
     check = subprocess.run(["sha256sum", "-c", layout.MANIFEST], cwd=snapshot, capture_output=True, text=True)

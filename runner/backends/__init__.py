@@ -23,7 +23,7 @@ At execution the core owns the run template (`genrun.runner.run_template`); a ba
   where it lands. The core classifies what ended the run (`GenerationEnd`): returned, failed (any
   exception) or interrupted (the signal's name).
 - `generate(loaded)` emits `ctx.recorder.start(...)`, writes its call-config artifact
-  (`call_config_artifact`) before the first unit and calls `ctx.recorder.step()` once per
+  (named in its `evidence` declaration) before the first unit and calls `ctx.recorder.step()` once per
   generated unit (the recorder writes `first_token` and the periodic `progress` records itself).
   It may hold a signal (`interrupts.deferred`) to stop at a clean point, e.g. a pipeline's
   interrupt flag, and let it raise when the call returns.
@@ -40,7 +40,8 @@ At execution the core owns the run template (`genrun.runner.run_template`); a ba
 or while the core writes the evidence and seals) is counted and noted in `result.json`, never acted
 on: the status is what generation ended with. The rule is the same for every backend.
 
-Analysis never imports a backend: it reads what the snapshot recorded (the unit, which artifacts exist).
+Analysis never imports a backend: `genrun plan` freezes the backend's evidence declaration (`evidence`)
+as `backend.json`, and analysis picks its checks by the evidence kinds recorded there.
 """
 
 import time
@@ -51,7 +52,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from genrun.schemas import CodeIdentity, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
+from genrun.schemas import BackendDeclaration, CodeIdentity, EvidenceDeclaration, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
 from genrun.schemas.progress import Unit
 
 from ..errors import RequestError
@@ -66,7 +67,7 @@ ENTRY_POINT_GROUP = "genrun.backends"
 __all__ = [
     "ENTRY_POINT_GROUP", "Backend", "BackendOutcome", "ExecutionContext", "GenerationEnd", "LoadContext", "LoadedModel", "Run",
     "RunInterrupted",
-    "exception_info", "generation_timings", "get_backend", "installed_backends", "refuse_generation",
+    "declaration_of", "exception_info", "generation_timings", "get_backend", "installed_backends", "refuse_generation",
 ]
 
 
@@ -230,8 +231,9 @@ class Backend(Protocol):
     name: str
     """The `[model] backend` value it serves (its entry-point name)."""
 
-    call_config_artifact: str
-    """The file (a `genrun.schemas.layout` name) it writes before the first unit: the call configuration as made."""
+    evidence: EvidenceDeclaration
+    """What it writes and analysis may check: the call-config artifact it writes before the first unit (file name and
+    model), its stop-evidence models, its evidence kinds (frozen as `backend.json` at plan time)."""
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """Refuse (raise `RequestError`, exit 2) what this backend cannot run: unknown or mistyped
@@ -259,6 +261,15 @@ class Backend(Protocol):
     def start(self, ctx: "ExecutionContext") -> Run:
         """The run of this snapshot, made before its model is loaded: holds the run's state, loads and writes nothing."""
         ...
+
+
+def declaration_of(backend: Backend, request: Request) -> BackendDeclaration:
+    """`backend.json` for a snapshot of `request`: the backend's declared evidence, its unit, and the distribution providing it."""
+    entry = installed_backends().get(backend.name)
+    dist = getattr(entry, "dist", None)
+    unit, _ = backend.progress_unit(request)
+    return backend.evidence.record(backend=backend.name, unit=unit, distribution=dist.name if dist is not None else None,
+                                   distribution_version=dist.version if dist is not None else None)
 
 
 @cache
@@ -289,9 +300,15 @@ def get_backend(name: str) -> Backend:
         raise RequestError(f"[model] backend = {name!r} cannot be loaded ({exc}): {install_line(entry)}") from exc
     except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
         raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(backend, Backend) or backend.name != name:
-        raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}")
+    missing = sorted(member for member in _BACKEND_MEMBERS if not hasattr(backend, member))
+    if missing or not isinstance(backend, Backend) or backend.name != name:
+        lacking = f": it lacks {', '.join(missing)} (see genrun.backends)" if missing else ""
+        raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}{lacking}")
     return backend
+
+
+_BACKEND_MEMBERS = frozenset(Backend.__annotations__) | {n for n in vars(Backend) if not n.startswith("_")}
+"""What a backend must have: the protocol's attributes and methods (named when one is missing)."""
 
 
 def refuse_generation(problems: list[str]) -> None:

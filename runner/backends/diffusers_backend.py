@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import PipelineCallBeforeCall, Request, TokenBudget, layout
+from genrun.schemas import DIFFUSION_EVIDENCE, PipelineCallBeforeCall, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 from genrun.schemas.rendering import jsonable
 
@@ -42,7 +42,7 @@ class DiffusersBackend:
     """`[model] backend = "diffusers"`."""
 
     name = "diffusers"
-    call_config_artifact = layout.PIPELINE_CALL
+    evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""

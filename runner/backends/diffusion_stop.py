@@ -1,7 +1,7 @@
 """The one stop record of a pipeline call: `completed`, `interrupted` or `exception`, with steps done of steps planned."""
 
-from genrun.schemas import (CompletedEvidence, DiffusionSteps, ExceptionEvidence, InterruptedEvidence, PipelineCallBeforeCall, SequenceStop,
-                            StopEvidence)
+from genrun.schemas import (CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps, PipelineCallBeforeCall,
+                            SequenceStop, StopEvidence)
 
 from . import exception_info
 from .diffusion_steps import StepObserver
@@ -36,23 +36,9 @@ def stop_record(observer: StepObserver | None, call: PipelineCallBeforeCall | No
     evidence: StopEvidence
     if signal is not None:
         flag_step = observer.interrupt_flag_set_at if observer else None
-        evidence = InterruptedEvidence(signal=signal, interrupt_flag_set_at_step=flag_step, steps=progress)
+        evidence = DiffusionInterruptedEvidence(signal=signal, interrupt_flag_set_at_step=flag_step, steps=progress)
     elif info is not None:
-        evidence = ExceptionEvidence(type=info.type, message=info.message, steps=progress)
+        evidence = DiffusionExceptionEvidence(type=info.type, message=info.message, steps=progress)
     else:
         evidence = CompletedEvidence(steps=progress)
-    return SequenceStop(
-        index=0,
-        call_index=0,
-        reason=evidence.reason,
-        generated=steps,
-        last_token_id=None,
-        fired=(),
-        eos_token_ids=(),
-        max_new_tokens=None,
-        max_length=None,
-        prompt_length=None,
-        steps_planned=planned,
-        exception=info,
-        evidence=evidence,
-    )
+    return SequenceStop(index=0, call_index=0, reason=evidence.reason, generated=steps, exception=info, evidence=evidence)

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import Request, TokenBudget, layout
+from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 
 from .. import interrupts
@@ -39,7 +39,7 @@ class TransformersBackend:
     """`[model] backend = "transformers"`."""
 
     name = "transformers"
-    call_config_artifact = layout.GENERATION_CONFIG
+    evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""

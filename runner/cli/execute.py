@@ -87,8 +87,7 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
         requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
         out.print(f"  produced {result.produced_seconds:.2f} s{requested}", soft_wrap=True)
     t = result.timings
-    first = "first step" if result.unit == "step" else f"first {result.unit}"
-    phases = [("load", t.load_s), (first, t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
+    phases = [("load", t.load_s), (f"first {result.unit}", t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
     out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None), soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
@@ -107,9 +106,12 @@ def _stops(snapshot_dir: Path) -> tuple:
 
 
 def _describe_row(seq) -> str:
-    """`sequence 0: eos (id 2) after 13 tokens`, or for a pipeline `pipeline call 0: completed after 10 of 10 steps`."""
-    if seq.steps_planned is not None:
-        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {seq.steps_planned:,} steps"
+    """`sequence 0: eos (id 2) after 13 tokens`, or when the evidence records steps (a diffusion pipeline's)
+    `pipeline call 0: completed after 10 of 10 steps`."""
+    steps = seq.evidence.fact("steps")
+    planned = steps.get("steps_planned") if isinstance(steps, dict) else None
+    if planned is not None:
+        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {planned:,} steps"
     return f"sequence {seq.index}: {describe_stop(seq)} after {seq.generated:,} tokens"
 
 

@@ -66,10 +66,8 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
     """One row's reason, criteria fired, limits and evidence."""
     config = call.config
     ids = tokens.ids
-    base: dict[str, Any] = dict(
-        index=index,
-        call_index=call.index,
-        generated=int(ids.shape[0]),
+    base: dict[str, Any] = dict(index=index, call_index=call.index, generated=int(ids.shape[0]))
+    facts: dict[str, Any] = dict(  # `TokenStopFacts`: in every row's evidence
         last_token_id=int(ids[-1]) if ids.shape[0] else None,
         eos_token_ids=config.eos_token_ids if config else (),
         max_new_tokens=config.effective.get("max_new_tokens") if config else None,
@@ -78,10 +76,10 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
     )
     state = tokens.criteria
     if state is not None and state.finished and tokens.stop_within_ids:
-        evidence = _finished(call, tokens, state, tokenizer)
-        return SequenceStop(reason=evidence.reason, fired=state.fired, evidence=evidence, **base)
+        evidence = _finished(call, tokens, tokenizer, {**facts, "fired": state.fired})
+        return SequenceStop(reason=evidence.reason, evidence=evidence, **base)
     if call.exception is not None:
-        return _unfinished(call.exception, base, exception_info)
+        return _unfinished(call.exception, base, facts, exception_info)
     note = "generate returned but no recorded stopping criterion fired for this row"
     if call.missing:
         note = "; ".join(call.missing)
@@ -89,20 +87,22 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
         note = "generate returned without building its stopping criteria (e.g. custom_generate)"
     elif call.path == "beam_search":
         note = "beam search: no finished candidate the criteria list saw matches this returned sequence"
-    return SequenceStop(reason="unknown", fired=(), evidence=UnknownEvidence(note=note), **base)
+    return SequenceStop(reason="unknown", evidence=UnknownEvidence(note=note, **facts), **base)
 
 
-def _unfinished(exc: BaseException, base: dict[str, Any], exception_info: Any) -> SequenceStop:
+def _unfinished(exc: BaseException, base: dict[str, Any], facts: dict[str, Any], exception_info: Any) -> SequenceStop:
     if (signal := signal_of(exc)) is not None:
-        return SequenceStop(reason="interrupted", fired=(), evidence=InterruptedEvidence(signal=signal), **base)
+        return SequenceStop(reason="interrupted", evidence=InterruptedEvidence(signal=signal, **facts), **base)
     info: ExceptionInfo = exception_info(exc)
-    return SequenceStop(reason="exception", fired=(), exception=info, evidence=ExceptionEvidence(type=info.type, message=info.message), **base)
+    return SequenceStop(reason="exception", exception=info, evidence=ExceptionEvidence(type=info.type, message=info.message, **facts), **base)
 
 
-def _finished(call: CallCapture, tokens: RowTokens, state: RowCriteria, tokenizer: Any) -> StopEvidence:
+def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any, facts: dict[str, Any]) -> StopEvidence:
+    state = tokens.criteria
     config = call.config
     kind = primary_kind(state.kinds)
     common: dict[str, Any] = {
+        **facts,
         "stop_length": state.stop_length,
         "custom_criteria": tuple(name for name, k in zip(state.fired, state.kinds) if k == "custom"),
     }
@@ -126,7 +126,7 @@ def _finished(call: CallCapture, tokens: RowTokens, state: RowCriteria, tokenize
     if kind == "max_time":
         return MaxTimeEvidence(max_time=effective.get("max_time"), source=sources.get("max_time"), **common)
     return UnknownEvidence(note=f"criterion kind {kind!r} is not in the stop vocabulary", stop_length=common["stop_length"],
-                           custom_criteria=common["custom_criteria"])
+                           custom_criteria=common["custom_criteria"], **facts)
 
 
 def matched_stop_string(ids: list[int], stop_strings: list[str], tokenizer: Any) -> str | None:

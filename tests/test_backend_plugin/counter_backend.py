@@ -1,38 +1,111 @@
 """A third-party backend defined only under tests/: a deterministic "counter" that needs no torch.
 
-It is registered through the same `genrun.backends` entry-point group as the built-ins (the test
-writes a `*.dist-info/entry_points.txt` for it), and genrun's core never learns its name. The
-"model" is a directory with a `config.json` `{"start": N}`; a run counts `[generation] steps`
-steps from N, one recorder step each, and writes what a step-counting backend must: its call
-record (`pipeline-call.before-call.json`, the step-unit call-config artifact analysis checks),
-one stop record with `steps_planned`, and an output file.
+It imports nothing from genrun but the public plugin module `genrun.backends` (a test parses this
+file to hold it to that), registers through the `genrun.backends` entry-point group like the
+built-ins (the test writes a `*.dist-info/entry_points.txt` for it), and declares its own
+evidence: its call-config artifact `counter-call.json` (`CounterCall`) and one stop-evidence
+model per reason it uses. The "model" is a directory with a `config.json` `{"start": N}`; a run
+counts `[generation] steps` values from N, one recorder step each, and writes them to
+`outputs/count.txt`. `[generation] fail_at = K` raises after K values (a failure of the model).
 """
 
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from genrun.runner._io import write_model_atomic
-from genrun.runner.backends import (BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings,
-                                    refuse_generation)
-from genrun.runner.budget import memory_fit, refusals_for, with_refusals
-from genrun.runner.errors import RequestError
-from genrun.runner.request_loading import unknown_key_message
-from genrun.schemas import CompletedEvidence, DiffusionSteps, ExceptionEvidence, InterruptedEvidence, PipelineCallBeforeCall, Request, SequenceStop, TokenBudget, layout
+from pydantic import BaseModel, ConfigDict
 
-GENERATION_KEYS = ("steps",)
+from genrun.backends import (
+    BackendOutcome,
+    EvidenceDeclaration,
+    ExecutionContext,
+    GenerationEnd,
+    LoadContext,
+    LoadedModel,
+    Request,
+    RequestError,
+    SequenceStop,
+    StopEvidence,
+    TokenBudget,
+    exception_info,
+    generation_timings,
+    memory_fit,
+    refusals_for,
+    refuse_generation,
+    unknown_key_message,
+    with_refusals,
+    write_model_atomic,
+)
+
+GENERATION_KEYS = ("steps", "fail_at")
 DEFAULT_STEPS = 3
+CALL_CONFIG = "counter-call.json"
+
+
+class CounterCall(BaseModel):
+    """`counter-call.json`: the count as it was about to run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    start: int
+    """The first value (the model's `config.json`)."""
+    steps: int
+    """Values to count."""
+    steps_source: Literal["request", "default"]
+    """Who set `steps`."""
+    fail_at: int | None
+    """Raise after this many values (`None`: never)."""
+
+
+class _Counted(StopEvidence):
+    """Shared by every reason: how far the count got."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    counted: int
+    """Values counted."""
+    planned: int
+    """Values the call asked for."""
+    last_value: int | None
+    """The last value counted (`None` when none was)."""
+
+
+class CountedAll(_Counted):
+    """`completed`: every planned value was counted."""
+
+    reason: Literal["completed"] = "completed"
+
+
+class CountInterrupted(_Counted):
+    """`interrupted`: a signal stopped the count."""
+
+    reason: Literal["interrupted"] = "interrupted"
+    signal: str
+    """`SIGINT` or `SIGTERM`."""
+
+
+class CountFailed(_Counted):
+    """`exception`: counting raised (the traceback is in the record's `exception`)."""
+
+    reason: Literal["exception"] = "exception"
+    raised: str
+    """The exception's class name."""
 
 
 class CounterBackend:
     """`[model] backend = "counter"`."""
 
     name = "counter"
-    call_config_artifact = layout.PIPELINE_CALL
+    evidence = EvidenceDeclaration(
+        kinds=("call_config", "stop_records"),
+        stop_evidence=(CountedAll, CountInterrupted, CountFailed),
+        call_config_name=CALL_CONFIG,
+        call_config_model=CounterCall,
+    )
 
     def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
-        """Only `steps`, a positive integer; `[input]` is optional."""
+        """Only `steps` (a positive integer) and `fail_at`; `[input]` is optional."""
         refuse_generation([unknown_key_message(("generation",), k, list(GENERATION_KEYS)) for k in request.generation if k not in GENERATION_KEYS])
         steps = request.generation.get("steps", DEFAULT_STEPS)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -54,7 +127,7 @@ class CounterBackend:
         return with_refusals(draft, refusals_for(draft, "steps"), force)
 
     def progress_unit(self, request: Request) -> tuple[str, int]:
-        """One recorder step per counted step."""
+        """One recorder step per counted value."""
         return "step", 1
 
     def load(self, ctx: LoadContext) -> LoadedModel:
@@ -80,27 +153,27 @@ class CounterRun:
         self.started: float | None = None
 
     def generate(self, loaded: LoadedModel) -> None:
-        ctx, steps = self._ctx, _steps(self._ctx.request)
-        write_model_atomic(ctx.snapshot_dir / CounterBackend.call_config_artifact, _call_record(ctx, steps))
+        ctx, steps, fail_at = self._ctx, _steps(self._ctx.request), self._ctx.request.generation.get("fail_at")
+        call = CounterCall(start=loaded.model, steps=steps, steps_source="request" if "steps" in ctx.request.generation else "default",
+                           fail_at=fail_at)
+        write_model_atomic(ctx.snapshot_dir / CALL_CONFIG, call)
         ctx.recorder.start(steps, 1)
         self.started = time.monotonic()
         for _ in range(steps):
+            if fail_at is not None and len(self.values) >= fail_at:
+                raise ArithmeticError(f"the counter was told to fail after {fail_at} values")
             self.values.append(loaded.model + len(self.values))
             ctx.recorder.step()
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
-        ctx, steps, done = self._ctx, _steps(self._ctx.request), len(self.values)
+        ctx = self._ctx
         ctx.outputs_dir.mkdir(exist_ok=True)
-        (ctx.outputs_dir / "count.txt").write_text(" ".join(map(str, self.values)) + "\n" if end.returned else "")
-        reason = "completed" if end.returned else "interrupted" if end.signal else "exception"
-        stop = SequenceStop(
-            index=0, call_index=0, reason=reason, generated=done, last_token_id=None, fired=(), eos_token_ids=(),
-            max_new_tokens=None, max_length=None, prompt_length=None, steps_planned=steps,
-            exception=exception_info(end.failure) if end.failure else None,
-            evidence=_evidence(end, done, steps),
-        )
+        (ctx.outputs_dir / "count.txt").write_text("".join(f"{v} " for v in self.values).rstrip() + ("\n" if self.values else ""))
+        evidence = _evidence(end, self.values, _steps(ctx.request))
+        stop = SequenceStop(index=0, call_index=0, reason=evidence.reason, generated=len(self.values),
+                            exception=exception_info(end.failure) if end.failure else None, evidence=evidence)
         first_unit_s, decode_s = generation_timings(ctx.recorder, self.started, None)
-        return BackendOutcome(unit="step", generated=done, generated_tokens=0, first_unit_s=first_unit_s, decode_s=decode_s,
+        return BackendOutcome(unit="step", generated=len(self.values), generated_tokens=0, first_unit_s=first_unit_s, decode_s=decode_s,
                               stops=(stop,), outputs=("count.txt",))
 
 
@@ -108,29 +181,16 @@ def _steps(request: Request) -> int:
     return request.generation.get("steps", DEFAULT_STEPS)
 
 
-def _call_record(ctx: ExecutionContext, steps: int) -> PipelineCallBeforeCall:
-    overrides = dict(ctx.request.generation)
-    return PipelineCallBeforeCall(
-        pipeline_class="Counter", components={}, scheduler_class="none", scheduler_config={},
-        num_inference_steps=steps, num_inference_steps_source="request" if "steps" in overrides else "pipeline_default",
-        timesteps_planned=steps, timesteps_note=None, guidance_scale=None, height=None, width=None, num_frames=None,
-        duration_s=None, sample_size=None, seed=ctx.request.seed, dtype="none", device=ctx.device,
-        overrides=overrides, call_arguments={"steps": steps}, step_observation="progress_bar",
-    )
+def _evidence(end: GenerationEnd, values: list[int], steps: int) -> CountedAll | CountInterrupted | CountFailed:
+    """The model of the reason `end` means, with how far the count got."""
+    counted = {"counted": len(values), "planned": steps, "last_value": values[-1] if values else None}
+    if end.signal is not None:
+        return CountInterrupted(signal=end.signal, **counted)
+    if end.failure is not None:
+        return CountFailed(raised=type(end.failure).__name__, **counted)
+    return CountedAll(**counted)
 
 
 def create_backend() -> CounterBackend:
     """The entry point `counter = "counter_backend:create_backend"`."""
     return CounterBackend()
-
-
-def _evidence(end: GenerationEnd, done: int, steps: int) -> CompletedEvidence | ExceptionEvidence | InterruptedEvidence:
-    """Typed stop evidence (the format's per-reason models): steps done of steps planned."""
-    counted = DiffusionSteps(steps_done=done, steps_planned=steps, steps_planned_source="requested_num_inference_steps",
-                             num_inference_steps=steps, timesteps_planned_dry_run=None, step_observation="counter",
-                             denoising_loops=1, output_returned=end.returned)
-    if end.signal is not None:
-        return InterruptedEvidence(signal=end.signal, interrupt_flag_set_at_step=None, steps=counted)
-    if end.failure is not None:
-        return ExceptionEvidence(type=type(end.failure).__name__, message=str(end.failure), steps=counted)
-    return CompletedEvidence(steps=counted)

@@ -1,0 +1,91 @@
+"""Checks every backend gets from its declaration (`backend.json`): its call config and its stop evidence
+validate against the JSON Schemas recorded at plan time, so a third-party backend's artifacts are
+checked without its code.
+
+JSON Schema validation uses `jsonschema` when it is installed; without it these checks say so
+(SKIP) instead of guessing.
+"""
+
+from typing import Any
+
+from genrun.schemas import layout
+
+from ._context import CheckContext
+from ._finding import Examined, Finding, skip
+from ._load import Snapshot
+
+MAX_SCHEMA_ERRORS = 5
+"""Schema errors named per file (enough to find the damage)."""
+
+
+def _schema_errors(schema: dict[str, Any], data: Any) -> list[str] | None:
+    """`path: message` per violation (at most `MAX_SCHEMA_ERRORS`); `None` when `jsonschema` is not installed."""
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message[:200]}" for e in errors[:MAX_SCHEMA_ERRORS]]
+
+
+NO_JSONSCHEMA = "jsonschema is not installed, so the recorded schema cannot be applied (pip install jsonschema)"
+
+
+def check_call_config(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """The declared call-config artifact was written (when generation ran) and validates against the schema recorded at plan time."""
+    name = "call_config"
+    declared = snap.declaration.call_config
+    if declared is None:
+        return skip(name, f"the {snap.declaration.backend!r} backend declares no call-config artifact")
+    evidence = {"artifact": declared.name, "model": declared.model}
+    if declared.name not in snap.files:
+        if snap.result is not None and snap.result.status == "succeeded":
+            return Finding(name=name, status="FAIL", message=f"{declared.name} is missing: the call configuration of a run that "
+                           "succeeded was never recorded", evidence=evidence, examined=Examined(files=1))
+        return skip(name, f"no {declared.name} (generation never started)", **evidence)
+    if snap.call_config_json is None:
+        why = snap.problems.get(declared.name, "unreadable")
+        return Finding(name=name, status="FAIL", message=f"{declared.name}: {why}", evidence=evidence, examined=Examined(files=1))
+    errors = _schema_errors(declared.json_schema, snap.call_config_json)
+    if errors is None:
+        return skip(name, f"{declared.name} is present; {NO_JSONSCHEMA}", **evidence)
+    if errors:
+        return Finding(name=name, status="FAIL", message=f"{declared.name} does not match the schema of {declared.model} recorded in "
+                       f"{layout.BACKEND}: " + "; ".join(errors), evidence=evidence, examined=Examined(files=2))
+    return Finding(name=name, status="PASS", message=f"{declared.name} validates against the recorded schema of {declared.model}",
+                   evidence=evidence, examined=Examined(files=2))
+
+
+def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
+    """Each stop record's reason is one the backend declared and its evidence validates against the recorded schema;
+    without token ids, the units recorded per row add up to result.json's `generated`."""
+    name = "stop_evidence"
+    if snap.stop is None:
+        return skip(name, "no generation-stop.json (see stop_reasons)")
+    declared = snap.declaration
+    problems: list[str] = []
+    for stop in snap.stop.sequences:
+        if stop.reason not in declared.stop_reasons:
+            problems.append(f"sequence {stop.index}: reason {stop.reason!r} is not one the {declared.backend!r} backend declared "
+                            f"({', '.join(declared.stop_reasons)})")
+    validated = 0
+    for stop in snap.stop.sequences:
+        errors = _schema_errors(declared.stop_evidence_schema, stop.evidence.model_dump(mode="json"))
+        if errors is None:
+            break
+        validated += 1
+        if errors:
+            problems.append(f"sequence {stop.index}: evidence does not match the declared models: " + "; ".join(errors))
+    total = sum(s.generated for s in snap.stop.sequences)
+    if snap.result is not None and not declared.declares("token_ids") and snap.result.generated != total:
+        problems.append(f"result.json generated {snap.result.generated} != {total} {snap.unit}s in the stop records")
+    evidence = {"stop_reasons": list(declared.stop_reasons), "models": list(declared.stop_evidence_models), "validated": validated,
+                "derived_declaration": declared.derived}
+    examined = Examined(files=3)
+    if problems:
+        return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
+    if validated < len(snap.stop.sequences):
+        return Finding(name=name, status="SKIP", message=f"reasons are declared ones; {NO_JSONSCHEMA}", evidence=evidence, examined=examined)
+    return Finding(name=name, status="PASS", message=f"{validated} stop record(s): declared reasons, evidence valid against the recorded "
+                   f"schema of {', '.join(m.rsplit(':', 1)[-1] for m in declared.stop_evidence_models)}", evidence=evidence, examined=examined)

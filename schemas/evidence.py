@@ -1,0 +1,185 @@
+"""`backend.json`: what evidence the backend that ran a snapshot declares, frozen at plan time.
+
+A backend declares its evidence once (`EvidenceDeclaration`, an attribute of the backend): its
+call-config artifact (file name + model), its stop-evidence models (one per reason) and the
+evidence KINDS it provides from the small vocabulary below, for which analysis has checks.
+`genrun plan` freezes the declaration as `backend.json`, with the JSON Schema of the call-config
+and stop-evidence models, so a reader validates a third-party backend's artifacts without its
+code, and analysis picks checks by declared kind, never by asking which backend ran.
+
+Snapshots of formats 1 and 2 have no `backend.json`: their declaration is derived in memory
+from what they recorded (`derived_declaration`).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from . import layout
+from ._base import Strict
+from ._versioning import Versioned
+from .generation_config import GenerationConfigBeforeGenerate
+from .pipeline_call import PipelineCallBeforeCall
+from .progress import Unit
+from .stop import StopEvidence, StopReason
+from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
+from .stop_tokens import TOKEN_STOP_EVIDENCE
+
+EvidenceKind = Literal["call_config", "stop_records", "token_ids", "generation_config", "generation_calls", "diffusion_steps"]
+
+EVIDENCE_KIND_MEANING: Mapping[str, str] = MappingProxyType({
+    "call_config": "the declared call-config artifact, written before the first unit (checked against its recorded schema)",
+    "stop_records": "`generation-stop.json`, one record per row, its evidence in the declared models (checked against their "
+                    "recorded schema and against `result.json`)",
+    "token_ids": "`generated-token-ids.safetensors` + `generated-token-ids.json`, and each row's evidence carries the token "
+                 "facts (`TokenStopFacts`): counts, summaries, saved text and stop reasons are checked against the ids",
+    "generation_config": "`generation-config.before-generate[.<i>].json`: effective limits and who set each (limit checks)",
+    "generation_calls": "`generation-calls.json`: each generate call's path and evidence level",
+    "diffusion_steps": "each row's evidence carries `steps` (done / planned) and the call config is a pipeline call "
+                       "(`pipeline-call.before-call.json`): steps are checked across stop file, progress and result",
+})
+"""Evidence kind -> what a backend that declares it provides, and what analysis checks."""
+
+REQUIRED_KINDS: tuple[EvidenceKind, ...] = ("stop_records",)
+"""Every backend writes stop records (the core writes `generation-stop.json` from its outcome)."""
+
+
+def qualified_name(obj: type) -> str:
+    """`module:QualName` of a class."""
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def stop_evidence_adapter(models: tuple[type[StopEvidence], ...]) -> TypeAdapter[Any]:
+    """One adapter for a backend's stop-evidence models, tagged by `reason`."""
+    if len(models) == 1:
+        return TypeAdapter(models[0])
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="reason")])  # noqa: UP007 (a runtime tuple of types)
+
+
+def _reason_of(model: type[StopEvidence]) -> StopReason:
+    default = model.model_fields["reason"].default
+    if not isinstance(default, str):
+        raise TypeError(f"stop-evidence model {qualified_name(model)} must default `reason` to its Literal tag, e.g. "
+                        f"`reason: Literal[\"completed\"] = \"completed\"`")
+    return default  # type: ignore[return-value]
+
+
+class CallConfigArtifact(Strict):
+    """The file a backend writes before its first unit: the call configuration as made."""
+
+    name: str
+    """File name in the snapshot, e.g. `generation-config.before-generate.json`."""
+    model: str
+    """The pydantic model it is written with (`module:QualName`)."""
+    json_schema: dict[str, Any]
+    """That model's JSON Schema: readers validate the file with it, without the backend's code."""
+
+
+class BackendDeclaration(Versioned):
+    """`backend.json`: the backend of this snapshot and the evidence it declared, frozen at plan time."""
+
+    backend: str
+    """`[model] backend`: the entry-point name."""
+    distribution: str | None
+    """The installed distribution that provides the backend (`None` when it is not installed as one)."""
+    distribution_version: str | None
+    """Its version."""
+    unit: Unit
+    """What the run counts (`progress.ndjson`, `result.json`)."""
+    evidence: tuple[EvidenceKind, ...]
+    """Evidence kinds the backend provides (see `EVIDENCE_KIND_MEANING`); analysis runs the checks of these kinds."""
+    call_config: CallConfigArtifact | None
+    """The call-config artifact (`None`: the backend writes none)."""
+    stop_reasons: tuple[StopReason, ...]
+    """Reasons the backend's stop records may carry (one evidence model each)."""
+    stop_evidence_models: tuple[str, ...]
+    """The stop-evidence models (`module:QualName`), one per reason."""
+    stop_evidence_schema: dict[str, Any]
+    """JSON Schema of a row's `evidence` (the models, tagged by `reason`)."""
+    derived: bool = False
+    """True only in memory, for a snapshot older than `backend.json` (format 1 or 2): derived from what it recorded."""
+
+    def declares(self, kind: EvidenceKind) -> bool:
+        """The backend provides this evidence kind."""
+        return kind in self.evidence
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceDeclaration:
+    """What a backend declares about its evidence (a class attribute `evidence` of the backend)."""
+
+    kinds: tuple[EvidenceKind, ...]
+    """Evidence kinds it provides (`stop_records` always; `call_config` when it has a call-config artifact)."""
+    stop_evidence: tuple[type[StopEvidence], ...]
+    """Its stop-evidence models, one per reason (each a `StopEvidence` with `reason: Literal[...] = ...`)."""
+    call_config_name: str | None = None
+    """The call-config artifact's file name (`None`: none)."""
+    call_config_model: type[BaseModel] | None = None
+    """The model it is written with."""
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in EVIDENCE_KIND_MEANING]
+        if unknown:
+            raise ValueError(f"unknown evidence kind(s) {unknown}; the vocabulary is {sorted(EVIDENCE_KIND_MEANING)}")
+        missing = [k for k in REQUIRED_KINDS if k not in self.kinds]
+        if missing:
+            raise ValueError(f"every backend provides {list(REQUIRED_KINDS)}; add {missing} to kinds")
+        if (self.call_config_name is None) != (self.call_config_model is None) or (self.call_config_name is not None) != ("call_config" in self.kinds):
+            raise ValueError("call_config_name, call_config_model and the `call_config` kind go together: give all three or none")
+        if not self.stop_evidence:
+            raise ValueError("declare at least one stop-evidence model")
+        reasons = [_reason_of(m) for m in self.stop_evidence]
+        if len(set(reasons)) != len(reasons):
+            raise ValueError(f"one stop-evidence model per reason; reasons declared: {reasons}")
+
+    @property
+    def stop_reasons(self) -> tuple[StopReason, ...]:
+        """The reasons, in the order of the models."""
+        return tuple(_reason_of(m) for m in self.stop_evidence)
+
+    def record(self, *, backend: str, unit: Unit, distribution: str | None, distribution_version: str | None) -> BackendDeclaration:
+        """The `backend.json` of one planned snapshot."""
+        call_config = None
+        if self.call_config_name is not None and self.call_config_model is not None:
+            call_config = CallConfigArtifact(name=self.call_config_name, model=qualified_name(self.call_config_model),
+                                             json_schema=self.call_config_model.model_json_schema())
+        return BackendDeclaration(
+            backend=backend, distribution=distribution, distribution_version=distribution_version, unit=unit,
+            evidence=self.kinds, call_config=call_config, stop_reasons=self.stop_reasons,
+            stop_evidence_models=tuple(qualified_name(m) for m in self.stop_evidence),
+            stop_evidence_schema=stop_evidence_adapter(self.stop_evidence).json_schema(),
+        )
+
+
+# -- the built-in families (their backends declare these; older snapshots are derived from them) ---------------------
+TOKEN_EVIDENCE = EvidenceDeclaration(
+    kinds=("call_config", "stop_records", "token_ids", "generation_config", "generation_calls"),
+    stop_evidence=TOKEN_STOP_EVIDENCE,
+    call_config_name=layout.GENERATION_CONFIG,
+    call_config_model=GenerationConfigBeforeGenerate,
+)
+"""Language models (the `transformers` backend): token ids, effective generation configs, per-call evidence."""
+
+DIFFUSION_EVIDENCE = EvidenceDeclaration(
+    kinds=("call_config", "stop_records", "diffusion_steps"),
+    stop_evidence=DIFFUSION_STOP_EVIDENCE,
+    call_config_name=layout.PIPELINE_CALL,
+    call_config_model=PipelineCallBeforeCall,
+)
+"""Diffusion pipelines (the `diffusers` backend): the pipeline call as made, steps done of steps planned."""
+
+
+@lru_cache(maxsize=64)
+def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None) -> BackendDeclaration:
+    """The declaration of a format-1/2 snapshot (no `backend.json`), from what it recorded.
+
+    Those formats knew two families: a run that counted steps is diffusion evidence, any other a
+    language model's.
+    """
+    family = DIFFUSION_EVIDENCE if unit == "step" else TOKEN_EVIDENCE
+    declared = family.record(backend=backend, unit=unit, distribution="genrun", distribution_version=genrun_version)
+    return declared.model_copy(update={"derived": True})

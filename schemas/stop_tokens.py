@@ -1,0 +1,145 @@
+"""Language-model stop evidence (the `transformers` backend, and any backend that saves token ids).
+
+Every model carries `TokenStopFacts`, the facts the token checks judge a row by (last id, EOS
+set, limits, prompt length): a backend that declares the `token_ids` evidence kind gives each
+row's evidence these fields, so `verify` can hold the recorded reason against the saved ids.
+"""
+
+from typing import Literal
+
+from .generation_config import LimitSource
+from .stop import StopEvidence
+
+
+class TokenStopFacts(StopEvidence):
+    """What the token checks read from every row's evidence when the backend declares `token_ids`."""
+
+    last_token_id: int | None = None
+    """Last generated id (`None` when the row has no tokens)."""
+    fired: tuple[str, ...] = ()
+    """Criteria that fired at the step the row finished, e.g. `EosTokenCriteria`."""
+    eos_token_ids: tuple[int, ...] = ()
+    """Effective EOS set."""
+    max_new_tokens: int | None = None
+    """Effective `max_new_tokens`."""
+    max_length: int | None = None
+    """Effective `max_length` (prompt included)."""
+    prompt_length: int | None = None
+    """Padded prompt length."""
+
+
+class _Closed(TokenStopFacts):
+    """The genrun-written models refuse keys they do not know (only the base keeps unknown facts)."""
+
+    model_config = {**TokenStopFacts.model_config, "extra": "forbid"}
+
+
+class _TokenStop(_Closed):
+    """Shared by reasons a recorded stopping criterion explains."""
+
+    stop_length: int | None
+    """Sequence length (prompt included) at the step the row finished."""
+    source: LimitSource | None
+    """Who set the limit (or EOS set, stop strings) that fired: request, model, library default, entry point."""
+    custom_criteria: tuple[str, ...] = ()
+    """User criteria that fired at the same step (genrun does not interpret them)."""
+    rule: str | None = None
+    """Set when no live criterion decided (continuous batching): the completion rule that was applied."""
+
+
+class EosEvidence(_TokenStop):
+    """`eos`."""
+
+    reason: Literal["eos"] = "eos"
+    """Tag."""
+    eos_token_id: int | None
+    """The EOS id generated last."""
+
+
+class StopStringEvidence(_TokenStop):
+    """`stop_string`."""
+
+    reason: Literal["stop_string"] = "stop_string"
+    """Tag."""
+    stop_strings: tuple[str, ...]
+    """Configured stop strings."""
+    stop_string: str | None
+    """The one that matched latest in the decoded tail (`None` when no tokenizer could tell)."""
+
+
+class MaxNewTokensEvidence(_TokenStop):
+    """`max_new_tokens`."""
+
+    reason: Literal["max_new_tokens"] = "max_new_tokens"
+    """Tag."""
+    limit: int | None
+    """Effective `max_new_tokens`."""
+
+
+class MaxLengthEvidence(_TokenStop):
+    """`max_length`."""
+
+    reason: Literal["max_length"] = "max_length"
+    """Tag."""
+    limit: int | None
+    """Effective `max_length` (prompt included)."""
+
+
+class MaxTimeEvidence(_TokenStop):
+    """`max_time`."""
+
+    reason: Literal["max_time"] = "max_time"
+    """Tag."""
+    max_time: float | None
+    """Effective `max_time`, seconds."""
+
+
+class CustomEvidence(_Closed):
+    """`custom`: only the caller's own `StoppingCriteria` fired."""
+
+    reason: Literal["custom"] = "custom"
+    """Tag."""
+    custom_criteria: tuple[str, ...]
+    """Class names of the user criteria that fired."""
+    stop_length: int | None
+    """Sequence length (prompt included) at the step the row finished."""
+
+
+class UnknownEvidence(_Closed):
+    """`unknown`."""
+
+    reason: Literal["unknown"] = "unknown"
+    """Tag."""
+    note: str
+    """Why genrun cannot tell."""
+    stop_length: int | None = None
+    """Set when only user criteria fired."""
+    custom_criteria: tuple[str, ...] = ()
+    """User criteria that fired."""
+
+
+class InterruptedEvidence(_Closed):
+    """`interrupted`: a signal ended generation (the row keeps the ids generated so far)."""
+
+    reason: Literal["interrupted"] = "interrupted"
+    """Tag."""
+    signal: str
+    """`SIGINT` or `SIGTERM`."""
+
+
+class ExceptionEvidence(_Closed):
+    """`exception` (the traceback is in the record's `exception`)."""
+
+    reason: Literal["exception"] = "exception"
+    """Tag."""
+    type: str | None
+    """Qualified exception class name."""
+    message: str | None
+    """`str(exception)`."""
+
+
+TOKEN_STOP_EVIDENCE: tuple[type[StopEvidence], ...] = (
+    EosEvidence, StopStringEvidence, MaxNewTokensEvidence, MaxLengthEvidence, MaxTimeEvidence, CustomEvidence, UnknownEvidence,
+    InterruptedEvidence, ExceptionEvidence,
+)
+"""The language-model family's stop evidence, one model per reason."""
