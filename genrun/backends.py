@@ -44,6 +44,11 @@ weight_bytes, force)` returns the `TokenBudget` (use `memory_fit`, `refusals_for
 and how many recorder steps make one unit; `prepare_inputs(request, processor)` builds the model
 inputs the same way at plan and at execution.
 
+A backend that needs its own request table (an engine's `[engine]`, a loop's `[loop]`) lists it in a
+`request_tables = ("engine",)` attribute: genrun parses any top-level table that is not its own into
+`request.backend_tables["engine"]`, refuses a table the chosen backend does not list (exit 2, with a
+did-you-mean), and leaves the content to your `validate_request`.
+
 **4. The run** (genrun's core owns the template; you fill its steps)::
 
     run = backend.start(ctx)                   # ExecutionContext -> your Run; loads and writes nothing

@@ -15,7 +15,7 @@ from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
 
 from . import _hash_cache
-from .backends import declaration_of, get_backend
+from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
 from .code_identity import code_refs, identify_code
 from .device_check import require_device
@@ -68,6 +68,7 @@ def prepare_plan(
         loaded = load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
     backend = get_backend(request.model.backend)
+    refuse_undeclared_tables(request, backend)
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     processor = identify_processor(request.model, base_dir)

@@ -225,3 +225,23 @@ class Request(Strict):
     """Run preconditions."""
     determinism: DeterminismSpec | None = None
     """Reproducibility settings; `None` (no table) runs with torch's defaults."""
+    backend_tables: dict[str, dict[str, Any]] = {}
+    """Tables the chosen backend owns (e.g. `[engine]`, `[loop]`), keyed by table name, validated by that backend at plan
+    time. In a request file they are written as top-level tables; a table no backend declares is refused."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_backend_tables(cls, data: Any) -> Any:
+        """Top-level tables that are not genrun's own go to `backend_tables` (the backend refuses what it does not own).
+
+        Only tables move: an unknown top-level key with a plain value stays an unknown key (a typo, refused as such)."""
+        if not isinstance(data, dict):
+            return data
+        own = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        tables = {key: value for key, value in data.items() if key not in own and isinstance(value, dict)}
+        if not tables:
+            return data
+        rest = {key: value for key, value in data.items() if key not in tables}
+        given = rest.get("backend_tables")
+        merged = {**given, **tables} if isinstance(given, dict) else tables
+        return {**rest, "backend_tables": merged}

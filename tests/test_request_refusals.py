@@ -143,3 +143,21 @@ def test_several_problems_reported_together(tmp_path: Path, tiny_lm: Path) -> No
 def test_causal_lm_needs_an_input(tmp_path: Path, tiny_lm: Path) -> None:
     text = tiny_request(tiny_lm).replace('prompt = "count down from 5 :"\n', "")
     _assert_refused(write_request(tmp_path, text), tmp_path / "store", "[input] is empty", "'prompt', 'prompts' or 'messages'")
+
+
+def test_a_backend_table_the_chosen_backend_does_not_own_is_refused(tmp_path: Path, tiny_lm: Path) -> None:
+    """`[loop]` belongs to the loop backend: on the transformers backend it is an unknown table, refused at plan."""
+    text = tiny_request(tiny_lm) + '\n[loop]\ncallable = "my_loop:run"\n'
+    _assert_refused(write_request(tmp_path, text), tmp_path / "store", "unknown key 'loop' at the top level",
+                    "backend 'transformers' owns no tables")
+
+
+def test_backend_tables_round_trip_through_the_normalised_request() -> None:
+    from genrun.schemas import Request
+
+    request = Request.model_validate({"name": "x", "model": {"path": "m"}, "engine": {"max_model_len": 64}})
+    assert request.backend_tables == {"engine": {"max_model_len": 64}}
+    assert Request.model_validate_json(request.model_dump_json()) == request
+    # a plain unknown value is still an unknown key, never a table
+    with pytest.raises(ValueError, match="engin"):
+        Request.model_validate({"name": "x", "model": {"path": "m"}, "engin": 3})

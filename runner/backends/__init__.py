@@ -333,3 +333,21 @@ def generation_timings(recorder: ProgressRecorder, started: float | None, ended:
     if first_unit_at is None or started is None:
         return None, None
     return first_unit_at - started, (ended if ended is not None else time.monotonic()) - first_unit_at
+
+
+def refuse_undeclared_tables(request: Request, backend: "Backend") -> None:
+    """Refuse (exit 2) a top-level request table that neither genrun nor the chosen backend owns, with a did-you-mean.
+
+    A backend owns tables by listing them in its optional `request_tables` attribute (e.g. `("engine",)`); it validates
+    their content itself in `validate_request`. The message is the one an unknown key gets (a misspelt `[progres]`
+    reads `unknown key 'progres' at the top level; did you mean 'progress'?`)."""
+    from ..request_loading import unknown_key_message
+
+    declared = tuple(getattr(backend, "request_tables", ()))
+    unknown = sorted(set(request.backend_tables) - set(declared))
+    if not unknown:
+        return
+    valid = sorted({*Request.model_fields, *declared} - {"backend_tables"})
+    owned = ", ".join(f"[{t}]" for t in declared) or "no tables"
+    problems = [unknown_key_message((), table, valid) for table in unknown]
+    raise RequestError("; ".join(problems) + f" (backend {backend.name!r} owns {owned})")
