@@ -156,8 +156,9 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     _json(layout.TOKEN_BUDGET, "plan", TokenBudget, _ALL,
           "What the run may need (units, context, memory) and whether it fits, before loading weights."),
     _json(layout.BACKEND, "plan", BackendDeclaration, _ALL,
-          "The backend (name, distribution, version), its unit, the evidence kinds it provides, and the JSON Schema of its "
-          "call-config and stop-evidence models (absent before format 3: derived from what the snapshot recorded)."),
+          "The backend (name, distribution, version), its unit, the evidence kinds it provides, and its call-config and "
+          "stop-evidence models (a third party's with their JSON Schema; absent before format 3: derived from what the snapshot "
+          "recorded)."),
     _json(layout.INPUT_FILES, "plan", InputFiles, (MEDIA_REQUESTS,),
           "Each `[input] audio` / `images` file's path, size, sha256 and decoded facts."),
     ArtifactSpec(f"{layout.INPUTS_DIR}/", "plan", "The media files themselves, `<row>-<kind>-<name>` (absent with `[input] copy = false`).",
