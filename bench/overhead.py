@@ -35,10 +35,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from genrun.runner._io import write_model_atomic  # noqa: E402
-from genrun.runner.instrument import CaptureSession, classify_calls, instrument_generate  # noqa: E402
+from genrun.runner.backends.transformers.instrument import CaptureSession, classify_calls, instrument_generate  # noqa: E402
 from genrun.runner.backends import exception_info  # noqa: E402
 from genrun.runner.recorder import ProgressRecorder  # noqa: E402
-from genrun.runner.token_artifacts import summarise, write_token_ids, write_token_summary  # noqa: E402
+from genrun.runner.backends.transformers.token_artifacts import summarise, write_token_ids, write_token_summary  # noqa: E402
 
 PROMPT = "count down from 40 :"
 TARGETS = {"tiny": 0.95, "20m": 0.98}
@@ -139,8 +139,8 @@ def per_step_costs(steps: int = 20000) -> dict[str, float]:
     """µs per decoding step of each instrumented piece, timed in isolation on CPU tensors (robust to machine load)."""
     from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
-    from genrun.runner.instrument.criteria import RecordingCriteriaList
-    from genrun.runner.instrument.streamer import TeeStreamer
+    from genrun.runner.backends.transformers.instrument.criteria import RecordingCriteriaList
+    from genrun.runner.backends.transformers.instrument.streamer import TeeStreamer
 
     ids = torch.randint(3, 60, (1, 300))
     token = torch.tensor([5])

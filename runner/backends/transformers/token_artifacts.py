@@ -14,7 +14,7 @@ import safetensors.torch
 
 from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
 
-from ._io import write_bytes_atomic, write_model_atomic
+from ..._io import write_bytes_atomic, write_model_atomic
 from .instrument import ClassifiedRow
 
 def write_token_ids(snapshot_dir: Path, rows: Sequence[ClassifiedRow]) -> None:

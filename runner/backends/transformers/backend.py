@@ -3,7 +3,7 @@
 Plain requests run `model.generate(**inputs, tokenizer=tokenizer, **[generation])` on the
 left-padded prompts (or the chat-templated messages). `[entrypoint]` requests call
 `fn(model, tokenizer_or_processor, inputs, generation, **kwargs)`; whatever generate calls it
-makes are instrumented the same way (`genrun.runner.instrument`).
+makes are instrumented the same way (`genrun.runner.backends.transformers.instrument`).
 """
 
 import time
@@ -15,14 +15,15 @@ from typing import Any
 from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 
-from .. import interrupts
-from .._io import write_model_atomic
-from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
-from ..errors import RequestError
-from ..plan_context import PlanContext
-from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
-from . import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, musicgen, refuse_generation
-from ..input_files import input_path, read_input_files
+from ... import interrupts
+from ..._io import write_model_atomic
+from .instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
+from ...errors import RequestError
+from ...plan_context import PlanContext
+from .token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
+from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, refuse_generation
+from . import musicgen
+from ...input_files import input_path, read_input_files
 from ._processor import (architecture, load_processor, model_auto_class, processor_source, tokenizer_of, validate_media_request,
                          validate_processor_override)
 from ._prompts import encode_input
@@ -32,7 +33,7 @@ from ._generation_modes import mode_problems
 from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
-from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+from ..entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
 
 class TransformersBackend:
@@ -61,7 +62,7 @@ class TransformersBackend:
 
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
         """Weights + KV cache at the effective max length, and the context limit."""
-        from .transformers_budget import estimate_transformers_budget
+        from .budget import estimate_transformers_budget
 
         return estimate_transformers_budget(context, request, model_dir, weight_bytes, force)
 
