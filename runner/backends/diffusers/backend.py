@@ -22,7 +22,6 @@ from genrun.schemas.progress import Unit
 from genrun.schemas.rendering import jsonable
 
 from ... import interrupts
-from ..._io import write_model_atomic
 from ...errors import RequestError
 from ...plan_context import PlanContext
 from ...request_loading import unknown_key_message
@@ -121,7 +120,7 @@ class DiffusersRun:
             pipe.set_progress_bar_config(disable=True)  # genrun draws its own bar; tqdm would interleave with it on stderr
             self.call = describe_call(ctx, pipe, plan, kwargs, timesteps, note, by_callback)
             with interrupts.deferred():  # complete or absent, never half-written
-                write_model_atomic(ctx.snapshot_dir / layout.PIPELINE_CALL, self.call)
+                ctx.snapshot.write(layout.PIPELINE_CALL, self.call)
             self.started = time.monotonic()
             try:
                 if by_callback:
