@@ -35,12 +35,13 @@ vocabulary (`StopReason`, meanings in `STOP_REASON_MEANING`): `completed`, `inte
 `exception` must agree with how the run ended; the others (`eos`, `max_new_tokens`, ...) are
 yours to justify in your evidence.
 
-**3. Plan-time members** (called by `genrun plan`, before anything is hashed or written):
-`validate_request(request, model_dir)` refuses what you cannot run with `RequestError` (exit 2):
-collect the problems and call `refuse_generation(problems)`; `unknown_key_message` words an
-unknown `[generation]` key with a did-you-mean. `estimate_budget(request, model_dir,
-weight_bytes, force)` returns the `TokenBudget` (use `memory_fit`, `refusals_for`,
-`with_refusals`); `progress_unit(request)` says what you count (`"token"`, `"frame"`, `"step"`)
+**3. Plan-time members** (called by `genrun plan`, before anything is hashed or written; both
+receive the plan's `PlanContext` last, whose `cached(key, compute)` caches a read, such as a checkpoint's
+config, that a sweep's items share): `validate_request(request, model_dir, context)` refuses what you
+cannot run with `RequestError` (exit 2): collect the problems and call `refuse_generation(problems)`;
+`unknown_key_message` words an unknown `[generation]` key with a did-you-mean.
+`estimate_budget(request, model_dir, weight_bytes, force, context)` returns the `TokenBudget` (use
+`memory_fit`, `refusals_for`, `with_refusals`); `progress_unit(request)` says what you count (`"token"`, `"frame"`, `"step"`)
 and how many recorder steps make one unit; `prepare_inputs(request, processor)` builds the model
 inputs the same way at plan and at execution.
 
@@ -56,10 +57,11 @@ did-you-mean), and leaves the content to your `validate_request`.
     run.generate(loaded)                       # may raise anything; RunInterrupted on SIGINT/SIGTERM
     outcome = run.finish(end)                  # GenerationEnd -> BackendOutcome, once, signals already disarmed
 
-In `generate`, write the call-config artifact (`write_model_atomic(ctx.snapshot_dir / name,
-model)`), call `ctx.recorder.start(planned_units, rows)`, then `ctx.recorder.step()` once per
+In `generate`, write the call-config artifact (`ctx.snapshot.write(name, model)`: the snapshot as a
+writable `SnapshotDir`, every write atomic), call `ctx.recorder.start(planned_units, rows)`, then `ctx.recorder.step()` once per
 generated unit; hold a signal to stop at a clean point with `deferred()`. In `finish(end)`, write
-your outputs under `ctx.outputs_dir` (partial ones too) and return a `BackendOutcome` with one
+your outputs under `ctx.outputs_dir` (partial ones too; `ctx.snapshot.write_bytes("outputs/NAME", data)`
+writes one atomically) and return a `BackendOutcome` with one
 `SequenceStop` per row whose reason agrees with `end` (`end.returned`, `end.signal`,
 `end.failure`; `exception_info(end.failure)` fills `SequenceStop.exception`), and timings from
 `generation_timings`. Never catch `BaseException` to classify the run and never disarm signals:
@@ -87,6 +89,7 @@ from genrun.runner.backends import (
 from genrun.runner.budget import MemoryFit, memory_fit, refusals_for, with_refusals
 from genrun.runner.errors import RequestError
 from genrun.runner.interrupts import RunInterrupted, deferred
+from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.request_loading import unknown_key_message
 from genrun.schemas import (
@@ -103,6 +106,7 @@ from genrun.schemas import (
     TokenStopFacts,
 )
 from genrun.schemas.progress import Unit
+from genrun.snapshot_dir import SnapshotDir
 
 __all__ = [
     # registering and the protocol
@@ -118,7 +122,7 @@ __all__ = [
     # refusing a request
     "RequestError", "refuse_generation", "unknown_key_message",
     # the plan-time budget
-    "MemoryFit", "TokenBudget", "memory_fit", "refusals_for", "with_refusals",
-    # writing an artifact
-    "write_bytes_atomic", "write_model_atomic",
+    "MemoryFit", "PlanContext", "TokenBudget", "memory_fit", "refusals_for", "with_refusals",
+    # writing an artifact (`ctx.snapshot`; the functions write a file outside a snapshot's own layout atomically)
+    "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
 ]

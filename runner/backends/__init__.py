@@ -30,7 +30,7 @@ At execution the core owns the run template (`genrun.runner.run_template`); a ba
 - `finish(end)` is called exactly once, disarmed: after `generate` returned or raised, and also
   when loading failed or was interrupted (then `generate` was never called, and the run writes
   the evidence of an empty run, e.g. empty id files). It writes the backend's own artifacts (token
-  ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too, and returns a `BackendOutcome`
+  ids, `outputs/...`) through `ctx.snapshot`, partial ones too, and returns a `BackendOutcome`
   with stop records that agree with `end`.
 - A backend never catches `BaseException` to classify a run and never calls `disarm()`: the core
   does both, once, for every backend. An exception escaping `start` or `finish` is recorded as a
@@ -54,6 +54,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from genrun.schemas import BackendDeclaration, CodeIdentity, EvidenceDeclaration, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
 from genrun.schemas.progress import Unit
+from genrun.snapshot_dir import SnapshotDir
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted, signal_of
@@ -104,11 +105,16 @@ class ExecutionContext(LoadContext):
     """Everything a backend needs to run one planned snapshot."""
 
     snapshot_dir: Path
-    """The snapshot being executed; artifacts go here."""
+    """The snapshot being executed; artifacts go here, written through `snapshot`."""
     recorder: ProgressRecorder
     """The `progress.ndjson` writer (also drives the live bar)."""
     planned_units: int | None
     """Units the pre-flight budget allows (`token-budget.json` `requested_units`)."""
+
+    @property
+    def snapshot(self) -> SnapshotDir:
+        """The snapshot, writable: `ctx.snapshot.write(name, model)` writes an artifact atomically."""
+        return SnapshotDir(self.snapshot_dir, writable=True)
 
     @property
     def outputs_dir(self) -> Path:

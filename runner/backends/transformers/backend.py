@@ -3,7 +3,7 @@
 Plain requests run `model.generate(**inputs, tokenizer=tokenizer, **[generation])` on the
 left-padded prompts (or the chat-templated messages). `[entrypoint]` requests call
 `fn(model, tokenizer_or_processor, inputs, generation, **kwargs)`; whatever generate calls it
-makes are instrumented the same way (`genrun.runner.instrument`).
+makes are instrumented the same way (`genrun.runner.backends.transformers.instrument`).
 """
 
 import time
@@ -15,14 +15,14 @@ from typing import Any
 from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 
-from .. import interrupts
-from .._io import write_model_atomic
-from ..instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
-from ..errors import RequestError
-from ..plan_context import PlanContext
-from ..token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
-from . import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, musicgen, refuse_generation
-from ..input_files import input_path, read_input_files
+from ... import interrupts
+from .instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
+from ...errors import RequestError
+from ...plan_context import PlanContext
+from .token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
+from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, refuse_generation
+from . import musicgen
+from ...input_files import input_path, read_input_files
 from ._processor import (architecture, load_processor, model_auto_class, processor_source, tokenizer_of, validate_media_request,
                          validate_processor_override)
 from ._prompts import encode_input
@@ -32,7 +32,7 @@ from ._generation_modes import mode_problems
 from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
-from .entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+from ..entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
 
 class TransformersBackend:
@@ -61,7 +61,7 @@ class TransformersBackend:
 
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
         """Weights + KV cache at the effective max length, and the context limit."""
-        from .transformers_budget import estimate_transformers_budget
+        from .budget import estimate_transformers_budget
 
         return estimate_transformers_budget(context, request, model_dir, weight_bytes, force)
 
@@ -144,8 +144,8 @@ class TransformersRun:
         record = with_loading_facts(prepared.record, processor_dir=layout.PROCESSOR_DIR if ctx.frozen_processor_dir else None,
                                     decoder_prompts=forced_decoder_prompts(model, generation, prepared.model_inputs, text_tokenizer))
         with interrupts.deferred():  # what the model will receive, on disk before generate starts
-            write_model_atomic(ctx.snapshot_dir / layout.INPUT_PREPARATION, record)
-            write_prompt_token_ids(ctx.snapshot_dir, [(r.row, r.prompt_token_ids) for r in record.rows])
+            ctx.snapshot.write(layout.INPUT_PREPARATION, record)
+            write_prompt_token_ids(ctx.snapshot, [(r.row, r.prompt_token_ids) for r in record.rows])
         encoded = prepared.model_inputs.to(model.device)
         ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(record.rows)))
         # the tokenizer serves stop_strings; MusicGen-Melody's generate refuses the keyword (and audio codes are no text)
@@ -169,10 +169,10 @@ class TransformersRun:
             first.eos_token_ids if first else (),
             first.pad_token_id if first else None,
         )
-        write_token_ids(ctx.snapshot_dir, rows)
-        write_token_summary(ctx.snapshot_dir, summary)
+        write_token_ids(ctx.snapshot, rows)
+        write_token_summary(ctx.snapshot, summary)
         ctx.outputs_dir.mkdir(exist_ok=True)
-        outputs = write_sequence_texts(ctx.outputs_dir, summary)
+        outputs = write_sequence_texts(ctx.snapshot, summary)
         if end.returned and ctx.request.entrypoint is not None:
             outputs += save_entrypoint_result(ctx.outputs_dir, state.value)
         outputs += self._save_audio(ctx, state, calls)
@@ -199,7 +199,7 @@ class TransformersRun:
     def _write_call_evidence(ctx: ExecutionContext, state: "TransformersRun") -> None:
         """`generation-calls.json`, and a note for what the summary should say about it."""
         evidence = generation_calls(state.session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
-        write_model_atomic(ctx.snapshot_dir / layout.GENERATION_CALLS, evidence)
+        ctx.snapshot.write(layout.GENERATION_CALLS, evidence)
         if state.session.nested_calls:
             state.notes.append(f"{state.session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
         if evidence.foreign_thread_calls:
@@ -269,7 +269,7 @@ def write_effective_config(ctx: ExecutionContext, call: CallCapture) -> None:
     """Inside generate, before the first token: `generation-config.before-generate[.<i>].json`."""
     name = layout.GENERATION_CONFIG if call.index == 0 else layout.extra_generation_config_name(call.index)
     with interrupts.deferred():  # the file is complete or absent, never interrupted half-way
-        write_model_atomic(ctx.snapshot_dir / name, call.config)
+        ctx.snapshot.write(name, call.config)
 
 
 def _planned_rows(model: Any, ctx: ExecutionContext, batch: int) -> int:

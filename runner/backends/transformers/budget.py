@@ -5,23 +5,14 @@ from typing import Any
 
 from genrun.schemas import Request, TokenBudget
 
-from ..budget import (
-    decoder_position_limit,
-    DTYPE_BYTES,
-    domain_estimate,
-    effective_length,
-    kv_bytes_per_token,
-    memory_fit,
-    model_shape,
-    refusals_for,
-    rows_per_request,
-    with_refusals,
-)
-from ..plan_context import PlanContext
+from ...budget import DTYPE_BYTES, memory_fit, refusals_for, with_refusals
+from ...kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
+from ...plan_context import PlanContext
 from . import musicgen
 from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 from ._processor import architecture, processor_source
 from ._prompts import encode_input
+from .length_rules import domain_estimate, effective_length, rows_per_request
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
 
@@ -97,8 +88,8 @@ def _checkpoint_generation_config(plan: PlanContext, model_dir: Path) -> dict:
 def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
     """(batch, padded prompt tokens) of an audio or vision LLM's prompt, from the processor run on the planned files
     (plan passes their absolute paths), so the audio / image tokens it inserts into the prompt are counted."""
-    from ._audio import decode_audio
-    from ._images import load_image
+    from .._audio import decode_audio
+    from .._images import load_image
     from ._processor import load_processor
     from .input_preparation import rendered_texts
 

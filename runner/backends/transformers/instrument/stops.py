@@ -32,7 +32,7 @@ from genrun.schemas import (
     UnknownEvidence,
 )
 
-from ..interrupts import signal_of
+from genrun.runner.interrupts import signal_of
 from .capture import CallCapture, RowTokens
 from .criteria import RowCriteria, primary_kind
 

@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 from genrun.schemas import Request, TokenBudget
 from genrun.schemas.rendering import human_bytes
 
-from ..budget import DTYPE_BYTES, memory_fit, with_refusals
-from ..errors import RequestError
-from . import _diffusers_files as files
+from ...budget import DTYPE_BYTES, memory_fit, with_refusals
+from ...errors import RequestError
+from . import _files as files
 
 LIVE_FEATURE_MAPS = 8
 """Feature maps of the widest width assumed alive at once during one denoiser call (see the module docstring)."""

@@ -4,7 +4,7 @@ from typing import Any
 
 from genrun.schemas import InputSpec
 
-from ..errors import RequestError
+from ...errors import RequestError
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:

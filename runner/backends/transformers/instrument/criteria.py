@@ -26,7 +26,7 @@ from transformers.generation.stopping_criteria import (
     StopStringCriteria,
 )
 
-from .. import interrupts
+from genrun.runner import interrupts
 
 CriterionKind = Literal["eos", "stop_string", "max_new_tokens", "max_length", "max_time", "custom"]
 KIND_PRIORITY: tuple[CriterionKind, ...] = ("eos", "stop_string", "max_new_tokens", "max_length", "max_time")

@@ -13,8 +13,8 @@ from typing import Any
 
 from genrun.schemas import Request
 
-from ..errors import RequestError
-from ..plan_context import PlanContext
+from ...errors import RequestError
+from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config
 from ._processor import model_auto_class
 

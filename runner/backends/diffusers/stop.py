@@ -3,8 +3,8 @@
 from genrun.schemas import (CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps, PipelineCallBeforeCall,
                             SequenceStop, StopEvidence)
 
-from . import exception_info
-from .diffusion_steps import StepObserver
+from .. import exception_info
+from .steps import StepObserver
 
 
 def stop_record(observer: StepObserver | None, call: PipelineCallBeforeCall | None, *, signal: str | None, failure: BaseException | None,

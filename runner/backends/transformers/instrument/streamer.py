@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from .. import interrupts
+from genrun.runner import interrupts
 
 CHUNK_STEPS = 1024  # steps per stacked chunk: one small op per 1024 tokens
 LAST_IDS = 8  # ids of row 0 shown in progress records

@@ -11,9 +11,9 @@ timesteps is known, and that is when the `start` event is written.
 
 from typing import Any
 
-from .. import interrupts
-from ..interrupts import RunInterrupted
-from ..recorder import ProgressRecorder
+from ... import interrupts
+from ...interrupts import RunInterrupted
+from ...recorder import ProgressRecorder
 
 
 class StepObserver:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from genrun.analysis.install_hint import install_hint
 
-from ..errors import RequestError
+from ...errors import RequestError
 
 SAFETENSORS_DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -146,7 +146,7 @@ def weight_bytes_at(weights: TensorBytes, dtype_bytes: int | None) -> int:
 def _folder_weights(folder: Path) -> TensorBytes:
     safetensors = sorted(p for p in folder.glob("*.safetensors") if not _is_variant(p))
     if not safetensors:
-        from ..model_identity import WEIGHT_SUFFIXES
+        from ...model_identity import WEIGHT_SUFFIXES
 
         others = [p for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
         return TensorBytes({}, sum(p.stat().st_size for p in others))

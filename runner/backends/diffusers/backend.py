@@ -1,8 +1,8 @@
 """Diffusion pipelines through diffusers: load, record the call, count every denoising step, save the outputs.
 
-Steps are counted by `diffusion_steps.StepObserver` (the step callback, or the pipeline's
-progress bar for pipelines without one); loading is `diffusers_loading`; the stop record is
-`diffusion_stop`.
+Steps are counted by `steps.StepObserver` (the step callback, or the pipeline's
+progress bar for pipelines without one); loading is `loading`; the stop record is
+`stop`.
 
 Interruption: with a callback, a SIGINT/SIGTERM is held (`interrupts.deferred`) while the
 pipeline runs; the next callback sets the pipeline's `_interrupt` flag, the loop skips the
@@ -21,19 +21,18 @@ from genrun.schemas import DIFFUSION_EVIDENCE, PipelineCallBeforeCall, Request, 
 from genrun.schemas.progress import Unit
 from genrun.schemas.rendering import jsonable
 
-from .. import interrupts
-from .._io import write_model_atomic
-from ..errors import RequestError
-from ..plan_context import PlanContext
-from ..request_loading import unknown_key_message
-from . import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, generation_timings, refuse_generation
-from . import _diffusers_files as files
-from ._media import pipeline_sample_rate, save_pipeline_output
-from .diffusers_budget import DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
-from .diffusers_loading import denoiser_of, load_pipeline
-from .diffusion_steps import StepObserver
-from .diffusion_stop import stop_record
-from .entrypoint import user_import_paths
+from ... import interrupts
+from ...errors import RequestError
+from ...plan_context import PlanContext
+from ...request_loading import unknown_key_message
+from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, generation_timings, refuse_generation
+from . import _files as files
+from .._media import pipeline_sample_rate, save_pipeline_output
+from .budget import DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
+from .loading import denoiser_of, load_pipeline
+from .steps import StepObserver
+from .stop import stop_record
+from ..entrypoint import user_import_paths
 
 CALLBACK = "callback_on_step_end"
 
@@ -121,7 +120,7 @@ class DiffusersRun:
             pipe.set_progress_bar_config(disable=True)  # genrun draws its own bar; tqdm would interleave with it on stderr
             self.call = describe_call(ctx, pipe, plan, kwargs, timesteps, note, by_callback)
             with interrupts.deferred():  # complete or absent, never half-written
-                write_model_atomic(ctx.snapshot_dir / layout.PIPELINE_CALL, self.call)
+                ctx.snapshot.write(layout.PIPELINE_CALL, self.call)
             self.started = time.monotonic()
             try:
                 if by_callback:

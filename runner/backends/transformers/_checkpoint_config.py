@@ -11,7 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from ..plan_context import PlanContext
+from ...plan_context import PlanContext
 
 
 def checkpoint_config(context: PlanContext, model_dir: Path, trust_remote_code: bool) -> Any:

@@ -7,28 +7,28 @@ as they got.
 """
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import safetensors.torch
 
 from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
+from genrun.snapshot_dir import SnapshotDir
 
-from ._io import write_bytes_atomic, write_model_atomic
 from .instrument import ClassifiedRow
 
-def write_token_ids(snapshot_dir: Path, rows: Sequence[ClassifiedRow]) -> None:
+
+def write_token_ids(snapshot: SnapshotDir, rows: Sequence[ClassifiedRow]) -> None:
     """One int64 tensor per row, written atomically (an empty file when no row exists)."""
     tensors = {layout.sequence_name(r.index): r.tokens.ids.contiguous() for r in rows}
-    write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
+    snapshot.write_bytes(layout.TOKEN_IDS, safetensors.torch.save(tensors))
 
 
-def write_prompt_token_ids(snapshot_dir: Path, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
+def write_prompt_token_ids(snapshot: SnapshotDir, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
     """`prompt-token-ids.safetensors`: `prompt_<row>` int64 [prompt_tokens] per row (unpadded), written before generate."""
     import torch
 
     tensors = {f"prompt_{row}": torch.tensor(list(ids), dtype=torch.int64) for row, ids in rows}
-    write_bytes_atomic(snapshot_dir / layout.PROMPT_TOKEN_IDS, safetensors.torch.save(tensors))
+    snapshot.write_bytes(layout.PROMPT_TOKEN_IDS, safetensors.torch.save(tensors))
 
 
 def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int | None, eos_ids: tuple[int, ...], pad_id: int | None) -> GeneratedTokenIds:
@@ -51,19 +51,19 @@ def summarise(rows: Sequence[ClassifiedRow], tokenizer: Any, prompt_length: int 
     return GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_ids, pad_token_id=pad_id, sequences=tuple(sequences))
 
 
-def write_token_summary(snapshot_dir: Path, summary: GeneratedTokenIds) -> None:
+def write_token_summary(snapshot: SnapshotDir, summary: GeneratedTokenIds) -> None:
     """`generated-token-ids.json`."""
-    write_model_atomic(snapshot_dir / layout.TOKEN_IDS_SUMMARY, summary)
+    snapshot.write(layout.TOKEN_IDS_SUMMARY, summary)
 
 
-def write_sequence_texts(outputs_dir: Path, summary: GeneratedTokenIds) -> tuple[str, ...]:
+def write_sequence_texts(snapshot: SnapshotDir, summary: GeneratedTokenIds) -> tuple[str, ...]:
     """`outputs/sequence_<i>.txt` (decoded without special tokens) for rows a tokenizer could decode."""
     written = []
     for seq in summary.sequences:
         if seq.text is None:
             continue
         name = layout.sequence_text_name(seq.index)
-        write_bytes_atomic(outputs_dir / name, seq.text.encode())
+        snapshot.write_bytes(layout.sequence_text_path(seq.index), seq.text.encode())
         written.append(name)
     return tuple(written)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from genrun.schemas import Request
 
-from ..errors import RequestError
+from ...errors import RequestError
 
 
 def architecture(config: Any) -> str:

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..plan_context import PlanContext
+from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 
 # Keys that decide *which* processors generate builds rather than holding a value one checks: when removing
