@@ -25,7 +25,7 @@ MAX_SCHEMA_ERRORS = 5
 def _schema_errors(schema: dict[str, Any], data: Any) -> list[str] | None:
     """`path: message` per violation (at most `MAX_SCHEMA_ERRORS`); `None` when `jsonschema` is not installed."""
     try:
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]  # optional: see the module docstring
     except ImportError:
         return None
     validator = jsonschema.Draft202012Validator(schema)
@@ -99,7 +99,7 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     validated = 0
     for stop in snap.stop.sequences if schema is not None or adapter is not None else ():
         facts = stop.evidence.model_dump(mode="json")
-        errors = _model_errors(adapter.validate_python, facts) if adapter is not None else _schema_errors(schema, facts)
+        errors = _model_errors(adapter.validate_python, facts) if adapter is not None else _schema_errors(schema or {}, facts)
         if errors is None:
             break
         validated += 1

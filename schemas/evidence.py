@@ -58,7 +58,7 @@ def stop_evidence_adapter(models: tuple[type[BaseModel], ...]) -> TypeAdapter[An
     """One adapter for a backend's stop-evidence models, tagged by `reason`."""
     if len(models) == 1:
         return TypeAdapter(models[0])
-    return TypeAdapter(Annotated[Union[models], Field(discriminator="reason")])  # noqa: UP007 (a runtime tuple of types)
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="reason")])  # type: ignore[arg-type]  # noqa: UP007 (a runtime tuple of types)
 
 
 def _reason_of(model: type[StopEvidence]) -> StopReason:
@@ -194,7 +194,6 @@ def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None)
     return declared.model_copy(update={"derived": True})
 
 
-GENRUN_EVIDENCE_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType({
-    qualified_name(m): m for m in (GenerationConfigBeforeGenerate, PipelineCallBeforeCall, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
-})
+_GENRUN_MODELS: tuple[type[BaseModel], ...] = (GenerationConfigBeforeGenerate, PipelineCallBeforeCall, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
+GENRUN_EVIDENCE_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType({qualified_name(m): m for m in _GENRUN_MODELS})
 """`module:QualName` -> genrun's own call-config and stop-evidence models, by the names `backend.json` records (part of the format)."""
