@@ -99,7 +99,12 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     validated = 0
     for stop in snap.stop.sequences if schema is not None or adapter is not None else ():
         facts = stop.evidence.model_dump(mode="json")
-        errors = _model_errors(adapter.validate_python, facts) if adapter is not None else _schema_errors(schema, facts)
+        errors: list[str] | None  # None: jsonschema is not installed
+        if adapter is not None:
+            errors = _model_errors(adapter.validate_python, facts)
+        else:
+            assert schema is not None, "the loop runs only with an adapter or a schema"
+            errors = _schema_errors(schema, facts)
         if errors is None:
             break
         validated += 1

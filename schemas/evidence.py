@@ -195,7 +195,8 @@ def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None)
     return declared.model_copy(update={"derived": True})
 
 
+_CALL_CONFIG_MODELS: tuple[type[BaseModel], ...] = (GenerationConfigBeforeGenerate, PipelineCallBeforeCall)
 GENRUN_EVIDENCE_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType({
-    qualified_name(m): m for m in (GenerationConfigBeforeGenerate, PipelineCallBeforeCall, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
+    qualified_name(m): m for m in (*_CALL_CONFIG_MODELS, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
 })
 """`module:QualName` -> genrun's own call-config and stop-evidence models, by the names `backend.json` records (part of the format)."""
