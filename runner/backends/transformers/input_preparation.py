@@ -190,8 +190,10 @@ def _image_row(encoded: Any, row: int, media: Sequence[MediaRow], processor: Any
     assert item.image is not None, "plan time records the facts of every image file"
     pixels = encoded.get("pixel_values")
     height, width = (int(pixels.shape[-2]), int(pixels.shape[-1])) if pixels is not None else (None, None)
-    if width is not None and height is not None and (crop := _center_crop(processor, image, item.image.width, item.image.height, width, height)) is not None:
-        truncations.append(crop)
+    if width is not None and height is not None:  # both or neither: the last two axes of pixel_values
+        crop = _center_crop(processor, image, item.image.width, item.image.height, width, height)
+        if crop is not None:
+            truncations.append(crop)
     return ImageReceived(width=item.image.width, height=item.image.height, received_width=width, received_height=height)
 
 
