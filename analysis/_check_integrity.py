@@ -122,7 +122,7 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
 def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`frozen-sha256.txt` covers the frozen files and each still matches; the manifest binds the same frozen manifest."""
     name = "plan_digest_chain"
-    if snap.frozen_manifest is None:
+    if snap.frozen_manifest is None or snap.plan_digest is None:  # a readable manifest always has its digest
         why = snap.problems.get(layout.FROZEN_MANIFEST, "missing")
         return Finding(name=name, status="FAIL", message=f"frozen-sha256.txt cannot be used: {why}", examined=Examined(files=1))
     frozen = snap.frozen_manifest

@@ -239,7 +239,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     if share >= EARLY_STOP_FRACTION:
         return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested ({share:.0%})",
                        evidence=evidence, examined=examined)
-    row = longest * snap.generation_calls.calls[0].audio.codebooks if audio is not None and snap.generation_calls.calls[0].audio else longest
+    first_audio = snap.generation_calls.calls[0].audio if audio is not None and snap.generation_calls is not None else None
+    row = longest * first_audio.codebooks if first_audio is not None else longest
     cause = _early_stop_cause(snap, row, tokens_per_frame)
     evidence["cause"] = cause
     return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "

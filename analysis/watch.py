@@ -19,11 +19,11 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import AnyEvent, GenerationStop, Request, Result, layout
+from genrun.schemas import AnyEvent, GenerationStop, Request, Result, StartEvent, layout
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir, parse_progress_lines
 
 WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
@@ -86,6 +86,28 @@ class WatchUpdate(BaseModel):
     """Per row, once sealed."""
     message: str = ""
     """One line for a person."""
+
+
+class _Observed(TypedDict):
+    """The `WatchUpdate` fields read from the events, the same whatever the verdict (see `WatchUpdate` for each)."""
+
+    snapshot_id: str
+    unit: str
+    generated: int | None
+    planned_units: int | None
+    rows: int | None
+    records: int
+    last_event: str | None
+    window_units_per_s: float | None
+    recent_units_per_s: float | None
+    cumulative_units_per_s: float | None
+    rss_bytes: int | None
+    cuda_allocated_bytes: int | None
+    cuda_reserved_bytes: int | None
+    seconds_since_last_record: float | None
+    eta_s: float | None
+    eta_basis: str | None
+    stall_after_s: float
 
 
 class ProgressTail:
@@ -200,13 +222,13 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     """
     now = now or datetime.now(timezone.utc)
     events = tail.events
-    start = next((e for e in events if e.event == "start"), None)
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     last = events[-1] if events else None
     unit = start.unit if start is not None else "token"
     planned = start.planned_units if start is not None else None
     since = _seconds_since(start, last, now)
     eta = estimate_eta(events, planned, unit)
-    common = dict(
+    common = _Observed(
         snapshot_id=snapshot.name, unit=unit, generated=last.generated if last else None, planned_units=planned,
         rows=start.rows if start is not None else None, records=len(events), last_event=last.event if last else None,
         window_units_per_s=getattr(_last_progress(events), "window_units_per_s", None), recent_units_per_s=eta.recent_rate,
@@ -221,16 +243,17 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     if not progress.is_file():
         note = (f"; nothing after {waited_s:.0f} s: not executed yet, or still loading weights" if waited_s > stall_after else "")
         return WatchUpdate(state="waiting", stalled=False, writer="unknown", message=f"waiting for {layout.PROGRESS}{note}", **common)
-    ended = last is not None and last.event in TERMINAL_EVENTS
+    last_event = last.event if last is not None else None
+    ended = last_event in TERMINAL_EVENTS
     quiet = since if since is not None else waited_s
     stalled = quiet > stall_after
     writer = writer_liveness(progress) if stalled else "alive" if not ended else "unknown"
     if stalled and writer == "gone" and (stall_reported or ended):
-        why = f"'{last.event}' recorded but never sealed" if ended else f"no record for {quiet:.0f} s and no process writes it"
+        why = f"'{last_event}' recorded but never sealed" if ended else f"no record for {quiet:.0f} s and no process writes it"
         return WatchUpdate(state="incomplete", stalled=not ended, writer=writer, exit_code=INCOMPLETE_EXIT,
                            message=f"incomplete: the writer is gone ({why}); inspect with 'genrun report {snapshot}'", **common)
     if ended:
-        return WatchUpdate(state="running", stalled=False, writer=writer, message=f"'{last.event}' recorded; waiting for the seal", **common)
+        return WatchUpdate(state="running", stalled=False, writer=writer, message=f"'{last_event}' recorded; waiting for the seal", **common)
     if stalled:
         alive = {"alive": "its writer is still alive", "gone": "no process writes it any more"}.get(writer, "cannot tell whether its writer is alive")
         what = f"no progress record for {quiet:.0f} s" if events else f"no progress record yet after {quiet:.0f} s (loading weights?)"
@@ -239,7 +262,7 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     return WatchUpdate(state="running", stalled=False, writer=writer, message="", **common)
 
 
-def _sealed(snapshot: Path, common: dict) -> WatchUpdate:
+def _sealed(snapshot: Path, common: _Observed) -> WatchUpdate:
     files = SnapshotDir(snapshot)
     try:
         result = files.read(layout.RESULT, Result)
@@ -253,16 +276,19 @@ def _sealed(snapshot: Path, common: dict) -> WatchUpdate:
     except ArtifactError:
         pass  # damage is for 'genrun verify' to name; watch reports the run's status
     listed = ", ".join(reasons) or "no stop record"
+    observed = common.copy()
+    if observed["generated"] is None:
+        observed["generated"] = result.generated
     return WatchUpdate(state="sealed", stalled=False, writer="gone", status=result.status, exit_code=result.exit_code, stop_reasons=reasons,
                        message=f"sealed: {result.status} (exit {result.exit_code}), {result.generated} {result.unit}s; stopped by {listed}",
-                       **{**common, "generated": result.generated if common["generated"] is None else common["generated"]})
+                       **observed)
 
 
 def _last_progress(events: Sequence[AnyEvent]) -> AnyEvent | None:
     return next((e for e in reversed(events) if e.event in ("progress", "end")), None)
 
 
-def _seconds_since(start: AnyEvent | None, last: AnyEvent | None, now: datetime) -> float | None:
+def _seconds_since(start: StartEvent | None, last: AnyEvent | None, now: datetime) -> float | None:
     """Records carry `t` since the run's start; the start record carries its wall time."""
     if start is None or last is None:
         return None

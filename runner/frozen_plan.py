@@ -6,7 +6,9 @@ froze (`FrozenMismatch` names what differs)."""
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
+
+from pydantic import BaseModel
 
 from genrun.schemas import CodeIdentity, CodeSet, ModelIdentity, Request, TokenBudget, layout
 from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
@@ -59,17 +61,25 @@ def refuse_executed(snapshot_dir: Path) -> None:
 
 def load_frozen(snapshot_dir: Path) -> FrozenPlan:
     """Parse the frozen files (a file that no longer parses is a changed plan)."""
-    models = ((layout.REQUEST, Request), (layout.CODE, CodeIdentity), (layout.MODEL, ModelIdentity), (layout.TOKEN_BUDGET, TokenBudget))
     snapshot = SnapshotDir(snapshot_dir)
-    loaded = []
-    for name, model in models:
-        try:
-            loaded.append(snapshot.read(name, model))
-        except ArtifactNewer as exc:  # its reason names the genrun that planned it (environment.json)
-            raise SnapshotError(f"frozen file {name} in {snapshot_dir} was {exc.reason}") from None
-        except ArtifactError as exc:
-            raise FrozenMismatch(f"frozen file {name} in {snapshot_dir} cannot be read as planned ({exc.reason}); plan the request again") from None
-    return FrozenPlan(*loaded)
+    return FrozenPlan(
+        _load_frozen_file(snapshot, layout.REQUEST, Request),
+        _load_frozen_file(snapshot, layout.CODE, CodeIdentity),
+        _load_frozen_file(snapshot, layout.MODEL, ModelIdentity),
+        _load_frozen_file(snapshot, layout.TOKEN_BUDGET, TokenBudget),
+    )
+
+
+_Frozen = TypeVar("_Frozen", bound=BaseModel)
+
+
+def _load_frozen_file(snapshot: SnapshotDir, name: str, model: type[_Frozen]) -> _Frozen:
+    try:
+        return snapshot.read(name, model)
+    except ArtifactNewer as exc:  # its reason names the genrun that planned it (environment.json)
+        raise SnapshotError(f"frozen file {name} in {snapshot.path} was {exc.reason}") from None
+    except ArtifactError as exc:
+        raise FrozenMismatch(f"frozen file {name} in {snapshot.path} cannot be read as planned ({exc.reason}); plan the request again") from None
 
 
 def verify_plan_files(snapshot_dir: Path) -> str:
@@ -80,11 +90,13 @@ def verify_plan_files(snapshot_dir: Path) -> str:
         raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} is malformed ({exc.reason}); the plan cannot be trusted: "
                              "plan the request again") from None
     entries = manifest.entries
-    current = {}
+    current: dict[str, str] = {}  # the files that are there, for naming a changed one's digest
 
     def digest_of(rel: str) -> str | None:
         path = snapshot_dir / rel
-        current[rel] = sha256_file(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        current[rel] = sha256_file(path)
         return current[rel]
 
     sources = [p.name for p in snapshot_dir.iterdir() if layout.is_request_source(p.name)]

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from genrun.analysis import Snapshot, read_snapshot
+from genrun.schemas import StartEvent
 from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
 from genrun.snapshot_dir import SnapshotDir
 
@@ -172,8 +173,8 @@ def metrics_of(snap: Snapshot, start_ms: int, end_ms: int) -> Iterator[tuple[str
 
 def _run_times(snap: Snapshot) -> tuple[int, int]:
     """Start and end of the run in ms since the epoch, from the start record's wall time and the last record's `t`."""
-    events = snap.progress.events
-    start = next((e for e in events if e.event == "start"), None)
+    events = snap.progress.events if snap.progress is not None else ()
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     if start is None:
         raise ExportError(f"{snap.path}: progress.ndjson has no 'start' record, so the run's times are unknown; check with 'genrun verify'")
     start_ms = round(datetime.fromisoformat(start.wall_time).timestamp() * 1000)

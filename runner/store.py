@@ -46,7 +46,7 @@ def new_snapshot_id(name: str, now: datetime | None = None) -> str:
 
 def describe_os_error(exc: OSError, where: Path) -> str:
     """A message that says what is wrong with the store and what to do."""
-    reasons = {
+    reasons: dict[int | None, str] = {  # `errno` is None for an OSError raised without one
         errno.ENOSPC: "the filesystem is full; free space or choose another store with --store",
         errno.EDQUOT: "the disk quota is exhausted; free space or choose another store with --store",
         errno.EROFS: "the filesystem is read-only; choose a writable store with --store or GENRUN_STORE",

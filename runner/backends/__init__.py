@@ -306,9 +306,9 @@ def get_backend(name: str) -> Backend:
         raise RequestError(f"[model] backend = {name!r} cannot be loaded ({exc}): {install_line(entry)}") from exc
     except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
         raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
-    missing = sorted(member for member in _BACKEND_MEMBERS if not hasattr(backend, member))
-    if missing or not isinstance(backend, Backend) or backend.name != name:
-        lacking = f": it lacks {', '.join(missing)} (see genrun.backends)" if missing else ""
+    absent = sorted(member for member in _BACKEND_MEMBERS if not hasattr(backend, member))
+    if absent or not isinstance(backend, Backend) or backend.name != name:
+        lacking = f": it lacks {', '.join(absent)} (see genrun.backends)" if absent else ""
         raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}{lacking}")
     return backend
 

@@ -65,6 +65,7 @@ def handle(args: argparse.Namespace) -> int:
     )
     child = read_snapshot(outcome.child)
     lineage = read_lineage(child)
+    assert lineage is not None, "rerun_snapshot writes the child's lineage.json before it returns"
     verdict = lineage_verdict(read_snapshot(outcome.parent), child, lineage)
     if args.json:
         print_json({

@@ -2,6 +2,7 @@
 
 from genrun.schemas import (CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps, PipelineCallBeforeCall,
                             SequenceStop, StopEvidence)
+from genrun.schemas.stop_diffusion import StepsPlannedSource
 
 from .. import exception_info
 from .steps import StepObserver
@@ -16,6 +17,8 @@ def stop_record(observer: StepObserver | None, call: PipelineCallBeforeCall | No
     loop began) the requested `num_inference_steps` from the budget; `steps_planned_source` says which.
     """
     steps = observer.steps if observer else 0
+    planned: int | None
+    source: StepsPlannedSource
     if observer is not None and observer.loops and observer.planned is not None:
         planned, source = observer.planned, "denoising_loop"
     elif call is not None and call.timesteps_planned is not None:

@@ -5,11 +5,12 @@ from pathlib import Path
 from typing import Any
 
 from genrun.schemas import Request
+from genrun.schemas.inputs import Architecture
 
 from ...errors import RequestError
 
 
-def architecture(config: Any) -> str:
+def architecture(config: Any) -> Architecture:
     """`encoder_decoder` (Whisper, T5, BART: `max_length` counts decoder tokens) or `decoder_only`."""
     return "encoder_decoder" if getattr(config, "is_encoder_decoder", False) else "decoder_only"
 

@@ -26,4 +26,7 @@ def encode_input(tokenizer: Any, spec: InputSpec) -> Any:
         conversation = [m.model_dump() for m in spec.messages]
         text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
         return tokenizer([text], return_tensors="pt", padding=True, add_special_tokens=False)
-    return tokenizer(list(spec.texts()), return_tensors="pt", padding=True)
+    texts = spec.texts()
+    if texts is None:
+        raise RequestError("[input] gives no 'prompt', 'prompts' or 'messages', so there is no text to tokenise; give one of them")
+    return tokenizer(list(texts), return_tensors="pt", padding=True)

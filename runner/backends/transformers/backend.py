@@ -178,7 +178,7 @@ class TransformersRun:
         outputs += self._save_audio(ctx, state, calls)
         ctx.recorder.sync_steps(sum(call.steps for call in calls))
         if state.session is not None:
-            self._write_call_evidence(ctx, state)
+            self._write_call_evidence(ctx, state, state.session)
         if end.returned and not calls:
             state.notes.append("the entry point returned without calling generate")
         return self._outcome(ctx, state, rows, outputs)
@@ -196,12 +196,12 @@ class TransformersRun:
         return tuple(written)
 
     @staticmethod
-    def _write_call_evidence(ctx: ExecutionContext, state: "TransformersRun") -> None:
+    def _write_call_evidence(ctx: ExecutionContext, state: "TransformersRun", session: CaptureSession) -> None:
         """`generation-calls.json`, and a note for what the summary should say about it."""
-        evidence = generation_calls(state.session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
+        evidence = generation_calls(session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
         ctx.snapshot.write(layout.GENERATION_CALLS, evidence)
-        if state.session.nested_calls:
-            state.notes.append(f"{state.session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
+        if session.nested_calls:
+            state.notes.append(f"{session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
         if evidence.foreign_thread_calls:
             state.notes.append(f"{evidence.foreign_thread_calls} generate call(s) from threads that are not the run's passed through unrecorded")
         if evidence.evidence_level == "partial":
@@ -268,6 +268,7 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
 def write_effective_config(ctx: ExecutionContext, call: CallCapture) -> None:
     """Inside generate, before the first token: `generation-config.before-generate[.<i>].json`."""
     name = layout.GENERATION_CONFIG if call.index == 0 else layout.extra_generation_config_name(call.index)
+    assert call.config is not None, "the instrument calls on_config only once it has recorded the call's config"
     with interrupts.deferred():  # the file is complete or absent, never interrupted half-way
         ctx.snapshot.write(name, call.config)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import AudioReceived, DecoderPrompt, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation
+from genrun.schemas.inputs import Architecture
 
 from .._audio import decode_audio
 from .._images import load_image
@@ -36,7 +37,7 @@ class PreparedInputs(NamedTuple):
     record: InputPreparation
 
 
-def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: str, media: Sequence[MediaRow] = ()) -> PreparedInputs:
+def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: Architecture, media: Sequence[MediaRow] = ()) -> PreparedInputs:
     """Tokenise / featurise `[input]` (left-padded prompts for decoder-only models) and describe every row."""
     tokenizer = tokenizer_of(processor)
     if architecture == "decoder_only":
@@ -51,8 +52,8 @@ def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: str, med
     if images:
         call["images"] = images
     if texts is not None:
-        rows = max(len(audio), len(images), 1)
-        call["text"] = list(texts) * rows if len(texts) == 1 and rows > 1 else list(texts)
+        copies = max(len(audio), len(images), 1)
+        call["text"] = list(texts) * copies if len(texts) == 1 and copies > 1 else list(texts)
         call["padding"] = kwargs.pop("padding", True)
         if spec.messages is not None:
             call["add_special_tokens"] = False
@@ -61,7 +62,7 @@ def prepare_model_inputs(spec: InputSpec, processor: Any, architecture: str, med
     else:
         encoded = tokenizer(call["text"], **{k: v for k, v in call.items() if k != "text"}, **kwargs)
     full_lengths = untruncated_lengths(tokenizer, call.get("text") or (list(texts) if texts else None), spec) if _truncates(kwargs) else None
-    rows = []
+    rows: list[PreparedRow] = []
     batch = _batch_size(encoded)
     for i in range(batch):
         ids = _row_ids(encoded, i)
@@ -153,6 +154,7 @@ def _audio_row(encoded: Any, row: int, media: Sequence[MediaRow], audio: list, p
     """Seconds received = feature frames x hop / rate, capped at the supplied duration (padding is not audio)."""
     extractor = processor.feature_extractor
     item = [m.file for m in media if m.file.kind == "audio"][row]
+    assert item.audio is not None, "plan time records the header facts of every audio file"
     decoded = audio[row]
     rate, hop = decoded.sample_rate, getattr(extractor, "hop_length", None)
     supplied = item.audio.seconds
@@ -185,10 +187,13 @@ def _feature_frames(encoded: Any, row: int) -> int | None:
 
 def _image_row(encoded: Any, row: int, media: Sequence[MediaRow], processor: Any, image: Any, truncations: list[Truncation]) -> ImageReceived:
     item = [m.file for m in media if m.file.kind == "image"][row]
+    assert item.image is not None, "plan time records the facts of every image file"
     pixels = encoded.get("pixel_values")
     height, width = (int(pixels.shape[-2]), int(pixels.shape[-1])) if pixels is not None else (None, None)
-    if height is not None and (crop := _center_crop(processor, image, item.image.width, item.image.height, width, height)) is not None:
-        truncations.append(crop)
+    if width is not None and height is not None:  # both or neither: the last two axes of pixel_values
+        crop = _center_crop(processor, image, item.image.width, item.image.height, width, height)
+        if crop is not None:
+            truncations.append(crop)
     return ImageReceived(width=item.image.width, height=item.image.height, received_width=width, received_height=height)
 
 

@@ -99,6 +99,7 @@ def _unfinished(exc: BaseException, base: dict[str, Any], facts: dict[str, Any],
 
 def _finished(call: CallCapture, tokens: RowTokens, tokenizer: Any, facts: dict[str, Any]) -> StopEvidence:
     state = tokens.criteria
+    assert state is not None, "classify_row passes only rows whose criteria finished"
     config = call.config
     kind = primary_kind(state.kinds)
     common: dict[str, Any] = {
