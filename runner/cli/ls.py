@@ -58,8 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     signed = parser.add_mutually_exclusive_group()
     signed.add_argument("--unsigned", action="store_true", help="only snapshots with no sign-off that holds (none, or only invalid/revoked)")
     signed.add_argument("--signed-by", metavar="PRINCIPAL", help="only snapshots with a sign-off by PRINCIPAL that holds")
-    parser.add_argument("--sort", choices=[*SORT_KEYS, *(f"-{k}" for k in SORT_KEYS)], metavar="KEY",
-                        help=f"order by KEY ({', '.join(SORT_KEYS)}); '-KEY' reverses; default: time, sweeps' items under their sweep")
+    parser.add_argument("--sort", choices=SORT_KEYS, metavar="KEY",
+                        help=f"order by KEY ({', '.join(SORT_KEYS)}); default: time, each sweep's items under their sweep")
+    parser.add_argument("--reverse", action="store_true", help="the opposite order (newest first by default)")
     parser.add_argument("--limit", type=int, metavar="N", help="at most N rows (after filtering and sorting)")
     parser.add_argument("--no-index", action="store_true", help="read every snapshot from its files (ignore the store index)")
     parser.set_defaults(handler=handle)
@@ -112,7 +113,9 @@ def select(listing: Listing, args: argparse.Namespace, since: datetime | None, u
         keep.append(lambda r: args.signed_by in r.signers)
     rows = [r for r in rows if all(k(r) for k in keep)]
     if args.sort:
-        rows = sorted(rows, key=SORT_KEYS[args.sort.lstrip("-")], reverse=args.sort.startswith("-"))
+        rows = sorted(rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
+    elif args.reverse:
+        rows = rows[::-1]
     return rows[: args.limit] if args.limit else rows
 
 
