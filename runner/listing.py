@@ -14,7 +14,7 @@ from genrun.schemas import layout
 from genrun.schemas.digests import sha256_file
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
-from .store_index import IndexedRow, IndexUnavailable, SealKey, StoreIndex, replace_index
+from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
 
 
 class SnapshotRow(NamedTuple):
@@ -58,12 +58,12 @@ class Listing(NamedTuple):
 def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True) -> Listing:
     """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot."""
     notes: list[str] = []
-    index: StoreIndex | None = None
+    index: IndexDatabase | None = None
     cached: dict[str, IndexedRow] = {}
     replace_broken = False
     if use_index and store.is_dir():
         try:
-            index = StoreIndex(store)
+            index = IndexDatabase(store)
             cached = index.rows()
         except IndexUnavailable as exc:
             notes.append(str(exc))

@@ -88,7 +88,7 @@ class IndexUnavailable(Exception):
         """The file is not a readable index of any version (so replacing it loses nothing)."""
 
 
-class StoreIndex:
+class IndexDatabase:
     """An open index; use as a context manager. Every method may raise `IndexUnavailable`."""
 
     def __init__(self, store: Path, *, create: bool = True) -> None:
@@ -117,7 +117,7 @@ class StoreIndex:
             self.close()
             raise IndexUnavailable(f"the index {self.path} cannot be opened ({exc.strerror or exc}); answering from the files") from None
 
-    def __enter__(self) -> "StoreIndex":
+    def __enter__(self) -> "IndexDatabase":
         return self
 
     def __exit__(self, *exc: object) -> None:
