@@ -15,6 +15,7 @@ locks are plain POSIX locks. A reader that cannot open or lock it answers from t
 import contextlib
 import os
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -28,14 +29,16 @@ INDEX_FORMAT = 1
 """`PRAGMA user_version` of the file; a newer one is ignored (never overwritten but by `genrun index --rebuild`)."""
 BUSY_TIMEOUT_S = 2.0  # a concurrent writer holds the lock for one transaction; after this, answer without the index
 
-_COLUMNS = ("id", "seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns", "seal_digest", "state", "generated", "unit",
-            "stop_reasons", "backend", "members", "signoffs_key", "signoffs", "signers")
+_KEY_COLUMNS = ("id", "seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns", "signoffs_key")
+_ROW_COLUMNS = ("state", "generated", "stop_reasons", "signoffs", "name", "created", "backend", "unit", "seal_digest", "signers", "members")
+"""What `ls` shows, in `listing.SnapshotRow`'s terms; signers and members are newline-joined, members NULL for a run."""
+_COLUMNS = _KEY_COLUMNS + _ROW_COLUMNS
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, seal_ino INTEGER NOT NULL, seal_size INTEGER NOT NULL,
-  seal_mtime_ns INTEGER NOT NULL, seal_ctime_ns INTEGER NOT NULL, seal_digest TEXT NOT NULL, state TEXT NOT NULL,
-  generated INTEGER, unit TEXT, stop_reasons TEXT NOT NULL, backend TEXT, members TEXT, signoffs_key TEXT NOT NULL,
-  signoffs TEXT NOT NULL, signers TEXT NOT NULL);
+  seal_mtime_ns INTEGER NOT NULL, seal_ctime_ns INTEGER NOT NULL, signoffs_key TEXT NOT NULL, state TEXT NOT NULL,
+  generated INTEGER, stop_reasons TEXT NOT NULL, signoffs TEXT NOT NULL, name TEXT, created TEXT, backend TEXT, unit TEXT,
+  seal_digest TEXT NOT NULL, signers TEXT NOT NULL, members TEXT);
 PRAGMA user_version = {INDEX_FORMAT};
 """
 
@@ -49,34 +52,39 @@ class SealKey(NamedTuple):
     ctime_ns: int
 
     @classmethod
-    def of(cls, manifest: Path) -> "SealKey | None":
-        """None when the file is not there (the snapshot is not sealed)."""
+    def of(cls, manifest: str | Path) -> "SealKey | None":
+        """None when no regular file is there (the snapshot is not sealed; a link is never a seal)."""
         try:
-            st = os.stat(manifest)
+            st = os.lstat(manifest)
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
             return None
         return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class IndexedRow(NamedTuple):
-    """One cached row: the seal it was read under and what `ls` shows from the sealed files."""
+    """One cached row as stored: the keys it holds under, then what `ls` shows (`_ROW_COLUMNS`)."""
 
     id: str
-    seal: SealKey
-    seal_digest: str
+    seal_ino: int
+    seal_size: int
+    seal_mtime_ns: int
+    seal_ctime_ns: int
+    """The manifest's `SealKey` the row was read under."""
+    signoffs_key: str
+    """What the sign-off summary was judged under (signoffs/ mtime, allowed-signers file): signoffs/ grows after the seal."""
     state: str
     generated: int | None
-    unit: str | None
     stop_reasons: str
-    """Comma-separated, sorted (as `ls` shows them)."""
-    backend: str | None
-    members: str | None
-    """A sweep's item ids, newline-separated, in sweep order; None for a run snapshot."""
-    signoffs_key: str
-    """What the sign-off summary was judged under (signoffs/ listing mtime, allowed-signers file); signoffs/ grows after the seal."""
     signoffs: str
+    name: str | None
+    created: str | None
+    backend: str | None
+    unit: str | None
+    seal_digest: str
     signers: str
-    """Newline-separated principals of the records neither invalid nor revoked."""
+    members: str | None
 
 
 class IndexUnavailable(Exception):
@@ -135,7 +143,7 @@ class IndexDatabase:
             return found[0] if found else None
         return None
 
-    def rows(self) -> dict[str, IndexedRow]:
+    def rows(self) -> dict[str, IndexedRow]:  # 100,000 rows: a few tenths of a second
         """Every cached row by id (one query: the warm path of `ls`)."""
         assert self._db is not None
         try:
@@ -143,7 +151,7 @@ class IndexDatabase:
         except sqlite3.DatabaseError as exc:
             raise IndexUnavailable(f"the index {self.path} cannot be read ({exc}); answering from the files",
                                    damaged=not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)) from None
-        return {r[0]: IndexedRow(r[0], SealKey(*r[1:5]), *r[5:]) for r in found}
+        return {r[0]: IndexedRow._make(r) for r in found}
 
     def write(self, rows: Iterable[IndexedRow], gone: Iterable[str] = ()) -> None:
         """Add or replace `rows` and forget the ids in `gone`, in one transaction."""
@@ -151,7 +159,7 @@ class IndexDatabase:
         marks = ", ".join("?" * len(_COLUMNS))
         try:
             with self._transaction():
-                self._db.executemany(f"INSERT OR REPLACE INTO rows VALUES ({marks})", (_flat(r) for r in rows))
+                self._db.executemany(f"INSERT OR REPLACE INTO rows VALUES ({marks})", rows)
                 self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
         except sqlite3.DatabaseError as exc:
             raise IndexUnavailable(f"the index {self.path} was not updated ({exc}); answered from the files") from None
@@ -168,10 +176,6 @@ class IndexDatabase:
         self._db.execute("COMMIT")
 
 
-def _flat(row: IndexedRow) -> tuple:
-    return (row.id, *row.seal, *row[2:])
-
-
 def replace_index(store: Path, rows: Iterable[IndexedRow]) -> Path:
     """Write a whole new index beside the old one and rename it into place: readers see the old file or the new, whole."""
     directory = Path(store) / INDEX_DIR
@@ -184,7 +188,7 @@ def replace_index(store: Path, rows: Iterable[IndexedRow]) -> Path:
             db.executescript(_SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('written_by', ?)", (__version__,))
             db.execute("BEGIN")
-            db.executemany(f"INSERT OR REPLACE INTO rows VALUES ({', '.join('?' * len(_COLUMNS))})", (_flat(r) for r in rows))
+            db.executemany(f"INSERT OR REPLACE INTO rows VALUES ({', '.join('?' * len(_COLUMNS))})", rows)
             db.execute("COMMIT")
         finally:
             db.close()
