@@ -1,21 +1,23 @@
 """A store that holds a team's year: `genrun ls`, the store index and the store page at 1,000 / 10,000 / 100,000 snapshots.
 
 Each store is made by hard-linking a few *real* sealed snapshots under new ids (`<time>-<name>-<hex>`, one second
-apart): a real `genrun run` of the tiny model (eos) and a `max_new_tokens` stop, a real sweep of the tiny model and
-its items (made once, `--sweep-items`, default 1,000, reused by every size). Sealed files are read-only, so links
+apart): a real `genrun run` of the tiny model (eos) and a `max_new_tokens` stop, and a real 20-item sweep of the tiny
+model (its items too), made once (or any store of real sealed snapshots with a sweep: `--seeds`). Sealed files are read-only, so links
 are safe and a 100,000-snapshot store takes seconds, not the hours 100,000 runs would.
 
 Measured, each in a fresh process (`python -m genrun.runner.cli ...`, output to /dev/null), in one run:
 
-- today: `ls --no-index --json` (every snapshot read from its files, as `ls` did before the index);
+- today: `ls --json` as it was before the index (`runner/cli/ls.py` at `--before`, run against this genrun), and
+  `ls --no-index --json` (this genrun reading every snapshot from its files);
 - cold: `ls --json` with no index (reads every snapshot and builds the index);
 - warm: `ls` and `ls --json` with the index built;
-- filtered: `ls --state failed --stop-reason max_length --unsigned` (warm);
+- filtered: `ls --state succeeded --stop-reason max_new_tokens --unsigned` (warm);
 - page: `report --store DIR --html FILE` (warm; the index pages, without review pages);
 - startup: `genrun --version`, the floor under every figure;
-- `verify SWEEP` of the real sweep (every item hashed and checked; two processes on two cores).
+- `verify SWEEP` of a 1,000-item sweep (every item hashed and checked; a process per core): the items are linked
+  copies of a real sweep's items (`make_big_sweep`), since 1,000 real runs take half an hour on two cores.
 
-Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR]
+Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR] [--seeds STORE]
 Goals: warm ls of 100,000 < 1 s and <= 2x its 1,000 figure; cold >= 5x faster per snapshot than today; page < 5 s at 100,000.
 """
 
@@ -98,14 +100,62 @@ def make_store(seeds: Path, size: int, target: Path) -> Path:
     return target
 
 
-def measure(store: Path, repeat: int, work: Path) -> dict[str, float]:
+def make_big_sweep(sweep: Path, items: int, target: Path) -> Path:
+    """A sweep of `items` items in `target`: item k is a linked copy of the real sweep's item k mod n under a new id; the
+    sweep's plan and result list them (same changes and digests, the copies being byte-identical), then it is frozen and
+    sealed again with genrun's own functions. The real sweep's progress log is kept as it was."""
+    from genrun.runner.store import seal_snapshot, write_frozen_manifest
+
+    plan = json.loads((sweep / "sweep-plan.json").read_text())
+    result = json.loads((sweep / "sweep-result.json").read_text())
+    source = Path(plan["store"])
+    target.mkdir(parents=True, exist_ok=True)
+    new_plan, new_result = [], []
+    for k in range(items):
+        planned, done = dict(plan["items"][k % len(plan["items"])]), dict(result["items"][k % len(result["items"])])
+        new_id = f"{(START + timedelta(days=1, seconds=k)).strftime('%Y%m%dT%H%M%SZ')}-sweep-item-{secrets.token_hex(3)}"
+        link_tree(source / planned["snapshot_id"], target / new_id)
+        new_plan.append({**planned, "index": k, "snapshot_id": new_id})
+        new_result.append({**done, "index": k, "snapshot_id": new_id, "attempts": [new_id]})
+    copy = target / f"{START.strftime('%Y%m%dT%H%M%SZ')}-nightly-{secrets.token_hex(3)}"
+    shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("manifest-sha256.txt", "frozen-sha256.txt", "signoffs"))
+    for path in copy.iterdir():
+        path.chmod(0o644)
+    (copy / "sweep-plan.json").write_text(json.dumps({**plan, "store": str(target), "items": new_plan}))
+    (copy / "sweep-result.json").write_text(json.dumps({**result, "counts": {"succeeded": items}, "items": new_result}))
+    write_frozen_manifest(copy)
+    seal_snapshot(copy)
+    return copy
+
+
+_BEFORE = """
+import argparse, importlib.util, sys
+spec = importlib.util.spec_from_file_location("genrun.runner.cli._ls_before", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+sys.exit(module.handle(argparse.Namespace(store=sys.argv[2], allowed_signers=None, json=True)))
+"""
+
+
+def _timed(command: list[str]) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{command} failed: {done.stderr[-2000:]}")
+    return time.perf_counter() - t
+
+
+def measure(store: Path, repeat: int, work: Path, before: Path) -> dict[str, float]:
     size = sum(1 for p in store.iterdir() if not p.name.startswith("."))
-    figures = {"today": best(1 if size > 10_000 else repeat, "ls", "--store", store, "--no-index", "--json")}
+    once = 1 if size > 10_000 else repeat
+    figures = {"today": min(_timed([sys.executable, "-c", _BEFORE, str(before), str(store)]) for _ in range(once)),
+               "no_index": best(once, "ls", "--store", store, "--no-index", "--json")}
     shutil.rmtree(store / ".genrun-index", ignore_errors=True)
     figures["cold"] = genrun("ls", "--store", store, "--json")
     figures["warm"] = best(repeat, "ls", "--store", store)
     figures["warm_json"] = best(repeat, "ls", "--store", store, "--json")
-    figures["filtered"] = best(repeat, "ls", "--store", store, "--state", "failed", "--stop-reason", "max_length", "--unsigned")
+    figures["filtered"] = best(repeat, "ls", "--store", store, "--state", "succeeded", "--stop-reason", "max_new_tokens", "--unsigned")
     site = work / f"site-{size}"
     shutil.rmtree(site, ignore_errors=True)
     site.mkdir()
@@ -117,17 +167,21 @@ def measure(store: Path, repeat: int, work: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--sweep-items", type=int, default=1_000)
+    parser.add_argument("--sweep-items", type=int, default=1_000, help="items of the sweep that is verified")
+    parser.add_argument("--before", default="acaead3", help="the commit whose `ls` is 'today' (the last one without the index)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N for the warm figures")
     parser.add_argument("--work", type=Path, help="keep the seeds and stores here (default: a temporary directory)")
     parser.add_argument("--seeds", type=Path, help="a store of real sealed snapshots with one sweep to copy (default: made here)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="genrun-bench-store-"))
+    work.mkdir(parents=True, exist_ok=True)
     if args.seeds:
         seeds, sweep = args.seeds, next(p for p in args.seeds.iterdir() if (p / "sweep-plan.json").is_file())
-        args.sweep_items = len(json.loads((sweep / "sweep-plan.json").read_text())["items"])
     else:
-        seeds, sweep = make_seeds(work, args.sweep_items)
+        seeds, sweep = make_seeds(work, 20)
+    before = work / "ls_before.py"
+    before.write_bytes(subprocess.run(["git", "-C", str(REPO), "show", f"{args.before}:runner/cli/ls.py"], check=True,
+                                      capture_output=True).stdout)
     startup = best(args.repeat, "--version")
     rows = {}
     for size in args.sizes:
@@ -136,14 +190,15 @@ def main() -> None:
         t = time.perf_counter()
         make_store(seeds, size, store)
         made = time.perf_counter() - t
-        rows[size] = measure(store, args.repeat, work)
+        rows[size] = measure(store, args.repeat, work, before)
         print(f"{size:,} snapshots: store made in {made:.1f} s; {rows[size]}", file=sys.stderr)
         shutil.rmtree(store)
-    verify_s = genrun("verify", sweep)
+    big_sweep = make_big_sweep(sweep, args.sweep_items, work / "sweep-store")
+    verify_s = genrun("verify", big_sweep)
     print(f"\ngenrun store figures (s, one process each, best of {args.repeat} for warm; startup `genrun --version` {startup:.2f} s)")
     head = f"{'':34}" + "".join(f"{s:>12,}" for s in args.sizes)
     print(head)
-    for key, label in (("today", "ls, no index (today's path)"), ("cold", "ls --json, cold (builds index)"), ("warm", "ls, warm"),
+    for key, label in (("today", "ls --json before the index"), ("no_index", "ls --json --no-index"), ("cold", "ls --json, cold (builds index)"), ("warm", "ls, warm"),
                        ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"), ("page", "store page (index pages)"),
                        ("page_kb", "store page, kB per page file")):
         print(f"{label:34}" + "".join(f"{rows[s][key]:>12.2f}" for s in args.sizes))

@@ -6,7 +6,7 @@ reads everything else from its files with the same readers as always, and refres
 """
 
 import os
-from datetime import datetime, timezone
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -180,15 +180,14 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
 
     `allowed_signers` is the resolved file (None: none). A directory that is not a snapshot (no frozen manifest, no
     seal) is still described: callers list only snapshots."""
-    if not snapshot.is_dir():
-        raise FileNotFoundError(snapshot)
-    plan = _read_json(snapshot, layout.SWEEP_PLAN)
+    top = set(os.listdir(snapshot))  # FileNotFoundError when gone; one listing spares reading what is not there
+    plan = _read_json(snapshot, layout.SWEEP_PLAN) if layout.SWEEP_PLAN in top else None
     named = _named(snapshot.name)
     if plan is not None:
         return _describe_sweep(snapshot, plan, allowed_signers)._replace(**named)
-    result = _read_json(snapshot, layout.RESULT)
-    stop = _read_json(snapshot, layout.STOP)
-    request = _read_json(snapshot, layout.REQUEST)
+    result = _read_json(snapshot, layout.RESULT) if layout.RESULT in top else None
+    stop = _read_json(snapshot, layout.STOP) if layout.STOP in top else None
+    request = _read_json(snapshot, layout.REQUEST) if layout.REQUEST in top else None
     # the manifest is written last (layout.snapshot_state's first rule): only an unsealed snapshot needs its file listing
     state = layout.SnapshotState.SEALED if SealKey.of(snapshot / layout.MANIFEST) else SnapshotDir(snapshot).state()
     sealed = state is layout.SnapshotState.SEALED
@@ -238,19 +237,24 @@ def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
     return ordered
 
 
+_STAMP = re.compile(r"^\d{8}T\d{6}Z$")
+
+
 def _named(snapshot_id: str) -> dict:
     """name and creation time from `YYYYMMDDTHHMMSSZ-<name>-<6 hex>` (`store.new_snapshot_id`); nothing for other names."""
-    try:
-        created = datetime.strptime(snapshot_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
-    except ValueError:
+    stamp = snapshot_id[:16]
+    if not _STAMP.match(stamp):
         return {}
     name = snapshot_id[17:-7] if len(snapshot_id) > 24 else None
-    return {"name": name, "created": created.isoformat().replace("+00:00", "Z")}
+    return {"name": name, "created": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"}
 
 
 def _signoffs(snapshot: Path, allowed_signers: Path | None) -> tuple[str, tuple[str, ...]]:
     """(summary for the sign-offs column, signers of the records that hold)."""
-    if not any((snapshot / layout.SIGNOFFS_DIR).glob("*.json")):
+    try:
+        if not any(n.endswith(".json") for n in os.listdir(snapshot / layout.SIGNOFFS_DIR)):
+            return "-", ()
+    except (FileNotFoundError, NotADirectoryError):
         return "-", ()
     from genrun.analysis.signoffs import judge_signoffs, summarize_signoffs
 

@@ -276,7 +276,7 @@ def test_store_index_of_a_big_store_is_paged_and_links_every_snapshot(browser, t
     finally:
         opened.close()
     assert set(seen) == {p.name for p in made}  # every snapshot, once, linked to its directory (no review pages written)
-    assert all((html.parent / href).resolve() == (store / name).resolve() for name, href in seen.items())
+    assert all((html.parent / href).resolve() == (store / name).resolve() and href.endswith("/") for name, href in seen.items())
 
 
 def test_pages_leave_snapshots_untouched_and_never_import_torch(snapshots, tmp_path: Path) -> None:  # noqa: F811

@@ -45,14 +45,15 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     counts = _write_reviews(listing.rows, store, html, allowed_signers, snapshot_dirs) if reviews else {}
     pages_dir = review_dir(html)
     here = html.parent.resolve()
+    to_store, to_pages = os.path.relpath(store.resolve(), here), os.path.relpath(pages_dir.resolve(), here)
+    reviewed = set(os.listdir(pages_dir)) if pages_dir.is_dir() else set()  # one listing, not 100,000 stats
     lines = []
     for row in listing.rows:
-        review = pages_dir / f"{row.id}.html"
-        target = review if review.is_file() else store / row.id
+        href = f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/"
         warnings, failed = counts.get(row.id, (None, None))
         lines.append(IndexLine(id=row.id, state=row.state, sealed=row.sealed, stop_reasons=_reasons(row), warnings=warnings,
                                failed=failed, signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs",
-                               href=os.path.relpath(target.resolve(), here), sweep=row.sweep))
+                               href=href, sweep=row.sweep))
     chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
     labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
     note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"

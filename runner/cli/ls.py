@@ -53,7 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--until", metavar="WHEN", help="planned before WHEN (same forms as --since)")
     parser.add_argument("--name", metavar="PATTERN", help="the request name matches PATTERN (shell wildcards: 'eval-*')")
     parser.add_argument("--sweep", metavar="SWEEP", help="only the items of this sweep (its id or a unique id prefix)")
-    parser.add_argument("--stop-reason", action="append", metavar="REASON", help="some row stopped by REASON (eos, max_length, ...); repeatable")
+    parser.add_argument("--stop-reason", action="append", metavar="REASON", help="some row stopped by REASON (eos, max_new_tokens, stop_string, ...); repeatable")
     parser.add_argument("--backend", metavar="NAME", help="only snapshots run with this backend")
     signed = parser.add_mutually_exclusive_group()
     signed.add_argument("--unsigned", action="store_true", help="only snapshots with no sign-off that holds (none, or only invalid/revoked)")
