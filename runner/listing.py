@@ -225,6 +225,8 @@ def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) ->
 
 def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
     """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
+    if not any(row.members for row in rows):
+        return rows
     by_id = {row.id: row for row in rows}
     members = {row.id: [sid for sid in row.members if sid in by_id] for row in rows if row.members is not None}
     grouped = {sid for ids in members.values() for sid in ids}

@@ -41,7 +41,7 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     listing = list_store(store, allowed_signers)
     for note in listing.notes:
         stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    snapshot_dirs = [store / row.id for row in listing.rows]
+    snapshot_dirs = _snapshot_holding(html, store, {row.id for row in listing.rows})
     counts = _write_reviews(listing.rows, store, html, allowed_signers, snapshot_dirs) if reviews else {}
     pages_dir = review_dir(html)
     here = html.parent.resolve()
@@ -63,6 +63,15 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
                           first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=note)
         written.append(write_html(render_index_html(page), page_file(html, number), forbidden_roots=snapshot_dirs))
     return Written(written, len(counts), len(lines))
+
+
+def _snapshot_holding(html: Path, store: Path, ids: set[str]) -> list[Path]:
+    """The snapshot `html` would be written into, if any (for write_html's refusal): one check, not one per snapshot."""
+    try:
+        inside = html.resolve().relative_to(store.resolve()).parts
+    except ValueError:
+        return []
+    return [store / inside[0]] if inside and inside[0] in ids else []
 
 
 def _reasons(row: SnapshotRow) -> tuple[str, ...]:

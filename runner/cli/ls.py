@@ -94,24 +94,25 @@ def select(listing: Listing, args: argparse.Namespace, since: datetime | None, u
     if args.sweep:
         sweep = _find_sweep(rows, args.sweep)
         rows = [r for r in rows if r.sweep == sweep]
-    keep: list[Callable[[SnapshotRow], bool]] = []
+    # each filter narrows the rows in turn (one pass each, no per-row closure chain)
     if args.state:
-        keep.append(lambda r: any(r.state in (s, f"sweep {s}") or (s == "sweep" and r.state.startswith("sweep")) for s in args.state))
+        states = {*args.state, *(f"sweep {s}" for s in args.state)}
+        rows = [r for r in rows if r.state in states or ("sweep" in args.state and r.state.startswith("sweep"))]
     if since is not None:
-        keep.append(lambda r: r.created is not None and _parsed(r.created) >= since)
+        rows = [r for r in rows if r.created is not None and _parsed(r.created) >= since]
     if until is not None:
-        keep.append(lambda r: r.created is not None and _parsed(r.created) < until)
+        rows = [r for r in rows if r.created is not None and _parsed(r.created) < until]
     if args.name:
-        keep.append(lambda r: r.name is not None and fnmatch.fnmatchcase(r.name, args.name))
+        rows = [r for r in rows if r.name is not None and fnmatch.fnmatchcase(r.name, args.name)]
     if args.stop_reason:
-        keep.append(lambda r: any(reason in r.stop_reasons.split(", ") for reason in args.stop_reason))
+        wanted = set(args.stop_reason)
+        rows = [r for r in rows if not wanted.isdisjoint(r.stop_reasons.split(", "))]
     if args.backend:
-        keep.append(lambda r: r.backend == args.backend)
+        rows = [r for r in rows if r.backend == args.backend]
     if args.unsigned:
-        keep.append(lambda r: not r.signers)
+        rows = [r for r in rows if not r.signers]
     if args.signed_by:
-        keep.append(lambda r: args.signed_by in r.signers)
-    rows = [r for r in rows if all(k(r) for k in keep)]
+        rows = [r for r in rows if args.signed_by in r.signers]
     if args.sort:
         rows = sorted(rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
     elif args.reverse:
@@ -161,9 +162,12 @@ def _cells(row: SnapshotRow, shown_sweeps: set[str]) -> tuple[str, ...]:
 def _print_table(rows: list[SnapshotRow], total: int, store: Path) -> None:
     shown_ids: set[str] = set()
     cells = []
-    for row in rows:
-        cells.append(_cells(row, shown_ids))
-        shown_ids.add(row.id)
+    if any(row.sweep for row in rows):
+        for row in rows:
+            cells.append(_cells(row, shown_ids))
+            shown_ids.add(row.id)
+    else:
+        cells = [_cells(row, shown_ids) for row in rows]
     width = output_width()
     layout = fit(COLUMNS, cells, width)
     counted = f"{len(rows):,} of {total:,}" if len(rows) != total else f"{total:,}"
