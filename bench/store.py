@@ -26,7 +26,6 @@ import json
 import os
 import secrets
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
