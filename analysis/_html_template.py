@@ -105,11 +105,19 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 """
 
 _INDEX = """{% extends "base" %}{% block title %}genrun store · {{ index.store }}{% endblock %}
-{% block body %}<h1>genrun store · <span class="mono">{{ index.store }}</span></h1><p>{{ index.snapshots|length }} snapshot(s)</p>
+{% block body %}<h1>genrun store · <span class="mono">{{ index.store }}</span></h1>
+{% if index.total is none %}<p>{{ index.snapshots|length }} snapshot(s)</p>
+{% else %}<p>{{ index.total }} snapshot(s); this page: {{ index.first }}–{{ index.first + index.snapshots|length - 1 }}</p>{% endif %}
+{% if index.note %}<p class="note">{{ index.note }}</p>{% endif %}
+{% macro nav() %}{% if index.pages %}<nav class="pages">pages: {% for label, href in index.pages %}{% if loop.index == index.page %}<b>{{ label }}</b>
+{% else %}<a href="{{ href }}">{{ label }}</a>{% endif %} {% endfor %}</nav>{% endif %}{% endmacro %}
+{{ nav() }}
 <table><tr><th>snapshot</th><th>state</th><th>sealed</th><th>stop reasons</th><th>WARN</th><th>FAIL</th><th>sign-offs</th></tr>
-{% for s in index.snapshots %}<tr class="snapshot"><td class="mono">{{ s.id }}</td><td class="{{ s.state }}">{{ s.state }}</td><td>{{ "yes" if s.sealed else "no" }}</td>
-<td>{{ s.stop_reasons|join(", ") or "—" }}</td><td class="{{ 'WARN' if s.warnings else '' }}">{{ s.warnings }}</td>
-<td class="{{ 'FAIL' if s.failed else '' }}">{{ s.failed }}</td><td>{{ s.signoffs }}</td></tr>{% endfor %}</table>
+{% for s in index.snapshots %}<tr class="snapshot"><td class="mono">{% if s.sweep %}└ {% endif %}{% if s.href %}<a href="{{ s.href }}">{{ s.id }}</a>{% else %}{{ s.id }}{% endif %}</td>
+<td class="{{ s.state }}">{{ s.state }}</td><td>{{ "yes" if s.sealed else "no" }}</td>
+<td>{{ s.stop_reasons|join(", ") or "—" }}</td><td class="{{ 'WARN' if s.warnings else '' }}">{{ "—" if s.warnings is none else s.warnings }}</td>
+<td class="{{ 'FAIL' if s.failed else '' }}">{{ "—" if s.failed is none else s.failed }}</td><td>{{ s.signoffs }}</td></tr>{% endfor %}</table>
+{{ nav() }}
 {% endblock %}
 """
 

@@ -79,17 +79,31 @@ class IndexLine(_Model):
     """planned, incomplete, succeeded, failed, interrupted."""
     sealed: bool
     stop_reasons: tuple[str, ...]
-    warnings: int
-    failed: int
+    warnings: int | None
+    """WARN findings of verify; None when the page was made without verifying (without --pages)."""
+    failed: int | None
     signoffs: str
     """`summarize_signoffs` of the records, or `no sign-offs`."""
+    href: str | None = None
+    """Link to the snapshot's review page, or to its directory when no review page was written; relative to the index page."""
+    sweep: str | None = None
+    """The sweep this item belongs to (listed right under it)."""
 
 
 class StoreIndex(_Model):
-    """The index page of a store."""
+    """One page of the index of a store (a store of any size is split into pages of at most `PAGE_SIZE` lines)."""
 
     store: str
     snapshots: tuple[IndexLine, ...]
+    total: int | None = None
+    """Snapshots in the store (all pages); None: this page holds them all."""
+    first: int = 1
+    """Position in the store of this page's first line (1-based)."""
+    pages: tuple[tuple[str, str], ...] = ()
+    """(label, file name) of every page, for the page links; empty for a single page."""
+    page: int = 1
+    note: str | None = None
+    """What the page leaves out (e.g. verify counts) and how to get it."""
 
 
 class HtmlReportError(ValueError):
