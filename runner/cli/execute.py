@@ -56,9 +56,12 @@ def add_approval_arguments(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.execute import execute_snapshot
 
-    from genrun.runner.store import find_snapshot
+    from ._target import refuse_sweep, resolve_target
 
-    snapshot = find_snapshot(args.snapshot, args.store)
+    snapshot, is_sweep = resolve_target(args.snapshot, args.store)
+    if is_sweep:
+        refuse_sweep(snapshot, "execute", f"Run a planned sweep with 'genrun sweep execute {snapshot}', "
+                                          f"finish one whose driver was killed with 'genrun sweep resume {snapshot}'")
     try:
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:

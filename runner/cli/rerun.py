@@ -57,10 +57,14 @@ def handle(args: argparse.Namespace) -> int:
         if not args.json:
             print_plan_summary(child, SnapshotDir(child).read(layout.TOKEN_BUDGET, TokenBudget))
 
-    from genrun.runner.store import find_snapshot
+    from ._target import refuse_sweep, resolve_target
 
+    parent, is_sweep = resolve_target(args.snapshot, None)
+    if is_sweep:
+        refuse_sweep(parent, "rerun", f"Rerun one of its items ('genrun verify {parent}' lists them): genrun rerun ITEM --set KEY=VALUE, "
+                                      "or run the sweep file again: genrun sweep SWEEP.toml")
     outcome = rerun_snapshot(
-        find_snapshot(args.snapshot), args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
+        parent, args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
         store=args.store, force=args.force, live=False if args.json else None, on_planned=planned,
     )
     child = read_snapshot(outcome.child)
