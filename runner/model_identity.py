@@ -69,7 +69,7 @@ def resolve_model_dir(spec: ModelSpec, base_dir: Path) -> ResolvedModel:
     given = Path(spec.path).expanduser()
     if len(os.fsencode(spec.path)) > os.pathconf("/", "PC_PATH_MAX") or any(len(os.fsencode(part)) > os.pathconf("/", "PC_NAME_MAX") for part in given.parts):
         raise RequestError(f"[model] path {spec.path[:60]!r}… is longer than this filesystem allows for a path; give the model's directory")
-    candidates = [given] if given.is_absolute() else [Path(base_dir) / given, Path.cwd() / given]
+    candidates = [given] if given.is_absolute() else list(dict.fromkeys([Path(base_dir) / given, Path.cwd() / given]))  # once if the same
     for candidate in candidates:
         if candidate.is_dir():
             if spec.revision is not None:
@@ -90,7 +90,7 @@ def resolve_model_dir(spec: ModelSpec, base_dir: Path) -> ResolvedModel:
         present = sorted(p.name for p in local_parent.iterdir() if p.is_dir())
         shown = ", ".join(present[:10]) + (f" and {len(present) - 10} more" if len(present) > 10 else "")
         raise RequestError(
-            f"[model] path {spec.path!r} is not a local directory (resolved to {looked}{also}); {local_parent.absolute()} exists "
+            f"[model] path {spec.path!r} does not exist (resolved to {looked}{also}); {local_parent.absolute()} exists "
             f"and holds: {shown or 'no directories'}; check the spelling, and give the directory that holds config.json"
         )
     if _HUB_ID.fullmatch(spec.path) and ".." not in spec.path and "--" not in spec.path:

@@ -156,7 +156,7 @@ def test_mistyped_relative_path_names_the_local_directory_and_suggests_no_downlo
         identify_model(spec("models/tiny-lm"), tmp_path)
     message = str(info.value)
     assert info.value.exit_code == 2
-    assert message.startswith(f"[model] path 'models/tiny-lm' is not a local directory (resolved to {tmp_path}/models/tiny-lm")
+    assert message.startswith(f"[model] path 'models/tiny-lm' does not exist (resolved to {tmp_path}/models/tiny-lm")
     assert f"{tmp_path}/models exists and holds: tiny-llm; check the spelling" in message
     assert "hf download" not in message and "Hugging Face cache" not in message
 
