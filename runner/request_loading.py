@@ -60,7 +60,10 @@ def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
         raise RequestError(format_validation_error(exc, where)) from None
     from .backends import refuse_generation
 
-    refuse_generation(length_limit_problems(request.generation))
+    try:
+        refuse_generation(length_limit_problems(request.generation))
+    except RequestError as exc:  # name where it came from, as a validation error does (a sweep's item and dataset line)
+        raise RequestError(f"{where}: {exc}") from None
     return request
 
 
