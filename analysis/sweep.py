@@ -2,7 +2,8 @@
 
 Read-only, no torch. Sweep-level checks: the sweep is sealed and its files match its manifest;
 every attempt of every item still has the item's plan digest; every item's final snapshot still
-has the digest `sweep-result.json` recorded. Each item's final snapshot then goes through the
+has the digest `sweep-result.json` recorded; the sweep's own sign-offs (`genrun signoff SWEEP`)
+still bind its current digests. Each item's final snapshot then goes through the
 same checks as `genrun verify SNAPSHOT`, and the answer counts items per stop reason, per WARN /
 FAIL check, per status (lost and failed items named), and units per item (min / median / max).
 """
@@ -20,6 +21,7 @@ from genrun.schemas.digests import sha256_file
 from genrun.schemas.sweep import SweepPlan, SweepResult
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
+from ._check_signoffs import signoffs_finding
 from ._finding import Examined, Finding, Status
 from ._load import SnapshotNotFound
 
@@ -123,7 +125,8 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
     else:
         verified = [_verify_item_path(p, allowed_signers) for p in paths]
     items = tuple(_item(plan, result, index, v) for (index, _), v in zip(finals, verified))
-    findings = (_check_sealed(root, result), _check_manifest(root), _check_plan_digests(plan, result, store), _check_item_digests(result, store))
+    findings = (_check_sealed(root, result), _check_manifest(root), _check_plan_digests(plan, result, store), _check_item_digests(result, store),
+                signoffs_finding(root, allowed_signers, name="sweep_signoffs"))
     own = Examined(files=sum(f.examined.files for f in findings))
     examined = Examined(files=own.files + sum(i.examined.files for i in items),
                         token_ids=sum(i.examined.token_ids for i in items),

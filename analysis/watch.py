@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from genrun.schemas import AnyEvent, GenerationStop, Request, Result, StartEvent, layout
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir, parse_progress_lines
 
-WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
+WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete", "not_executing"]
 Liveness = Literal["alive", "gone", "unknown"]
 
 STALL_FACTOR = 3
@@ -35,6 +35,8 @@ RECENT_RECORDS = 8
 """Records the recent rate and the ETA fit look back over."""
 INCOMPLETE_EXIT = 4
 """Exit code of `watch` when the writer is gone and the snapshot was never sealed (the run's own codes are 0-3, 130, 143)."""
+NOT_EXECUTING_EXIT = 5
+"""Exit code of `watch` on a planned snapshot that no process is executing (nobody holds its execution lock)."""
 GROWTH_THRESHOLD = 0.05
 """Fit the growth of seconds-per-unit only when it grows by at least this fraction across the recent windows."""
 TERMINAL_EVENTS = ("end", "exception", "interrupted")
@@ -156,6 +158,23 @@ def writer_liveness(progress: Path) -> Liveness:
         os.close(fd)
 
 
+def execution_lock_held(snapshot: Path) -> bool | None:
+    """Whether a process holds the executor's flock on `frozen-sha256.txt` (taken before the weights load).
+
+    Read from /proc/locks rather than probed with a lock of our own: a probe, however short, could
+    make a starting `genrun execute` refuse as "already being executed". None where /proc/locks is absent.
+    """
+    try:
+        inode = str(os.stat(snapshot / layout.FROZEN_MANIFEST).st_ino)
+        device = os.stat(snapshot / layout.FROZEN_MANIFEST).st_dev
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    return any(len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == wanted for fields in (line.split() for line in lines))
+
+
 def default_stall_after(snapshot: Path) -> float:
     """3 × the request's `[progress] every_seconds` (a record is due at least that often while units are produced)."""
     try:
@@ -241,6 +260,10 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
         return _sealed(snapshot, common)
     progress = snapshot / layout.PROGRESS
     if not progress.is_file():
+        if waited_s > stall_after and execution_lock_held(snapshot) is False:
+            return WatchUpdate(state="not_executing", stalled=False, writer="gone", exit_code=NOT_EXECUTING_EXIT,
+                               message=f"planned, not executing: no process holds its execution lock after {waited_s:.0f} s; "
+                                       f"run it with 'genrun execute {snapshot}', then watch again", **common)
         note = (f"; nothing after {waited_s:.0f} s: not executed yet, or still loading weights" if waited_s > stall_after else "")
         return WatchUpdate(state="waiting", stalled=False, writer="unknown", message=f"waiting for {layout.PROGRESS}{note}", **common)
     last_event = last.event if last is not None else None

@@ -27,14 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import GenrunError
 
-    from genrun.runner.store import find_snapshot
+    from ._target import resolve_target
 
     if args.json or args.plot is not None:
         raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
     if args.snapshot is None and args.store is None:
         raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
-        return _review_page(str(find_snapshot(args.snapshot, args.store)), args.html, args.allowed_signers)
+        path, is_sweep = resolve_target(args.snapshot, args.store)
+        if is_sweep:
+            return _sweep_page(path, args.html, args.allowed_signers)
+        return _review_page(str(path), args.html, args.allowed_signers)
     return _index_page(args.store, args.html, args.allowed_signers, args.pages)
 
 
@@ -54,6 +57,22 @@ def _review_page(snapshot: str, html: Path, allowed_signers: Path | None) -> int
     summary = page.verification.summary
     stderr_console.print(f"wrote {written} ({page.report.headline}; {summary.checks} checks: {summary.failed} failed, "
                          f"{summary.warnings} warnings)", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
+    from genrun.analysis._sweep_html import render_sweep_html
+    from genrun.analysis.html_report import HtmlReportError, write_html
+    from genrun.analysis.sweep import sweep_summary_line, verify_sweep
+    from genrun.runner.errors import GenrunError
+
+    verification = verify_sweep(sweep, allowed_signers)
+    try:
+        written = write_html(render_sweep_html(verification, allowed_signers), html, forbidden_roots=[sweep])
+    except HtmlReportError as exc:
+        raise GenrunError(str(exc)) from None
+    stderr_console.print(f"wrote {written} (sweep {verification.status}: {sweep_summary_line(verification)})",
+                         markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
