@@ -6,9 +6,9 @@ attempt as it happens (`sweep-progress.ndjson`, append-only) and, once sealed, e
 snapshot id, digest, status and stop reasons (`sweep-result.json`).
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, StringConstraints, TypeAdapter
 
 from ._base import Strict
 
@@ -79,6 +79,11 @@ class DatasetRef(Strict):
     """Whether the file itself is in the sweep snapshot (`sweep-dataset.jsonl`); large files keep only the hash."""
 
 
+SnapshotId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")]
+"""A snapshot id as a sweep file names it: one plain directory name inside the store (no `/`, `..`, leading dot or
+control character), so an edited sweep log can never point a resume at a directory outside the store."""
+
+
 class SweepItem(Strict):
     """One planned item: where its changes came from and the snapshot planned for it."""
 
@@ -88,7 +93,7 @@ class SweepItem(Strict):
     """1-based line of the dataset the item came from; `None` without a dataset."""
     changes: dict[str, Any]
     """Dotted request key -> value applied to the base request (dataset keys, then grid keys)."""
-    snapshot_id: str
+    snapshot_id: SnapshotId
     """The item's first snapshot (retries get new ones, listed in `sweep-result.json`)."""
     plan_digest: str
     """sha256 of the item snapshot's `frozen-sha256.txt`."""
@@ -120,7 +125,7 @@ class ItemAttempt(Strict):
     """Item index."""
     attempt: int
     """1 for the first try, 2 for the first retry, ..."""
-    snapshot_id: str
+    snapshot_id: SnapshotId
     """The snapshot this attempt runs in."""
     t: float
     """Seconds since the sweep execution began (this driver's clock)."""
@@ -142,11 +147,11 @@ class ItemOutcome(Strict):
     """Item index."""
     status: ItemStatus
     """Status of the last attempt."""
-    snapshot_id: str | None
+    snapshot_id: SnapshotId | None
     """The last attempt's snapshot (`None` when it never started)."""
     snapshot_digest: str | None
     """sha256 of that snapshot's `manifest-sha256.txt`; `None` when it is not sealed (lost)."""
-    attempts: tuple[str, ...]
+    attempts: tuple[SnapshotId, ...]
     """Every snapshot id tried for this item, oldest first (a lost attempt's snapshot is kept)."""
     stop_reasons: tuple[str, ...]
     """Sorted distinct stop reasons of the last attempt's sequences."""

@@ -188,6 +188,9 @@ def recover_states(sweep_dir: Path, plan: SweepPlan) -> list[ItemState]:
     states = [ItemState(item.index, [item.snapshot_id]) for item in plan.items]
     ended: set[tuple[int, str]] = set()
     for record in read_attempts(sweep_dir):
+        if not 0 <= record.item < len(states):
+            raise SnapshotError(f"{sweep_dir / layout.SWEEP_PROGRESS} names item {record.item}, but the sweep plans items 0 to "
+                                f"{len(states) - 1}; the sweep's log was altered: nothing it names is run")
         state = states[record.item]
         if record.event == "started" and record.snapshot_id not in state.attempts:
             state.attempts.append(record.snapshot_id)
