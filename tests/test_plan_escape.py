@@ -114,3 +114,37 @@ def test_verify_names_a_sealed_file_hard_linked_or_loosened(tmp_path: Path) -> N
     assert integrity["status"] == "FAIL", integrity
     assert f"{layout.DETERMINISM} (0o666)" in integrity["message"] and f"{layout.ENVIRONMENT} (0o4444)" in integrity["message"], integrity
     assert f"{layout.REQUEST} (2 links)" in integrity["message"], integrity
+
+
+def test_a_link_planted_at_outputs_during_the_run_is_never_written_through(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from _analysis_helpers import SLOW_ENTRYPOINT, request_toml
+    from _forked import spawn_cli
+    from conftest import PROCESS_TIMEOUT_S
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "slow_entry.py").write_text(SLOW_ENTRYPOINT)
+    (work / "request.toml").write_text(request_toml("swap", TINY_LM, "count down from 20 :", {"max_new_tokens": 20, "do_sample": False},
+                                                    entrypoint={"callable": "slow_entry:generate_slowly"}, progress={"every_units": 1}))
+    snapshot = plan(work, (work / "request.toml").read_text(), store=tmp_path / "store")
+    proc = spawn_cli("execute", snapshot, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while b'"event":"progress"' not in ((snapshot / layout.PROGRESS).read_bytes() if (snapshot / layout.PROGRESS).exists() else b""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run ended before it generated"
+            time.sleep(0.02)
+        os.rename(snapshot / layout.OUTPUTS_DIR, snapshot / "moved")  # genrun made outputs/ before generating
+        os.symlink(outside, snapshot / layout.OUTPUTS_DIR)
+        proc.wait(timeout=PROCESS_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(outside.iterdir()) == []  # nothing written outside the store
+    assert "sequence_0.txt" in {p.name for p in (snapshot / "moved").iterdir()}  # the outputs went where genrun made them
+    assert run_cli("verify", snapshot).returncode == 1  # and the planted link is named
