@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, TypeAdapter
 
-from ._base import Strict
+from ._base import FiniteFloat, Strict
 
 ExecutorKind = Literal["local", "ray"]
 ItemStatus = Literal["succeeded", "failed", "interrupted", "lost", "not_run"]
@@ -23,13 +23,13 @@ class ExecutorSpec(Strict):
 
     kind: ExecutorKind = "local"
     """`local` (worker processes on this machine) or `ray` (actors on a Ray cluster; the `genrun[ray]` extra)."""
-    workers: int = Field(default=1, ge=1, le=1024)
+    workers: int = Field(default=1, ge=1, le=1024, strict=True)
     """Worker processes (local) or actors (ray); each keeps one model loaded."""
     address: str | None = None
     """Ray only: the cluster to join (`auto`, `ray://host:10001`); `None` starts a local Ray instance."""
-    num_cpus: float | None = Field(default=None, ge=0)
+    num_cpus: FiniteFloat | None = Field(default=None, ge=0)
     """Ray only: CPUs reserved per actor; `None` means 1."""
-    num_gpus: float | None = Field(default=None, ge=0)
+    num_gpus: FiniteFloat | None = Field(default=None, ge=0)
     """Ray only: GPUs reserved per actor; `None` means 0."""
 
 
@@ -53,7 +53,7 @@ class SweepBody(Strict):
     """Optional JSON Lines dataset; one item per line (times every grid combination)."""
     executor: ExecutorSpec = ExecutorSpec()
     """Where the items run."""
-    retries: int = Field(default=1, ge=0, le=100)
+    retries: int = Field(default=1, ge=0, le=100, strict=True)
     """How often a `lost` item (worker killed mid-item) is retried, each time as a new snapshot."""
 
 
