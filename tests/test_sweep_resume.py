@@ -74,3 +74,11 @@ def test_sigint_stops_scheduling_and_seals_the_sweep_interrupted(tmp_path: Path)
     assert verdict.returncode == 0, verdict.stdout  # WARNs (an interrupted sweep and item), no FAIL: every file checks out
     assert document["status"] == "interrupted" and document["distribution"]["statuses"] == {"succeeded": 2, "interrupted": 1, "not_run": 1}
     assert [f["status"] for f in document["findings"] if f["name"] == "sweep_sealed"] == ["WARN"]
+    assert [f["status"] for f in document["findings"] if f["name"] == "items_agree"] == ["PASS"]
+
+    # the never-run item executed behind the sealed sweep's back: its record (not_run) and its snapshot now disagree
+    assert run_cli("execute", store / result["items"][3]["snapshot_id"]).returncode == 0
+    disagreeing = run_cli("verify", sweep, "--json")
+    agreement = next(f for f in json.loads(disagreeing.stdout)["findings"] if f["name"] == "items_agree")
+    assert disagreeing.returncode == 1 and agreement["status"] == "FAIL", agreement
+    assert "item 3: the sweep records not_run" in agreement["message"] and "sealed succeeded" in agreement["message"], agreement
