@@ -36,3 +36,25 @@ def test_html_report_of_progress_times_near_the_float_limits_finishes(times: tup
     done = run_genrun("report", snapshot, "--html", page, timeout=120)
     assert "Traceback" not in done.stderr, done.stderr
     assert page.is_file() and b"<svg" in page.read_bytes()
+
+
+@pytest.mark.parametrize("where", ["shape", "name"])
+def test_a_safetensors_header_with_a_5000_digit_integer_is_damage_not_a_crash(where: str) -> None:
+    import struct
+
+    from genrun.analysis._safetensors import SafetensorsError, read_int_tensors
+
+    huge = "9" * 5000
+    header = (f'{{"x": {{"dtype": "I64", "shape": [{huge}], "data_offsets": [0, 8]}}}}' if where == "shape"
+              else f'{{"{huge}": {{"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}}}').encode()
+    data = struct.pack("<Q", len(header)) + header + bytes(8)
+    with pytest.raises(SafetensorsError) as raised:
+        read_int_tensors(data)
+    assert len(str(raised.value)) < 300, str(raised.value)
+
+
+def test_a_sequence_key_with_a_5000_digit_index_is_not_a_row() -> None:
+    from genrun.schemas.layout import sequence_index
+
+    assert sequence_index("sequence_" + "9" * 5000) is None
+    assert sequence_index("sequence_12") == 12 and sequence_index("sequence_0") == 0
