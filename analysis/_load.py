@@ -59,6 +59,10 @@ class FileFact:
     """Bytes."""
     sha256: str | None
     """Hex digest; `None` when loaded without hashing (report, diff)."""
+    mode: int = 0o444
+    """Permission bits as found (`st_mode & 0o7777`)."""
+    links: int = 1
+    """Hard links to the file (`st_nlink`): above one, the same file is also elsewhere, outside the snapshot's control."""
 
 
 @dataclass(frozen=True)
@@ -262,7 +266,7 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
         except (OSError, UnsafeFile) as exc:
             problems[rel] = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
             continue
-        files[rel] = FileFact(size=st.st_size, sha256=digest)
+        files[rel] = FileFact(size=st.st_size, sha256=digest, mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
     return files
 
 

@@ -35,6 +35,7 @@ from .frozen_plan import (FrozenPlan, VerifiedIdentity, load_context, load_froze
 from .interrupts import RunInterrupted, deferred, interrupt_gate
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
+from .outputs_dir import OutputsDir
 from .recorder import ProgressRecorder
 from .run_result import build_result, write_terminal_event
 from .run_template import RunRecord, interrupted_before_running, run_template
@@ -170,13 +171,16 @@ def _run_record_seal(
     determinism: Determinism | None = None
     result_written = False
     snapshot = SnapshotDir(snapshot_dir, writable=True)
+    outputs: OutputsDir | None = None
     try:
         try:
+            outputs = OutputsDir(snapshot_dir)
             ctx = ExecutionContext(
                 **vars(load_context(plan, device, snapshot_dir)),
                 snapshot_dir=snapshot_dir,
                 recorder=recorder,
                 planned_units=plan.budget.requested_units,
+                outputs=outputs,
             )
             with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
                 with deterministic_mode(plan.request, device) as determinism:
@@ -203,6 +207,8 @@ def _run_record_seal(
         raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
     finally:
         recorder.close()
+        if outputs is not None:
+            outputs.close()
     return result
 
 

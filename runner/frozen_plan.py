@@ -126,6 +126,9 @@ def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> Non
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "
                                  "remove it or plan again")
+        if st.st_nlink > 1 and not in_signoffs:
+            raise FrozenMismatch(f"{snapshot_dir / rel} has {st.st_nlink} hard links (the same file has another name, perhaps outside "
+                                 "the store, which the seal would make read-only): replace it by a copy or plan again")
         if rel not in (layout.FROZEN_MANIFEST, RESERVE_NAME) and rel not in frozen and not in_signoffs:
             raise FrozenMismatch(f"{snapshot_dir / rel} is not listed in {layout.FROZEN_MANIFEST}; a plan holds only its frozen files: "
                                  "remove it or plan again")

@@ -77,7 +77,7 @@ Phase = Literal["plan", "execute", "seal", "sign-off"]
 Every file with its phase, model, meaning and writers is listed once, in `genrun.schemas.artifacts`."""
 
 
-_SEQUENCE = re.compile(r"^sequence_(\d+)$")
+_SEQUENCE = re.compile(r"^sequence_(0|[1-9][0-9]{0,17})$")  # a row index: at most 18 digits (int64), never a 5000-digit key
 _EXTRA_GENERATION_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
 
 

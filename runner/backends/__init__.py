@@ -58,6 +58,7 @@ from genrun.snapshot_dir import SnapshotDir
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted, signal_of
+from ..outputs_dir import OutputsDir
 from ..plan_context import PlanContext
 from ..recorder import ProgressRecorder
 from ._extras import install_line, missing_extra_requirements
@@ -110,6 +111,8 @@ class ExecutionContext(LoadContext):
     """The `progress.ndjson` writer (also drives the live bar)."""
     planned_units: int | None
     """Units the pre-flight budget allows (`token-budget.json` `requested_units`)."""
+    outputs: OutputsDir
+    """`outputs/`, created and held open by the core for the whole run."""
 
     @property
     def snapshot(self) -> SnapshotDir:
@@ -118,8 +121,9 @@ class ExecutionContext(LoadContext):
 
     @property
     def outputs_dir(self) -> Path:
-        """`<snapshot>/outputs/`."""
-        return self.snapshot_dir / "outputs"
+        """`<snapshot>/outputs/`, reached through the descriptor the core holds (a link planted at `outputs` meanwhile is
+        never written through)."""
+        return self.outputs.path
 
 
 @dataclass(frozen=True)
