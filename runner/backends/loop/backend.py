@@ -31,6 +31,7 @@ from genrun.backends import (
     StageIds,
     Stages,
     TokenBudget,
+    Unit,
     exception_info,
     generation_timings,
     memory_fit,
@@ -97,7 +98,7 @@ class LoopBackend:
         )
         return with_refusals(draft, refusals_for(draft) + budget_refusals(request, model_dir, self.prepare_inputs(request, None)), force)
 
-    def progress_unit(self, request: Request) -> tuple[str, int]:
+    def progress_unit(self, request: Request) -> tuple[Unit, int]:
         """`[units] name` (token or frame): the stages counting it feed `progress.ndjson` and `result.json`."""
         return request.units.name, 1
 
