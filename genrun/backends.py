@@ -123,11 +123,12 @@ from genrun.schemas import (
     TokenBudget,
     TokenStopFacts,
 )
+from genrun.schemas.layout import LOOP_CALL as LOOP_CALL_FILE
 from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
 from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
 from genrun.schemas.layout import STAGES as STAGES_FILE
 from genrun.schemas.progress import Unit
-from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
+from genrun.schemas.stages import LoopCall, StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
 
 __all__ = [
     # registering and the protocol
@@ -149,6 +150,8 @@ __all__ = [
     # the `stages` evidence kind: a run of stages in sequence (its files and their models)
     "STAGES_FILE", "STAGE_IDS_FILE", "STAGE_PROGRESS_FILE", "StageEndEvent", "StageIds", "StageProgressEvent", "StageRecord", "Stages",
     "StageStartEvent", "StageUnit",
+    # the `loop` backend's call config (registered with genrun's artifacts)
+    "LOOP_CALL_FILE", "LoopCall",
     # user code named by the request (`module:function`, beside the request)
     "resolve_callable", "user_import_paths",
 ]

@@ -32,7 +32,7 @@ from .request import Request
 from .result import Result
 from .signoff import Signoff
 from .stop import GenerationStop
-from .stages import AnyStageEvent, StageIds, Stages
+from .stages import AnyStageEvent, LoopCall, StageIds, Stages
 from .sweep import ItemAttempt, SweepFile, SweepPlan, SweepResult, WorkerModel
 from .token_ids import GeneratedTokenIds
 
@@ -192,6 +192,8 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
           "Each outermost generate call's path and evidence level, the instrumentation's self-check, and calls that were not the run's."),
     _json(layout.WORKER_MODEL, "execute", WorkerModel, (SWEEP_ITEMS,),
           "The sweep worker that ran the item and whether it reused its already loaded model."),
+    _json(layout.LOOP_CALL, "execute", LoopCall, ("loop",), "The loop genrun called (`[loop] callable`, kwargs, budget) and the "
+          "configuration it gave `rec.config` before its first unit."),
     ArtifactSpec(layout.STAGE_PROGRESS, "execute", "Append-only per-stage events (start, progress, end), each with per-row unit and id counts.",
                  _STAGED, "ndjson", AnyStageEvent, schema="stage-progress-event"),
     _json(layout.STAGE_IDS, "execute", StageIds, _STAGED, "The ids each stage emitted, one list per row."),

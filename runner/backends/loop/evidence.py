@@ -4,28 +4,14 @@ Every stop record of a loop names its stage (`call_index` is the stage's positio
 stage's counts for the row; the reason's own fact is what verify checks against the ids.
 """
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
-from genrun.backends import StopEvidence
+from genrun.backends import LOOP_CALL_FILE, LoopCall, StopEvidence
 
-CALL_CONFIG = "loop-call.json"
-
-
-class LoopCall(BaseModel):
-    """`loop-call.json`: the loop genrun called and the configuration it froze before its first unit."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    callable: str
-    """`[loop] callable`: `module:function`."""
-    kwargs: dict[str, Any]
-    """`[loop] kwargs`, passed as keyword arguments."""
-    budget: str | None
-    """`[loop] budget`: the plan-time budget callable (`None`: none)."""
-    config: dict[str, Any] | None
-    """What the loop passed to `rec.config(...)` (`None`: it declared no configuration before its first stage)."""
+CALL_CONFIG = LOOP_CALL_FILE
+__all__ = ["CALL_CONFIG", "LOOP_STOP_EVIDENCE", "LoopCall"]
 
 
 class _StageFacts(StopEvidence):
