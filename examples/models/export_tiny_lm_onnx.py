@@ -3,8 +3,8 @@
 The graph takes ``input_ids`` int64 [batch, sequence] and returns ``logits`` float32 [batch, sequence, vocab];
 batch and sequence are dynamic.  No attention mask input: one unpadded row at a time, which is what a
 hand-written greedy loop feeds it.  After exporting, the script runs the numpy/onnxruntime greedy loop of
-``onnx_greedy.py`` and transformers' greedy ``generate`` on the same prompts and exits non-zero unless the ids
-are equal.
+``examples/lm_loop.py`` and transformers' greedy ``generate`` on the same prompts and exits non-zero unless the
+ids are equal.  The tokenizer and generation config beside the ONNX file are copies of ``tiny-lm``'s.
 
 Usage::
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -81,13 +82,18 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(1)
     export(args.model, args.out)
-    sys.path.insert(0, str(HERE))
-    from onnx_greedy import greedy, load  # numpy + onnxruntime + tokenizers only
+    for name in ("tokenizer.json", "generation_config.json"):
+        shutil.copyfile(args.model / name, args.out.parent / name)
+    sys.path.insert(0, str(HERE.parent))
+    from lm_loop import greedy, open_engine  # numpy + onnxruntime + tokenizers only
+    from tokenizers import Tokenizer
 
-    session, tokenizer, eos = load(args.out, args.model)
+    next_logits = open_engine("onnxruntime", args.out.parent)
+    tokenizer = Tokenizer.from_file(str(args.model / "tokenizer.json"))
+    eos = json.loads((args.model / "generation_config.json").read_text())["eos_token_id"]
     results = []
     for prompt in CHECK_PROMPTS:
-        ort_ids, _ = greedy(session, tokenizer.encode(prompt).ids, eos, max_new_tokens=64)
+        ort_ids = greedy(next_logits, tokenizer.encode(prompt).ids, eos, max_new_tokens=64)
         hf_ids = transformers_greedy(args.model, prompt, 64)
         results.append({"prompt": prompt, "equal": ort_ids == hf_ids, "new_tokens": len(ort_ids)})
     print(json.dumps({"onnx": str(args.out), "bytes": args.out.stat().st_size, "checks": results}, indent=1))
