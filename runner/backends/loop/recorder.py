@@ -76,7 +76,8 @@ class Stage:
 
     def emit(self, row: int, ids: Iterable[int]) -> None:
         """Append token/code ids to `row` (a list, a tuple, a numpy array); each id is one unit."""
-        self._check(row, "emit")
+        if not (self._open and row.__class__ is int and 0 <= row < self.rows and row not in self.stops):
+            self._check(row, "emit")  # raises, naming what is wrong
         values = ids.tolist() if hasattr(ids, "tolist") else list(ids)  # numpy -> python ints in C
         if not all(type(v) is int for v in values):
             values = [_as_id(v, self.name, row) for v in values]
