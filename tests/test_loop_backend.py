@@ -96,3 +96,23 @@ print(rec.stages[0].ids[0], "torch" in sys.modules)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[10, 9, 8, 2] False"  # the tokens "2 1 0" and EOS
+
+
+def test_loop_runs_sweep_and_rerun_as_ordinary_snapshots(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    sweep = tmp_path / "loops.toml"
+    sweep.write_text(f'[sweep]\nname = "loop-sweep"\nrequest = "{EXAMPLES / "tiny-onnx-loop.toml"}"\n'
+                     '[sweep.grid]\n"generation.max_new_tokens" = [4, 64]\n[sweep.executor]\nkind = "local"\nworkers = 1\n')
+    store = tmp_path / "store"
+    swept = run_cli("sweep", sweep, "--store", store)
+    assert swept.returncode == 0, swept.stderr
+    items = sorted(p for p in store.iterdir() if (p / "stages.json").is_file())
+    assert [read(p, "generation-stop.json")["sequences"][0]["reason"] for p in items] == ["max_new_tokens", "eos"]
+    for item in items:
+        code, findings = verify(item)
+        assert code == 0 and findings["stages"]["status"] == "PASS" and findings["request_round_trip"]["status"] == "PASS", findings
+    rerun = run_cli("rerun", items[0], "--set", "generation.max_new_tokens=64", "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    child = Path(orjson.loads(rerun.stdout)["child"])
+    assert verify(child)[0] == 0 and read(child, "stage-ids.json") == read(items[1], "stage-ids.json")
