@@ -97,6 +97,11 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <table><tr><th>load</th><th>first token</th><th>decode</th><th>total</th><th>rate</th></tr>
 <tr><td>{{ secs(r.timings.load_s) }}</td><td>{{ secs(r.timings.first_token_s) }}</td><td>{{ secs(r.timings.decode_s) }}</td><td>{{ secs(r.timings.total_s) }}</td>
 <td>{{ rate(r.timings.units_per_s) }} {{ r.unit }}s/s</td></tr></table>
+{% if r.stages %}<h2 id="stages">Stages</h2>
+<table><tr><th>stage</th><th>units</th><th>rows</th><th>read from source</th><th>time</th><th>peak RSS</th></tr>
+<tr><td>load</td><td></td><td></td><td></td><td>{{ secs(r.timings.load_s) }}</td><td></td></tr>
+{% for s in r.stages %}<tr><td class="mono">{{ s.name }}</td><td>{{ s.units }} {{ s.unit }}s</td><td>{{ s.rows }}</td><td>{{ fmt(s.consumed) }}</td>
+<td>{{ secs(s.seconds) }}</td><td>{{ fmt(s.rss_peak_bytes) }}</td></tr>{% endfor %}</table>{% endif %}
 
 <h2 id="budget">Budget vs actual</h2>
 <table>{% for key, value in budget_rows(r.budget).items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value, key) }}</td></tr>{% endfor %}</table>

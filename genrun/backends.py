@@ -45,6 +45,11 @@ cannot run with `RequestError` (exit 2): collect the problems and call `refuse_g
 and how many recorder steps make one unit; `prepare_inputs(request, processor)` builds the model
 inputs the same way at plan and at execution.
 
+A backend that runs user code named in its table lists it with an optional `user_code(request)` member
+returning `(field, "module:function")` pairs: planning hashes those modules into `code.json` (like
+`[entrypoint] callable`), and `validate_request` / `estimate_budget` run with the request's directory
+importable (`resolve_callable`), as the run does with `user_import_paths(ctx.import_paths)`.
+
 A backend that needs its own request table (an engine's `[engine]`, a loop's `[loop]`) lists it in a
 `request_tables = ("engine",)` attribute: genrun parses any top-level table that is not its own into
 `request.backend_tables["engine"]`, refuses a table the chosen backend does not list (exit 2, with a
@@ -68,11 +73,27 @@ writes one atomically) and return a `BackendOutcome` with one
 the core does both, writes `generation-stop.json`, `result.json` and the terminal progress
 event, and seals the snapshot, for every backend alike.
 
+**5. Stages** (evidence kind `stages`): a backend whose run is a sequence of stages (an autoregressive stage,
+then an acoustic one) writes `STAGE_PROGRESS_FILE` (`StageStartEvent` / `StageProgressEvent` / `StageEndEvent`
+lines), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop record's stage in its
+evidence (`stage`, `units`, `ids`); verify then checks ids against counts per stage and row, `eos` and
+`max_new_tokens` claims against the ids, and what a consuming stage read against what its source made.
+
 The backend under `tests/test_backend_plugin/counter_backend.py` is a complete example that
-imports nothing else from genrun.
+imports nothing else from genrun; the `loop` backend (`genrun.runner.backends.loop`) is another,
+with stages. Its recorder is the contract a loop sees::
+
+    def generate(model_dir, inputs, generation, rec, **kwargs):       # [loop] callable
+        rec.config({"eos_token_ids": [2]})                             # once, before the first unit
+        with rec.stage("lm", unit="token", rows=1) as lm:              # stages run in sequence
+            lm.emit(0, [17])                                           # ids: list or numpy array
+            lm.stop(0, "eos", eos_token_id=2)                          # or max_new_tokens (limit=), a loop reason
+        with rec.stage("decode", unit="window", rows=1, consumes="lm") as dec:
+            dec.advance(0, 1, consumed=1)                              # units without ids; source units read
 """
 
 from genrun.runner._io import write_bytes_atomic, write_model_atomic
+from genrun.runner.backends.entrypoint import resolve_callable, user_import_paths
 from genrun.runner.backends import (
     ENTRY_POINT_GROUP,
     Backend,
@@ -105,8 +126,13 @@ from genrun.schemas import (
     TokenBudget,
     TokenStopFacts,
 )
+from genrun.schemas.layout import LOOP_CALL as LOOP_CALL_FILE
+from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
+from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
+from genrun.schemas.layout import STAGES as STAGES_FILE
 from genrun.schemas.progress import Unit
 from genrun.snapshot_dir import SnapshotDir
+from genrun.schemas.stages import LoopCall, StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
 
 __all__ = [
     # registering and the protocol
@@ -125,4 +151,11 @@ __all__ = [
     "MemoryFit", "PlanContext", "TokenBudget", "memory_fit", "refusals_for", "with_refusals",
     # writing an artifact (`ctx.snapshot`; the functions write a file outside a snapshot's own layout atomically)
     "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
+    # the `stages` evidence kind: a run of stages in sequence (its files and their models)
+    "STAGES_FILE", "STAGE_IDS_FILE", "STAGE_PROGRESS_FILE", "StageEndEvent", "StageIds", "StageProgressEvent", "StageRecord", "Stages",
+    "StageStartEvent", "StageUnit",
+    # the `loop` backend's call config (registered with genrun's artifacts)
+    "LOOP_CALL_FILE", "LoopCall",
+    # user code named by the request (`module:function`, beside the request)
+    "resolve_callable", "user_import_paths",
 ]

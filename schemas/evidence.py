@@ -29,7 +29,7 @@ from .stop import StopEvidence, StopReason
 from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
 from .stop_tokens import TOKEN_STOP_EVIDENCE
 
-EvidenceKind = Literal["call_config", "stop_records", "token_ids", "generation_config", "generation_calls", "diffusion_steps"]
+EvidenceKind = Literal["call_config", "stop_records", "token_ids", "generation_config", "generation_calls", "diffusion_steps", "stages"]
 
 EVIDENCE_KIND_MEANING: Mapping[str, str] = MappingProxyType({
     "call_config": "the declared call-config artifact, written before the first unit (checked against its recorded schema)",
@@ -41,6 +41,9 @@ EVIDENCE_KIND_MEANING: Mapping[str, str] = MappingProxyType({
     "generation_calls": "`generation-calls.json`: each generate call's path and evidence level",
     "diffusion_steps": "each row's evidence carries `steps` (done / planned) and the call config is a pipeline call "
                        "(`pipeline-call.before-call.json`): steps are checked across stop file, progress and result",
+    "stages": "`stages.json`, `stage-ids.json` and `stage-progress.ndjson`: ids agree with each stage's counts per row, `eos` and "
+              "`max_new_tokens` claims (the stop record's `stage`) are checked against the ids, a consuming stage's reads against "
+              "its source, and a row without a stop is named",
 })
 """Evidence kind -> what a backend that declares it provides, and what analysis checks."""
 

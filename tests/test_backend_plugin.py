@@ -205,7 +205,7 @@ def test_an_unknown_backend_is_refused_at_plan_time_naming_the_installed_ones(tm
     planned = genrun("plan", str(request), "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert planned.returncode == 2, planned.stderr
     assert "'counter' is not an installed backend" in planned.stderr
-    assert "installed: diffusers, transformers" in planned.stderr
+    assert "installed: diffusers, loop, transformers" in planned.stderr
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
 
 
