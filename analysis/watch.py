@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -225,7 +225,7 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     planned = start.planned_units if start is not None else None
     since = _seconds_since(start, last, now)
     eta = estimate_eta(events, planned, unit)
-    common = dict(
+    common: dict[str, Any] = dict(  # one WatchUpdate field set shared by every outcome below
         snapshot_id=snapshot.name, unit=unit, generated=last.generated if last else None, planned_units=planned,
         rows=start.rows if start is not None else None, records=len(events), last_event=last.event if last else None,
         window_units_per_s=getattr(_last_progress(events), "window_units_per_s", None), recent_units_per_s=eta.recent_rate,
