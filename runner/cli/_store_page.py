@@ -56,11 +56,11 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
                                href=href, sweep=row.sweep))
     chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
     labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
-    note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
+    unverified_note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
     written = []
     for number, chunk in enumerate(chunks, start=1):
         page = StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
-                          first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=note)
+                          first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=unverified_note)
         written.append(write_html(render_index_html(page), page_file(html, number), forbidden_roots=snapshot_dirs))
     return Written(written, len(counts), len(lines))
 
