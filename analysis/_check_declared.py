@@ -25,7 +25,7 @@ MAX_SCHEMA_ERRORS = 5
 def _schema_errors(schema: dict[str, Any], data: Any) -> list[str] | None:
     """`path: message` per violation (at most `MAX_SCHEMA_ERRORS`); `None` when `jsonschema` is not installed."""
     try:
-        import jsonschema  # type: ignore[import-untyped]  # optional: see the module docstring
+        import jsonschema  # optional: see the module docstring
     except ImportError:
         return None
     validator = jsonschema.Draft202012Validator(schema)

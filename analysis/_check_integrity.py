@@ -109,8 +109,8 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
     changed, missing, extra = ([rel for rel in group if rel not in explained] for group in (changed, missing, extra))
     evidence["altered_manifest_lines"] = [line.listed for line in altered]
     problems = [line.message for line in altered]
-    if snap.snapshot_digest is not None and (why := canonical_sha256sum_problem(snap.manifest, snap.snapshot_digest)):
-        problems.append(f"{layout.MANIFEST} was altered: {why}")
+    if snap.snapshot_digest is not None and (rewritten := canonical_sha256sum_problem(snap.manifest, snap.snapshot_digest)):
+        problems.append(f"{layout.MANIFEST} was altered: {rewritten}")
     if changed:
         problems.append(f"{len(changed)} file(s) changed since sealing: {shorten_list(changed)}")
     if missing:
@@ -149,8 +149,8 @@ def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
         problems.append(f"frozen file(s) missing: {', '.join(gone)}")
     if changed:
         problems.append(f"frozen file(s) changed after planning: {', '.join(changed)}")
-    if snap.plan_digest is not None and (why := canonical_sha256sum_problem(frozen, snap.plan_digest)):
-        problems.append(f"{layout.FROZEN_MANIFEST} was altered: {why}")
+    if snap.plan_digest is not None and (rewritten := canonical_sha256sum_problem(frozen, snap.plan_digest)):
+        problems.append(f"{layout.FROZEN_MANIFEST} was altered: {rewritten}")
     if snap.manifest is not None:
         sealed_plan = snap.manifest.get(layout.FROZEN_MANIFEST)
         if sealed_plan is None:

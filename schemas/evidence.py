@@ -164,8 +164,9 @@ class EvidenceDeclaration:
 
 
 def _is_genrun_model(model: type) -> bool:
-    """A model of genrun's own format (`genrun.schemas`), which every reader has."""
-    return model.__module__.startswith("genrun.schemas.")
+    """A model every reader resolves by its name (`GENRUN_EVIDENCE_MODELS`); any other model's JSON Schema is recorded,
+    a model of `genrun.schemas` that readers do not look up by name included."""
+    return qualified_name(model) in GENRUN_EVIDENCE_MODELS
 
 
 # -- the built-in families (their backends declare these; older snapshots are derived from them) ---------------------

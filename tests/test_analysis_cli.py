@@ -27,7 +27,7 @@ def summary_of(stdout: str) -> tuple[int, ...]:
 def test_verify_prints_a_table_and_the_summary_line_and_exits_0(snapshots) -> None:
     proc = run_genrun("verify", snapshots.get("eos"), env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert summary_of(proc.stdout) == (26, 20, 0, 0, 6, 20, 13, 6)  # lineage, input_files, processor_files skipped; + input-preparation.json, prompt-token-ids.safetensors, backend.json
+    assert summary_of(proc.stdout) == (27, 20, 0, 0, 7, 20, 13, 6)  # lineage, input_files, processor_files, stages skipped; + input-preparation.json, prompt-token-ids.safetensors, backend.json
     for spec in CHECKS:
         assert spec.name in proc.stdout
     assert "manifest_integrity" in proc.stdout and "PASS" in proc.stdout

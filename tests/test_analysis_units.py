@@ -65,7 +65,7 @@ def test_summary_line_has_the_documented_form() -> None:
 
 def test_registry_names_are_unique_and_each_check_documents_its_contract() -> None:
     names = [spec.name for spec in CHECKS]
-    assert len(names) == len(set(names)) == 26  # 19 + call_evidence (13), lineage (15), input_files, input_coverage and processor_files (12), call_config and stop_evidence (declared evidence)
+    assert len(names) == len(set(names)) == 27  # 19 + call_evidence (13), lineage (15), input_files, input_coverage and processor_files (12), call_config and stop_evidence (declared evidence), stages (staged loops)
     assert all(spec.contract for spec in CHECKS)
 
 

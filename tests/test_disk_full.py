@@ -38,7 +38,7 @@ def _genrun(*args: str | Path) -> ForkedProcess:
     return spawn_cli(*args)
 
 
-@pytest.mark.parametrize("small_disk", ["64k"], indirect=True)
+@pytest.mark.parametrize("small_disk", ["256k"], indirect=True)  # room for the plan (~80 KB in blocks), not for the 1 MiB sealing reserve
 def test_no_room_to_seal_refuses_before_running_and_keeps_the_plan(small_disk: Path, tmp_path: Path) -> None:
     request = tmp_path / "tiny.toml"
     request.write_text(request_text(TINY_LM, generation={"max_new_tokens": 8}))

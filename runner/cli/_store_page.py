@@ -51,16 +51,18 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     for row in listing.rows:
         href = f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/"
         warnings, failed = counts.get(row.id, (None, None))
-        lines.append(IndexLine(id=row.id, state=row.state, sealed=row.sealed, stop_reasons=_reasons(row), warnings=warnings,
-                               failed=failed, signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs",
-                               href=href, sweep=row.sweep))
+        items = _sweep_items(row)
+        lines.append(IndexLine(id=row.id, state=row.state.removeprefix("sweep ") if items else row.state, sealed=row.sealed,
+                               stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
+                               signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs", href=href, sweep=row.sweep,
+                               sweep_items=items))
     chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
     labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
-    note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
+    unverified_note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
     written = []
     for number, chunk in enumerate(chunks, start=1):
         page = StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
-                          first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=note)
+                          first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=unverified_note)
         written.append(write_html(render_index_html(page), page_file(html, number), forbidden_roots=snapshot_dirs))
     return Written(written, len(counts), len(lines))
 
@@ -72,6 +74,16 @@ def _snapshot_holding(html: Path, store: Path, ids: set[str]) -> list[Path]:
     except ValueError:
         return []
     return [store / inside[0]] if inside and inside[0] in ids else []
+
+
+def _sweep_items(row: SnapshotRow) -> str | None:
+    """A sweep's row shows its items per status (`5 items: 1 failed, 4 succeeded`); `None` for a run's row."""
+    if row.members is None:
+        return None
+    counts = [part.split(" ", 1) for part in row.stop_reasons.split(", ")]
+    if not all(len(c) == 2 and c[0].isdigit() for c in counts):
+        return row.stop_reasons  # unsealed: the listing says how many items were planned
+    return f"{sum(int(n) for n, _ in counts)} items: {row.stop_reasons}"
 
 
 def _reasons(row: SnapshotRow) -> tuple[str, ...]:

@@ -172,7 +172,7 @@ class TransformersRun:
         write_token_ids(ctx.snapshot, rows)
         write_token_summary(ctx.snapshot, summary)
         ctx.outputs_dir.mkdir(exist_ok=True)
-        outputs = write_sequence_texts(ctx.snapshot, summary)
+        outputs = write_sequence_texts(ctx.outputs_dir, summary)
         if end.returned and ctx.request.entrypoint is not None:
             outputs += save_entrypoint_result(ctx.outputs_dir, state.value)
         outputs += self._save_audio(ctx, state, calls)

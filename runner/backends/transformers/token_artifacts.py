@@ -56,14 +56,15 @@ def write_token_summary(snapshot: SnapshotDir, summary: GeneratedTokenIds) -> No
     snapshot.write(layout.TOKEN_IDS_SUMMARY, summary)
 
 
-def write_sequence_texts(snapshot: SnapshotDir, summary: GeneratedTokenIds) -> tuple[str, ...]:
-    """`outputs/sequence_<i>.txt` (decoded without special tokens) for rows a tokenizer could decode."""
+def write_sequence_texts(outputs_dir: Path, summary: GeneratedTokenIds) -> tuple[str, ...]:
+    """`outputs/sequence_<i>.txt` (decoded without special tokens) for rows a tokenizer could decode, written through
+    `outputs_dir` (the execution context's path through the directory the core holds open, never a link planted since)."""
     written = []
     for seq in summary.sequences:
         if seq.text is None:
             continue
         name = layout.sequence_text_name(seq.index)
-        snapshot.write_bytes(layout.sequence_text_path(seq.index), seq.text.encode())
+        write_bytes_atomic(outputs_dir / name, seq.text.encode())
         written.append(name)
     return tuple(written)
 
