@@ -1,0 +1,56 @@
+"""The `token_ids` evidence for a backend that keeps its own ids (an engine's step loop), without transformers'
+instrumentation: the same files the built-in language-model backend writes. torch and safetensors are imported when
+writing, so `genrun.backends` imports without them."""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
+
+from ._io import write_bytes_atomic, write_model_atomic
+
+
+class TokenRow(NamedTuple):
+    """One row: what `save_token_rows` writes."""
+
+    index: int
+    """Row index (`sequence_<index>`)."""
+    ids: Sequence[int]
+    """Generated ids, prompt excluded, up to and including the one the row stopped at."""
+    eos_token_ids: tuple[int, ...]
+    """The row's EOS set (ids that end it), for `eos_positions`."""
+    call_index: int = 0
+    """Outermost call the row belongs to."""
+
+
+def save_token_rows(snapshot_dir: Path, rows: Sequence[TokenRow], tokenizer: Any, *, prompt_length: int | None,
+                    eos_token_ids: tuple[int, ...], pad_token_id: int | None) -> tuple[str, ...]:
+    """`generated-token-ids.safetensors` (int64 per row), `generated-token-ids.json` (last ids, EOS positions, both decodes)
+    and `outputs/sequence_<i>.txt`; returns the output names (relative to `outputs/`)."""
+    import safetensors.torch
+    import torch
+
+    from .token_artifacts import decode, write_sequence_texts
+
+    tensors = {layout.sequence_name(r.index): torch.tensor(list(r.ids), dtype=torch.int64) for r in rows}
+    write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
+    sequences = []
+    for r in rows:
+        ids, eos = list(r.ids), set(r.eos_token_ids)
+        sequences.append(TokenSequenceSummary(
+            index=r.index, call_index=r.call_index, count=len(ids), last_ids=tuple(ids[-layout.LAST_IDS_KEPT:]),
+            eos_positions=tuple(i for i, t in enumerate(ids) if t in eos),
+            text=decode(tokenizer, ids, skip_special_tokens=True), text_with_special=decode(tokenizer, ids, skip_special_tokens=False)))
+    summary = GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                                sequences=tuple(sequences))
+    write_model_atomic(snapshot_dir / layout.TOKEN_IDS_SUMMARY, summary)
+    (snapshot_dir / "outputs").mkdir(exist_ok=True)
+    return write_sequence_texts(snapshot_dir / "outputs", summary)
+
+
+def save_prompt_ids(snapshot_dir: Path, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
+    """`prompt-token-ids.safetensors`: `prompt_<row>` int64 [prompt_tokens] per row, as the backend tokenised them."""
+    from .token_artifacts import write_prompt_token_ids
+
+    write_prompt_token_ids(snapshot_dir, rows)
