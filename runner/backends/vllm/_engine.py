@@ -8,12 +8,6 @@ from typing import Any, NamedTuple
 
 from genrun.backends import Request, RequestError
 
-from ._keys import CPU_KV_CACHE_ENV
-
-CPU_KV_CACHE_DEFAULT_GIB = 4
-"""vLLM's CPU default for `VLLM_CPU_KVCACHE_SPACE` when it is unset (GiB)."""
-
-
 class ResolvedEngine(NamedTuple):
     """The engine's limits as vLLM derives them from the arguments and the checkpoint (no weights loaded)."""
 
@@ -26,7 +20,8 @@ class ResolvedEngine(NamedTuple):
     block_size: int | None
     """Tokens per KV block."""
     kv_cache_bytes: int | None
-    """KV cache size configured before start (CPU: `VLLM_CPU_KVCACHE_SPACE`; GPU: `None`, profiled at start)."""
+    """KV cache size fixed before start: `[engine] kv_cache_memory_bytes`, or on CPU `VLLM_CPU_KVCACHE_SPACE` GiB (which wins);
+    `None` when the engine sizes it at start from free memory (GPU `gpu_memory_utilization`)."""
     generation_config: str
     """`auto` merges the checkpoint's generation_config.json into the sampling defaults."""
     checkpoint_sampling: dict[str, Any]
@@ -59,19 +54,9 @@ def resolve_engine(request: Request, model_dir: Path) -> tuple[ResolvedEngine, A
     return ResolvedEngine(
         max_model_len=model.max_model_len, max_num_seqs=config.scheduler_config.max_num_seqs,
         max_num_batched_tokens=config.scheduler_config.max_num_batched_tokens, block_size=cache.block_size,
-        kv_cache_bytes=cpu_kv_cache_bytes() if device == "cpu" else cache.kv_cache_memory_bytes,
+        kv_cache_bytes=cache.kv_cache_memory_bytes,
         generation_config=str(model.generation_config), checkpoint_sampling=dict(model.get_diff_sampling_param()), device=device,
     ), config
-
-
-def cpu_kv_cache_bytes() -> int:
-    """The CPU KV cache vLLM will allocate: `VLLM_CPU_KVCACHE_SPACE` GiB (its default when unset)."""
-    raw = os.environ.get(CPU_KV_CACHE_ENV)
-    try:
-        gib = float(raw) if raw else CPU_KV_CACHE_DEFAULT_GIB
-    except ValueError:
-        raise RequestError(f"{CPU_KV_CACHE_ENV}={raw!r} is not a number of GiB; set it to e.g. 1") from None
-    return int(gib * 2**30)
 
 
 def kv_bytes_per_token(model_dir: Path, dtype_bytes: int) -> int | None:

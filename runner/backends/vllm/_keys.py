@@ -85,18 +85,16 @@ def _type_problems(key: str, value: Any) -> list[str]:
 def sampling_value_problems(generation: dict[str, Any], vocab_size: int | None) -> list[str]:
     """What vLLM's `SamplingParams` constructor refuses, in its own words (it names the field and the value)."""
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMError
 
     problems = []
     try:
         SamplingParams.from_optional(**generation)
-    except (ValueError, TypeError) as exc:  # VLLMValidationError is a ValueError
+    except (ValueError, TypeError, VLLMError) as exc:  # VLLMValidationError names the parameter and the value
         problems.append(f"[generation] refused by vLLM's SamplingParams: {exc}")
     ids = generation.get("stop_token_ids") or []
     if vocab_size is not None and any(i >= vocab_size for i in ids):
         problems.append(f"[generation] stop_token_ids = {ids!r}: ids must be below the vocabulary size {vocab_size}")
-    if (generation.get("n") or 1) > 1 and generation.get("temperature", 1.0) == 0:
-        problems.append(f"[generation] n = {generation['n']} with temperature = 0: vLLM refuses n > 1 for greedy decoding; "
-                        "set temperature > 0 or n = 1")
     return problems
 
 
@@ -108,8 +106,8 @@ def engine_key_problems(engine: dict[str, Any]) -> None:
         if key in ENGINE_SET_BY_GENRUN:
             problems.append(f"[engine] {key} comes from the request ([model] path/dtype/device, top-level seed); remove it from [engine]")
         elif key == "kv_cache_space" or key == CPU_KV_CACHE_ENV:
-            problems.append(f"[engine] {key}: on CPU the KV cache size is the environment variable {CPU_KV_CACHE_ENV} (GiB), "
-                            "set it where genrun runs")
+            problems.append(f"[engine] {key}: the KV cache size is [engine] kv_cache_memory_bytes, or on CPU the environment "
+                            f"variable {CPU_KV_CACHE_ENV} (whole GiB, it wins), set where genrun runs")
         elif key not in valid:
             problems.append(unknown_key_message(("engine",), key, valid))
     if problems:

@@ -42,11 +42,14 @@ class VllmRun:
         from vllm.sampling_params import RequestOutputKind
 
         ctx, llm = self._ctx, loaded.model
+        check_same_engine(llm, engine_arguments(ctx.request, ctx.model_dir))
         self.tokenizer = loaded.processor
         engine = llm.llm_engine
         prompts = prompts_of(ctx.request)
         checkpoint = dict(engine.model_config.get_diff_sampling_param())
-        sampling, params, sources = build_sampling(ctx.request.generation, checkpoint, output_kind=RequestOutputKind.DELTA)
+        # the request's seed seeds its own sampling, so a reused engine (seeded by an earlier request) samples the same
+        generation = {"seed": ctx.request.seed, **ctx.request.generation}
+        sampling, params, sources = build_sampling(generation, checkpoint, output_kind=RequestOutputKind.DELTA)
         self.sampling_sources = dict(sources)
         n = sampling.n
         self.rows = [_Row(i) for i in range(len(prompts) * n)]
@@ -146,6 +149,19 @@ class VllmRun:
             source = limit_source(self.sampling_sources.get("max_tokens", "vllm_default"))  # type: ignore[arg-type]
             return VllmMaxTokens(limit=len(row.ids), source=source, **facts)
         return VllmUnknown(note=f"vLLM finish_reason {row.finish_reason!r}, stop_reason {row.stop_reason!r} after {len(row.ids)} ids", **facts)
+
+
+def check_same_engine(llm: Any, planned: dict[str, Any]) -> None:
+    """Refuse to run on an engine started with other arguments (a reused engine; the seed aside: each request seeds its own
+    sampling). Raised inside generate, so the snapshot is sealed as failed, naming both."""
+    started = getattr(llm, "_genrun_engine_arguments", None)
+    if started is None:
+        return
+    differ = {k: (started.get(k), planned.get(k)) for k in set(started) | set(planned) if k != "seed" and started.get(k) != planned.get(k)}
+    if differ:
+        shown = "; ".join(f"{k}: engine {a!r}, planned {b!r}" for k, (a, b) in sorted(differ.items()))
+        raise RuntimeError(f"the reused vLLM engine was started with other arguments than this snapshot planned ({shown}); "
+                           "execute it with its own engine")
 
 
 def _row_eos_set(eos: tuple[int, ...], params: dict[str, Any]) -> tuple[int, ...]:
