@@ -77,7 +77,9 @@ class VllmStopString(_VllmStop):
     stop_string: str
     """The one that matched (its ids are among the saved ids)."""
     in_output: bool
-    """Whether the saved text (`outputs/sequence_<i>.txt`) contains it (`include_stop_str_in_output`)."""
+    """Whether vLLM's returned text contains it (`include_stop_str_in_output`); the saved ids always hold its ids."""
+    output_text: str
+    """The text vLLM returned; `outputs/sequence_<i>.txt` is the decode of the saved ids, stop string included."""
 
 
 class VllmMaxTokens(_VllmStop):

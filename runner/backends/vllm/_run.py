@@ -21,6 +21,8 @@ class _Row:
     def __init__(self, index: int) -> None:
         self.index = index
         self.ids: list[int] = []
+        self.text = ""
+        """The text vLLM returned (without a matched stop string unless `include_stop_str_in_output`)."""
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
 
@@ -89,6 +91,7 @@ class VllmRun:
         for completion in out.outputs:
             row = self.rows[prompt * n + completion.index]
             row.ids.extend(completion.token_ids)
+            row.text += completion.text
             if completion.finish_reason is not None:
                 row.finish_reason, row.stop_reason = completion.finish_reason, completion.stop_reason
 
@@ -134,10 +137,9 @@ class VllmRun:
     def _finished(self, row: _Row, facts: dict[str, Any], params: dict[str, Any], prompt_length: int, max_model_len: int | None) -> Any:
         """vLLM's `finish_reason`/`stop_reason` untangled: which end id, which stop string, which length limit."""
         if row.finish_reason == "stop" and isinstance(row.stop_reason, str):
-            text = self.tokenizer.decode(row.ids, skip_special_tokens=True) if self.tokenizer is not None else ""
             stops = params.get("stop") or ()
             return VllmStopString(stop_strings=tuple([stops] if isinstance(stops, str) else stops), stop_string=row.stop_reason,
-                                  in_output=row.stop_reason in text, **facts)
+                                  in_output=row.stop_reason in row.text, output_text=row.text, **facts)
         if row.finish_reason == "stop" and row.ids:
             requested = params.get("stop_token_ids") or ()
             matched = "eos" if row.stop_reason is None else "stop_token_ids" if row.stop_reason in requested else "checkpoint_eos"
