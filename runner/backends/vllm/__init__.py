@@ -73,6 +73,7 @@ class VllmBackend:
         from vllm import LLM
 
         from ._engine import engine_arguments, vllm_environment
+        from ._watchdog import watch_engine_core
 
         started = time.monotonic()
         environment = vllm_environment()
@@ -80,6 +81,7 @@ class VllmBackend:
         llm = LLM(**arguments)
         llm._genrun_vllm_environment = environment  # what the snapshot records as the user's settings
         llm._genrun_engine_arguments = arguments  # a run reusing this engine must have planned the same engine
+        watch_engine_core(llm)  # an engine-core process that dies fails the run instead of hanging it
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
                            model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started)
