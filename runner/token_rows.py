@@ -14,8 +14,8 @@ from ._io import write_bytes_atomic, write_model_atomic
 class TokenRow(NamedTuple):
     """One row: what `save_token_rows` writes."""
 
-    index: int
-    """Row index (`sequence_<index>`)."""
+    row: int
+    """Row index (`sequence_<row>`; not `index`, which a tuple already has)."""
     ids: Sequence[int]
     """Generated ids, prompt excluded, up to and including the one the row stopped at."""
     eos_token_ids: tuple[int, ...]
@@ -33,13 +33,13 @@ def save_token_rows(snapshot_dir: Path, rows: Sequence[TokenRow], tokenizer: Any
 
     from .token_artifacts import decode, write_sequence_texts
 
-    tensors = {layout.sequence_name(r.index): torch.tensor(list(r.ids), dtype=torch.int64) for r in rows}
+    tensors = {layout.sequence_name(r.row): torch.tensor(list(r.ids), dtype=torch.int64) for r in rows}
     write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
     sequences = []
     for r in rows:
         ids, eos = list(r.ids), set(r.eos_token_ids)
         sequences.append(TokenSequenceSummary(
-            index=r.index, call_index=r.call_index, count=len(ids), last_ids=tuple(ids[-layout.LAST_IDS_KEPT:]),
+            index=r.row, call_index=r.call_index, count=len(ids), last_ids=tuple(ids[-layout.LAST_IDS_KEPT:]),
             eos_positions=tuple(i for i, t in enumerate(ids) if t in eos),
             text=decode(tokenizer, ids, skip_special_tokens=True), text_with_special=decode(tokenizer, ids, skip_special_tokens=False)))
     summary = GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,

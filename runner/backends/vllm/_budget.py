@@ -2,7 +2,7 @@
 max_num_seqs, and the KV bytes of every row at its longest vs the KV cache the engine will allocate."""
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from genrun.backends import Request, TokenBudget, memory_fit, refusals_for, with_refusals
 
@@ -31,6 +31,7 @@ def estimate_vllm_budget(context: Any, request: Request, model_dir: Path, weight
     """`token-budget.json` with the engine's refusals (exit 3 unless `--force`)."""
     lengths = prompt_lengths(context, request, model_dir)
     generation = request.generation
+    source: Literal["request", "model_generation_config", "library_default"]
     if "max_tokens" in generation:
         max_tokens, source = generation["max_tokens"], "request"
     elif "max_tokens" in engine.checkpoint_sampling:

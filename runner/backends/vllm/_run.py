@@ -4,7 +4,7 @@ arrives, one recorder step per token of the longest row, and a signal honoured b
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from genrun.backends import (BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, SequenceStop, TokenRow, deferred,
                              exception_info, generation_timings, save_prompt_ids, save_token_rows, write_model_atomic)
@@ -142,7 +142,8 @@ class VllmRun:
                                   in_output=row.stop_reason in row.text, output_text=row.text, **facts)
         if row.finish_reason == "stop" and row.ids:
             requested = params.get("stop_token_ids") or ()
-            matched = "eos" if row.stop_reason is None else "stop_token_ids" if row.stop_reason in requested else "checkpoint_eos"
+            matched: Literal["eos", "checkpoint_eos", "stop_token_ids"] = (
+                "eos" if row.stop_reason is None else "stop_token_ids" if row.stop_reason in requested else "checkpoint_eos")
             return VllmEos(eos_token_id=row.ids[-1], matched=matched, **facts)
         if row.finish_reason == "length" and max_model_len is not None and prompt_length + len(row.ids) >= max_model_len:
             engine_set = "max_model_len" in self._ctx.request.backend_tables.get("engine", {})
