@@ -1,6 +1,7 @@
 """Checks every backend gets from its declaration (`backend.json`): its call config and its stop evidence
-validate against the JSON Schemas recorded at plan time, so a third-party backend's artifacts are
-checked without its code.
+validate against the models it declared. genrun's own models are applied directly (older formats
+migrated); a third-party backend's are applied through the JSON Schemas recorded at plan time, so
+its artifacts are checked without its code.
 
 JSON Schema validation uses `jsonschema` when it is installed; without it these checks say so
 (SKIP) instead of guessing.
@@ -8,7 +9,10 @@ JSON Schema validation uses `jsonschema` when it is installed; without it these 
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from genrun.schemas import layout
+from genrun.schemas.evidence import GENRUN_EVIDENCE_MODELS, stop_evidence_adapter
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
@@ -21,7 +25,7 @@ MAX_SCHEMA_ERRORS = 5
 def _schema_errors(schema: dict[str, Any], data: Any) -> list[str] | None:
     """`path: message` per violation (at most `MAX_SCHEMA_ERRORS`); `None` when `jsonschema` is not installed."""
     try:
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]  # optional: see the module docstring
     except ImportError:
         return None
     validator = jsonschema.Draft202012Validator(schema)
@@ -29,11 +33,24 @@ def _schema_errors(schema: dict[str, Any], data: Any) -> list[str] | None:
     return [f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message[:200]}" for e in errors[:MAX_SCHEMA_ERRORS]]
 
 
+def _model_errors(validate: Any, data: Any) -> list[str]:
+    """`path: message` per violation of one of genrun's own models (at most `MAX_SCHEMA_ERRORS`)."""
+    try:
+        validate(data)
+    except ValidationError as exc:
+        return [f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors(include_url=False)[:MAX_SCHEMA_ERRORS]]
+    return []
+
+
+def _unknown_models(names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if n not in GENRUN_EVIDENCE_MODELS]
+
+
 NO_JSONSCHEMA = "jsonschema is not installed, so the recorded schema cannot be applied (pip install jsonschema)"
 
 
 def check_call_config(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """The declared call-config artifact was written (when generation ran) and validates against the schema recorded at plan time."""
+    """The declared call-config artifact was written (when generation ran) and validates against the model declared at plan time."""
     name = "call_config"
     declared = snap.declaration.call_config
     if declared is None:
@@ -47,18 +64,24 @@ def check_call_config(snap: Snapshot, ctx: CheckContext) -> Finding:
     if snap.call_config_json is None:
         why = snap.problems.get(declared.name, "unreadable")
         return Finding(name=name, status="FAIL", message=f"{declared.name}: {why}", evidence=evidence, examined=Examined(files=1))
-    errors = _schema_errors(declared.json_schema, snap.call_config_json)
+    if declared.json_schema is not None:
+        errors = _schema_errors(declared.json_schema, snap.call_config_json)
+    elif _unknown_models((declared.model,)):
+        return Finding(name=name, status="FAIL", message=f"{layout.BACKEND} names {declared.model} as the call config's model, "
+                       "which is not one of genrun's, and records no schema for it", evidence=evidence, examined=Examined(files=1))
+    else:
+        errors = _model_errors(GENRUN_EVIDENCE_MODELS[declared.model].model_validate, snap.call_config_json)
     if errors is None:
         return skip(name, f"{declared.name} is present; {NO_JSONSCHEMA}", **evidence)
     if errors:
-        return Finding(name=name, status="FAIL", message=f"{declared.name} does not match the schema of {declared.model} recorded in "
+        return Finding(name=name, status="FAIL", message=f"{declared.name} does not match {declared.model} as declared in "
                        f"{layout.BACKEND}: " + "; ".join(errors), evidence=evidence, examined=Examined(files=2))
-    return Finding(name=name, status="PASS", message=f"{declared.name} validates against the recorded schema of {declared.model}",
+    return Finding(name=name, status="PASS", message=f"{declared.name} validates against {declared.model}, as declared",
                    evidence=evidence, examined=Examined(files=2))
 
 
 def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """Each stop record's reason is one the backend declared and its evidence validates against the recorded schema;
+    """Each stop record's reason is one the backend declared and its evidence validates against the declared models;
     without token ids, the units recorded per row add up to result.json's `generated`."""
     name = "stop_evidence"
     if snap.stop is None:
@@ -69,9 +92,14 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
         if stop.reason not in declared.stop_reasons:
             problems.append(f"sequence {stop.index}: reason {stop.reason!r} is not one the {declared.backend!r} backend declared "
                             f"({', '.join(declared.stop_reasons)})")
+    schema, unknown = declared.stop_evidence_schema, _unknown_models(declared.stop_evidence_models)
+    if schema is None and unknown:
+        problems.append(f"{layout.BACKEND} names stop-evidence models that are not genrun's and records no schema for them: {', '.join(unknown)}")
+    adapter = stop_evidence_adapter(tuple(GENRUN_EVIDENCE_MODELS[m] for m in declared.stop_evidence_models)) if schema is None and not unknown else None
     validated = 0
-    for stop in snap.stop.sequences:
-        errors = _schema_errors(declared.stop_evidence_schema, stop.evidence.model_dump(mode="json"))
+    for stop in snap.stop.sequences if schema is not None or adapter is not None else ():
+        facts = stop.evidence.model_dump(mode="json")
+        errors = _model_errors(adapter.validate_python, facts) if adapter is not None else _schema_errors(schema or {}, facts)
         if errors is None:
             break
         validated += 1
@@ -85,7 +113,8 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     examined = Examined(files=3)
     if problems:
         return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
-    if validated < len(snap.stop.sequences):
+    if validated < len(snap.stop.sequences):  # only when jsonschema is missing (a problem above is reported first)
         return Finding(name=name, status="SKIP", message=f"reasons are declared ones; {NO_JSONSCHEMA}", evidence=evidence, examined=examined)
-    return Finding(name=name, status="PASS", message=f"{validated} stop record(s): declared reasons, evidence valid against the recorded "
-                   f"schema of {', '.join(m.rsplit(':', 1)[-1] for m in declared.stop_evidence_models)}", evidence=evidence, examined=examined)
+    models = ", ".join(m.rsplit(":", 1)[-1] for m in declared.stop_evidence_models)
+    return Finding(name=name, status="PASS", message=f"{validated} stop record(s): declared reasons, evidence valid against {models}",
+                   evidence=evidence, examined=examined)

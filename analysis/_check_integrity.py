@@ -1,10 +1,12 @@
 """Integrity checks: is the snapshot complete, do its files still match what was hashed?"""
 
 import re
+import stat
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from genrun.schemas import layout
+from genrun.schemas.digests import canonical_sha256sum_problem
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
@@ -107,12 +109,15 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
     changed, missing, extra = ([rel for rel in group if rel not in explained] for group in (changed, missing, extra))
     evidence["altered_manifest_lines"] = [line.listed for line in altered]
     problems = [line.message for line in altered]
+    if snap.snapshot_digest is not None and (why := canonical_sha256sum_problem(snap.manifest, snap.snapshot_digest)):
+        problems.append(f"{layout.MANIFEST} was altered: {why}")
     if changed:
-        problems.append(f"{len(changed)} file(s) changed since sealing: {', '.join(changed)}")
+        problems.append(f"{len(changed)} file(s) changed since sealing: {shorten_list(changed)}")
     if missing:
-        problems.append(f"{len(missing)} listed file(s) missing: {', '.join(missing)}")
+        problems.append(f"{len(missing)} listed file(s) missing: {shorten_list(missing)}")
     if extra:
-        problems.append(f"{len(extra)} file(s) not in the manifest (added after sealing): {', '.join(extra)}")
+        problems.append(f"{len(extra)} file(s) not in the manifest (added after sealing): {shorten_list(extra)}")
+    problems += loosened_files(present)
     if problems:
         return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(snap.manifest)} files hashed, all match the manifest; none missing, none extra",
@@ -122,7 +127,7 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
 def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`frozen-sha256.txt` covers the frozen files and each still matches; the manifest binds the same frozen manifest."""
     name = "plan_digest_chain"
-    if snap.frozen_manifest is None:
+    if snap.frozen_manifest is None or snap.plan_digest is None:  # a readable manifest always has its digest
         why = snap.problems.get(layout.FROZEN_MANIFEST, "missing")
         return Finding(name=name, status="FAIL", message=f"frozen-sha256.txt cannot be used: {why}", examined=Examined(files=1))
     frozen = snap.frozen_manifest
@@ -144,6 +149,8 @@ def check_plan_digest_chain(snap: Snapshot, ctx: CheckContext) -> Finding:
         problems.append(f"frozen file(s) missing: {', '.join(gone)}")
     if changed:
         problems.append(f"frozen file(s) changed after planning: {', '.join(changed)}")
+    if snap.plan_digest is not None and (why := canonical_sha256sum_problem(frozen, snap.plan_digest)):
+        problems.append(f"{layout.FROZEN_MANIFEST} was altered: {why}")
     if snap.manifest is not None:
         sealed_plan = snap.manifest.get(layout.FROZEN_MANIFEST)
         if sealed_plan is None:
@@ -200,6 +207,26 @@ def check_outputs_listed(snap: Snapshot, ctx: CheckContext) -> Finding:
             [f"present but not listed in result.json: {', '.join(unlisted)}"] if unlisted else [])
         return Finding(name=name, status="FAIL", message="; ".join(parts), evidence=evidence, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(listed)} output file(s), all listed in result.json", evidence=evidence, examined=examined)
+
+
+_LOOSE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH
+
+
+def loosened_files(present: Mapping[str, FileFact]) -> list[str]:
+    """Sealed files whose own state changed without their bytes: made writable by others or setuid/setgid, or hard-linked
+    (one more name elsewhere, through which the file can change). An owner's write bit alone is what a copy or a git
+    checkout restores, so it is not named."""
+    loose = sorted(f"{rel} ({oct(fact.mode)})" for rel, fact in present.items() if fact.mode & _LOOSE_BITS)
+    linked = sorted(f"{rel} ({fact.links} links)" for rel, fact in present.items() if fact.links > 1)
+    return [message for message in (
+        f"{len(loose)} file(s) made writable by others or setuid/setgid since sealing: {shorten_list(loose)}" if loose else "",
+        f"{len(linked)} file(s) hard-linked to a name outside the snapshot's control: {shorten_list(linked)}" if linked else "",
+    ) if message]
+
+
+def shorten_list(names: list[str], shown: int = 10) -> str:
+    """The first `shown` names and how many more: a finding stays readable whatever a snapshot holds."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 class AlteredLine(NamedTuple):

@@ -9,6 +9,7 @@ from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 from ._rows import audio_frames, eos_positions, rows_of, token_facts, total_ids
 from ._check_tokens import undeclared
+from ._check_stages import stages_early_stop
 
 COMMON_BUDGETS = frozenset({16, 20, 100, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384, 32768, 65536})
 """Budgets seen as hidden caps in clients and servers (../shared/notes/anchors.md)."""
@@ -214,6 +215,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Frame units: produced seconds below 95 % of the requested seconds is a WARN `early_stop` naming the cause."""
     name = "early_stop"
     request = snap.request
+    if request is not None and request.units.name == "frame" and snap.declares("stages"):
+        return stages_early_stop(snap, request.units.requested_seconds, EARLY_STOP_FRACTION)
     if request is None or request.units.name != "frame" or not snap.declares("token_ids"):
         return skip(name, "not frame units of saved token ids: no requested duration to compare")
     requested = request.units.requested_seconds
@@ -242,7 +245,8 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
     if share >= EARLY_STOP_FRACTION:
         return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested ({share:.0%})",
                        evidence=evidence, examined=examined)
-    row = longest * snap.generation_calls.calls[0].audio.codebooks if audio is not None and snap.generation_calls.calls[0].audio else longest
+    first_audio = snap.generation_calls.calls[0].audio if audio is not None and snap.generation_calls is not None else None
+    row = longest * first_audio.codebooks if first_audio is not None else longest
     cause = _early_stop_cause(snap, row, tokens_per_frame)
     evidence["cause"] = cause
     return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "

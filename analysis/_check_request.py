@@ -38,8 +38,9 @@ def check_request_round_trip(snap: Snapshot, ctx: CheckContext) -> Finding:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
         return Finding(name=name, status="FAIL", message=f"request.json does not validate as a Request: {problems}", examined=examined)
     normalised = diff_values(reparsed, frozen)
-    # a backend's own tables ([engine], [loop]) are top-level in the source and under `backend_tables` in request.json
-    as_written = {**snap.request_json, **(snap.request_json.get("backend_tables") or {})}
+    # a backend's own tables (`[loop]`) sit under `backend_tables` in request.json, and at the top level of a source written by
+    # hand (a sweep item's source is the model's dump, with `backend_tables`): either spelling finds them
+    as_written = dict(snap.request_json) | dict(snap.request_json.get("backend_tables") or {})
     dropped = [c for c in _source_leaf_changes(parsed, as_written) if c.b is ABSENT or not same_json(c.a, c.b)]
     evidence = {"source": snap.request_source_name, "normalised_differences": [c.as_json() for c in normalised],
                 "source_keys_changed": [c.as_json() for c in dropped]}

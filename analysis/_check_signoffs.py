@@ -12,6 +12,8 @@ since nothing is known to be wrong. A `revoked` record is shown as such (superse
 owner), not as invalid.
 """
 
+from pathlib import Path
+
 from genrun.schemas import layout
 
 from ._context import CheckContext
@@ -21,8 +23,12 @@ from ._load import Snapshot
 
 def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Each sign-off record is valid for the snapshot's current plan/snapshot digest."""
-    name = "signoffs"
-    directory = snap.path / layout.SIGNOFFS_DIR
+    return signoffs_finding(snap.path, ctx.allowed_signers)
+
+
+def signoffs_finding(path: Path, allowed_signers: Path | None, name: str = "signoffs") -> Finding:
+    """The sign-off check for any directory with `signoffs/` (a run snapshot, or a sweep's own records)."""
+    directory = path / layout.SIGNOFFS_DIR
     records = sorted(p.name for p in directory.glob("*.json") if not p.name.startswith(".")) if directory.is_dir() else []
     if not records:
         return skip(name, "no sign-offs")
@@ -31,7 +37,7 @@ def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
     except ImportError as exc:
         return Finding(name=name, status="WARN", message=f"{len(records)} sign-off record(s) present but cannot be evaluated: {exc}",
                        evidence={"records": records}, examined=Examined(files=len(records)))
-    statuses = evaluate_signoffs(snap.path, ctx.allowed_signers)
+    statuses = evaluate_signoffs(path, allowed_signers)
     evidence = {"records": [s.model_dump() for s in statuses]}
     examined = Examined(files=len(statuses))
     invalid = [s for s in statuses if s.state == "invalid"]
@@ -47,7 +53,7 @@ def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
     if unverified:
         return Finding(name=name, status="WARN", message=f"{len(unverified)} sign-off(s) signed, not verified (no allowed-signers file: "
                        f"pass --allowed-signers FILE or set GENRUN_ALLOWED_SIGNERS): {described}", evidence=evidence, examined=examined)
-    if unsigned and ctx.allowed_signers is not None:
+    if unsigned and allowed_signers is not None:
         return Finding(name=name, status="WARN", message=f"{len(unsigned)} sign-off(s) carry no signature although --allowed-signers was "
                        f"given: {described}", evidence=evidence, examined=examined)
     note = " (unsigned records bind the current digest but prove nothing about who wrote them)" if unsigned else ""

@@ -18,7 +18,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 6px;border-bott
 table{border-collapse:collapse;margin:4px 0 8px;width:100%}th,td{border:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12.5px}
 pre{background:#f6f8fa;padding:6px 8px;white-space:pre-wrap;word-break:break-word;margin:2px 0}
-.PASS,.valid,.succeeded{color:#1a7f37;font-weight:600}.WARN,.unsigned,.interrupted,.incomplete{color:#9a6700;font-weight:600}
+.PASS,.valid,.succeeded,.completed{color:#1a7f37;font-weight:600}.WARN,.unsigned,.interrupted,.incomplete{color:#9a6700;font-weight:600}
 .FAIL,.invalid,.failed{color:#cf222e;font-weight:600}.SKIP,.planned{color:#57606a}
 .headline{font-size:16px;font-weight:600;margin:6px 0}.note{color:#9a6700}.empty{color:#57606a}
 .chart{max-width:100%;height:auto;display:block;margin:6px 0}.chart .grid{stroke:#eaeef2}.chart .frame{fill:none;stroke:#8c959f}
@@ -97,6 +97,11 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <table><tr><th>load</th><th>first token</th><th>decode</th><th>total</th><th>rate</th></tr>
 <tr><td>{{ secs(r.timings.load_s) }}</td><td>{{ secs(r.timings.first_token_s) }}</td><td>{{ secs(r.timings.decode_s) }}</td><td>{{ secs(r.timings.total_s) }}</td>
 <td>{{ rate(r.timings.units_per_s) }} {{ r.unit }}s/s</td></tr></table>
+{% if r.stages %}<h2 id="stages">Stages</h2>
+<table><tr><th>stage</th><th>units</th><th>rows</th><th>read from source</th><th>time</th><th>peak RSS</th></tr>
+<tr><td>load</td><td></td><td></td><td></td><td>{{ secs(r.timings.load_s) }}</td><td></td></tr>
+{% for s in r.stages %}<tr><td class="mono">{{ s.name }}</td><td>{{ s.units }} {{ s.unit }}s</td><td>{{ s.rows }}</td><td>{{ fmt(s.consumed) }}</td>
+<td>{{ secs(s.seconds) }}</td><td>{{ fmt(s.rss_peak_bytes) }}</td></tr>{% endfor %}</table>{% endif %}
 
 <h2 id="budget">Budget vs actual</h2>
 <table>{% for key, value in budget_rows(r.budget).items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value, key) }}</td></tr>{% endfor %}</table>
@@ -105,11 +110,19 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 """
 
 _INDEX = """{% extends "base" %}{% block title %}genrun store · {{ index.store }}{% endblock %}
-{% block body %}<h1>genrun store · <span class="mono">{{ index.store }}</span></h1><p>{{ index.snapshots|length }} snapshot(s)</p>
+{% block body %}<h1>genrun store · <span class="mono">{{ index.store }}</span></h1>
+{% if index.total is none %}<p>{{ index.snapshots|length }} snapshot(s)</p>
+{% else %}<p>{{ index.total }} snapshot(s); this page: {{ index.first }}–{{ index.first + index.snapshots|length - 1 }}</p>{% endif %}
+{% if index.note %}<p class="note">{{ index.note }}</p>{% endif %}
+{% macro nav() %}{% if index.pages %}<nav class="pages">pages: {% for label, href in index.pages %}{% if loop.index == index.page %}<b>{{ label }}</b>
+{% else %}<a href="{{ href }}">{{ label }}</a>{% endif %} {% endfor %}</nav>{% endif %}{% endmacro %}
+{{ nav() }}
 <table><tr><th>snapshot</th><th>state</th><th>sealed</th><th>stop reasons</th><th>WARN</th><th>FAIL</th><th>sign-offs</th></tr>
-{% for s in index.snapshots %}<tr class="snapshot"><td class="mono">{{ s.id }}</td><td class="{{ s.state }}">{{ s.state }}</td><td>{{ "yes" if s.sealed else "no" }}</td>
-<td>{{ s.stop_reasons|join(", ") or "—" }}</td><td class="{{ 'WARN' if s.warnings else '' }}">{{ s.warnings }}</td>
-<td class="{{ 'FAIL' if s.failed else '' }}">{{ s.failed }}</td><td>{{ s.signoffs }}</td></tr>{% endfor %}</table>
+{% for s in index.snapshots %}<tr class="snapshot"><td class="mono">{% if s.sweep %}└ {% endif %}{% if s.href %}<a href="{{ s.href }}">{{ s.id }}</a>{% else %}{{ s.id }}{% endif %}</td>
+{% if s.sweep_items %}<td class="sweep {{ s.state }}">sweep {{ s.state }} ({{ s.sweep_items }})</td>{% else %}<td class="{{ s.state }}">{{ s.state }}</td>{% endif %}<td>{{ "yes" if s.sealed else "no" }}</td>
+<td>{{ s.stop_reasons|join(", ") or "—" }}</td><td class="{{ 'WARN' if s.warnings else '' }}">{{ "—" if s.warnings is none else s.warnings }}</td>
+<td class="{{ 'FAIL' if s.failed else '' }}">{{ "—" if s.failed is none else s.failed }}</td><td>{{ s.signoffs }}</td></tr>{% endfor %}</table>
+{{ nav() }}
 {% endblock %}
 """
 

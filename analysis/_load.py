@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from array import array
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from genrun.schemas import (
     AnyEvent,
@@ -40,7 +40,8 @@ from genrun.schemas import (
     layout,
 )
 from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
-from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, parse_progress_lines
+from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, describe_validation_error, parse_progress_lines
+from genrun.schemas.stages import STAGE_EVENT, StageIds, Stages
 from genrun.schemas.evidence import EvidenceKind
 from ._safetensors import SafetensorsError, read_int_tensors
 
@@ -59,6 +60,10 @@ class FileFact:
     """Bytes."""
     sha256: str | None
     """Hex digest; `None` when loaded without hashing (report, diff)."""
+    mode: int = 0o444
+    """Permission bits as found (`st_mode & 0o7777`)."""
+    links: int = 1
+    """Hard links to the file (`st_nlink`): above one, the same file is also elsewhere, outside the snapshot's control."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,12 @@ class Snapshot:
     input_files: InputFiles | None = None
     """`input-files.json`: media files frozen at plan time (absent for text-only requests)."""
     input_preparation: InputPreparation | None = None
+    stages: Stages | None = None
+    """`stages.json` (the `stages` evidence kind)."""
+    stage_ids: StageIds | None = None
+    """`stage-ids.json`."""
+    stage_events: tuple[Any, ...] | None = None
+    """`stage-progress.ndjson`, parsed (`None` when absent; a line that does not parse is a problem of the file)."""
     """`input-preparation.json`: what each row became before generate (absent before execution and in older snapshots)."""
 
     @property
@@ -233,6 +244,10 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     loaded["outputs"] = _read_text_outputs(root, files, problems)
     loaded["input_files"] = _read_model(root, layout.INPUT_FILES, InputFiles, files, problems)
     loaded["input_preparation"] = _read_model(root, layout.INPUT_PREPARATION, InputPreparation, files, problems)
+    loaded["stages"] = _read_model(root, layout.STAGES, Stages, files, problems)
+    loaded["stage_ids"] = _read_model(root, layout.STAGE_IDS, StageIds, files, problems)
+    if layout.STAGE_PROGRESS in files:
+        loaded["stage_events"] = _read_stage_events(root, problems)
     snap = Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
     call_config = snap.declaration.call_config
     if call_config is None or call_config.name not in files:
@@ -262,7 +277,7 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
         except (OSError, UnsafeFile) as exc:
             problems[rel] = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
             continue
-        files[rel] = FileFact(size=st.st_size, sha256=digest)
+        files[rel] = FileFact(size=st.st_size, sha256=digest, mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
     return files
 
 
@@ -289,6 +304,21 @@ def _read(root: Path, rel: str, problems: dict[str, str]) -> bytes | None:
     except ArtifactError as exc:
         problems[rel] = exc.reason
     return None
+
+
+def _read_stage_events(root: Path, problems: dict[str, str]) -> tuple[Any, ...] | None:
+    """Every line of `stage-progress.ndjson`; the first that does not parse makes the file a problem."""
+    data = _read(root, layout.STAGE_PROGRESS, problems)
+    if data is None:
+        return None
+    events = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        try:
+            events.append(STAGE_EVENT.validate_json(line))
+        except ValidationError as exc:
+            problems[layout.STAGE_PROGRESS] = f"line {number}: {describe_validation_error(exc)}"
+            return None
+    return tuple(events)
 
 
 def _read_json(root: Path, rel: str, files: Mapping[str, FileFact], problems: dict[str, str]) -> Any:

@@ -33,6 +33,8 @@ def render_report(report: Report, console: Console) -> None:
     if report.sequences:
         console.print(_stops_table(report))
     console.print(_timings_line(report))
+    if report.stages:
+        console.print(_stages_line(report))
     console.print(_budget_table(report))
     _print_last_tokens(report, console)
     _print_charts(report, console)
@@ -143,6 +145,16 @@ def _timings_line(report: Report) -> Text:
     elif rate:
         parts.append(f"{rate:,.1f} {report.unit}s/s")
     return Text("Timings: " + " · ".join(parts))
+
+
+def _stages_line(report: Report) -> Text:
+    """`Stages: load 0.000 s · ar 30.1 s (750 frames, peak RSS 1.2 GiB) · acoustic 8.0 s (7 windows, read 750 ar units)`."""
+    parts = [f"load {_seconds(report.timings.load_s)}"]
+    for s in report.stages:
+        extra = f", read {s.consumed:,}" if s.consumed is not None else ""
+        peak = f", peak RSS {s.rss_peak_bytes / 2**20:,.1f} MiB" if s.rss_peak_bytes else ""
+        parts.append(f"{s.name} {_seconds(s.seconds)} ({s.units:,} {s.unit}s{extra}{peak})")
+    return Text("Stages: " + " · ".join(parts))
 
 
 def _budget_table(report: Report) -> Table:

@@ -32,6 +32,8 @@ def read_int_tensors(data: bytes) -> dict[str, array]:
         raise SafetensorsError(f"header is not JSON: {exc}") from None
     except RecursionError:  # a header nested thousands deep: damage, never a crash
         raise SafetensorsError("header is nested too deeply to be a safetensors header") from None
+    except ValueError as exc:  # an integer of thousands of digits (Python's int parsing limit): damage, never a crash
+        raise SafetensorsError(f"header holds a number too long to be a shape or offset ({_shortened(str(exc))})") from None
     if not isinstance(header, dict):
         raise SafetensorsError("header is not a JSON object")
     buffer = memoryview(data)[8 + header_len :]
@@ -54,21 +56,26 @@ def read_int_tensors(data: bytes) -> dict[str, array]:
 
 def _tensor(name: str, info: object, buffer: memoryview) -> tuple[array, tuple[int, int]]:
     if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
-        raise SafetensorsError(f"tensor {name!r}: malformed header entry {info!r}")
+        raise SafetensorsError(f"tensor {_shortened(repr(name))}: malformed header entry {_shortened(repr(info))}")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     typecode = _INT_TYPECODES.get(dtype)  # type: ignore[arg-type]
     if typecode is None:
-        raise SafetensorsError(f"tensor {name!r} has dtype {dtype!r}, not an integer type")
+        raise SafetensorsError(f"tensor {_shortened(repr(name))} has dtype {_shortened(repr(dtype))}, not an integer type")
     if not (isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int)):
-        raise SafetensorsError(f"tensor {name!r} has shape {shape!r}, not 1-D")
+        raise SafetensorsError(f"tensor {_shortened(repr(name))} has shape {_shortened(repr(shape))}, not 1-D")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-        raise SafetensorsError(f"tensor {name!r} has data_offsets {offsets!r}")
+        raise SafetensorsError(f"tensor {_shortened(repr(name))} has data_offsets {_shortened(repr(offsets))}")
     begin, end = offsets
     values = array(typecode)
     if not 0 <= begin <= end <= len(buffer) or end - begin != shape[0] * values.itemsize:
-        raise SafetensorsError(f"tensor {name!r}: data_offsets {offsets} do not hold {shape[0]} {dtype} values "
+        raise SafetensorsError(f"tensor {_shortened(repr(name))}: data_offsets {offsets} do not hold {shape[0]} {dtype} values "
                                f"within a {len(buffer)}-byte buffer")
     values.frombytes(buffer[begin:end])
     if sys.byteorder == "big":
         values.byteswap()
     return (values if typecode == "q" else array("q", values)), (begin, end)
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    """At most `limit` characters of a header value in a message: a hostile header can hold names of any length."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"

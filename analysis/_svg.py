@@ -6,6 +6,7 @@ inserts it as-is while escaping everything else.
 """
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -36,19 +37,29 @@ class Chart(NamedTuple):
 
 
 def nice_ticks(low: float, high: float, count: int = TICKS) -> list[float]:
-    """Round tick values covering [low, high] (1, 2, 5 × 10^k steps)."""
+    """Round tick values covering [low, high] (1, 2, 5 × 10^k steps); at most `3 * count` of them, whatever the values.
+
+    A hostile progress log may hold values near the float limits (±1e308: their span overflows) or far beyond the float
+    spacing of their step (1e16 and 1e16 + 2: adding the step would not advance), so the step is never below the
+    spacing of the values and ticks are counted, never accumulated."""
+    low, high = (min(max(v, -sys.float_info.max), sys.float_info.max) for v in (low, high))  # ±inf: the float limits
     if high <= low:
         high = low + (abs(low) or 1.0)
+    if not math.isfinite(high - low):  # the span itself overflows: two ticks, the ends
+        return [low, high]
     raw = (high - low) / max(count - 1, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
+    magnitude = 10.0 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    step = max(step, 2 * math.ulp(max(abs(low), abs(high))))
     start = math.floor(low / step) * step
-    ticks = []
-    value = start
-    while value < high + step * 0.999:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
+    ticks: list[float] = []
+    for i in range(3 * count):
+        value = round(start + i * step, 10)
+        if not ticks or value > ticks[-1]:
+            ticks.append(value)
+        if start + i * step >= high:
+            break
+    return ticks if len(ticks) > 1 else [low, high]
 
 
 def render_chart(chart: Chart) -> Markup:

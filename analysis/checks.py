@@ -26,6 +26,7 @@ from ._check_limits import check_budget_truncation, check_early_stop, check_hidd
 from ._check_progress import check_progress_stream
 from ._check_request import check_limits_reached_config, check_request_round_trip
 from ._check_signoffs import check_signoffs
+from ._check_stages import check_stages
 from ._check_tokens import check_saved_text, check_stop_reasons, check_token_counts, check_token_summary
 from ._context import CheckContext
 from ._finding import Examined, Finding
@@ -69,6 +70,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("budget_truncation", check_budget_truncation),
     CheckSpec("early_stop", check_early_stop),
     CheckSpec("diffusion_steps", check_diffusion_steps),
+    CheckSpec("stages", check_stages),
     CheckSpec("progress_stream", check_progress_stream),
     CheckSpec("saved_text", check_saved_text),
     CheckSpec("outputs_listed", check_outputs_listed),

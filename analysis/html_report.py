@@ -25,6 +25,7 @@ from ._svg import Chart, Series
 from ._tokenizer import DecoderUnavailable, load_decoder
 from .report import Report, build_report
 from .signoffs import DIGEST_KIND_OF, SignoffStatus, evaluate_signoffs
+from .sweep import is_sweep_dir, verify_sweep
 from .verify import Verification, verify_loaded
 
 OUTPUT_TEXT_SHOWN = 4000  # characters of each outputs/*.txt shown on the page
@@ -79,17 +80,33 @@ class IndexLine(_Model):
     """planned, incomplete, succeeded, failed, interrupted."""
     sealed: bool
     stop_reasons: tuple[str, ...]
-    warnings: int
-    failed: int
+    warnings: int | None
+    """WARN findings of verify; None when the page was made without verifying (without --pages)."""
+    failed: int | None
     signoffs: str
     """`summarize_signoffs` of the records, or `no sign-offs`."""
+    href: str | None = None
+    """Link to the snapshot's review page, or to its directory when no review page was written; relative to the index page."""
+    sweep: str | None = None
+    """The sweep this item belongs to (listed right under it)."""
+    sweep_items: str | None = None
+    """For a sweep: its items per status (`6 items: 5 succeeded, 1 failed`); None for a run snapshot."""
 
 
 class StoreIndex(_Model):
-    """The index page of a store."""
+    """One page of the index of a store (a store of any size is split into pages of at most `PAGE_SIZE` lines)."""
 
     store: str
     snapshots: tuple[IndexLine, ...]
+    total: int | None = None
+    """Snapshots in the store (all pages); None: this page holds them all."""
+    first: int = 1
+    """Position in the store of this page's first line (1-based)."""
+    pages: tuple[tuple[str, str], ...] = ()
+    """(label, file name) of every page, for the page links; empty for a single page."""
+    page: int = 1
+    note: str | None = None
+    """What the page leaves out (e.g. verify counts) and how to get it."""
 
 
 class HtmlReportError(ValueError):
@@ -177,11 +194,14 @@ def charts(page: ReviewPage) -> list[Chart]:
 
 
 def store_index(store: Path, snapshots: Sequence[Path], allowed_signers: Path | None = None) -> StoreIndex:
-    """One line per snapshot: state, stop reasons, WARN/FAIL counts from verify, sign-off state."""
+    """One line per snapshot: state, stop reasons, WARN/FAIL counts from verify, sign-off state (a sweep: items that warned / failed)."""
     from .signoffs import summarize_signoffs
 
     lines = []
     for path in snapshots:
+        if is_sweep_dir(path):
+            lines.append(_sweep_line(path, allowed_signers))
+            continue
         snap = read_snapshot(path, hash_files=True)
         verification = verify_loaded(snap, allowed_signers)
         state = layout.shown_status(snap.state, snap.result.status if snap.result else None)
@@ -190,6 +210,19 @@ def store_index(store: Path, snapshots: Sequence[Path], allowed_signers: Path | 
                                warnings=verification.summary.warnings, failed=verification.summary.failed,
                                signoffs=summarize_signoffs(evaluate_signoffs(snap.path, allowed_signers))))
     return StoreIndex(store=str(store), snapshots=tuple(lines))
+
+
+def _sweep_line(path: Path, allowed_signers: Path | None) -> IndexLine:
+    """A sweep as a sweep: its own status, its items' stop reasons, how many items warned or failed."""
+    from .signoffs import summarize_signoffs
+
+    v = verify_sweep(path, allowed_signers, jobs=1)
+    d = v.distribution
+    failed = sum(f.status == "FAIL" for f in v.findings) + sum(1 for i in v.items if i.failures)
+    warned = sum(f.status == "WARN" for f in v.findings) + sum(1 for i in v.items if i.warnings)
+    return IndexLine(id=v.sweep_id, state=v.status, sealed=(Path(path) / layout.MANIFEST).is_file(), stop_reasons=tuple(sorted(d.stop_reasons)),
+                     warnings=warned, failed=failed, signoffs=summarize_signoffs(evaluate_signoffs(Path(path), allowed_signers)),
+                     sweep_items=f"{d.items} items: " + ", ".join(f"{n} {s}" for s, n in sorted(d.statuses.items())))
 
 
 def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) -> Path:

@@ -8,7 +8,7 @@ determinism differences that may explain it.
 """
 
 from array import array
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypedDict
 
 from pydantic import BaseModel
 
@@ -125,21 +125,39 @@ def _rows(parent: Snapshot, child: Snapshot, kind: VerdictKind) -> list[RowVerdi
     return [_row(i, stops_p.get(i), stops_c.get(i), ids_p.get(i), ids_c.get(i), kind) for i in sorted(set(ids_p) | set(ids_c) | set(stops_p) | set(stops_c))]
 
 
+class _Sides(TypedDict):
+    """The `RowVerdict` fields that describe each side on its own."""
+
+    index: int
+    parent_reason: str | None
+    child_reason: str | None
+    parent_count: int | None
+    child_count: int | None
+
+
+class _Divergence(TypedDict):
+    """The `RowVerdict` fields that locate where two rows part."""
+
+    first_divergence: int | None
+    parent_token_id: int | None
+    child_token_id: int | None
+
+
 def _row(index: int, sp: SequenceStop | None, sc: SequenceStop | None, p: array | None, c: array | None, kind: VerdictKind) -> RowVerdict:
-    base = dict(index=index, parent_reason=sp.reason if sp else None, child_reason=sc.reason if sc else None,
+    base = _Sides(index=index, parent_reason=sp.reason if sp else None, child_reason=sc.reason if sc else None,
                 parent_count=len(p) if p is not None else (sp.generated if sp else None),
                 child_count=len(c) if c is not None else (sc.generated if sc else None))
     if p is None or c is None:
         return RowVerdict(**base, outcome="incomparable", first_divergence=None, parent_token_id=None, child_token_id=None,
                           sentence=f"row {index}: no token ids on {'either side' if p is None and c is None else ('the parent' if p is None else 'the child')}")
     first = first_divergence(p, c)
-    at = dict(first_divergence=first, parent_token_id=_at(p, first), child_token_id=_at(c, first))
+    at = _Divergence(first_divergence=first, parent_token_id=_at(p, first), child_token_id=_at(c, first))
     outcome, sentence = _row_sentence(index, sp, sc, len(p), len(c), first, at, kind)
     return RowVerdict(**base, **at, outcome=outcome, sentence=sentence)
 
 
 def _row_sentence(index: int, sp: SequenceStop | None, sc: SequenceStop | None, np_: int, nc: int, first: int | None,
-                  at: dict[str, Any], kind: VerdictKind) -> tuple[RowOutcome, str]:
+                  at: _Divergence, kind: VerdictKind) -> tuple[RowOutcome, str]:
     rp, rc = (sp.reason if sp else "unknown"), (sc.reason if sc else "unknown")
     diverged = f"row {index} diverged at token {first} (parent id {at['parent_token_id']}, child id {at['child_token_id']})"
     if kind == "eos_suppressed" and rp == "eos":

@@ -130,6 +130,20 @@ class TimingsSummary(_Model):
     """Rows decoded in parallel."""
 
 
+class StageLine(_Model):
+    """One stage of a staged run (`stages.json`): its unit, counts, time and memory."""
+
+    name: str
+    unit: str
+    units: int
+    """Units over all rows."""
+    rows: int
+    consumed: int | None
+    """Units of its source stage it read."""
+    seconds: float
+    rss_peak_bytes: int | None
+
+
 class BudgetSummary(_Model):
     """The plan-time estimate next to what happened."""
 
@@ -206,6 +220,8 @@ class Report(_Model):
     """`last_ids` of the last progress record (row 0): the latest evidence when a killed run saved no ids file."""
     last_progress_text: str | None
     """Their decode (special tokens kept), when a tokenizer is available."""
+    stages: tuple[StageLine, ...] = ()
+    """A staged run's stages in order (`stages.json`), with time and memory each."""
     notes: tuple[str, ...]
     """Things a reader must know (incomplete, truncated progress line, undecodable ids)."""
 
@@ -232,6 +248,8 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
         sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
+        stages=tuple(StageLine(name=s.name, unit=s.unit, units=sum(s.units), rows=s.rows, consumed=s.consumed, seconds=s.seconds,
+                               rss_peak_bytes=s.rss_peak_bytes) for s in (snap.stages.stages if snap.stages else ())),
         pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (), **_declared_call_config(snap),
         **_last_progress_ids(snap, decoder),
     )
@@ -312,6 +330,8 @@ def _limit_lines(cfg: GenerationConfigBeforeGenerate) -> list[LimitLine]:
 
 
 def _sequence_lines(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> list[SequenceLine]:
+    if snap.declares("stages"):
+        return _stage_stop_lines(snap)
     lines = []
     for row in rows_of(snap)[:SEQUENCES_SHOWN]:
         stop = row.stop
@@ -336,6 +356,21 @@ def _sequence_lines(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -
             evidence=_shown_evidence(stop.evidence) if stop else None, eos_positions=positions, last_tokens=tokens, last_text=text,
             steps_planned=steps.steps_planned if steps else None,
             exception=f"{stop.exception.type}: {stop.exception.message}" if stop and stop.exception else None))
+    return lines
+
+
+def _stage_stop_lines(snap: Snapshot) -> list[SequenceLine]:
+    """A staged run: one line per stop record (a row of a stage), with the stage's last ids of the row."""
+    lines = []
+    ids = snap.stage_ids.ids if snap.stage_ids else {}
+    for stop in (snap.stop.sequences if snap.stop else ())[:SEQUENCES_SHOWN]:
+        rows = ids.get(stop.evidence.fact("stage"), ())
+        tail = list(rows[stop.index][-LAST_TOKENS_SHOWN:]) if stop.index < len(rows) else []
+        lines.append(SequenceLine(
+            index=stop.index, call_index=stop.call_index, reason=stop.reason, generated=stop.evidence.fact("units", stop.generated),
+            last_token_id=tail[-1] if tail else None, fired=(), evidence=_shown_evidence(stop.evidence), eos_positions=(),
+            last_tokens=tuple(TokenLine(id=i, token=None) for i in tail), last_text=None,
+            exception=f"{stop.exception.type}: {stop.exception.message}" if stop.exception else None))
     return lines
 
 

@@ -121,8 +121,14 @@ def evaluate_signoffs(snapshot_dir: Path, allowed_signers: Path | None) -> list[
     without any, signed records cannot be verified and are reported `unverified`. Records superseded
     by a revocation whose binding holds are reported `revoked`.
     """
+    return judge_signoffs(snapshot_dir, resolve_allowed_signers(allowed_signers))
+
+
+def judge_signoffs(snapshot_dir: Path, trusted: Path | None) -> list[SignoffStatus]:
+    """`evaluate_signoffs` with the allowed-signers file already resolved (None: none), for a caller judging many snapshots
+    (resolving asks git once per call)."""
     snapshot_dir = Path(snapshot_dir)
-    allowed_signers = resolve_allowed_signers(allowed_signers)
+    allowed_signers = trusted
     current = CurrentDigests.of(snapshot_dir)
     statuses = [evaluate_record(path, snapshot_dir.name, current, allowed_signers) for path in record_files(snapshot_dir)]
     return apply_revocations(sorted(statuses, key=lambda s: (s.at or "", s.file)))  # names have whole seconds; `at` has microseconds

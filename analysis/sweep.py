@@ -2,7 +2,8 @@
 
 Read-only, no torch. Sweep-level checks: the sweep is sealed and its files match its manifest;
 every attempt of every item still has the item's plan digest; every item's final snapshot still
-has the digest `sweep-result.json` recorded. Each item's final snapshot then goes through the
+has the digest `sweep-result.json` recorded; the sweep's own sign-offs (`genrun signoff SWEEP`)
+still bind its current digests. Each item's final snapshot then goes through the
 same checks as `genrun verify SNAPSHOT`, and the answer counts items per stop reason, per WARN /
 FAIL check, per status (lost and failed items named), and units per item (min / median / max).
 """
@@ -17,9 +18,11 @@ from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_file
+from genrun.schemas.result import Result
 from genrun.schemas.sweep import SweepPlan, SweepResult
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
+from ._check_signoffs import signoffs_finding
 from ._finding import Examined, Finding, Status
 from ._load import SnapshotNotFound
 
@@ -123,7 +126,8 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
     else:
         verified = [_verify_item_path(p, allowed_signers) for p in paths]
     items = tuple(_item(plan, result, index, v) for (index, _), v in zip(finals, verified))
-    findings = (_check_sealed(root, result), _check_manifest(root), _check_plan_digests(plan, result, store), _check_item_digests(result, store))
+    findings = (_check_sealed(root, result), _check_manifest(root), _check_plan_digests(plan, result, store), _check_item_digests(result, store),
+                signoffs_finding(root, allowed_signers, name="sweep_signoffs"), _check_item_agreement(result, store))
     own = Examined(files=sum(f.examined.files for f in findings))
     examined = Examined(files=own.files + sum(i.examined.files for i in items),
                         token_ids=sum(i.examined.token_ids for i in items),
@@ -287,3 +291,47 @@ def _check_item_digests(result: SweepResult | None, store: Path) -> Finding:
                        evidence={"snapshots": wrong}, examined=Examined(files=checked))
     return Finding(name=name, status="PASS", message=f"{checked} item snapshots match the digests recorded in {layout.SWEEP_RESULT}",
                    examined=Examined(files=checked))
+
+
+_SEALED_OUTCOMES = ("succeeded", "failed", "interrupted")
+
+
+def _check_item_agreement(result: SweepResult | None, store: Path) -> Finding:
+    """The sweep's record of each item agrees with the item's own snapshots: a final snapshot sealed with the status the
+    sweep records (none for `lost` / `not_run`), and no earlier attempt the sweep gave up on sealed `succeeded` (the item
+    ran twice: a worker outlived its driver, or two drivers ran the sweep)."""
+    name = "items_agree"
+    if result is None:
+        return Finding(name=name, status="SKIP", message="the sweep is not sealed; nothing recorded to compare yet")
+    disagreements: list[str] = []
+    checked = 0
+    for outcome in result.items:
+        checked += 1
+        expected = outcome.status if outcome.status in _SEALED_OUTCOMES else None
+        sealed = _own_status(store / outcome.snapshot_id) if outcome.snapshot_id else None
+        refused_before_running = outcome.status == "failed" and sealed is None  # a worker's refusal leaves the plan as it was
+        if sealed != expected and not refused_before_running:
+            disagreements.append(f"item {outcome.index}: the sweep records {outcome.status}, its snapshot {outcome.snapshot_id} is "
+                                 f"{'sealed ' + sealed if sealed else 'not sealed'}")
+        for earlier in outcome.attempts[:-1]:
+            checked += 1
+            status = _own_status(store / earlier)
+            if status == "succeeded":
+                disagreements.append(f"item {outcome.index}: earlier attempt {earlier}, which the sweep gave up on, is sealed succeeded")
+    if disagreements:
+        shown = "; ".join(disagreements[:10]) + (f"; and {len(disagreements) - 10} more" if len(disagreements) > 10 else "")
+        return Finding(name=name, status="FAIL", message=f"{len(disagreements)} item(s) disagree with the sweep's record: {shown}",
+                       evidence={"disagreements": disagreements[:100]}, examined=Examined(files=checked))
+    return Finding(name=name, status="PASS", message=f"{len(result.items)} items agree with the sweep's record", examined=Examined(files=checked))
+
+
+def _own_status(snapshot: Path) -> str | None:
+    """`result.json`'s status of a sealed snapshot; `None` when it has none or it cannot be read."""
+    directory = SnapshotDir(snapshot)
+    if not directory.has(layout.MANIFEST):
+        return None
+    try:
+        found = directory.read_optional(layout.RESULT, Result)
+    except ArtifactError:
+        return None
+    return found.status if found is not None else None

@@ -19,14 +19,14 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import AnyEvent, GenerationStop, Request, Result, layout
+from genrun.schemas import AnyEvent, GenerationStop, Request, Result, StartEvent, layout
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir, parse_progress_lines
 
-WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete"]
+WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete", "not_executing"]
 Liveness = Literal["alive", "gone", "unknown"]
 
 STALL_FACTOR = 3
@@ -35,6 +35,8 @@ RECENT_RECORDS = 8
 """Records the recent rate and the ETA fit look back over."""
 INCOMPLETE_EXIT = 4
 """Exit code of `watch` when the writer is gone and the snapshot was never sealed (the run's own codes are 0-3, 130, 143)."""
+NOT_EXECUTING_EXIT = 5
+"""Exit code of `watch` on a planned snapshot that no process is executing (nobody holds its execution lock)."""
 GROWTH_THRESHOLD = 0.05
 """Fit the growth of seconds-per-unit only when it grows by at least this fraction across the recent windows."""
 TERMINAL_EVENTS = ("end", "exception", "interrupted")
@@ -88,6 +90,28 @@ class WatchUpdate(BaseModel):
     """One line for a person."""
 
 
+class _Observed(TypedDict):
+    """The `WatchUpdate` fields read from the events, the same whatever the verdict (see `WatchUpdate` for each)."""
+
+    snapshot_id: str
+    unit: str
+    generated: int | None
+    planned_units: int | None
+    rows: int | None
+    records: int
+    last_event: str | None
+    window_units_per_s: float | None
+    recent_units_per_s: float | None
+    cumulative_units_per_s: float | None
+    rss_bytes: int | None
+    cuda_allocated_bytes: int | None
+    cuda_reserved_bytes: int | None
+    seconds_since_last_record: float | None
+    eta_s: float | None
+    eta_basis: str | None
+    stall_after_s: float
+
+
 class ProgressTail:
     """Reads only the complete lines appended to a snapshot's `progress.ndjson` since the previous call (a partial
     last line waits for its newline)."""
@@ -132,6 +156,23 @@ def writer_liveness(progress: Path) -> Liveness:
         return "gone"
     finally:
         os.close(fd)
+
+
+def execution_lock_held(snapshot: Path) -> bool | None:
+    """Whether a process holds the executor's flock on `frozen-sha256.txt` (taken before the weights load).
+
+    Read from /proc/locks rather than probed with a lock of our own: a probe, however short, could
+    make a starting `genrun execute` refuse as "already being executed". None where /proc/locks is absent.
+    """
+    try:
+        inode = str(os.stat(snapshot / layout.FROZEN_MANIFEST).st_ino)
+        device = os.stat(snapshot / layout.FROZEN_MANIFEST).st_dev
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    return any(len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == wanted for fields in (line.split() for line in lines))
 
 
 def default_stall_after(snapshot: Path) -> float:
@@ -200,13 +241,13 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     """
     now = now or datetime.now(timezone.utc)
     events = tail.events
-    start = next((e for e in events if e.event == "start"), None)
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     last = events[-1] if events else None
     unit = start.unit if start is not None else "token"
     planned = start.planned_units if start is not None else None
     since = _seconds_since(start, last, now)
     eta = estimate_eta(events, planned, unit)
-    common = dict(
+    common = _Observed(
         snapshot_id=snapshot.name, unit=unit, generated=last.generated if last else None, planned_units=planned,
         rows=start.rows if start is not None else None, records=len(events), last_event=last.event if last else None,
         window_units_per_s=getattr(_last_progress(events), "window_units_per_s", None), recent_units_per_s=eta.recent_rate,
@@ -219,18 +260,23 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
         return _sealed(snapshot, common)
     progress = snapshot / layout.PROGRESS
     if not progress.is_file():
+        if waited_s > stall_after and execution_lock_held(snapshot) is False:
+            return WatchUpdate(state="not_executing", stalled=False, writer="gone", exit_code=NOT_EXECUTING_EXIT,
+                               message=f"planned, not executing: no process holds its execution lock after {waited_s:.0f} s; "
+                                       f"run it with 'genrun execute {snapshot}', then watch again", **common)
         note = (f"; nothing after {waited_s:.0f} s: not executed yet, or still loading weights" if waited_s > stall_after else "")
         return WatchUpdate(state="waiting", stalled=False, writer="unknown", message=f"waiting for {layout.PROGRESS}{note}", **common)
-    ended = last is not None and last.event in TERMINAL_EVENTS
+    last_event = last.event if last is not None else None
+    ended = last_event in TERMINAL_EVENTS
     quiet = since if since is not None else waited_s
     stalled = quiet > stall_after
     writer = writer_liveness(progress) if stalled else "alive" if not ended else "unknown"
     if stalled and writer == "gone" and (stall_reported or ended):
-        why = f"'{last.event}' recorded but never sealed" if ended else f"no record for {quiet:.0f} s and no process writes it"
+        why = f"'{last_event}' recorded but never sealed" if ended else f"no record for {quiet:.0f} s and no process writes it"
         return WatchUpdate(state="incomplete", stalled=not ended, writer=writer, exit_code=INCOMPLETE_EXIT,
                            message=f"incomplete: the writer is gone ({why}); inspect with 'genrun report {snapshot}'", **common)
     if ended:
-        return WatchUpdate(state="running", stalled=False, writer=writer, message=f"'{last.event}' recorded; waiting for the seal", **common)
+        return WatchUpdate(state="running", stalled=False, writer=writer, message=f"'{last_event}' recorded; waiting for the seal", **common)
     if stalled:
         alive = {"alive": "its writer is still alive", "gone": "no process writes it any more"}.get(writer, "cannot tell whether its writer is alive")
         what = f"no progress record for {quiet:.0f} s" if events else f"no progress record yet after {quiet:.0f} s (loading weights?)"
@@ -239,7 +285,7 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     return WatchUpdate(state="running", stalled=False, writer=writer, message="", **common)
 
 
-def _sealed(snapshot: Path, common: dict) -> WatchUpdate:
+def _sealed(snapshot: Path, common: _Observed) -> WatchUpdate:
     files = SnapshotDir(snapshot)
     try:
         result = files.read(layout.RESULT, Result)
@@ -253,16 +299,19 @@ def _sealed(snapshot: Path, common: dict) -> WatchUpdate:
     except ArtifactError:
         pass  # damage is for 'genrun verify' to name; watch reports the run's status
     listed = ", ".join(reasons) or "no stop record"
+    observed = common.copy()
+    if observed["generated"] is None:
+        observed["generated"] = result.generated
     return WatchUpdate(state="sealed", stalled=False, writer="gone", status=result.status, exit_code=result.exit_code, stop_reasons=reasons,
                        message=f"sealed: {result.status} (exit {result.exit_code}), {result.generated} {result.unit}s; stopped by {listed}",
-                       **{**common, "generated": result.generated if common["generated"] is None else common["generated"]})
+                       **observed)
 
 
 def _last_progress(events: Sequence[AnyEvent]) -> AnyEvent | None:
     return next((e for e in reversed(events) if e.event in ("progress", "end")), None)
 
 
-def _seconds_since(start: AnyEvent | None, last: AnyEvent | None, now: datetime) -> float | None:
+def _seconds_since(start: StartEvent | None, last: AnyEvent | None, now: datetime) -> float | None:
     """Records carry `t` since the run's start; the start record carries its wall time."""
     if start is None or last is None:
         return None

@@ -34,11 +34,11 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from genrun.runner._io import write_model_atomic  # noqa: E402
-from genrun.runner.instrument import CaptureSession, classify_calls, instrument_generate  # noqa: E402
+from genrun.snapshot_dir import SnapshotDir  # noqa: E402
+from genrun.runner.backends.transformers.instrument import CaptureSession, classify_calls, instrument_generate  # noqa: E402
 from genrun.runner.backends import exception_info  # noqa: E402
 from genrun.runner.recorder import ProgressRecorder  # noqa: E402
-from genrun.runner.token_artifacts import summarise, write_token_ids, write_token_summary  # noqa: E402
+from genrun.runner.backends.transformers.token_artifacts import summarise, write_token_ids, write_token_summary  # noqa: E402
 
 PROMPT = "count down from 40 :"
 TARGETS = {"tiny": 0.95, "20m": 0.98}
@@ -88,11 +88,12 @@ def bare(model: Any, kwargs: dict[str, Any]) -> float:
 def instrumented(model: Any, tokenizer: Any, kwargs: dict[str, Any], every_units: int, workdir: Path) -> tuple[float, float]:
     """tokens/s of the instrumented generate call, and seconds spent writing token artifacts afterwards."""
     workdir.mkdir()
+    snapshot = SnapshotDir(workdir, writable=True)
     recorder = ProgressRecorder(workdir / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=every_units, every_seconds=30.0)
     session = CaptureSession(
         caller="request",
         on_step=recorder.step,
-        on_config=lambda call: write_model_atomic(workdir / "generation-config.before-generate.json", call.config),
+        on_config=lambda call: snapshot.write("generation-config.before-generate.json", call.config),
         on_call_start=lambda call: recorder.set_last_ids(call.stream.last_ids if call.stream else tuple),
     )
     recorder.start(kwargs["max_new_tokens"], 1)
@@ -104,8 +105,8 @@ def instrumented(model: Any, tokenizer: Any, kwargs: dict[str, Any], every_units
     recorder.mark_generation_end()
     after = time.perf_counter()
     rows = classify_calls(session.calls, tokenizer, exception_info)
-    write_token_ids(workdir, rows)
-    write_token_summary(workdir, summarise(rows, tokenizer, session.calls[0].prompt_length, (), None))
+    write_token_ids(snapshot, rows)
+    write_token_summary(snapshot, summarise(rows, tokenizer, session.calls[0].prompt_length, (), None))
     recorder.end()
     artifacts_s = time.perf_counter() - after
     generated = out.shape[1] - kwargs["input_ids"].shape[1]
@@ -139,8 +140,8 @@ def per_step_costs(steps: int = 20000) -> dict[str, float]:
     """µs per decoding step of each instrumented piece, timed in isolation on CPU tensors (robust to machine load)."""
     from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
-    from genrun.runner.instrument.criteria import RecordingCriteriaList
-    from genrun.runner.instrument.streamer import TeeStreamer
+    from genrun.runner.backends.transformers.instrument.criteria import RecordingCriteriaList
+    from genrun.runner.backends.transformers.instrument.streamer import TeeStreamer
 
     ids = torch.randint(3, 60, (1, 300))
     token = torch.tensor([5])

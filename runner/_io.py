@@ -6,7 +6,7 @@ Snapshot artifacts are written through `genrun.snapshot_dir.SnapshotDir.write` /
 import contextlib
 import errno
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 import orjson
@@ -69,18 +69,36 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Through a descriptor of `path`'s folder, resolved once: the temporary file is made, written and renamed inside
+    that folder even if the folder's name is swapped for a link meanwhile. (The folder's own path is followed: a store or
+    cache may be reached through a link, and `outputs/` is reached through the descriptor `OutputsDir` holds.)"""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        fd, tmp = _create_temporary(folder, path.name)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
+
+
+def _create_temporary(folder: int, name: str) -> tuple[int, str]:
+    """A new `.<name>.<random>.tmp` in the open folder (`mkstemp`, which takes no folder descriptor, done by hand)."""
+    for _ in range(100):
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temporary name for {name}")
 
 
 def write_model_atomic(path: Path, model: BaseModel) -> None:

@@ -22,8 +22,9 @@ from pydantic import BaseModel
 
 from genrun.schemas import Determinism, GenerationStop, Result, TokenBudget, layout
 from genrun.schemas.progress import Unit
+from genrun.snapshot_dir import SnapshotDir
 
-from ._io import release_space, reserve_space, write_model_atomic
+from ._io import release_space, reserve_space
 from ._locks import lock_holder, try_exclusive
 from .backends import Backend, ExecutionContext, LoadedModel, get_backend
 from .budget import resolve_device
@@ -34,6 +35,7 @@ from .frozen_plan import (FrozenPlan, VerifiedIdentity, load_context, load_froze
 from .interrupts import RunInterrupted, deferred, interrupt_gate
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
+from .outputs_dir import OutputsDir
 from .recorder import ProgressRecorder
 from .run_result import build_result, write_terminal_event
 from .run_template import RunRecord, interrupted_before_running, run_template
@@ -168,13 +170,17 @@ def _run_record_seal(
     """
     determinism: Determinism | None = None
     result_written = False
+    snapshot = SnapshotDir(snapshot_dir, writable=True)
+    outputs: OutputsDir | None = None
     try:
         try:
+            outputs = OutputsDir(snapshot_dir)
             ctx = ExecutionContext(
                 **vars(load_context(plan, device, snapshot_dir)),
                 snapshot_dir=snapshot_dir,
                 recorder=recorder,
                 planned_units=plan.budget.requested_units,
+                outputs=outputs,
             )
             with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
                 with deterministic_mode(plan.request, device) as determinism:
@@ -185,14 +191,14 @@ def _run_record_seal(
             _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, run)
         if determinism is None:
             determinism = capture_determinism(plan.request, device, strict=False)
-        write_model_atomic(snapshot_dir / layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
+        snapshot.write(layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
         for name, record in records.items():
-            write_model_atomic(snapshot_dir / name, record)
-        write_model_atomic(snapshot_dir / layout.STOP, GenerationStop(sequences=run.outcome.stops))
+            snapshot.write(name, record)
+        snapshot.write(layout.STOP, GenerationStop(sequences=run.outcome.stops))
         result = build_result(plan, identity, run, recorder.memory, time.monotonic() - origin, per_row=recorder.generated)
         if approval_note is not None:
             result = result.model_copy(update={"notes": (approval_note, *result.notes)})
-        write_model_atomic(snapshot_dir / layout.RESULT, result)
+        snapshot.write(layout.RESULT, result)
         result_written = True
         recorder.close()
         release_space(snapshot_dir)  # the reserve is not evidence: gone before the manifest lists the files
@@ -201,6 +207,8 @@ def _run_record_seal(
         raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
     finally:
         recorder.close()
+        if outputs is not None:
+            outputs.close()
     return result
 
 

@@ -6,13 +6,13 @@ froze (`FrozenMismatch` names what differs)."""
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-import orjson
+from pydantic import BaseModel
 
 from genrun.schemas import CodeIdentity, CodeSet, ModelIdentity, Request, TokenBudget, layout
-from genrun.schemas.digests import parse_sha256sum, plan_digest, render_sha256sum, sha256_bytes, sha256_file
-from genrun.schemas.layout import NewerFormat, newer_format_message, recorded_genrun_version
+from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+from genrun.snapshot_dir import ArtifactError, ArtifactNewer, ManifestDamaged, SnapshotDir
 
 from ._io import RESERVE_NAME
 from .backends import LoadContext
@@ -50,8 +50,9 @@ def verify_before_loading(snapshot_dir: Path) -> tuple[FrozenPlan, VerifiedIdent
 
 def refuse_executed(snapshot_dir: Path) -> None:
     """A snapshot runs once: its progress and result are evidence and are never overwritten."""
+    snapshot = SnapshotDir(snapshot_dir)
     for name in (layout.RESULT, layout.PROGRESS, layout.MANIFEST):
-        if (snapshot_dir / name).exists():
+        if snapshot.has(name):
             raise SnapshotError(
                 f"snapshot {snapshot_dir} was already executed ({name} exists); a snapshot runs once: "
                 "plan a new one with 'genrun plan REQUEST' or 'genrun run REQUEST'"
@@ -60,38 +61,42 @@ def refuse_executed(snapshot_dir: Path) -> None:
 
 def load_frozen(snapshot_dir: Path) -> FrozenPlan:
     """Parse the frozen files (a file that no longer parses is a changed plan)."""
-    models = ((layout.REQUEST, Request), (layout.CODE, CodeIdentity), (layout.MODEL, ModelIdentity), (layout.TOKEN_BUDGET, TokenBudget))
-    loaded = []
-    for name, model in models:
-        try:
-            loaded.append(model.model_validate_json((snapshot_dir / name).read_bytes()))
-        except NewerFormat as exc:
-            writer = exc.written_by or _planned_by(snapshot_dir)
-            raise SnapshotError(f"frozen file {name} in {snapshot_dir} was {newer_format_message(exc.version, writer)}") from None
-        except (OSError, ValueError) as exc:
-            raise FrozenMismatch(f"frozen file {name} in {snapshot_dir} cannot be read as planned ({exc}); plan the request again") from None
-    return FrozenPlan(*loaded)
+    snapshot = SnapshotDir(snapshot_dir)
+    return FrozenPlan(
+        _load_frozen_file(snapshot, layout.REQUEST, Request),
+        _load_frozen_file(snapshot, layout.CODE, CodeIdentity),
+        _load_frozen_file(snapshot, layout.MODEL, ModelIdentity),
+        _load_frozen_file(snapshot, layout.TOKEN_BUDGET, TokenBudget),
+    )
 
 
-def _planned_by(snapshot_dir: Path) -> str | None:
+_Frozen = TypeVar("_Frozen", bound=BaseModel)
+
+
+def _load_frozen_file(snapshot: SnapshotDir, name: str, model: type[_Frozen]) -> _Frozen:
     try:
-        return recorded_genrun_version(orjson.loads((snapshot_dir / layout.ENVIRONMENT).read_bytes()))
-    except (OSError, orjson.JSONDecodeError):
-        return None
+        return snapshot.read(name, model)
+    except ArtifactNewer as exc:  # its reason names the genrun that planned it (environment.json)
+        raise SnapshotError(f"frozen file {name} in {snapshot.path} was {exc.reason}") from None
+    except ArtifactError as exc:
+        raise FrozenMismatch(f"frozen file {name} in {snapshot.path} cannot be read as planned ({exc.reason}); plan the request again") from None
 
 
 def verify_plan_files(snapshot_dir: Path) -> str:
     """Recompute every `frozen-sha256.txt` entry; returns the plan digest."""
-    manifest = snapshot_dir / layout.FROZEN_MANIFEST
     try:
-        entries = parse_sha256sum(manifest.read_bytes())
-    except ValueError as exc:
-        raise FrozenMismatch(f"{manifest} is malformed ({exc}); the plan cannot be trusted: plan the request again") from None
-    current = {}
+        manifest = SnapshotDir(snapshot_dir).read_manifest(layout.FROZEN_MANIFEST)
+    except ManifestDamaged as exc:
+        raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} is malformed ({exc.reason}); the plan cannot be trusted: "
+                             "plan the request again") from None
+    entries = manifest.entries
+    current: dict[str, str] = {}  # the files that are there, for naming a changed one's digest
 
     def digest_of(rel: str) -> str | None:
         path = snapshot_dir / rel
-        current[rel] = sha256_file(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        current[rel] = sha256_file(path)
         return current[rel]
 
     sources = [p.name for p in snapshot_dir.iterdir() if layout.is_request_source(p.name)]
@@ -107,22 +112,23 @@ def verify_plan_files(snapshot_dir: Path) -> str:
             "a plan is never edited: plan the request again"
         )
     refuse_foreign_entries(snapshot_dir, entries)
-    return plan_digest(snapshot_dir)
+    return manifest.digest  # the plan digest, of the bytes checked above
 
 
 def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> None:
     """Nothing but the frozen files (and regular sign-off records in a real `signoffs/` directory) may be in a plan:
     a planted link (`outputs/` -> elsewhere) would make execute write, and the seal chmod, outside the store."""
-    from genrun.analysis import walk_entries
-
     signoffs = snapshot_dir / layout.SIGNOFFS_DIR
     if signoffs.is_symlink() or (signoffs.exists() and not signoffs.is_dir()):
         raise FrozenMismatch(f"{signoffs} is not a directory (a link?); a plan holds only its frozen files: remove it or plan again")
-    for rel, st in walk_entries(snapshot_dir):
+    for rel, st in SnapshotDir(snapshot_dir).entries():
         in_signoffs = rel.startswith(layout.SIGNOFFS_DIR + "/")
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "
                                  "remove it or plan again")
+        if st.st_nlink > 1 and not in_signoffs:
+            raise FrozenMismatch(f"{snapshot_dir / rel} has {st.st_nlink} hard links (the same file has another name, perhaps outside "
+                                 "the store, which the seal would make read-only): replace it by a copy or plan again")
         if rel not in (layout.FROZEN_MANIFEST, RESERVE_NAME) and rel not in frozen and not in_signoffs:
             raise FrozenMismatch(f"{snapshot_dir / rel} is not listed in {layout.FROZEN_MANIFEST}; a plan holds only its frozen files: "
                                  "remove it or plan again")

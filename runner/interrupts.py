@@ -40,6 +40,10 @@ class _GateState:
     """Process-wide state: signals are process-wide too."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to a fresh gate, in place (the one module-level instance is shared)."""
         self.installed = False
         self.armed = False
         self.fired: str | None = None
@@ -79,7 +83,7 @@ def interrupt_gate() -> Iterator[_GateState]:
         yield _state
         return
     previous = {sig: signal.getsignal(sig) for sig in _HANDLED}
-    _state.__init__()
+    _state.reset()
     _state.installed = True
     _state.armed = True
     for sig in _HANDLED:

@@ -10,6 +10,8 @@ under `snapshot/` (the disk reserve a killed run may leave, and files no registr
 Needs the optional extra: `pip install 'genrun[mlflow]'`.
 """
 
+import contextlib
+import logging
 import stat
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -19,6 +21,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from genrun.analysis import Snapshot, read_snapshot
+from genrun.schemas import StartEvent
 from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
 from genrun.snapshot_dir import SnapshotDir
 
@@ -51,17 +54,45 @@ class ExportedRun(NamedTuple):
     """Files uploaded."""
     skipped: tuple[str, ...] = ()
     """Files of the snapshot no artifact registry entry names (relative paths): not uploaded."""
+    artifact_uri: str = ""
+    """Where MLflow stored the uploaded files (the experiment's artifact location, then the run's folder)."""
 
 
 def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
-                     again: bool = False) -> ExportedRun:
-    """Create one MLflow run for the snapshot (refused when one exists for it, unless `again`)."""
+                     again: bool = False, artifact_location: str | None = None) -> ExportedRun:
+    """Create one MLflow run for the snapshot (refused when one exists for it, unless `again`).
+
+    `artifact_location` is where a *new* experiment stores its files (MLflow's default is `./mlruns`
+    in the current directory); MLflow fixes it when the experiment is created.
+    """
     try:
         import mlflow
-        from mlflow.entities import Metric, Param, RunTag
+        import mlflow.entities  # noqa: F401 (the whole client is needed; a partial install fails here, with the fix)
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise ExportError(MLFLOW_MISSING) from None
+    with _mlflow_info_quieted():
+        return _export(mlflow, MlflowClient, snapshot_dir, tracking_uri, experiment, again, artifact_location)
+
+
+@contextlib.contextmanager
+def _mlflow_info_quieted() -> Iterator[None]:
+    """MLflow and its database migrations log INFO lines ("Creating initial MLflow database tables") through their own
+    handlers; an export reports in one line of its own, so only their warnings and errors get through."""
+    loggers = [logging.getLogger(name) for name in ("mlflow", "alembic")]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, saved):
+            lg.setLevel(level)
+
+
+def _export(mlflow: Any, client_class: Any, snapshot_dir: str | Path, tracking_uri: str | None, experiment: str, again: bool,
+            artifact_location: str | None) -> ExportedRun:
+    from mlflow.entities import Metric, Param
     from genrun.analysis import SnapshotNotFound
 
     try:
@@ -71,8 +102,8 @@ def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, 
     if snap.progress is None or not snap.progress.events:
         raise ExportError(f"{snap.path} has no progress records (planned, never executed): run 'genrun execute {snap.path}' first")
     uri = tracking_uri or mlflow.get_tracking_uri()
-    client = MlflowClient(tracking_uri=uri)
-    experiment_id = _experiment_id(client, experiment)
+    client = client_class(tracking_uri=uri)
+    experiment_id = _experiment_id(client, experiment, artifact_location)
     if not again:
         existing = client.search_runs([experiment_id], filter_string=f"tags.`{TAG_PREFIX}snapshot_id` = '{snap.id}'", max_results=1)
         if existing:
@@ -97,7 +128,7 @@ def export_to_mlflow(snapshot_dir: str | Path, tracking_uri: str | None = None, 
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id, status=_mlflow_status(snap), end_time=end_ms)
-    return ExportedRun(run_id, experiment_id, uri, len(params), len(metrics), len(uploads), tuple(skipped))
+    return ExportedRun(run_id, experiment_id, uri, len(params), len(metrics), len(uploads), tuple(skipped), run.info.artifact_uri)
 
 
 def artifact_files(snapshot_dir: Path) -> tuple[list[str], list[str]]:
@@ -172,21 +203,35 @@ def metrics_of(snap: Snapshot, start_ms: int, end_ms: int) -> Iterator[tuple[str
 
 def _run_times(snap: Snapshot) -> tuple[int, int]:
     """Start and end of the run in ms since the epoch, from the start record's wall time and the last record's `t`."""
-    events = snap.progress.events
-    start = next((e for e in events if e.event == "start"), None)
+    events = snap.progress.events if snap.progress is not None else ()
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     if start is None:
         raise ExportError(f"{snap.path}: progress.ndjson has no 'start' record, so the run's times are unknown; check with 'genrun verify'")
     start_ms = round(datetime.fromisoformat(start.wall_time).timestamp() * 1000)
     return start_ms, start_ms + round((events[-1].t - start.t) * 1000)
 
 
-def _experiment_id(client: Any, name: str) -> str:
+def _experiment_id(client: Any, name: str, artifact_location: str | None) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage != "active":
             raise ExportError(f"MLflow experiment '{name}' is deleted; restore it in MLflow or pass --experiment with another name")
+        if artifact_location is not None and _same_location(found.artifact_location, artifact_location) is False:
+            raise ExportError(f"--artifact-location {artifact_location}: MLflow experiment '{name}' already stores its artifacts at "
+                              f"{found.artifact_location} (fixed when it was created); pass --experiment with a new name to use another place")
         return found.experiment_id
-    return client.create_experiment(name)
+    return client.create_experiment(name, artifact_location=_location_uri(artifact_location))
+
+
+def _location_uri(location: str | None) -> str | None:
+    """A plain path becomes an absolute file: URI (MLflow would resolve a relative one against its own working directory)."""
+    if location is None or "://" in location or location.startswith("file:"):
+        return location
+    return Path(location).expanduser().absolute().as_uri()
+
+
+def _same_location(existing: str, wanted: str) -> bool:
+    return existing.rstrip("/") == (_location_uri(wanted) or "").rstrip("/")
 
 
 def _mlflow_status(snap: Snapshot) -> str:

@@ -69,7 +69,7 @@ def resolve_model_dir(spec: ModelSpec, base_dir: Path) -> ResolvedModel:
     given = Path(spec.path).expanduser()
     if len(os.fsencode(spec.path)) > os.pathconf("/", "PC_PATH_MAX") or any(len(os.fsencode(part)) > os.pathconf("/", "PC_NAME_MAX") for part in given.parts):
         raise RequestError(f"[model] path {spec.path[:60]!r}… is longer than this filesystem allows for a path; give the model's directory")
-    candidates = [given] if given.is_absolute() else [Path(base_dir) / given, Path.cwd() / given]
+    candidates = [given] if given.is_absolute() else list(dict.fromkeys([Path(base_dir) / given, Path.cwd() / given]))  # once if the same
     for candidate in candidates:
         if candidate.is_dir():
             if spec.revision is not None:
@@ -83,23 +83,31 @@ def resolve_model_dir(spec: ModelSpec, base_dir: Path) -> ResolvedModel:
                 f"[model] path {spec.path!r} is a file, not a directory (resolved to {candidate.resolve()}); "
                 "give the directory that holds config.json"
             )
-    if _HUB_ID.fullmatch(spec.path) and ".." not in spec.path and "--" not in spec.path:
-        return _resolve_hub_id(spec.path, spec.revision)
     looked = candidates[0].absolute()
     also = f"; also looked in {candidates[1].absolute()}" if len(candidates) > 1 else ""
+    local_parent = next((c.parent for c in candidates if len(given.parts) > 1 and c.parent.is_dir()), None)
+    if local_parent is not None:  # `models/tiny-lm` where ./models exists: a mistyped local path, not a hub id to download
+        present = sorted(p.name for p in local_parent.iterdir() if p.is_dir())
+        shown = ", ".join(present[:10]) + (f" and {len(present) - 10} more" if len(present) > 10 else "")
+        raise RequestError(
+            f"[model] path {spec.path!r} does not exist (resolved to {looked}{also}); {local_parent.absolute()} exists "
+            f"and holds: {shown or 'no directories'}; check the spelling, and give the directory that holds config.json"
+        )
+    if _HUB_ID.fullmatch(spec.path) and ".." not in spec.path and "--" not in spec.path:
+        return _resolve_hub_id(spec.path, spec.revision, f"resolved to {looked}{also}")
     raise RequestError(
         f"[model] path {spec.path!r} does not exist (resolved to {looked}{also}); give the directory that holds config.json"
     )
 
 
-def _resolve_hub_id(hub_id: str, revision: str | None) -> ResolvedModel:
+def _resolve_hub_id(hub_id: str, revision: str | None, local_tried: str) -> ResolvedModel:
     """`org/name` at `revision` -> `snapshots/<commit>` of the local HF cache, offline."""
     cache = hf_hub_cache_dir()
     repo = cache / ("models--" + hub_id.replace("/", "--"))
     if not repo.is_dir():
         raise RequestError(
-            f"[model] path {hub_id!r} is neither a local directory nor in the local Hugging Face cache "
-            f"(looked in {repo}); genrun never downloads: fetch it first with `hf download {hub_id}` "
+            f"[model] path {hub_id!r} is not a local directory ({local_tried}) nor in the local Hugging Face cache "
+            f"(looked in {repo}); genrun never downloads: if it is a hub id, fetch it first with `hf download {hub_id}`, "
             "or give a local directory"
         )
     wanted = revision or "main"

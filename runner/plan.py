@@ -17,7 +17,8 @@ from genrun.snapshot_dir import SnapshotDir
 from . import _hash_cache
 from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
-from .code_identity import code_refs, identify_code
+from .backends.entrypoint import user_import_paths
+from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, resolve_model_dir
@@ -72,13 +73,16 @@ def prepare_plan(
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     processor = identify_processor(request.model, base_dir)
-    backend.validate_request(with_processor_path(request, processor), resolved.path, context)
+    with user_import_paths([base_dir]):  # a backend's user code (a loop, its budget) is imported beside the request
+        backend.validate_request(with_processor_path(request, processor), resolved.path, context)
     input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
+    user_code += [CodeRef(field, value) for field, value in getattr(backend, "user_code", lambda _request: ())(request)]
     code = identify_code(user_code, [base_dir], resolved.path, genrun_code=context.genrun_code())
     model = identify_model(request.model, base_dir).model_copy(update={"processor": processor})
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
-    budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
+    with user_import_paths([base_dir]):
+        budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
     declaration = declaration_of(backend, request)
     environment = context.environment()

@@ -9,7 +9,7 @@ plan-time methods (`validate_request`, `estimate_budget`) receive it and cache t
 
 Values are computed at most once per key, also when several threads ask at the same time; a
 computation that raises is never cached (the next caller computes again). `cached` hands out the
-shared value: a caller that may mutate it copies it (`backends/_checkpoint_config.py` does).
+shared value: a caller that may mutate it copies it (`backends/transformers/_checkpoint_config.py` does).
 """
 
 import threading

@@ -55,9 +55,37 @@ def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
     except layout.RequestSourceError as exc:
         raise RequestError(str(exc)) from None
     try:
-        return Request.model_validate(data)
+        request = Request.model_validate(data)
     except ValidationError as exc:
         raise RequestError(format_validation_error(exc, where)) from None
+    from .backends import refuse_generation
+
+    try:
+        refuse_generation(length_limit_problems(request.generation))
+    except RequestError as exc:  # name where it came from, as a validation error does (a sweep's item and dataset line)
+        raise RequestError(f"{where}: {exc}") from None
+    return request
+
+
+LENGTH_LIMIT_KEYS = ("max_new_tokens", "max_length")
+"""The `[generation]` limits the core itself reads (the pre-flight budget): whole numbers of at least 1 for every backend."""
+
+
+def length_limit_problems(generation: dict[str, Any]) -> list[str]:
+    """What the request alone shows wrong about its length limits, found before any backend (or torch) is imported.
+
+    A refusal costs a fraction of a second this way instead of the seconds a model library takes to import.
+    """
+    problems = []
+    for key in LENGTH_LIMIT_KEYS:
+        value = generation.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"[generation] {key} = {value!r} must be an integer, e.g. {key} = 256")
+        elif value < 1:
+            problems.append(f"[generation] {key} = {value!r} must be at least 1")
+    return problems
 
 
 def _format_of(path: Path) -> str:

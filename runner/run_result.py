@@ -1,7 +1,7 @@
 """`result.json` from a finished run: status and exit code from how the run ended, timings, rates, peaks, identities,
 and the note of signals that arrived after generation ended; and the terminal progress event that agrees with it."""
 
-from genrun.schemas import ExecutionIdentity, PeakMemory, Result, Timings
+from genrun.schemas import ExecutionIdentity, PeakMemory, Result, RunStatus, Timings
 
 from .frozen_plan import FrozenPlan, VerifiedIdentity
 from .interrupts import EXIT_CODES, later_signals
@@ -28,6 +28,7 @@ def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord
 
     `per_row` is the furthest row's unit count as progress.ndjson counts it.
     """
+    status: RunStatus
     if record.signal is not None:
         status, exit_code = "interrupted", EXIT_CODES.get(record.signal, 130)
     elif record.exception is not None:

@@ -46,7 +46,7 @@ def new_snapshot_id(name: str, now: datetime | None = None) -> str:
 
 def describe_os_error(exc: OSError, where: Path) -> str:
     """A message that says what is wrong with the store and what to do."""
-    reasons = {
+    reasons: dict[int | None, str] = {  # `errno` is None for an OSError raised without one
         errno.ENOSPC: "the filesystem is full; free space or choose another store with --store",
         errno.EDQUOT: "the disk quota is exhausted; free space or choose another store with --store",
         errno.EROFS: "the filesystem is read-only; choose a writable store with --store or GENRUN_STORE",
@@ -196,11 +196,16 @@ def seal_snapshot(snapshot_dir: Path) -> str:
 
 
 def _make_read_only(path: Path) -> None:
-    """chmod 0444 through a descriptor opened without following a link: only a regular file is changed."""
+    """chmod 0444 through a descriptor opened without following a link: only a regular file with no other name is changed
+    (a hard link's other name may be outside the store, and a chmod through it would change a file genrun does not own)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise SnapshotError(f"{path} is not a regular file; a snapshot holds regular files only: remove it")
+        if st.st_nlink > 1:
+            raise SnapshotError(f"{path} has {st.st_nlink} hard links (the same file has another name, perhaps outside the store); "
+                                "the seal never changes such a file: replace it by a copy or plan again")
         os.fchmod(fd, READ_ONLY)
     finally:
         os.close(fd)

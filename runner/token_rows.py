@@ -3,12 +3,10 @@ instrumentation: the same files the built-in language-model backend writes. torc
 writing, so `genrun.backends` imports without them."""
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
-
-from ._io import write_bytes_atomic, write_model_atomic
+from genrun.snapshot_dir import SnapshotDir
 
 
 class TokenRow(NamedTuple):
@@ -24,33 +22,43 @@ class TokenRow(NamedTuple):
     """Outermost call the row belongs to."""
 
 
-def save_token_rows(snapshot_dir: Path, rows: Sequence[TokenRow], tokenizer: Any, *, prompt_length: int | None,
+def save_token_rows(snapshot: SnapshotDir, rows: Sequence[TokenRow], tokenizer: Any, *, prompt_length: int | None,
                     eos_token_ids: tuple[int, ...], pad_token_id: int | None) -> tuple[str, ...]:
     """`generated-token-ids.safetensors` (int64 per row), `generated-token-ids.json` (last ids, EOS positions, both decodes)
     and `outputs/sequence_<i>.txt`; returns the output names (relative to `outputs/`)."""
     import safetensors.torch
     import torch
 
-    from .token_artifacts import decode, write_sequence_texts
-
     tensors = {layout.sequence_name(r.row): torch.tensor(list(r.ids), dtype=torch.int64) for r in rows}
-    write_bytes_atomic(snapshot_dir / layout.TOKEN_IDS, safetensors.torch.save(tensors))
+    snapshot.write_bytes(layout.TOKEN_IDS, safetensors.torch.save(tensors))
     sequences = []
     for r in rows:
         ids, eos = list(r.ids), set(r.eos_token_ids)
         sequences.append(TokenSequenceSummary(
             index=r.row, call_index=r.call_index, count=len(ids), last_ids=tuple(ids[-layout.LAST_IDS_KEPT:]),
             eos_positions=tuple(i for i, t in enumerate(ids) if t in eos),
-            text=decode(tokenizer, ids, skip_special_tokens=True), text_with_special=decode(tokenizer, ids, skip_special_tokens=False)))
+            text=_decode(tokenizer, ids, skip_special_tokens=True), text_with_special=_decode(tokenizer, ids, skip_special_tokens=False)))
     summary = GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
                                 sequences=tuple(sequences))
-    write_model_atomic(snapshot_dir / layout.TOKEN_IDS_SUMMARY, summary)
-    (snapshot_dir / "outputs").mkdir(exist_ok=True)
-    return write_sequence_texts(snapshot_dir / "outputs", summary)
+    snapshot.write(layout.TOKEN_IDS_SUMMARY, summary)
+    written = []
+    for seq in summary.sequences:
+        if seq.text is not None:
+            snapshot.write_bytes(layout.sequence_text_path(seq.index), seq.text.encode())
+            written.append(layout.sequence_text_name(seq.index))
+    return tuple(written)
 
 
-def save_prompt_ids(snapshot_dir: Path, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
+def save_prompt_ids(snapshot: SnapshotDir, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
     """`prompt-token-ids.safetensors`: `prompt_<row>` int64 [prompt_tokens] per row, as the backend tokenised them."""
-    from .token_artifacts import write_prompt_token_ids
+    import safetensors.torch
+    import torch
 
-    write_prompt_token_ids(snapshot_dir, rows)
+    tensors = {f"prompt_{row}": torch.tensor(list(ids), dtype=torch.int64) for row, ids in rows}
+    snapshot.write_bytes(layout.PROMPT_TOKEN_IDS, safetensors.torch.save(tensors))
+
+
+def _decode(tokenizer: Any, ids: list[int], *, skip_special_tokens: bool) -> str | None:
+    """`tokenizer.decode`; `None` when there is no tokenizer."""
+    fn = getattr(tokenizer, "decode", None)
+    return None if fn is None else fn(ids, skip_special_tokens=skip_special_tokens)

@@ -32,6 +32,7 @@ from .request import Request
 from .result import Result
 from .signoff import Signoff
 from .stop import GenerationStop
+from .stages import AnyStageEvent, LoopCall, StageIds, Stages
 from .sweep import ItemAttempt, SweepFile, SweepPlan, SweepResult, WorkerModel
 from .token_ids import GeneratedTokenIds
 
@@ -138,6 +139,8 @@ def _json(name: str, phase: layout.Phase, model: Any, written_by: tuple[str, ...
 
 
 _ALL = (EVERY_RUN,)
+STAGED_RUNS = "staged runs"  # a backend declaring the `stages` evidence kind (the `loop` backend)
+_STAGED = (STAGED_RUNS,)
 _TRANSFORMERS = ("transformers",)
 _SIGNOFFS = (  # appended to a sealed run or sweep alike, outside its manifest
     ArtifactSpec(f"{layout.SIGNOFFS_DIR}/*.json", "sign-off", "Append-only decisions bound to the plan or snapshot digest.",
@@ -156,8 +159,9 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     _json(layout.TOKEN_BUDGET, "plan", TokenBudget, _ALL,
           "What the run may need (units, context, memory) and whether it fits, before loading weights."),
     _json(layout.BACKEND, "plan", BackendDeclaration, _ALL,
-          "The backend (name, distribution, version), its unit, the evidence kinds it provides, and the JSON Schema of its "
-          "call-config and stop-evidence models (absent before format 3: derived from what the snapshot recorded)."),
+          "The backend (name, distribution, version), its unit, the evidence kinds it provides, and its call-config and "
+          "stop-evidence models (a third party's with their JSON Schema; absent before format 3: derived from what the snapshot "
+          "recorded)."),
     _json(layout.INPUT_FILES, "plan", InputFiles, (MEDIA_REQUESTS,),
           "Each `[input] audio` / `images` file's path, size, sha256 and decoded facts."),
     ArtifactSpec(f"{layout.INPUTS_DIR}/", "plan", "The media files themselves, `<row>-<kind>-<name>` (absent with `[input] copy = false`).",
@@ -189,6 +193,13 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
           "Each outermost generate call's path and evidence level, the instrumentation's self-check, and calls that were not the run's."),
     _json(layout.WORKER_MODEL, "execute", WorkerModel, (SWEEP_ITEMS,),
           "The sweep worker that ran the item and whether it reused its already loaded model."),
+    _json(layout.LOOP_CALL, "execute", LoopCall, ("loop",), "The loop genrun called (`[loop] callable`, kwargs, budget) and the "
+          "configuration it gave `rec.config` before its first unit."),
+    ArtifactSpec(layout.STAGE_PROGRESS, "execute", "Append-only per-stage events (start, progress, end), each with per-row unit and id counts.",
+                 _STAGED, "ndjson", AnyStageEvent, schema="stage-progress-event"),
+    _json(layout.STAGE_IDS, "execute", StageIds, _STAGED, "The ids each stage emitted, one list per row."),
+    _json(layout.STAGES, "execute", Stages, _STAGED,
+          "Each stage as it ended: unit, rows, units and ids per row, units consumed from its source stage, seconds, memory."),
     _json(layout.DETERMINISM, "execute", Determinism, _ALL, "What bit-for-bit reproduction depends on, as it was during generation."),
     _json(layout.STOP, "execute", GenerationStop, _ALL, "Why each row stopped (the stop vocabulary), with evidence typed per reason."),
     _json(layout.RESULT, "execute", Result, _ALL, "How the run ended, timings, memory peaks; written after every other execution file."),

@@ -2,7 +2,7 @@
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from . import layout
@@ -26,9 +26,15 @@ def render_sha256sum(entries: Iterable[tuple[str, str]]) -> bytes:
 
 
 def parse_sha256sum(data: bytes) -> dict[str, str]:
-    """`sha256sum` text -> {relative_path: hex}; raises ValueError naming the first malformed line."""
+    """`sha256sum` text -> {relative_path: hex}; raises ValueError naming the first malformed line.
+
+    Lines end at `\n` only, as `sha256sum -c` reads them: a VT, FF, CR or U+2028 put in place of a newline stays
+    inside its line (`str.splitlines` would have split there and read two good lines out of an altered file).
+    That the bytes are exactly what the sealer wrote is `canonical_sha256sum_problem`'s question."""
     entries: dict[str, str] = {}
-    for number, line in enumerate(data.decode().splitlines(), start=1):
+    text = data.decode()
+    lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
+    for number, line in enumerate(lines, start=1):
         digest, sep, path = line.partition("  ")
         if not sep or not _SHA256_HEX.fullmatch(digest) or not path:
             raise ValueError(f"line {number} is not '<64 hex digits>  <path>': {line!r}")
@@ -38,6 +44,17 @@ def parse_sha256sum(data: bytes) -> dict[str, str]:
             raise ValueError(f"line {number} lists {path!r} a second time")
         entries[path] = digest
     return entries
+
+
+def canonical_sha256sum_problem(entries: Mapping[str, str], digest: str) -> str | None:
+    """Why a sha256sum file whose entries parsed as `entries` and whose bytes hash to `digest` is not the text
+    `render_sha256sum` writes for them (reordered lines, CRLF, no final newline, ...); `None` when it is.
+
+    The file's own sha256 is a digest sign-offs bind to, so the same entries in other bytes are an altered file."""
+    if sha256_bytes(render_sha256sum(entries.items())) == digest:
+        return None
+    return ("its bytes are not those the sealer writes for its entries (one '<sha256>  <path>\\n' line per file, sorted by "
+            "path, each ending in a newline): it was rewritten after it was made")
 
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")

@@ -29,7 +29,7 @@ from .stop import StopEvidence, StopReason
 from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
 from .stop_tokens import TOKEN_STOP_EVIDENCE
 
-EvidenceKind = Literal["call_config", "stop_records", "token_ids", "generation_config", "generation_calls", "diffusion_steps"]
+EvidenceKind = Literal["call_config", "stop_records", "token_ids", "generation_config", "generation_calls", "diffusion_steps", "stages"]
 
 EVIDENCE_KIND_MEANING: Mapping[str, str] = MappingProxyType({
     "call_config": "the declared call-config artifact, written before the first unit (checked against its recorded schema)",
@@ -41,6 +41,9 @@ EVIDENCE_KIND_MEANING: Mapping[str, str] = MappingProxyType({
     "generation_calls": "`generation-calls.json`: each generate call's path and evidence level",
     "diffusion_steps": "each row's evidence carries `steps` (done / planned) and the call config is a pipeline call "
                        "(`pipeline-call.before-call.json`): steps are checked across stop file, progress and result",
+    "stages": "`stages.json`, `stage-ids.json` and `stage-progress.ndjson`: ids agree with each stage's counts per row, `eos` and "
+              "`max_new_tokens` claims (the stop record's `stage`) are checked against the ids, a consuming stage's reads against "
+              "its source, and a row without a stop is named",
 })
 """Evidence kind -> what a backend that declares it provides, and what analysis checks."""
 
@@ -53,11 +56,13 @@ def qualified_name(obj: type) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
-def stop_evidence_adapter(models: tuple[type[StopEvidence], ...]) -> TypeAdapter[Any]:
+@lru_cache(maxsize=32)
+def stop_evidence_adapter(models: tuple[type[BaseModel], ...]) -> TypeAdapter[Any]:
     """One adapter for a backend's stop-evidence models, tagged by `reason`."""
     if len(models) == 1:
         return TypeAdapter(models[0])
-    return TypeAdapter(Annotated[Union[models], Field(discriminator="reason")])  # noqa: UP007 (a runtime tuple of types)
+    # A union built at run time from a tuple of types has no static type form: mypy cannot check it.
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="reason")])  # type: ignore[arg-type]  # noqa: UP007 (a runtime tuple of types)
 
 
 def _reason_of(model: type[StopEvidence]) -> StopReason:
@@ -75,8 +80,9 @@ class CallConfigArtifact(Strict):
     """File name in the snapshot, e.g. `generation-config.before-generate.json`."""
     model: str
     """The pydantic model it is written with (`module:QualName`)."""
-    json_schema: dict[str, Any]
-    """That model's JSON Schema: readers validate the file with it, without the backend's code."""
+    json_schema: dict[str, Any] | None
+    """That model's JSON Schema, so readers validate the file without the backend's code; `None` when the model is
+    genrun's own (`genrun.schemas`: readers validate with it, older formats migrated, and every snapshot stays small)."""
 
 
 class BackendDeclaration(Versioned):
@@ -98,8 +104,8 @@ class BackendDeclaration(Versioned):
     """Reasons the backend's stop records may carry (one evidence model each)."""
     stop_evidence_models: tuple[str, ...]
     """The stop-evidence models (`module:QualName`), one per reason."""
-    stop_evidence_schema: dict[str, Any]
-    """JSON Schema of a row's `evidence` (the models, tagged by `reason`)."""
+    stop_evidence_schema: dict[str, Any] | None
+    """JSON Schema of a row's `evidence` (the models, tagged by `reason`); `None` when every model is genrun's own."""
     derived: bool = False
     """True only in memory, for a snapshot older than `backend.json` (format 1 or 2): derived from what it recorded."""
 
@@ -145,14 +151,21 @@ class EvidenceDeclaration:
         """The `backend.json` of one planned snapshot."""
         call_config = None
         if self.call_config_name is not None and self.call_config_model is not None:
-            call_config = CallConfigArtifact(name=self.call_config_name, model=qualified_name(self.call_config_model),
-                                             json_schema=self.call_config_model.model_json_schema())
+            model = self.call_config_model
+            call_config = CallConfigArtifact(name=self.call_config_name, model=qualified_name(model),
+                                             json_schema=None if _is_genrun_model(model) else model.model_json_schema())
+        own_stops = all(_is_genrun_model(m) for m in self.stop_evidence)
         return BackendDeclaration(
             backend=backend, distribution=distribution, distribution_version=distribution_version, unit=unit,
             evidence=self.kinds, call_config=call_config, stop_reasons=self.stop_reasons,
             stop_evidence_models=tuple(qualified_name(m) for m in self.stop_evidence),
-            stop_evidence_schema=stop_evidence_adapter(self.stop_evidence).json_schema(),
+            stop_evidence_schema=None if own_stops else stop_evidence_adapter(self.stop_evidence).json_schema(),
         )
+
+
+def _is_genrun_model(model: type) -> bool:
+    """A model of genrun's own format (`genrun.schemas`), which every reader has."""
+    return model.__module__.startswith("genrun.schemas.")
 
 
 # -- the built-in families (their backends declare these; older snapshots are derived from them) ---------------------
@@ -183,3 +196,8 @@ def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None)
     family = DIFFUSION_EVIDENCE if unit == "step" else TOKEN_EVIDENCE
     declared = family.record(backend=backend, unit=unit, distribution="genrun", distribution_version=genrun_version)
     return declared.model_copy(update={"derived": True})
+
+
+_GENRUN_MODELS: tuple[type[BaseModel], ...] = (GenerationConfigBeforeGenerate, PipelineCallBeforeCall, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
+GENRUN_EVIDENCE_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType({qualified_name(m): m for m in _GENRUN_MODELS})
+"""`module:QualName` -> genrun's own call-config and stop-evidence models, by the names `backend.json` records (part of the format)."""

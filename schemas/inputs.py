@@ -9,6 +9,8 @@ MediaKind = Literal["audio", "image"]
 TruncationUnit = Literal["tokens", "samples", "seconds", "pixels"]
 TruncationSide = Literal["left", "right", "both"]
 """`both`: equally from both ends (an image center crop: top and bottom rows, left and right columns)."""
+Architecture = Literal["decoder_only", "encoder_decoder"]
+"""Decoder-only (the prompt shares the context with the output) or encoder-decoder."""
 
 
 class AudioFacts(Strict):
@@ -168,7 +170,7 @@ class InputPreparation(Strict):
 
     schema_version: Literal[1] = 1
     """Version of this file's layout."""
-    architecture: Literal["decoder_only", "encoder_decoder"]
+    architecture: Architecture
     """Decoder-only (the prompt shares the context with the output) or encoder-decoder."""
     length_counts: str
     """What generate's `max_length` / `max_new_tokens` count, e.g. `decoder tokens (the encoder input is not counted)`."""

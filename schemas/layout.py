@@ -40,6 +40,10 @@ TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
 GENERATION_CALLS = "generation-calls.json"  # transformers backend: path and evidence level of each generate call
 RESULT = "result.json"
+LOOP_CALL = "loop-call.json"  # loop backend: the loop called and the configuration it froze before its first unit
+STAGES = "stages.json"  # `stages` evidence: each stage of a staged run (unit, rows, counts, consumption, time, memory)
+STAGE_IDS = "stage-ids.json"  # `stages` evidence: the ids each stage emitted, per row
+STAGE_PROGRESS = "stage-progress.ndjson"  # `stages` evidence: append-only start / progress / end per stage
 DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
 OUTPUTS_DIR = "outputs"
 
@@ -77,7 +81,7 @@ Phase = Literal["plan", "execute", "seal", "sign-off"]
 Every file with its phase, model, meaning and writers is listed once, in `genrun.schemas.artifacts`."""
 
 
-_SEQUENCE = re.compile(r"^sequence_(\d+)$")
+_SEQUENCE = re.compile(r"^sequence_(0|[1-9][0-9]{0,17})$")  # a row index: at most 18 digits (int64), never a 5000-digit key
 _EXTRA_GENERATION_CONFIG = re.compile(r"^generation-config\.before-generate\.(\d+)\.json$")
 
 

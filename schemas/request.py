@@ -7,9 +7,9 @@ so the table is typed as plain JSON values here and what the runner accepted is 
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from ._base import Strict
+from ._base import FiniteFloat, Strict
 from .inputs import MediaKind
 
 BackendName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][\w.-]*$")]
@@ -34,7 +34,7 @@ class ModelSpec(Strict):
     """Weight dtype; `auto` keeps what the checkpoint declares."""
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
     """`auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`."""
-    trust_remote_code: bool = False
+    trust_remote_code: bool = Field(default=False, strict=True)
     """Allow the checkpoint's own Python code (it is hashed into `code.json`)."""
     loader: str | None = Field(default=None, pattern=_CALLABLE_PATTERN)
     """`module:function` called as `fn(path, dtype, device, **loader_kwargs)` -> `(model, tokenizer_or_processor)`."""
@@ -76,7 +76,7 @@ class InputSpec(Strict):
     """Audio file(s) (WAV, FLAC, OGG, ... anything libsndfile decodes): one batch row each; a single string is one row."""
     images: str | tuple[str, ...] | None = Field(default=None, min_length=1)
     """Image file(s) (anything Pillow opens): one batch row each; a single string is one row."""
-    copy_files: bool = Field(default=True, alias="copy")
+    copy_files: bool = Field(default=True, alias="copy", strict=True)
     """`copy` in the request: copy media files into the snapshot (`inputs/`); `false` freezes only path, size and sha256 (for inputs too
     large to copy) and `execute` re-hashes the file before use, refusing a changed one."""
     processor_kwargs: dict[str, Any] = {}
@@ -149,24 +149,24 @@ class EntrypointSpec(Strict):
 class ProgressSpec(Strict):
     """`[progress]`: how often a `progress` record is appended."""
 
-    every_units: int = Field(default=256, ge=1)
+    every_units: int = Field(default=256, ge=1, strict=True)
     """A record every this many generated units (tokens, frames or steps)."""
-    every_seconds: float = Field(default=30.0, gt=0)
+    every_seconds: float = Field(default=30.0, gt=0, strict=True, allow_inf_nan=False)
     """...or every this many seconds, whichever comes first."""
 
 
 class BudgetSpec(Strict):
     """`[budget]`: optional domain hints for the pre-flight estimate."""
 
-    input_seconds: float | None = Field(default=None, gt=0)
+    input_seconds: FiniteFloat | None = Field(default=None, gt=0)
     """Duration of the input media (e.g. audio to transcribe), in seconds."""
-    units_per_input_second: float | None = Field(default=None, gt=0)
+    units_per_input_second: FiniteFloat | None = Field(default=None, gt=0)
     """Observed output density: units produced per second of input."""
-    conservative_units_per_input_second: float | None = Field(default=None, gt=0)
+    conservative_units_per_input_second: FiniteFloat | None = Field(default=None, gt=0)
     """A pessimistic density used for the conservative estimate."""
-    rows_per_request: int = Field(default=1, ge=1)
+    rows_per_request: int = Field(default=1, ge=1, strict=True)
     """Decoded rows per prompt besides return sequences, e.g. 2 for classifier-free guidance pairs."""
-    memory_margin_fraction: float = Field(default=0.10, ge=0, lt=1)
+    memory_margin_fraction: float = Field(default=0.10, ge=0, lt=1, strict=True, allow_inf_nan=False)
     """Fraction of device memory kept free as a safety margin in the memory pre-flight."""
 
 
@@ -175,19 +175,19 @@ class UnitsSpec(Strict):
 
     name: UnitName = "token"
     """`token`, or `frame` for media models that emit frames at a fixed rate."""
-    per_second: float | None = Field(default=None, gt=0)
+    per_second: FiniteFloat | None = Field(default=None, gt=0)
     """Frames per second of output: required for `frame` unless the backend reads the rate from the model (MusicGen's
     audio codec), and then it must agree with it."""
-    requested_seconds: float | None = Field(default=None, gt=0)
+    requested_seconds: FiniteFloat | None = Field(default=None, gt=0)
     """Requested output duration; produced duration is compared against it."""
-    tokens_per_frame: int = Field(default=1, ge=1)
+    tokens_per_frame: int = Field(default=1, ge=1, strict=True)
     """Generated tokens that make one frame."""
 
 
 class PolicySpec(Strict):
     """`[policy]`: what must be true before the run may start."""
 
-    require_approval: bool | Literal["any"] = False
+    require_approval: StrictBool | Literal["any"] = False
     """Refuse to execute without an `approve` sign-off for the current plan digest: `true` needs a signature
     that verifies against the allowed-signers file; `"any"` also accepts an unsigned approval."""
 
@@ -195,7 +195,7 @@ class PolicySpec(Strict):
 class DeterminismSpec(Strict):
     """`[determinism]`: how strictly the run must be reproducible."""
 
-    strict: bool = False
+    strict: bool = Field(default=False, strict=True)
     """Turn on `torch.use_deterministic_algorithms(True)` for the run (and cuBLAS' workspace setting on CUDA);
     an operation without a deterministic implementation then fails the run instead of varying silently."""
 
@@ -205,7 +205,7 @@ class Request(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     """Short run name; part of the snapshot id."""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, strict=True)
     """Seed for torch's generators."""
     model: ModelSpec
     """Which model to run."""

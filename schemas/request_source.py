@@ -26,11 +26,14 @@ def decode_request_source(source: bytes, fmt: str, where: str = "request") -> di
             f"{where} is not UTF-8 text (invalid byte 0x{source[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
         ) from None
     try:
-        data = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+        data = tomllib.loads(text) if fmt == "toml" else json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
     except tomllib.TOMLDecodeError as exc:
         raise RequestSourceError(f"{where} is not valid TOML: {exc}") from None
     except json.JSONDecodeError as exc:
         raise RequestSourceError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except DuplicateKey as exc:
+        raise RequestSourceError(f"{where} is not a valid request: {exc} (TOML refuses a key given twice; so does genrun for JSON): "
+                                 "keep one") from None
     except RecursionError:
         raise RequestSourceError(f"{where} is nested too deeply to be a request (at most {MAX_DEPTH} levels)") from None
     except ValueError as exc:  # Python's limit on integer digits (4,300), raised while parsing
@@ -38,6 +41,19 @@ def decode_request_source(source: bytes, fmt: str, where: str = "request") -> di
     if not isinstance(data, dict):
         raise RequestSourceError(f"{where} must hold a table/object at the top level, not {type(data).__name__}")
     check_values(data, where)
+    return data
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice (JSON parsers keep the last silently)."""
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise DuplicateKey(f"key {key!r} appears twice in one object")
+        data[key] = value
     return data
 
 

@@ -5,6 +5,9 @@ from typing import Literal
 from ._base import Strict
 from .stop import StopEvidence
 
+StepsPlannedSource = Literal["denoising_loop", "set_timesteps_dry_run", "requested_num_inference_steps"]
+"""Where a diffusion call's planned step count came from, best evidence first."""
+
 
 class DiffusionSteps(Strict):
     """Diffusion: steps done of steps planned, and how they were observed."""
@@ -13,7 +16,7 @@ class DiffusionSteps(Strict):
     """Denoising steps observed."""
     steps_planned: int | None
     """Steps planned, best evidence first (see `steps_planned_source`)."""
-    steps_planned_source: Literal["denoising_loop", "set_timesteps_dry_run", "requested_num_inference_steps"]
+    steps_planned_source: StepsPlannedSource
     """Where `steps_planned` came from."""
     num_inference_steps: int | None
     """`num_inference_steps` of the call."""

@@ -6,11 +6,11 @@ attempt as it happens (`sweep-progress.ndjson`, append-only) and, once sealed, e
 snapshot id, digest, status and stop reasons (`sweep-result.json`).
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, StringConstraints, TypeAdapter
 
-from ._base import Strict
+from ._base import FiniteFloat, Strict
 
 ExecutorKind = Literal["local", "ray"]
 ItemStatus = Literal["succeeded", "failed", "interrupted", "lost", "not_run"]
@@ -23,13 +23,13 @@ class ExecutorSpec(Strict):
 
     kind: ExecutorKind = "local"
     """`local` (worker processes on this machine) or `ray` (actors on a Ray cluster; the `genrun[ray]` extra)."""
-    workers: int = Field(default=1, ge=1, le=1024)
+    workers: int = Field(default=1, ge=1, le=1024, strict=True)
     """Worker processes (local) or actors (ray); each keeps one model loaded."""
     address: str | None = None
     """Ray only: the cluster to join (`auto`, `ray://host:10001`); `None` starts a local Ray instance."""
-    num_cpus: float | None = Field(default=None, ge=0)
+    num_cpus: FiniteFloat | None = Field(default=None, ge=0)
     """Ray only: CPUs reserved per actor; `None` means 1."""
-    num_gpus: float | None = Field(default=None, ge=0)
+    num_gpus: FiniteFloat | None = Field(default=None, ge=0)
     """Ray only: GPUs reserved per actor; `None` means 0."""
 
 
@@ -53,7 +53,7 @@ class SweepBody(Strict):
     """Optional JSON Lines dataset; one item per line (times every grid combination)."""
     executor: ExecutorSpec = ExecutorSpec()
     """Where the items run."""
-    retries: int = Field(default=1, ge=0, le=100)
+    retries: int = Field(default=1, ge=0, le=100, strict=True)
     """How often a `lost` item (worker killed mid-item) is retried, each time as a new snapshot."""
 
 
@@ -79,6 +79,11 @@ class DatasetRef(Strict):
     """Whether the file itself is in the sweep snapshot (`sweep-dataset.jsonl`); large files keep only the hash."""
 
 
+SnapshotId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")]
+"""A snapshot id as a sweep file names it: one plain directory name inside the store (no `/`, `..`, leading dot or
+control character), so an edited sweep log can never point a resume at a directory outside the store."""
+
+
 class SweepItem(Strict):
     """One planned item: where its changes came from and the snapshot planned for it."""
 
@@ -88,7 +93,7 @@ class SweepItem(Strict):
     """1-based line of the dataset the item came from; `None` without a dataset."""
     changes: dict[str, Any]
     """Dotted request key -> value applied to the base request (dataset keys, then grid keys)."""
-    snapshot_id: str
+    snapshot_id: SnapshotId
     """The item's first snapshot (retries get new ones, listed in `sweep-result.json`)."""
     plan_digest: str
     """sha256 of the item snapshot's `frozen-sha256.txt`."""
@@ -120,7 +125,7 @@ class ItemAttempt(Strict):
     """Item index."""
     attempt: int
     """1 for the first try, 2 for the first retry, ..."""
-    snapshot_id: str
+    snapshot_id: SnapshotId
     """The snapshot this attempt runs in."""
     t: float
     """Seconds since the sweep execution began (this driver's clock)."""
@@ -142,11 +147,11 @@ class ItemOutcome(Strict):
     """Item index."""
     status: ItemStatus
     """Status of the last attempt."""
-    snapshot_id: str | None
+    snapshot_id: SnapshotId | None
     """The last attempt's snapshot (`None` when it never started)."""
     snapshot_digest: str | None
     """sha256 of that snapshot's `manifest-sha256.txt`; `None` when it is not sealed (lost)."""
-    attempts: tuple[str, ...]
+    attempts: tuple[SnapshotId, ...]
     """Every snapshot id tried for this item, oldest first (a lost attempt's snapshot is kept)."""
     stop_reasons: tuple[str, ...]
     """Sorted distinct stop reasons of the last attempt's sequences."""

@@ -162,7 +162,7 @@ def _find(name: str):
 
 def serve(path: str) -> None:
     import genrun.runner.cli  # noqa: F401
-    import genrun.runner.backends.transformers_backend  # noqa: F401  (torch, transformers, genrun's instrumentation)
+    import genrun.runner.backends.transformers.backend  # noqa: F401  (torch, transformers, genrun's instrumentation)
 
     scratch = Path(tempfile.mkdtemp(prefix="genrun-forkserver-"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -31,10 +31,10 @@ def test_clean_eos_run_passes_every_check_that_applies(snapshots) -> None:
     statuses = {f.name: f.status for f in verification.findings}
     assert [f.name for f in verification.findings] == [spec.name for spec in CHECKS]
     skipped = {name for name, status in statuses.items() if status == "SKIP"}
-    assert skipped == {"early_stop", "diffusion_steps", "signoffs", "lineage", "input_files", "processor_files"}, statuses  # not a rerun; a text-only request
+    assert skipped == {"early_stop", "diffusion_steps", "stages", "signoffs", "lineage", "input_files", "processor_files"}, statuses  # not a rerun; a text-only request; one stage
     assert set(statuses.values()) == {"PASS", "SKIP"}, statuses
     summary = verification.summary
-    assert (summary.checks, summary.passed, summary.warnings, summary.failed) == (26, 20, 0, 0)
+    assert (summary.checks, summary.passed, summary.warnings, summary.failed) == (27, 20, 0, 0)
     # examined: every file of the snapshot (manifest included), the 13 ids, the 6 progress lines
     files = sum(1 for p in snapshots.get("eos").rglob("*") if p.is_file())
     assert (summary.examined.files, summary.examined.token_ids, summary.examined.progress_records) == (files, 13, 6)

@@ -205,7 +205,7 @@ def test_an_unknown_backend_is_refused_at_plan_time_naming_the_installed_ones(tm
     planned = genrun("plan", str(request), "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert planned.returncode == 2, planned.stderr
     assert "'counter' is not an installed backend" in planned.stderr
-    assert "installed: diffusers, transformers" in planned.stderr
+    assert "installed: diffusers, loop, transformers" in planned.stderr
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
 
 
@@ -255,3 +255,14 @@ def test_an_evidence_declaration_that_cannot_hold_is_refused_when_the_backend_is
     declared = EvidenceDeclaration(kinds=("stop_records",), stop_evidence=(Done,)).record(
         backend="done", unit="step", distribution=None, distribution_version=None)
     assert (declared.stop_reasons, declared.call_config, declared.derived) == (("completed",), None, False)
+    assert declared.stop_evidence_schema is not None  # a third party's models travel with their schema
+
+
+def test_genruns_own_models_are_named_not_copied_into_every_snapshot() -> None:
+    """Every reader has genrun's models (and migrates their older formats): a built-in backend.json names them and stays small."""
+    from genrun.schemas import TOKEN_EVIDENCE
+
+    declared = TOKEN_EVIDENCE.record(backend="transformers", unit="token", distribution="genrun", distribution_version="0.3.0")
+    assert declared.call_config is not None and declared.call_config.json_schema is None and declared.stop_evidence_schema is None
+    assert declared.call_config.model == "genrun.schemas.generation_config:GenerationConfigBeforeGenerate"
+    assert len(declared.model_dump_json()) < 2048

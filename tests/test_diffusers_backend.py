@@ -220,7 +220,7 @@ def test_progress_bar_total_form_counts_updates(tmp_path: Path) -> None:
     (StableAudio, AudioLDM2, PixArt): the real pipeline method and tqdm, driven the way those loops drive it."""
     from diffusers import DiffusionPipeline
 
-    from genrun.runner.backends.diffusion_steps import StepObserver
+    from genrun.runner.backends.diffusers.steps import StepObserver
     from genrun.runner.recorder import ProgressRecorder
 
     pipe = DiffusionPipeline.from_pretrained(TINY_DDIM, local_files_only=True)
@@ -359,7 +359,7 @@ def test_weights_in_the_budget_equal_the_loaded_state_dict(tmp_path: Path) -> No
     import torch
     from diffusers import DiffusionPipeline
 
-    from genrun.runner.backends.diffusers_budget import estimate_diffusers_budget
+    from genrun.runner.backends.diffusers.budget import estimate_diffusers_budget
     from genrun.runner.request_loading import load_request
 
     for dtype, torch_dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
@@ -372,7 +372,7 @@ def test_weights_in_the_budget_equal_the_loaded_state_dict(tmp_path: Path) -> No
 
 
 def test_guidance_doubles_rows_and_latents(tmp_path: Path, tiny_sd: Path) -> None:
-    from genrun.runner.backends.diffusers_budget import estimate_diffusers_budget
+    from genrun.runner.backends.diffusers.budget import estimate_diffusers_budget
     from genrun.runner.request_loading import load_request
 
     def budget(generation: str) -> TokenBudget:

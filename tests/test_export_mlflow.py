@@ -130,3 +130,21 @@ def test_nothing_is_logged_during_generation() -> None:
             if any(n.split(".")[0] == "mlflow" for n in names):
                 importers.append(path.relative_to(runner).as_posix())
     assert sorted(set(importers)) == ["mlflow_export.py"]
+
+
+def test_artifact_location_is_chosen_and_said_and_mlflow_info_stays_off_the_terminal(snapshots, tmp_path: Path, capsys,  # noqa: F811
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    tracking = f"sqlite:///{tmp_path / 'fresh.db'}"  # a new database: MLflow would announce creating its tables
+    chosen = tmp_path / "artifacts"
+    argv = ["export", str(snapshots.get("eos")), "--mlflow", "--tracking-uri", tracking, "--experiment", "placed"]
+    assert main([*argv, "--artifact-location", str(chosen)]) == 0
+    err = capsys.readouterr().err
+    assert f"artifacts stored at {chosen.as_uri()}/" in err
+    assert "INFO" not in err and "Creating initial MLflow database tables" not in err
+    assert any(chosen.rglob(layout.RESULT)) and not (work / "mlruns").exists()  # nothing lands in the working directory
+    assert main([*argv, "--again", "--artifact-location", str(tmp_path / "elsewhere")]) == 1
+    refusal = capsys.readouterr().err
+    assert "already stores its artifacts at" in refusal and "pass --experiment with a new name" in refusal

@@ -158,7 +158,7 @@ def test_format_2_records_move_their_family_facts_into_the_evidence() -> None:
      "timesteps_planned_dry_run": None, "step_observation": None, "denoising_loops": 0, "output_returned": False}},
 ], ids=lambda r: r["reason"] + ("-steps" if "steps_done" in r["evidence"] else ""))
 def test_every_format_1_evidence_shape_migrates(record: dict) -> None:
-    """The format-1 evidence dicts genrun 0.1.0 wrote, per reason (runner/instrument/stops.py, diffusers stop_record)."""
+    """The format-1 evidence dicts genrun 0.1.0 wrote, per reason (runner/backends/transformers/instrument/stops.py, diffusers stop_record)."""
     row = {"index": 0, "call_index": 0, "generated": 2, "last_token_id": None, "fired": [], "eos_token_ids": [],
            "max_new_tokens": None, "max_length": None, "prompt_length": None, "exception": None} | record
     stop = GenerationStop.model_validate({"schema_version": 1, "sequences": [row]}).sequences[0]

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from _lm_helpers import EOS, assert_counts_agree, read_ids, read_json, read_progress, request_text
 from genrun.runner.cli import main
-from genrun.runner.instrument import CaptureSession, instrument_generate
+from genrun.runner.backends.transformers.instrument import CaptureSession, instrument_generate
 
 ENTRIES = '''
 import torch
@@ -199,7 +199,7 @@ SIMULATION = textwrap.dedent('''
     else:  # renamed: the old name is gone (generate itself then fails the same way without genrun)
         GenerationMixin._build_stopping_criteria = original
         del GenerationMixin._get_stopping_criteria
-    from genrun.runner.instrument.selfcheck import IMPORT_CHECK
+    from genrun.runner.backends.transformers.instrument.selfcheck import IMPORT_CHECK
     print("SELFCHECK", IMPORT_CHECK.problems, flush=True)
     from genrun.runner.cli import main
     sys.exit(main(["run", sys.argv[2], "--store", sys.argv[3]]))

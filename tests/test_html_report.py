@@ -231,7 +231,7 @@ def test_store_index_one_line_per_snapshot(snapshots, browser, tmp_path: Path) -
     bad = copy_snapshot(snapshots.get("budget"), store)
     edit_bytes(bad, layout.RESULT, lambda b: b + b" ")
     html = tmp_path / "index.html"
-    assert main(["report", "--store", str(store), "--html", str(html)]) == 0
+    assert main(["report", "--store", str(store), "--html", str(html), "--pages"]) == 0  # --pages: verify each, write its page
     opened = Opened(browser, html)
     try:
         assert opened.errors == []
@@ -240,8 +240,43 @@ def test_store_index_one_line_per_snapshot(snapshots, browser, tmp_path: Path) -
         assert re.search(r"succeeded\s+yes\s+eos\s+\d+\s+0\s+no sign-offs", rows[good.name]), rows[good.name]
         assert re.search(r"max_new_tokens\s+\d+\s+[1-9]", rows[bad.name]), rows[bad.name]
         opened.screenshot(tmp_path / "index.png")
+        opened.page.click(f"text={bad.name}")  # each id opens its review page
+        opened.page.wait_for_load_state("load")
+        assert opened.page.url.endswith(f"index.pages/{bad.name}.html") and bad.name in opened.page.title() + opened.page.inner_text("h1")
+        assert opened.errors == []
     finally:
         opened.close()
+
+
+def test_store_index_of_a_big_store_is_paged_and_links_every_snapshot(browser, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
+    from _store_helpers import make_run
+
+    from genrun.runner.cli import _store_page
+
+    monkeypatch.setattr(_store_page, "PAGE_SIZE", 2)  # a 100,000-snapshot store in miniature: 1,000 lines a page
+    store = tmp_path / "store"
+    made = [make_run(store, f"r{i}", status="failed" if i == 3 else "succeeded") for i in range(5)]
+    html = tmp_path / "site" / "index.html"
+    html.parent.mkdir()
+    assert main(["report", "--store", str(store), "--html", str(html)]) == 0
+    assert sorted(p.name for p in html.parent.iterdir()) == ["index-2.html", "index-3.html", "index.html"]
+    seen: dict[str, str] = {}
+    opened = Opened(browser, html)
+    try:
+        for page in range(3):
+            assert opened.errors == []
+            text = opened.page.inner_text("body")
+            assert "5 snapshot(s)" in text and "not verified here" in text
+            links = opened.page.locator("tr.snapshot a")
+            seen.update({links.nth(i).inner_text(): links.nth(i).get_attribute("href") for i in range(links.count())})
+            if page < 2:  # the page links: the next page by its label
+                opened.page.click(f"nav.pages >> text={2 * page + 3}–")
+                opened.page.wait_for_load_state("load")
+        opened.screenshot(tmp_path / "last-page.png")
+    finally:
+        opened.close()
+    assert set(seen) == {p.name for p in made}  # every snapshot, once, linked to its directory (no review pages written)
+    assert all((html.parent / href).resolve() == (store / name).resolve() and href.endswith("/") for name, href in seen.items())
 
 
 def test_pages_leave_snapshots_untouched_and_never_import_torch(snapshots, tmp_path: Path) -> None:  # noqa: F811

@@ -11,7 +11,7 @@ from transformers.generation.utils import GenerationMixin
 
 from _lm_helpers import EOS, assert_counts_agree, plan, read_ids, read_json, request_text, write_entry_module
 from genrun.runner.execute import execute_snapshot
-from genrun.runner.instrument import CaptureSession, instrument_generate, is_instrumented
+from genrun.runner.backends.transformers.instrument import CaptureSession, instrument_generate, is_instrumented
 
 ORIGINAL_GENERATE = GenerationMixin.__dict__["generate"]
 

@@ -52,7 +52,7 @@ def _assert_late_signal_noted_not_acted_on(result: Result, snapshot: Path, reaso
 
 
 def test_transformers_late_signal_while_ids_are_saved(tmp_path: Path, tiny_lm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genrun.runner.backends import transformers_backend
+    from genrun.runner.backends.transformers import backend as transformers_backend
 
     monkeypatch.setattr(transformers_backend, "write_token_ids", _sigint_first(transformers_backend.write_token_ids))
     result, snapshot = _run(tmp_path, tiny_request(tiny_lm, generation="max_new_tokens = 4"))
@@ -61,7 +61,7 @@ def test_transformers_late_signal_while_ids_are_saved(tmp_path: Path, tiny_lm: P
 
 
 def test_diffusers_late_signal_while_outputs_are_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genrun.runner.backends import diffusers_backend
+    from genrun.runner.backends.diffusers import backend as diffusers_backend
 
     monkeypatch.setattr(diffusers_backend, "save_pipeline_output", _sigint_first(diffusers_backend.save_pipeline_output))
     result, snapshot = _run(tmp_path, diffusion_request(TINY_DDIM, name="ddim-late", steps=3))

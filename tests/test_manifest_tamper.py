@@ -61,3 +61,44 @@ def test_a_changed_file_is_still_blamed_on_the_file(snapshots, tmp_path: Path) -
     verified = run_genrun("verify", snapshot, "--json")
     integrity = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "manifest_integrity")
     assert integrity["status"] == "FAIL" and integrity["message"] == f"1 file(s) changed since sealing: {layout.DETERMINISM}", integrity
+
+
+def _replace_first_newline(by: bytes) -> Callable[[bytes], bytes]:
+    return lambda data: data.replace(b"\n", by, 1)
+
+
+def _reorder(data: bytes) -> bytes:
+    first, second, rest = data.split(b"\n", 2)
+    return second + b"\n" + first + b"\n" + rest
+
+
+# Rewrites of the manifest that `str.splitlines` read as the same entries: each changes the snapshot digest.
+REWRITES = {
+    "newline-to-vt": _replace_first_newline(b"\x0b"),
+    "newline-to-ff": _replace_first_newline(b"\x0c"),
+    "newline-to-fs": _replace_first_newline(b"\x1c"),
+    "newline-to-cr": _replace_first_newline(b"\r"),
+    "newline-to-u2028": _replace_first_newline("\u2028".encode()),
+    "newline-to-nel": _replace_first_newline("\x85".encode()),
+    "crlf-throughout": lambda data: data.replace(b"\n", b"\r\n"),
+    "no-final-newline": lambda data: data[:-1],
+    "lines-reordered": _reorder,
+}
+
+
+@pytest.mark.parametrize("case", sorted(REWRITES))
+def test_a_manifest_rewritten_in_other_bytes_fails_verify(case: str, snapshots, tmp_path: Path) -> None:  # noqa: F811
+    snapshot = copy_snapshot(snapshots.get("eos"), tmp_path / "store")
+    edit_bytes(snapshot, layout.MANIFEST, REWRITES[case])
+    verified = run_genrun("verify", snapshot, "--json")
+    assert verified.returncode == 1, verified.stdout
+    integrity = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "manifest_integrity")
+    assert integrity["status"] == "FAIL" and layout.MANIFEST in integrity["message"], integrity
+
+
+def test_a_frozen_manifest_with_reordered_lines_fails_the_plan_chain(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    snapshot = copy_snapshot(snapshots.planned_only(), tmp_path / "store")
+    edit_bytes(snapshot, layout.FROZEN_MANIFEST, _reorder)
+    verified = run_genrun("verify", snapshot, "--json")
+    chain = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "plan_digest_chain")
+    assert chain["status"] == "FAIL" and f"{layout.FROZEN_MANIFEST} was altered" in chain["message"], chain

@@ -143,10 +143,22 @@ def test_hub_id_absent_from_the_cache_is_refused_with_the_fetch_command(isolated
         identify_model(spec("foo/bar"), tmp_path)
     assert info.value.exit_code == 2
     assert str(info.value) == (
-        f"[model] path 'foo/bar' is neither a local directory nor in the local Hugging Face cache "
-        f"(looked in {isolated_caches}/models--foo--bar); genrun never downloads: fetch it first with "
-        "`hf download foo/bar` or give a local directory"
+        f"[model] path 'foo/bar' is not a local directory (resolved to {tmp_path}/foo/bar; also looked in {Path.cwd()}/foo/bar) "
+        f"nor in the local Hugging Face cache (looked in {isolated_caches}/models--foo--bar); genrun never downloads: "
+        "if it is a hub id, fetch it first with `hf download foo/bar`, or give a local directory"
     )
+
+
+def test_mistyped_relative_path_names_the_local_directory_and_suggests_no_download(isolated_caches: Path, tmp_path: Path) -> None:
+    """`models/tiny-lm` beside a real `models/` folder is a typo of a local path, not a hub id to fetch."""
+    (tmp_path / "models" / "tiny-llm").mkdir(parents=True)
+    with pytest.raises(RequestError) as info:
+        identify_model(spec("models/tiny-lm"), tmp_path)
+    message = str(info.value)
+    assert info.value.exit_code == 2
+    assert message.startswith(f"[model] path 'models/tiny-lm' does not exist (resolved to {tmp_path}/models/tiny-lm")
+    assert f"{tmp_path}/models exists and holds: tiny-llm; check the spelling" in message
+    assert "hf download" not in message and "Hugging Face cache" not in message
 
 
 def test_hf_cache_location_follows_huggingface_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from genrun.runner.backends._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
+from genrun.runner.backends.transformers._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 from genrun.runner.code_identity import genrun_code_set
 from genrun.runner.plan_context import PlanContext
 

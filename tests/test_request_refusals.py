@@ -161,3 +161,22 @@ def test_backend_tables_round_trip_through_the_normalised_request() -> None:
     # a plain unknown value is still an unknown key, never a table
     with pytest.raises(ValueError, match="engin"):
         Request.model_validate({"name": "x", "model": {"path": "m"}, "engin": 3})
+
+
+@pytest.mark.parametrize("generation, problem", [
+    ("max_new_tokens = -5", "max_new_tokens = -5 must be at least 1"),
+    ("max_length = 2.5", "max_length = 2.5 must be an integer, e.g. max_length = 256"),
+])
+def test_what_the_request_alone_shows_wrong_is_refused_before_torch_is_imported(tmp_path: Path, generation: str, problem: str) -> None:
+    """A refusal the request file alone justifies costs no model-library import (torch takes seconds under load)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, TINY_LM
+
+    request = write_request(tmp_path, tiny_request(TINY_LM, generation=generation))
+    probe = (f"import sys; from genrun.runner.cli import main; code = main(['run', {str(request)!r}, '--store', {str(tmp_path / 's')!r}]); "
+             "assert 'torch' not in sys.modules, 'torch imported before the refusal'; sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert problem in done.stderr and not (tmp_path / "s").exists()

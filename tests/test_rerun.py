@@ -62,6 +62,22 @@ def test_human_output_says_the_verdict_in_one_sentence(capsys, tmp_path: Path, t
     assert "succeeded" in err and "planned" in err
 
 
+def test_rerun_prints_paths_as_run_does_and_each_rows_text(capsys, tmp_path: Path, tiny_lm: Path, monkeypatch) -> None:
+    """Relative to the current directory (like `run`), with a short escaped excerpt of what each row generated."""
+    parent = make_parent(capsys, tmp_path, request_text(tiny_lm, prompt="count down from 3 :", generation={"max_new_tokens": 16}))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(capsys, "rerun", parent, "--quiet")
+    assert code == 0, err
+    assert err == ""  # --quiet: no plan summary, bar, library notice or summary
+    code, _, err = cli(capsys, "rerun", parent)
+    assert code == 0, err
+    child = sorted(p for p in parent.parent.iterdir() if p.name != parent.name and p.is_dir())[-1]
+    shown = child.relative_to(tmp_path).as_posix()
+    assert f"planned {shown} " in err and f"succeeded: {shown}" in err and str(tmp_path) not in err
+    text = (child / layout.sequence_text_path(0)).read_text()
+    assert repr(text[:60]) in err  # escaped: a newline shows as \\n and can never move the cursor
+
+
 @pytest.fixture(scope="module")
 def noisy_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random Llama without EOS: sampled ids are noise, so two seeds differ early."""

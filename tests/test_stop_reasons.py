@@ -233,7 +233,7 @@ def test_host_and_device_bookkeeping_agree(models: dict[str, Path]) -> None:
     """The sync-free `device` mode (used on CUDA/MPS) gives the same rows as the `host` mode, here on CPU tensors."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from genrun.runner.instrument.criteria import RecordingCriteriaList
+    from genrun.runner.backends.transformers.instrument.criteria import RecordingCriteriaList
 
     model = AutoModelForCausalLM.from_pretrained(models["tiny"]).eval()
     tok = AutoTokenizer.from_pretrained(models["tiny"], padding_side="left")

@@ -159,3 +159,74 @@ def test_sigint_while_a_worker_loads_the_model_leaves_the_item_planned(tmp_path)
     assert sorted(p.name for p in planned.iterdir()) == sorted(planned_files)  # never executed: only the plan's files
     plan_digest = read(only_sweep(store) / "sweep-plan.json")["items"][0]["plan_digest"]
     assert hashlib.sha256((planned / "frozen-sha256.txt").read_bytes()).hexdigest() == plan_digest  # the plan is intact
+
+
+# -- a sweep is shown as a sweep by every command, given by its path or by the id `genrun ls` shows ----------------------
+
+
+@pytest.mark.parametrize("by", ["path", "id"])
+def test_verify_and_report_show_the_sweep_by_path_or_id(faulty_sweep: dict, by: str) -> None:
+    import json
+
+    sweep, store = faulty_sweep["sweep"], faulty_sweep["store"]
+    ref = str(sweep) if by == "path" else sweep.name
+    verdict = run_cli("verify", ref, "--store", store, "--json")
+    document = json.loads(verdict.stdout)
+    assert verdict.returncode == 0 and document["sweep_id"] == sweep.name, verdict.stdout + verdict.stderr
+    assert document["distribution"]["statuses"] == {"succeeded": 4, "failed": 1}
+    assert "sweep_signoffs" in [f["name"] for f in document["findings"]]
+    failed_id = [i for i in document["items"] if i["index"] == FAILED][0]["snapshot_id"]
+    report = run_cli("report", ref, "--store", store, env={"COLUMNS": "80"})
+    assert report.returncode == 0, report.stderr
+    assert f"verify sweep {sweep.name}" in report.stdout.replace("\n", "") and "items needing attention" in report.stdout
+    assert failed_id in report.stdout  # an item id is never folded in half, even at 80 columns
+    assert "ended without a result" not in report.stdout and "external termination" not in report.stdout  # the single-run reading
+
+
+def test_review_page_of_a_sweep_is_a_sweep_page(faulty_sweep: dict, tmp_path) -> None:  # noqa: ANN001
+    sweep, store = faulty_sweep["sweep"], faulty_sweep["store"]
+    page = tmp_path / "sweep.html"
+    wrote = run_cli("report", sweep.name, "--store", store, "--html", page)
+    assert wrote.returncode == 0 and "sweep completed" in wrote.stderr, wrote.stderr
+    html = page.read_text()
+    assert f"genrun sweep · <span class=\"mono\">{sweep.name}</span>" in html and "genrun review" not in html
+    assert "1 failed, 4 succeeded" in html and "Items needing attention" in html
+    assert f"genrun signoff {sweep} --decision accept" in html and "--decision approve" not in html  # the sweep's own sign-off
+    index = tmp_path / "index.html"
+    assert run_cli("report", "--store", store, "--html", index).returncode == 0
+    row = [line for line in index.read_text().split("<tr class=\"snapshot\">") if sweep.name in line.split("</td>")[0]][0]
+    assert "sweep completed (5 items: 1 failed, 4 succeeded)" in row
+
+
+def test_watch_on_a_sealed_sweep_exits_as_the_sweep_did(faulty_sweep: dict) -> None:
+    sweep, store = faulty_sweep["sweep"], faulty_sweep["store"]
+    for ref in (str(sweep), sweep.name):
+        watched = run_cli("watch", ref, "--store", store)
+        assert watched.returncode == faulty_sweep["exit"] == 1, watched.stderr
+        assert "sweep sealed: completed, 1 failed, 4 succeeded (exit 1)" in watched.stdout
+
+
+def test_the_sweeps_own_signoffs_are_shown_by_verify(faulty_sweep: dict) -> None:
+    import json
+
+    sweep, store = faulty_sweep["sweep"], faulty_sweep["store"]
+    signed = run_cli("signoff", sweep.name, "--store", store, "--decision", "reject", "--by", "reviewer")
+    assert signed.returncode == 0 and f"sweep {sweep.name}" in signed.stderr, signed.stderr
+    document = json.loads(run_cli("verify", sweep, "--json").stdout)
+    (finding,) = [f for f in document["findings"] if f["name"] == "sweep_signoffs"]
+    # an unsigned record binds the current digest but proves nothing: shown, not counted as the owner's verdict
+    assert finding["status"] == "PASS" and "reject unsigned (reviewer)" in finding["message"]
+
+
+@pytest.mark.parametrize("argv, instead", [
+    (["diff", "{sweep}", "{sweep}"], "genrun diff ITEM_A ITEM_B"),
+    (["export", "{sweep}", "--mlflow"], "genrun export ITEM --mlflow"),
+    (["rerun", "{path}"], "genrun rerun ITEM"),
+    (["execute", "{sweep}"], "genrun sweep execute"),
+])
+def test_run_only_commands_refuse_a_sweep_naming_what_to_run(faulty_sweep: dict, argv: list[str], instead: str) -> None:
+    sweep, store = faulty_sweep["sweep"], faulty_sweep["store"]
+    before = sorted(p.name for p in store.iterdir())
+    done = run_cli(*(a.format(sweep=sweep.name, path=sweep) for a in argv), env={"GENRUN_STORE": str(store)})
+    assert done.returncode == 1 and f"{sweep} is a sweep, not a run snapshot" in done.stderr and instead in done.stderr, done.stderr
+    assert sorted(p.name for p in store.iterdir()) == before

@@ -74,3 +74,29 @@ def test_sigint_stops_scheduling_and_seals_the_sweep_interrupted(tmp_path: Path)
     assert verdict.returncode == 0, verdict.stdout  # WARNs (an interrupted sweep and item), no FAIL: every file checks out
     assert document["status"] == "interrupted" and document["distribution"]["statuses"] == {"succeeded": 2, "interrupted": 1, "not_run": 1}
     assert [f["status"] for f in document["findings"] if f["name"] == "sweep_sealed"] == ["WARN"]
+    assert [f["status"] for f in document["findings"] if f["name"] == "items_agree"] == ["PASS"]
+
+    # the never-run item executed behind the sealed sweep's back: its record (not_run) and its snapshot now disagree
+    assert run_cli("execute", store / result["items"][3]["snapshot_id"]).returncode == 0
+    disagreeing = run_cli("verify", sweep, "--json")
+    agreement = next(f for f in json.loads(disagreeing.stdout)["findings"] if f["name"] == "items_agree")
+    assert disagreeing.returncode == 1 and agreement["status"] == "FAIL", agreement
+    assert "item 3: the sweep records not_run" in agreement["message"] and "sealed succeeded" in agreement["message"], agreement
+
+
+def test_a_second_driver_of_a_running_sweep_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "blocked.pid"
+    sweep_file = write_sweep(tmp_path / "in", rows=_rows(marker, 3), workers=1)
+    store = tmp_path / "store"
+    driver = start_cli("sweep", sweep_file, "--store", store)
+    try:
+        wait_for(marker)  # the first driver is running item 2
+        sweep = only_sweep(store)
+        log_before = (sweep / "sweep-progress.ndjson").read_bytes()
+        second = run_cli("sweep", "resume", sweep)
+        message = " ".join(second.stderr.split())
+        assert second.returncode != 0 and f"already being run by PID {driver.pid}" in message and "Traceback" not in message, message
+        assert (sweep / "sweep-progress.ndjson").read_bytes() == log_before  # the refused driver recorded nothing
+    finally:
+        driver.kill()
+        driver.wait(timeout=60)

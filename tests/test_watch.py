@@ -135,6 +135,42 @@ def test_watch_on_a_sealed_snapshot_returns_the_runs_exit_code(snapshots, capsys
     assert json.loads(line)["stop_reasons"] == ["eos"]
 
 
+def test_watch_on_a_plan_nobody_executes_says_so_and_exits_5(snapshots, capsys) -> None:  # noqa: F811
+    """No progress stream and no process holding the execution lock: not "waiting forever"."""
+    from genrun.analysis.watch import NOT_EXECUTING_EXIT
+
+    planned = snapshots.planned_only()
+    assert main(["watch", str(planned), "--stall-after", "0.3", "--interval", "0.05"]) == NOT_EXECUTING_EXIT == 5
+    out = capsys.readouterr().out
+    assert "planned, not executing: no process holds its execution lock" in out and f"genrun execute {planned}" in out
+
+
+def test_a_plan_being_executed_is_not_called_abandoned(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    """While a process holds the executor's lock (as `genrun execute` does while weights load), watch keeps waiting."""
+    from genrun.analysis.watch import ProgressTail, assess, execution_lock_held
+    from genrun.runner.execute import execution_lock
+
+    planned = copy_snapshot(snapshots.planned_only(), tmp_path)
+    assert execution_lock_held(planned) is False
+    with execution_lock(planned):
+        assert execution_lock_held(planned) is True
+        update = assess(planned, ProgressTail(planned), stall_after=0.1, waited_s=5.0)
+        assert update.state == "waiting" and update.exit_code is None
+    assert assess(planned, ProgressTail(planned), stall_after=0.1, waited_s=5.0).state == "not_executing"
+
+
+def test_a_watchers_ctrl_c_is_the_watchers(snapshots) -> None:  # noqa: F811
+    """SIGINT to `watch` stops the watcher with its own message, never the planner's "no run was executed"."""
+    watcher = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "watch", str(snapshots.killed()), "--stall-after", "3600",
+                                "--interval", "0.05"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = watcher.stdout.readline()  # the first update: the watcher is in its loop
+    assert first, watcher.stderr.read()
+    watcher.send_signal(signal.SIGINT)
+    out, err = watcher.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert watcher.returncode == 130, err
+    assert "stopped watching (SIGINT); the run itself is not affected" in err and "no run was executed" not in err
+
+
 def test_watch_never_imports_torch(snapshots) -> None:  # noqa: F811
     probe = (f"import sys; from genrun.runner.cli import main; code = main(['watch', {str(snapshots.get('eos'))!r}]); "
              "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'; sys.exit(code)")

@@ -30,7 +30,7 @@ At execution the core owns the run template (`genrun.runner.run_template`); a ba
 - `finish(end)` is called exactly once, disarmed: after `generate` returned or raised, and also
   when loading failed or was interrupted (then `generate` was never called, and the run writes
   the evidence of an empty run, e.g. empty id files). It writes the backend's own artifacts (token
-  ids, `outputs/...`) under `ctx.snapshot_dir`, partial ones too, and returns a `BackendOutcome`
+  ids, `outputs/...`) through `ctx.snapshot`, partial ones too, and returns a `BackendOutcome`
   with stop records that agree with `end`.
 - A backend never catches `BaseException` to classify a run and never calls `disarm()`: the core
   does both, once, for every backend. An exception escaping `start` or `finish` is recorded as a
@@ -54,9 +54,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from genrun.schemas import BackendDeclaration, CodeIdentity, EvidenceDeclaration, ExceptionInfo, ModelIdentity, Request, SequenceStop, TokenBudget
 from genrun.schemas.progress import Unit
+from genrun.snapshot_dir import SnapshotDir
 
 from ..errors import RequestError
 from ..interrupts import RunInterrupted, signal_of
+from ..outputs_dir import OutputsDir
 from ..plan_context import PlanContext
 from ..recorder import ProgressRecorder
 from ._extras import install_line, missing_extra_requirements
@@ -104,16 +106,24 @@ class ExecutionContext(LoadContext):
     """Everything a backend needs to run one planned snapshot."""
 
     snapshot_dir: Path
-    """The snapshot being executed; artifacts go here."""
+    """The snapshot being executed; artifacts go here, written through `snapshot`."""
     recorder: ProgressRecorder
     """The `progress.ndjson` writer (also drives the live bar)."""
     planned_units: int | None
     """Units the pre-flight budget allows (`token-budget.json` `requested_units`)."""
+    outputs: OutputsDir
+    """`outputs/`, created and held open by the core for the whole run."""
+
+    @property
+    def snapshot(self) -> SnapshotDir:
+        """The snapshot, writable: `ctx.snapshot.write(name, model)` writes an artifact atomically."""
+        return SnapshotDir(self.snapshot_dir, writable=True)
 
     @property
     def outputs_dir(self) -> Path:
-        """`<snapshot>/outputs/`."""
-        return self.snapshot_dir / "outputs"
+        """`<snapshot>/outputs/`, reached through the descriptor the core holds (a link planted at `outputs` meanwhile is
+        never written through)."""
+        return self.outputs.path
 
 
 @dataclass(frozen=True)
@@ -300,9 +310,9 @@ def get_backend(name: str) -> Backend:
         raise RequestError(f"[model] backend = {name!r} cannot be loaded ({exc}): {install_line(entry)}") from exc
     except Exception as exc:  # a broken third-party install: say which entry point, refuse the request
         raise RequestError(f"backend {name!r} (entry point {entry.value!r}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
-    missing = sorted(member for member in _BACKEND_MEMBERS if not hasattr(backend, member))
-    if missing or not isinstance(backend, Backend) or backend.name != name:
-        lacking = f": it lacks {', '.join(missing)} (see genrun.backends)" if missing else ""
+    absent = sorted(member for member in _BACKEND_MEMBERS if not hasattr(backend, member))
+    if absent or not isinstance(backend, Backend) or backend.name != name:
+        lacking = f": it lacks {', '.join(absent)} (see genrun.backends)" if absent else ""
         raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}{lacking}")
     return backend
 

@@ -1,7 +1,7 @@
 """Which of a backend's extra requirements are not installed, and the `pip install` line for them.
 
 A backend's entry point may name the extras its libraries come from
-(`transformers = "genrun.runner.backends.transformers_backend:create_backend [transformers]"`). The
+(`transformers = "genrun.runner.backends.transformers.backend:create_backend [transformers]"`). The
 core install has no torch, so a request for a backend whose extra is missing is refused before
 anything is imported, with the line that installs it, instead of an ImportError deep in planning.
 """

@@ -13,7 +13,7 @@ from genrun.runner.interrupts import EXIT_CODES, RunInterrupted, interrupt_gate
 from ._interrupt import SIGINT_EXIT
 from ._output import print_error, set_quiet
 
-SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "gc", "export", "schema")
+SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "index", "gc", "export", "schema")
 """Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
 
 

@@ -1,6 +1,7 @@
 """Output conventions: human text on stderr via rich, `--json` documents alone on stdout."""
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -66,3 +67,11 @@ STORE_LOOKUP_HELP = "store to look a snapshot id up in (default: $GENRUN_STORE o
 def add_store_lookup(parser: Any) -> None:
     """`--store`, for the commands that take SNAPSHOT as a path, an id or a unique id prefix (`store.find_snapshot`)."""
     parser.add_argument("--store", help=STORE_LOOKUP_HELP)
+
+
+def shown_path(path: Path) -> Path:
+    """`path` as `genrun run` shows it: relative to the current directory when inside it, else as it is."""
+    try:
+        return Path(path).absolute().relative_to(Path.cwd())
+    except ValueError:
+        return Path(path)

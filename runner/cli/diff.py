@@ -29,10 +29,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import SnapshotNotFound, diff_snapshots, render_diff
     from genrun.runner.errors import SnapshotError
-    from genrun.runner.store import find_snapshot
+    from ._target import refuse_sweep, resolve_target
 
+    (a, a_sweep), (b, b_sweep) = resolve_target(args.a, args.store), resolve_target(args.b, args.store)
+    for path, is_sweep in ((a, a_sweep), (b, b_sweep)):
+        if is_sweep:
+            refuse_sweep(path, "diff", f"Compare two of its items ('genrun verify {path}' lists them): genrun diff ITEM_A ITEM_B")
     try:
-        diff = diff_snapshots(find_snapshot(args.a, args.store), find_snapshot(args.b, args.store))
+        diff = diff_snapshots(a, b)
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.json:

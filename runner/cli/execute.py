@@ -56,9 +56,12 @@ def add_approval_arguments(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.execute import execute_snapshot
 
-    from genrun.runner.store import find_snapshot
+    from ._target import refuse_sweep, resolve_target
 
-    snapshot = find_snapshot(args.snapshot, args.store)
+    snapshot, is_sweep = resolve_target(args.snapshot, args.store)
+    if is_sweep:
+        refuse_sweep(snapshot, "execute", f"Run a planned sweep with 'genrun sweep execute {snapshot}', "
+                                          f"finish one whose driver was killed with 'genrun sweep resume {snapshot}'")
     try:
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
@@ -81,7 +84,8 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     out = stderr_console
     out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}", soft_wrap=True)
     for seq in _stops(snapshot_dir):
-        out.print(f"  {escape(_describe_row(seq))}", soft_wrap=True)
+        excerpt = text_excerpt(snapshot_dir, seq.index)
+        out.print(f"  {escape(_describe_row(seq))}" + (f"  [dim]{escape(excerpt)}[/]" if excerpt else ""), soft_wrap=True)
     out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
     if result.produced_seconds is not None:
         requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
@@ -98,6 +102,21 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
         out.print(f"  [yellow]interrupted by {result.signal}[/]; {kept} and progress are kept", soft_wrap=True)
     for note in result.notes:
         out.print(f"  note: {escape(note)}", soft_wrap=True)
+
+
+EXCERPT_CHARS = 60
+
+
+def text_excerpt(snapshot_dir: Path, index: int) -> str | None:
+    """The start of row `index`'s generated text (outputs/sequence_N.txt), escaped as a Python literal so newlines,
+    control characters and terminal escapes a model produced show as `\\n`, `\\x1b` and never act on the terminal."""
+    path = Path(snapshot_dir) / layout.sequence_text_path(index)
+    if not path.is_file() or path.is_symlink():
+        return None
+    with path.open("rb") as f:
+        text = f.read(EXCERPT_CHARS * 4).decode("utf-8", errors="replace")
+    cut = text[:EXCERPT_CHARS]
+    return repr(cut) + ("…" if len(text) > EXCERPT_CHARS or path.stat().st_size > EXCERPT_CHARS * 4 else "")
 
 
 def _stops(snapshot_dir: Path) -> tuple:

@@ -11,7 +11,8 @@ genrun.state, genrun.stop_reasons, genrun.snapshot_digest, genrun.plan_digest, .
 file docs/snapshot-format.md lists, under snapshot/ (others are named, not uploaded). Needs: pip install 'genrun[mlflow]'.
 
 example: genrun export snapshots/20261129T101500Z-tiny-3fa2c1 --mlflow --tracking-uri sqlite:///mlflow.db
-  exported 20261129T101500Z-tiny-3fa2c1 as MLflow run 6f0c… in experiment genrun (41 params, 36 metrics, 14 files)"""
+  exported 20261129T101500Z-tiny-3fa2c1 as MLflow run 6f0c… in experiment genrun (41 params, 36 metrics, 14 files)
+  artifacts stored at file:///home/alice/proj/mlruns/1/6f0c…/artifacts (choose the place with --artifact-location when the experiment is new)"""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,6 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mlflow", action="store_true", required=True, help="export to MLflow (the only target for now)")
     parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default)")
     parser.add_argument("--experiment", default="genrun", metavar="NAME", help="MLflow experiment (created if missing; default genrun)")
+    parser.add_argument("--artifact-location", metavar="DIR_OR_URI",
+                        help="where a new experiment stores the uploaded files (MLflow's default: ./mlruns in the current directory); "
+                             "fixed by MLflow when the experiment is created")
     parser.add_argument("--again", action="store_true", help="export even if this snapshot already has a run in the experiment")
     parser.add_argument("--json", action="store_true", help="print {run_id, experiment_id, tracking_uri, ...} on stdout")
     parser.set_defaults(handler=handle)
@@ -32,16 +36,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.mlflow_export import export_to_mlflow
-    from genrun.runner.store import find_snapshot
+    from ._target import refuse_sweep, resolve_target
 
-    snapshot = find_snapshot(args.snapshot, args.store)
-    exported = export_to_mlflow(snapshot, args.tracking_uri, args.experiment, again=args.again)
+    snapshot, is_sweep = resolve_target(args.snapshot, args.store)
+    if is_sweep:
+        refuse_sweep(snapshot, "export", f"Export its items one by one ('genrun verify {snapshot}' lists them): genrun export ITEM --mlflow")
+    exported = export_to_mlflow(snapshot, args.tracking_uri, args.experiment, again=args.again, artifact_location=args.artifact_location)
     if args.json:
         print_json(exported._asdict())
     else:
         stderr_console.print(f"exported {snapshot} as MLflow run {exported.run_id} in experiment {args.experiment} at "
                              f"{exported.tracking_uri} ({exported.params} params, {exported.metrics} metrics, {exported.artifacts} files)",
                              markup=False, highlight=False, soft_wrap=True)
+        stderr_console.print(f"artifacts stored at {exported.artifact_uri} (choose the place with --artifact-location when the "
+                             "experiment is new)", markup=False, highlight=False, soft_wrap=True)
         if exported.skipped:
             stderr_console.print(f"not uploaded (no snapshot file of that name in the format): {', '.join(exported.skipped)}",
                                  markup=False, highlight=False, soft_wrap=True)

@@ -19,20 +19,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "with --html and no SNAPSHOT: an index page of every snapshot in DIR")
     parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
                         help="allowed-signers file for judging signed sign-offs (default: git's gpg.ssh.allowedSignersFile)")
+    parser.add_argument("--pages", action="store_true",
+                        help="with --store: also write every snapshot's review page (verifying each: slow on a big store) "
+                             "into FILE's <stem>.pages/ and show WARN/FAIL counts on the index")
 
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import GenrunError
 
-    from genrun.runner.store import find_snapshot
+    from ._target import resolve_target
 
     if args.json or args.plot is not None:
         raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
     if args.snapshot is None and args.store is None:
         raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
-        return _review_page(str(find_snapshot(args.snapshot, args.store)), args.html, args.allowed_signers)
-    return _index_page(args.store, args.html, args.allowed_signers)
+        path, is_sweep = resolve_target(args.snapshot, args.store)
+        if is_sweep:
+            return _sweep_page(path, args.html, args.allowed_signers)
+        return _review_page(str(path), args.html, args.allowed_signers)
+    return _index_page(args.store, args.html, args.allowed_signers, args.pages)
 
 
 def _review_page(snapshot: str, html: Path, allowed_signers: Path | None) -> int:
@@ -54,19 +60,37 @@ def _review_page(snapshot: str, html: Path, allowed_signers: Path | None) -> int
     return 0
 
 
-def _index_page(store: str, html: Path, allowed_signers: Path | None) -> int:
-    from genrun.analysis import render_index_html
-    from genrun.analysis.html_report import HtmlReportError, store_index, write_html
+def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
+    from genrun.analysis._sweep_html import render_sweep_html
+    from genrun.analysis.html_report import HtmlReportError, write_html
+    from genrun.analysis.sweep import sweep_summary_line, verify_sweep
+    from genrun.runner.errors import GenrunError
+
+    verification = verify_sweep(sweep, allowed_signers)
+    try:
+        written = write_html(render_sweep_html(verification, allowed_signers), html, forbidden_roots=[sweep])
+    except HtmlReportError as exc:
+        raise GenrunError(str(exc)) from None
+    stderr_console.print(f"wrote {written} (sweep {verification.status}: {sweep_summary_line(verification)})",
+                         markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
+    from genrun.analysis.html_report import HtmlReportError
     from genrun.runner.errors import GenrunError, StoreError
-    from genrun.runner.store import list_snapshots, resolve_store
+    from genrun.runner.store import resolve_store
+
+    from ._store_page import write_store_pages
 
     root = resolve_store(store)
     if not root.is_dir():
         raise StoreError(f"--store {root} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
-    snapshots = list_snapshots(root)
     try:
-        written = write_html(render_index_html(store_index(root, snapshots, allowed_signers)), html, forbidden_roots=snapshots)
+        written = write_store_pages(root, html, allowed_signers, reviews=reviews)
     except HtmlReportError as exc:
         raise GenrunError(str(exc)) from None
-    stderr_console.print(f"wrote {written} ({len(snapshots)} snapshots)", markup=False, highlight=False, soft_wrap=True)
+    pages = f"{len(written.index_pages)} index pages: {written.index_pages[0]} …" if len(written.index_pages) > 1 else str(written.index_pages[0])
+    reviewed = f", {written.review_pages} review pages" if reviews else ""
+    stderr_console.print(f"wrote {pages} ({written.snapshots} snapshots{reviewed})", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -1,30 +1,33 @@
-"""`genrun ls`: the snapshots in a store, their state and stop reasons at a glance."""
+"""`genrun ls`: the snapshots in a store, their state and stop reasons at a glance; filtered, sorted, limited.
+
+Sealed snapshots come from the store index (`<store>/.genrun-index/`, a cache rebuilt by `genrun index --rebuild`)
+while their seal is unchanged; everything else is read from its files each time.
+"""
 
 import argparse
+import fnmatch
+import re
 import sys
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import NamedTuple
 
-from rich.console import Console
-from rich.table import Table
+from genrun.runner.errors import GenrunError
+from genrun.runner.listing import Listing, SnapshotRow, describe, group_sweeps
 
-from genrun.schemas import layout
+from ._columns import fit, output_width, render
+from ._output import print_json, stderr_console
 
-from ._output import print_json, stderr_console, stdout_console
+__all__ = ["COLUMNS", "SnapshotRow", "describe", "group_sweeps", "handle", "select"]
 
-
-class SnapshotRow(NamedTuple):
-    """One line of `genrun ls`."""
-
-    id: str
-    state: str
-    """Sealed: the result status (succeeded, failed, interrupted); else the `SnapshotState` (planned, running, incomplete)."""
-    sealed: bool
-    generated: int | None
-    stop_reasons: str
-    signoffs: str
-    sweep: str | None = None
-    """The sweep snapshot this item belongs to (rows are listed under it)."""
+COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
+"""Left to right in order of importance: the last ones are left out first on a narrow terminal."""
+SORT_KEYS: dict[str, Callable[[SnapshotRow], tuple]] = {
+    "time": lambda r: (r.created or "", r.id),
+    "name": lambda r: (r.name or "", r.id),
+    "state": lambda r: (r.state, r.id),
+    "generated": lambda r: (r.generated if r.generated is not None else -1, r.id),
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,160 +35,144 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "ls",
         help="list the snapshots in a store",
         epilog=(
-            "example: genrun ls --store snapshots\n  20261129T101500Z-tiny-3fa2c1  succeeded  yes  8  eos  -\n"
-            "ids are shown in full (other columns are dropped on a narrow terminal); every command that takes a\n"
-            "SNAPSHOT accepts its directory, its id, or a unique id prefix"
+            "example: genrun ls --store snapshots --state failed --since 7d\n"
+            "  1 of 3 snapshot(s) in snapshots\n"
+            "  id                             state   sealed  generated  stop reasons  sign-offs\n"
+            "  20261129T101500Z-tiny-3fa2c1   failed  yes     8          exception     -\n"
+            "ids are shown in full (other columns are cut or left out to fit COLUMNS or the terminal); every command that\n"
+            "takes a SNAPSHOT accepts its directory, its id, or a unique id prefix"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
     parser.add_argument("--allowed-signers", type=Path, help="allowed-signers file for checking signatures")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.add_argument("--state", action="append", metavar="STATE",
+                        help="only this state (succeeded, failed, interrupted, planned, running, incomplete, sweep); repeatable")
+    parser.add_argument("--since", metavar="WHEN", help="planned at or after WHEN: 2026-11-29, 2026-11-29T10:15, or 7d / 12h / 30m ago")
+    parser.add_argument("--until", metavar="WHEN", help="planned before WHEN (same forms as --since)")
+    parser.add_argument("--name", metavar="PATTERN", help="the request name matches PATTERN (shell wildcards: 'eval-*')")
+    parser.add_argument("--sweep", metavar="SWEEP", help="only the items of this sweep (its id or a unique id prefix)")
+    parser.add_argument("--stop-reason", action="append", metavar="REASON", help="some row stopped by REASON (eos, max_new_tokens, stop_string, ...); repeatable")
+    parser.add_argument("--backend", metavar="NAME", help="only snapshots run with this backend")
+    signed = parser.add_mutually_exclusive_group()
+    signed.add_argument("--unsigned", action="store_true", help="only snapshots with no sign-off that holds (none, or only invalid/revoked)")
+    signed.add_argument("--signed-by", metavar="PRINCIPAL", help="only snapshots with a sign-off by PRINCIPAL that holds")
+    parser.add_argument("--sort", choices=SORT_KEYS, metavar="KEY",
+                        help=f"order by KEY ({', '.join(SORT_KEYS)}); default: time, each sweep's items under their sweep")
+    parser.add_argument("--reverse", action="store_true", help="the opposite order (newest first by default)")
+    parser.add_argument("--limit", type=int, metavar="N", help="at most N rows (after filtering and sorting)")
+    parser.add_argument("--no-index", action="store_true", help="read every snapshot from its files (ignore the store index)")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.runner.store import list_snapshots, list_unfinished_plans, resolve_store
+    from genrun.runner.listing import list_store
+    from genrun.runner.store import resolve_store
 
+    if args.limit is not None and args.limit < 1:
+        raise GenrunError(f"--limit {args.limit}: must be at least 1; leave it out to list every snapshot")
+    since, until = _when("--since", args.since), _when("--until", args.until)
     store = resolve_store(args.store)
-    rows = [describe(path, args.allowed_signers) for path in list_snapshots(store)]
-    # planning now (a live planner holds it), or abandoned by a killed `genrun plan` (`genrun gc` removes those)
-    rows += [SnapshotRow(path.name, _planning_state(path).value, False, None, "-", "-") for path in list_unfinished_plans(store)]
-    rows = group_sweeps(rows, store)
+    listing = list_store(store, args.allowed_signers, use_index=not args.no_index)
+    for note in listing.notes:
+        stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    rows = select(listing, args, since, until)
     if args.json:
-        print_json({"store": str(store), "snapshots": [row._asdict() for row in rows]})
+        print_json({"store": str(store), "total": len(listing.rows), "snapshots": [row._asdict() for row in rows]})
         return 0
-    cells = [_cells(row) for row in rows]
-    width = stdout_console.width if stdout_console.is_terminal else None  # piped: never cut anything
-    shown = columns_that_fit(cells, width)
-    table = Table(title=f"{len(rows)} snapshot(s) in {store}", title_justify="left")
-    id_fits = width is None or _table_width(cells, [0]) <= width
-    for index in shown:
-        # ids are never cut: other columns go first (they are in --json); an id wider than the terminal wraps whole
-        table.add_column(COLUMNS[index], no_wrap=index == 0 and id_fits, overflow="fold")
-    for row in cells:
-        table.add_row(*(row[index] for index in shown))
-    # piped: a console exactly as wide as the table (rich would otherwise cut to 80 columns)
-    out = stdout_console if width is not None else Console(file=sys.stdout, width=_table_width(cells, shown), highlight=False)
-    out.print(table)
-    dropped = [COLUMNS[i] for i in range(len(COLUMNS)) if i not in shown]
-    if dropped:
-        stderr_console.print(f"(columns {', '.join(dropped)} left out to fit {width} columns; see them with --json or a wider terminal)",
-                             markup=False, highlight=False)
+    for row in rows:
+        if row.changed:
+            stderr_console.print(f"note: {row.id}: {row.changed}", markup=False, highlight=False, soft_wrap=True)
+    _print_table(rows, len(listing.rows), store)
     return 0
 
 
-def _planning_state(tmp: Path) -> layout.SnapshotState:
-    from genrun.runner.store import planning_holder
-
-    return layout.SnapshotState.PLANNING if planning_holder(tmp) else layout.SnapshotState.ABANDONED
-
-
-COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
-"""Left to right in order of importance: the last ones are dropped first on a narrow terminal."""
-_CELL_PADDING = 3  # rich's default box: one border and two spaces of padding per column
-
-
-def _cells(row: SnapshotRow) -> tuple[str, ...]:
-    generated = "-" if row.generated is None else f"{row.generated:,}"
-    shown = f"  └ {row.id}" if row.sweep else row.id  # a sweep's items right under it
-    return (shown, row.state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
-
-
-def _table_width(cells: list[tuple[str, ...]], shown: list[int]) -> int:
-    widest = [max([len(COLUMNS[i]), *(len(row[i]) for row in cells)]) for i in shown]
-    return sum(w + _CELL_PADDING for w in widest) + 1
-
-
-def columns_that_fit(cells: list[tuple[str, ...]], width: int | None) -> list[int]:
-    """Indexes of the columns to show: all when `width` is None, else drop from the right until the table fits.
-
-    The id column always stays; only when an id alone is wider than the terminal does it wrap (never cut).
-    """
-    shown = list(range(len(COLUMNS)))
-    if width is None:
-        return shown
-    while len(shown) > 1 and _table_width(cells, shown) > width:
-        shown.pop()
-    return shown
+def select(listing: Listing, args: argparse.Namespace, since: datetime | None, until: datetime | None) -> list[SnapshotRow]:
+    """The rows the filters keep, sorted and limited."""
+    rows = listing.rows
+    if args.sweep:
+        sweep = _find_sweep(rows, args.sweep)
+        rows = [r for r in rows if r.sweep == sweep]
+    # each filter narrows the rows in turn (one pass each, no per-row closure chain)
+    if args.state:
+        states = {*args.state, *(f"sweep {s}" for s in args.state)}
+        rows = [r for r in rows if r.state in states or ("sweep" in args.state and r.state.startswith("sweep"))]
+    if since is not None:
+        rows = [r for r in rows if r.created is not None and _parsed(r.created) >= since]
+    if until is not None:
+        rows = [r for r in rows if r.created is not None and _parsed(r.created) < until]
+    if args.name:
+        rows = [r for r in rows if r.name is not None and fnmatch.fnmatchcase(r.name, args.name)]
+    if args.stop_reason:
+        wanted = set(args.stop_reason)
+        rows = [r for r in rows if not wanted.isdisjoint(r.stop_reasons.split(", "))]
+    if args.backend:
+        rows = [r for r in rows if r.backend == args.backend]
+    if args.unsigned:
+        rows = [r for r in rows if not r.signers]
+    if args.signed_by:
+        rows = [r for r in rows if args.signed_by in r.signers]
+    if args.sort:
+        rows = sorted(rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
+    elif args.reverse:
+        rows = rows[::-1]
+    return rows[: args.limit] if args.limit else rows
 
 
-def group_sweeps(rows: list[SnapshotRow], store: Path) -> list[SnapshotRow]:
-    """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
-    by_id = {row.id: row for row in rows}
-    members: dict[str, list[str]] = {}
-    for row in rows:
-        plan = _read_json(store / row.id, layout.SWEEP_PLAN)
-        if plan is None:
-            continue
-        result = _read_json(store / row.id, layout.SWEEP_RESULT)
-        ids = [i["snapshot_id"] for i in plan["items"]]
-        if result is not None:
-            ids = [sid for item in result["items"] for sid in item["attempts"]]
-        members[row.id] = [sid for sid in dict.fromkeys(ids) if sid in by_id]
-    grouped = {sid for ids in members.values() for sid in ids}
-    ordered: list[SnapshotRow] = []
-    for row in rows:
-        if row.id in grouped:
-            continue
-        ordered.append(row)
-        ordered.extend(by_id[sid]._replace(sweep=row.id) for sid in members.get(row.id, ()))
-    return ordered
+def _find_sweep(rows: list[SnapshotRow], ref: str) -> str:
+    sweeps = [r.id for r in rows if r.members is not None]
+    matches = [s for s in sweeps if s == ref] or [s for s in sweeps if s.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise GenrunError(f"--sweep {ref!r} is ambiguous: {len(matches)} sweep ids start with it ({', '.join(matches[:3])}); type more of the id")
+    raise GenrunError(f"--sweep {ref!r} is not the id (or id prefix) of a sweep in this store; list sweeps with 'genrun ls --state sweep'")
 
 
-def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
-    """Read just enough of a snapshot for one line; never writes."""
-    plan = _read_json(snapshot, layout.SWEEP_PLAN)
-    if plan is not None:
-        return _describe_sweep(snapshot, plan, allowed_signers)
-    result = _read_json(snapshot, layout.RESULT)
-    stop = _read_json(snapshot, layout.STOP)
-    from genrun.runner.store import snapshot_state
-
-    state = snapshot_state(snapshot)
-    sealed = state is layout.SnapshotState.SEALED
-    shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
-    rows = stop.get("sequences") if stop else None
-    reasons = sorted({str(s.get("reason")) for s in rows if isinstance(s, dict)}) if isinstance(rows, list) else []
-    generated = result.get("generated") if result else None
-    return SnapshotRow(
-        id=snapshot.name,
-        state=shown,
-        sealed=sealed,
-        generated=generated if type(generated) is int else None,
-        stop_reasons=", ".join(reasons) or "-",
-        signoffs=_signoff_summary(snapshot, allowed_signers),
-    )
+_AGO = re.compile(r"^(\d+)([dhm])$")
 
 
-def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) -> SnapshotRow:
-    result = _read_json(snapshot, layout.SWEEP_RESULT)
-    counts = result["counts"] if result else {}
-    return SnapshotRow(
-        id=snapshot.name,
-        state=f"sweep {result['status']}" if result else "sweep (unsealed)",
-        sealed=(snapshot / layout.MANIFEST).is_file(),
-        generated=None,
-        stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",
-        signoffs=_signoff_summary(snapshot, allowed_signers),
-    )
-
-
-def _signoff_summary(snapshot: Path, allowed_signers: Path | None) -> str:
-    if not any((snapshot / layout.SIGNOFFS_DIR).glob("*.json")):
-        return "-"
-    from genrun.analysis import evaluate_signoffs, summarize_signoffs
-
-    return summarize_signoffs(evaluate_signoffs(snapshot, allowed_signers))
-
-
-def _read_json(snapshot: Path, name: str) -> dict | None:
-    """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
-    a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
-    from genrun.snapshot_dir import ArtifactError, SnapshotDir
-
-    try:
-        data = SnapshotDir(snapshot).read_json(name)
-    except ArtifactError:
+def _when(flag: str, value: str | None) -> datetime | None:
+    """`7d` / `12h` / `30m` ago, or an ISO date or time (UTC unless it says otherwise)."""
+    if value is None:
         return None
-    return data if isinstance(data, dict) else None
+    ago = _AGO.match(value)
+    if ago:
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[ago.group(2)]
+        return datetime.now(timezone.utc) - timedelta(**{unit: int(ago.group(1))})
+    try:
+        return _parsed(value)
+    except ValueError:
+        raise GenrunError(f"{flag} {value!r} is not a time; give a date (2026-11-29), a time (2026-11-29T10:15) or an age (7d, 12h, 30m)") from None
+
+
+def _parsed(text: str) -> datetime:
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _cells(row: SnapshotRow, shown_sweeps: set[str]) -> tuple[str, ...]:
+    generated = "-" if row.generated is None else f"{row.generated:,}"
+    ident = f"  └ {row.id}" if row.sweep in shown_sweeps else row.id  # a sweep's items right under it
+    state = f"{row.state} (seal changed)" if row.changed else row.state
+    return (ident, state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
+
+
+def _print_table(rows: list[SnapshotRow], total: int, store: Path) -> None:
+    shown_ids: set[str] = set()
+    cells = []
+    if any(row.sweep for row in rows):
+        for row in rows:
+            cells.append(_cells(row, shown_ids))
+            shown_ids.add(row.id)
+    else:
+        cells = [_cells(row, shown_ids) for row in rows]
+    width = output_width()
+    layout = fit(COLUMNS, cells, width)
+    counted = f"{len(rows):,} of {total:,}" if len(rows) != total else f"{total:,}"
+    sys.stdout.write(f"{counted} snapshot(s) in {store}\n{render(COLUMNS, cells, layout)}\n")
+    sys.stdout.flush()
+    if layout.dropped:
+        stderr_console.print(f"(columns {', '.join(layout.dropped)} left out to fit {width} columns; see them with --json or a wider terminal)",
+                             markup=False, highlight=False)

@@ -26,7 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT", nargs="?",
-                        help="snapshot directory, id, or unique id prefix in the store (omit with --store DIR --html FILE: an index page)")
+                        help="snapshot directory, id, or unique id prefix in the store; a sweep (by path or id) is reported as a sweep "
+                             "(omit with --store DIR --html FILE: an index page)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]', or pip install -e '.[plot]' in a checkout)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
@@ -39,18 +40,19 @@ def handle(args: argparse.Namespace) -> int:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
     from genrun.runner.errors import GenrunError, SnapshotError
-    from genrun.runner.store import find_snapshot
 
     if args.snapshot is None:
         raise GenrunError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
                           "for an index page of the store use --store DIR --html FILE")
 
-    from .sweep_verify import handle_sweep_report, sweep_target
+    from ._target import resolve_target
+    from .sweep_verify import handle_sweep_report
 
-    if sweep_target(args.snapshot):
-        return handle_sweep_report(args)
+    path, is_sweep = resolve_target(args.snapshot, args.store)
+    if is_sweep:
+        return handle_sweep_report(args, path)
     try:
-        report = report_snapshot(find_snapshot(args.snapshot, args.store))
+        report = report_snapshot(path)
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.plot is not None:

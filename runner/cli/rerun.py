@@ -5,7 +5,8 @@ import argparse
 from genrun.schemas import TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
 
-from ._output import print_json, stdout_console
+from ._library_output import add_quiet_argument
+from ._output import print_json, shown_path, stdout_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -41,6 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", help="store for the child (default: the parent's store directory)")
     parser.add_argument("--force", action="store_true", help="plan even if the pre-flight budget does not fit (recorded)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (child, result, lineage, verdict)")
+    add_quiet_argument(parser)  # and with it, as for run: the libraries' bars off and their notices through genrun
     parser.set_defaults(handler=handle)
 
 
@@ -55,16 +57,21 @@ def handle(args: argparse.Namespace) -> int:
 
     def planned(child) -> None:
         if not args.json:
-            print_plan_summary(child, SnapshotDir(child).read(layout.TOKEN_BUDGET, TokenBudget))
+            print_plan_summary(shown_path(child), SnapshotDir(child).read(layout.TOKEN_BUDGET, TokenBudget))
 
-    from genrun.runner.store import find_snapshot
+    from ._target import refuse_sweep, resolve_target
 
+    parent, is_sweep = resolve_target(args.snapshot, None)
+    if is_sweep:
+        refuse_sweep(parent, "rerun", f"Rerun one of its items ('genrun verify {parent}' lists them): genrun rerun ITEM --set KEY=VALUE, "
+                                      "or run the sweep file again: genrun sweep SWEEP.toml")
     outcome = rerun_snapshot(
-        find_snapshot(args.snapshot), args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
-        store=args.store, force=args.force, live=False if args.json else None, on_planned=planned,
+        parent, args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
+        store=args.store, force=args.force, live=False if args.json or args.quiet else None, on_planned=planned,
     )
     child = read_snapshot(outcome.child)
     lineage = read_lineage(child)
+    assert lineage is not None, "rerun_snapshot writes the child's lineage.json before it returns"
     verdict = lineage_verdict(read_snapshot(outcome.parent), child, lineage)
     if args.json:
         print_json({
@@ -72,6 +79,6 @@ def handle(args: argparse.Namespace) -> int:
             "lineage": lineage.model_dump(mode="json"), "verdict": verdict.model_dump(mode="json"),
         })
     else:
-        render_summary(outcome.child, outcome.result)
+        render_summary(shown_path(outcome.child), outcome.result)
         render_verdict(verdict, stdout_console)
     return outcome.result.exit_code

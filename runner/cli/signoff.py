@@ -34,7 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", help="snapshot directory, id, or unique id prefix in the store")
+    parser.add_argument("snapshot", help="snapshot or sweep directory, id, or unique id prefix in the store "
+                                         "(a sweep's own sign-off binds its plan / its manifest, which records every item's digest)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--decision", choices=DECISIONS, help="approve a plan; accept or reject results")
     what.add_argument("--revoke", metavar="RECORD", help="supersede an earlier record (its file name under signoffs/)")
@@ -58,9 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.signoff import make_signoff
-    from genrun.runner.store import find_snapshot
+    from ._target import resolve_target
 
-    snapshot = find_snapshot(args.snapshot, args.store)
+    snapshot, is_sweep = resolve_target(args.snapshot, args.store)
     decision = "revoke" if args.revoke is not None else args.decision
     path = make_signoff(snapshot, decision, args.by, args.key, args.note, args.accepted_gaps,
                         allowed_signers=args.allowed_signers, revokes=args.revoke)
@@ -71,6 +72,8 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     how = "signed" if record.signed else "[yellow]unsigned[/]"
     bound = f"of {record.revokes}" if record.revokes else f"{record.digest_kind} digest {record.digest[:12]}…"
+    if is_sweep:  # a sweep's own record: it binds the sweep's files, which record every item's digest
+        bound = f"sweep {snapshot.name}, {bound}"
     stderr_console.print(f"{how} {record.decision} by {escape(record.by)}, {escape(bound)}")
     stderr_console.print(str(path), markup=False, soft_wrap=True)
     return 0

@@ -11,11 +11,11 @@ from ._output import print_json, stdout_console
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
-def handle_sweep(args: argparse.Namespace) -> int:
-    """verify: sweep checks, distribution, the summary line; exit 1 on any FAIL (or WARN with --strict)."""
+def handle_sweep(args: argparse.Namespace, sweep: Path) -> int:
+    """verify: sweep checks (its own sign-offs among them), distribution, the summary line; exit 1 on any FAIL (or WARN with --strict)."""
     from genrun.analysis.sweep import sweep_summary_line, verify_sweep
 
-    verification = verify_sweep(args.snapshot, allowed_signers=getattr(args, "allowed_signers", None))
+    verification = verify_sweep(sweep, allowed_signers=getattr(args, "allowed_signers", None))
     strict = getattr(args, "strict", False)
     if args.json:
         document = verification.model_dump(mode="json")
@@ -27,12 +27,12 @@ def handle_sweep(args: argparse.Namespace) -> int:
     return verification.exit_code(strict)
 
 
-def handle_sweep_report(args: argparse.Namespace) -> int:
+def handle_sweep_report(args: argparse.Namespace, sweep: Path) -> int:
     """report: the same distribution, plus a plot (units per item, items per stop reason) with --plot."""
     from genrun.analysis.sweep import sweep_summary_line, verify_sweep
     from genrun.runner.errors import GenrunError
 
-    verification = verify_sweep(args.snapshot)
+    verification = verify_sweep(sweep, allowed_signers=getattr(args, "allowed_signers", None))
     if args.plot is not None:
         from genrun.analysis._sweep_plot import write_sweep_plot
         from genrun.analysis._plot import PlotError
@@ -78,17 +78,13 @@ def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, 
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
     if attention:
         table = Table(title="items needing attention", title_justify="left")
-        for column in ("item", "status", "stop", "units", "WARN", "FAIL", "snapshot"):
+        for column in ("item", "status", "stop", "units", "WARN", "FAIL"):
             table.add_column(column, overflow="fold")
+        # an id is what the user copies into the next command: never folded in half
+        table.add_column("snapshot", no_wrap=True, min_width=max(len(i.snapshot_id or "-") for i in attention))
         for i in attention:
             table.add_row(str(i.index), i.status, ",".join(i.stop_reasons) or "-", "-" if i.generated is None else str(i.generated),
                           ",".join(i.warnings) or "-", ",".join(i.failures) or "-", i.snapshot_id or "-")
         stdout_console.print(table)
     stdout_console.print(sweep_summary_line(v), markup=False, highlight=False, soft_wrap=True)
 
-
-def sweep_target(path: str | Path) -> bool:
-    """Whether a command's SNAPSHOT argument is a sweep snapshot."""
-    from genrun.analysis.sweep import is_sweep_dir
-
-    return is_sweep_dir(path)

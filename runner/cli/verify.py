@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT",
-                        help="snapshot directory, id, or unique id prefix in the store; a sweep snapshot verifies every item and shows the distribution")
+                        help="snapshot directory, id, or unique id prefix in the store; a sweep (by path or id) verifies every item and shows the distribution and its own sign-offs")
     add_store_lookup(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (findings + summary) on stdout")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
@@ -37,16 +37,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import SnapshotNotFound, summary_line, verify_snapshot
     from genrun.runner.errors import SnapshotError
-    from genrun.runner.store import find_snapshot
 
-    from genrun.analysis.sweep import is_sweep_dir
+    from ._target import resolve_target
 
-    if is_sweep_dir(args.snapshot):
+    path, is_sweep = resolve_target(args.snapshot, args.store)
+    if is_sweep:
         from .sweep_verify import handle_sweep
 
-        return handle_sweep(args)
+        return handle_sweep(args, path)
     try:
-        verification = verify_snapshot(find_snapshot(args.snapshot, args.store), allowed_signers=args.allowed_signers)
+        verification = verify_snapshot(path, allowed_signers=args.allowed_signers)
     except SnapshotNotFound as exc:
         raise SnapshotError(str(exc)) from None
     if args.json:

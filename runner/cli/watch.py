@@ -1,6 +1,7 @@
 """`genrun watch SNAPSHOT`: follow a run from any terminal while `genrun run` writes it (read-only; never imports torch)."""
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,10 @@ EPILOG = """\
 Prints one line per update: units so far, windowed/recent/cumulative rate (per row), memory,
 seconds since the last progress record and an ETA to the budget from the recent pace. Warns
 STALL when no record arrived for --stall-after seconds. Exits when the snapshot is sealed, with
-the run's own exit code; exits 4 when the writer is gone and the snapshot was never sealed.
+the run's own exit code; exits 4 when the writer is gone and the snapshot was never sealed; exits 5
+when the snapshot is planned and, after --stall-after seconds, no process is executing it.
+A sweep (by path or id) is followed item by item until it is sealed, then exits as 'genrun sweep' did.
+Ctrl-C stops the watcher only (exit 130); the run it watches is not touched.
 
 example: genrun watch snapshots/20261129T101500Z-long-3fa2c1
   running  4,096/65,536 tokens  window 2.9/s  recent 2.9/s  cum 3.1/s  RSS 7.2 GiB  last 12 s ago  ETA 6 h 12 min
@@ -25,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Follow SNAPSHOT's progress stream while 'genrun run' writes it, until it is sealed.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot directory (made by 'genrun run' or 'genrun plan'), id, or unique id prefix")
+    parser.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot or sweep directory (made by 'genrun run', 'genrun plan' or 'genrun sweep'), id, or unique id prefix")
     add_store_lookup(parser)
     parser.add_argument("--stall-after", type=float, metavar="SECONDS",
                         help="warn when no progress record arrived for this long (default: 3 × the request's [progress] every_seconds)")
@@ -37,18 +41,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.analysis.watch import ProgressTail, assess, default_stall_after
     from genrun.runner.errors import GenrunError, SnapshotError
+    from genrun.runner.interrupts import EXIT_CODES, RunInterrupted
     from genrun.schemas import layout
 
-    from genrun.runner.store import find_snapshot
+    from ._target import resolve_target
 
-    snapshot = find_snapshot(args.snapshot, args.store)
-    if not (snapshot / layout.FROZEN_MANIFEST).is_file():
+    snapshot, is_sweep = resolve_target(args.snapshot, args.store)
+    if not is_sweep and not (snapshot / layout.FROZEN_MANIFEST).is_file():
         raise SnapshotError(f"{snapshot} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun run'")
     for flag, value in (("--interval", args.interval), ("--heartbeat", args.heartbeat), ("--stall-after", args.stall_after)):
         if value is not None and value <= 0:
             raise GenrunError(f"{flag} {value:g} must be a positive number of seconds")
+    try:
+        return _watch_sweep(snapshot, args) if is_sweep else _watch(snapshot, args)
+    except RunInterrupted as exc:  # the watcher's own Ctrl-C: nothing it watches is touched
+        stderr_console.print(f"stopped watching ({exc.signal_name}); the run itself is not affected", markup=False, highlight=False)
+        return EXIT_CODES.get(exc.signal_name, 130)
+
+
+def _watch_sweep(sweep: Path, args: argparse.Namespace) -> int:
+    """One line each time another item finishes (or every --heartbeat seconds), then the sealed verdict."""
+    from genrun.analysis._sweep_watch import assess_sweep
+
+    printed: tuple[int, int | None] | None = None
+    printed_at = 0.0
+    while True:
+        update = assess_sweep(sweep)
+        if (update.finished, update.exit_code) != printed or time.monotonic() - printed_at >= args.heartbeat:
+            if args.json:
+                sys.stdout.write(json.dumps(update._asdict()) + "\n")
+                sys.stdout.flush()
+            else:
+                stdout_console.print(update.message, markup=False, highlight=False, soft_wrap=True)
+            printed, printed_at = (update.finished, update.exit_code), time.monotonic()
+        if update.exit_code is not None:
+            return update.exit_code
+        time.sleep(args.interval)
+
+
+def _watch(snapshot: Path, args: argparse.Namespace) -> int:
+    from genrun.analysis.watch import ProgressTail, assess, default_stall_after
+
     stall_after = args.stall_after if args.stall_after is not None else default_stall_after(snapshot)
     tail = ProgressTail(snapshot)
     began = time.monotonic()
@@ -76,13 +110,13 @@ def _emit(update, as_json: bool) -> None:  # noqa: ANN001 - WatchUpdate, importe
             stderr_console.print(update.message, markup=False, highlight=False, soft_wrap=True)
         return
     line = format_update(update)
-    style = "bold red" if update.state in ("stalled", "incomplete") else "bold" if update.state == "sealed" else None
+    style = "bold red" if update.state in ("stalled", "incomplete", "not_executing") else "bold" if update.state == "sealed" else None
     stdout_console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 def format_update(u) -> str:  # noqa: ANN001 - WatchUpdate
     """One human line for an update."""
-    if u.state in ("sealed", "incomplete") or (u.state == "waiting"):
+    if u.state in ("sealed", "incomplete", "waiting", "not_executing"):
         return u.message
     done = "—" if u.generated is None else f"{u.generated:,}"
     planned = f"/{u.planned_units:,}" if u.planned_units else ""

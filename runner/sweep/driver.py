@@ -7,6 +7,7 @@ one never started runs now.
 """
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -22,6 +23,7 @@ from genrun.schemas.digests import snapshot_digest
 from genrun.schemas.sweep import ItemAttempt, ItemOutcome, ItemStatus, SweepPlan, SweepResult, SweepStatus
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
+from .._locks import lock_holder, try_exclusive
 from ..errors import SnapshotError
 from ..interrupts import EXIT_CODES
 from ..store import is_sealed
@@ -97,8 +99,34 @@ def _stop_on_signals() -> Iterator[_Signals]:
 
 
 def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPool], on_event: Callable[[str, ItemOutcome | None, int, int], None] | None = None) -> SweepRun:
-    """Run every item not yet done, `retries` more times for lost ones; seal the sweep. Also resumes."""
+    """Run every item not yet done, `retries` more times for lost ones; seal the sweep. Also resumes.
+
+    One driver at a time: a second `sweep execute`/`resume` of the same sweep is refused naming the first's PID."""
     sweep_dir, plan = open_sweep(sweep_dir)
+    with _driver_lock(sweep_dir):
+        return _execute_sweep_locked(sweep_dir, plan, pool_factory, on_event)
+
+
+@contextlib.contextmanager
+def _driver_lock(sweep_dir: Path) -> Iterator[None]:
+    """An exclusive `flock` on `sweep-plan.json` while this driver runs (the kernel drops it when the driver dies, SIGKILL
+    included): two drivers would run the same items twice and record outcomes their items contradict."""
+    try:
+        fd = os.open(sweep_dir / layout.SWEEP_PLAN, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SnapshotError(f"{sweep_dir / layout.SWEEP_PLAN} cannot be opened as a regular file ({exc.strerror or exc}); "
+                            "plan the sweep again") from None
+    try:
+        if not try_exclusive(fd):
+            raise SnapshotError(f"sweep {sweep_dir} is already being run by {lock_holder(fd)}; one driver runs a sweep at a time: "
+                                "wait for it to end (or stop it), then 'genrun sweep resume' it")
+        yield
+    finally:
+        os.close(fd)
+
+
+def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callable[[SweepPlan], WorkerPool],
+                          on_event: Callable[[str, ItemOutcome | None, int, int], None] | None) -> SweepRun:
     if is_sealed(sweep_dir):
         raise SnapshotError(f"sweep {sweep_dir} is already sealed (see 'genrun verify {sweep_dir}'); plan a new sweep to run it again")
     store = Path(plan.store)
@@ -188,6 +216,9 @@ def recover_states(sweep_dir: Path, plan: SweepPlan) -> list[ItemState]:
     states = [ItemState(item.index, [item.snapshot_id]) for item in plan.items]
     ended: set[tuple[int, str]] = set()
     for record in read_attempts(sweep_dir):
+        if not 0 <= record.item < len(states):
+            raise SnapshotError(f"{sweep_dir / layout.SWEEP_PROGRESS} names item {record.item}, but the sweep plans items 0 to "
+                                f"{len(states) - 1}; the sweep's log was altered: nothing it names is run")
         state = states[record.item]
         if record.event == "started" and record.snapshot_id not in state.attempts:
             state.attempts.append(record.snapshot_id)

@@ -12,11 +12,12 @@ import shutil
 from pathlib import Path
 
 import orjson
+from pydantic import ValidationError
 
 from genrun.schemas import Request, layout
 from genrun.schemas.digests import plan_digest
 from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
-from genrun.snapshot_dir import ArtifactMissing, SnapshotDir
+from genrun.snapshot_dir import ArtifactMissing, SnapshotDir, describe_validation_error
 
 from .. import _hash_cache
 from .._io import fsync_dir, write_bytes_atomic
@@ -117,10 +118,11 @@ def read_attempts(sweep_dir: Path) -> list[ItemAttempt]:
             continue
         try:
             records.append(ATTEMPT_ADAPTER.validate_json(line))
-        except ValueError:
+        except ValidationError as exc:
             if number == len(lines):  # only the unterminated last line can be torn
                 break
-            raise SnapshotError(f"{path} line {number} is not an attempt record; the sweep's log was altered") from None
+            raise SnapshotError(f"{path} line {number} is not an attempt record ({describe_validation_error(exc)}); "
+                                "the sweep's log was altered: nothing it names is run") from None
     return records
 
 

@@ -23,6 +23,7 @@ from genrun.backends import (
     GenerationEnd,
     LoadContext,
     LoadedModel,
+    PlanContext,
     Request,
     RequestError,
     SequenceStop,
@@ -35,7 +36,6 @@ from genrun.backends import (
     refuse_generation,
     unknown_key_message,
     with_refusals,
-    write_model_atomic,
 )
 
 GENERATION_KEYS = ("steps", "fail_at")
@@ -104,7 +104,7 @@ class CounterBackend:
         call_config_model=CounterCall,
     )
 
-    def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
+    def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """Only `steps` (a positive integer) and `fail_at`; `[input]` is optional."""
         refuse_generation([unknown_key_message(("generation",), k, list(GENERATION_KEYS)) for k in request.generation if k not in GENERATION_KEYS])
         steps = request.generation.get("steps", DEFAULT_STEPS)
@@ -115,7 +115,7 @@ class CounterBackend:
         """The prompt, kept as a label."""
         return {"label": request.input.prompt or ""}
 
-    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
         """Steps are the units; the "weights" are the config file."""
         memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes)
         draft = TokenBudget(
@@ -156,7 +156,7 @@ class CounterRun:
         ctx, steps, fail_at = self._ctx, _steps(self._ctx.request), self._ctx.request.generation.get("fail_at")
         call = CounterCall(start=loaded.model, steps=steps, steps_source="request" if "steps" in ctx.request.generation else "default",
                            fail_at=fail_at)
-        write_model_atomic(ctx.snapshot_dir / CALL_CONFIG, call)
+        ctx.snapshot.write(CALL_CONFIG, call)
         ctx.recorder.start(steps, 1)
         self.started = time.monotonic()
         for _ in range(steps):
@@ -168,7 +168,7 @@ class CounterRun:
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         ctx = self._ctx
         ctx.outputs_dir.mkdir(exist_ok=True)
-        (ctx.outputs_dir / "count.txt").write_text("".join(f"{v} " for v in self.values).rstrip() + ("\n" if self.values else ""))
+        ctx.snapshot.write_bytes("outputs/count.txt", ("".join(f"{v} " for v in self.values).rstrip() + ("\n" if self.values else "")).encode())
         evidence = _evidence(end, self.values, _steps(ctx.request))
         stop = SequenceStop(index=0, call_index=0, reason=evidence.reason, generated=len(self.values),
                             exception=exception_info(end.failure) if end.failure else None, evidence=evidence)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from genrun.backends import (BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, SequenceStop, TokenRow, deferred,
-                             exception_info, generation_timings, save_prompt_ids, save_token_rows, write_model_atomic)
+                             exception_info, generation_timings, save_prompt_ids, save_token_rows)
 
 from ._engine import engine_arguments, vllm_environment
 from ._evidence import (CALL_CONFIG, RowSampling, VllmCallConfig, VllmEos, VllmFailed, VllmInterrupted, VllmMaxModelLen, VllmMaxTokens,
@@ -59,7 +59,7 @@ class VllmRun:
             vllm_version=_vllm_version(), vllm_environment=loaded_environment(loaded), engine_arguments=engine_arguments(ctx.request, ctx.model_dir),
             engine=resolved_engine(engine), eos_token_ids=eos_ids(self.tokenizer, ctx.model_dir),
             requests=tuple(RowSampling(row=p * n, params=params, sources=sources) for p in range(len(prompts))))
-        write_model_atomic(ctx.snapshot_dir / CALL_CONFIG, self.call)
+        ctx.snapshot.write(CALL_CONFIG, self.call)
         ctx.recorder.start(ctx.planned_units, len(self.rows))
         ctx.recorder.set_last_ids(lambda: tuple(max(self.rows, key=lambda r: len(r.ids)).ids[-8:]) if self.rows else ())
         self.started = time.monotonic()
@@ -97,7 +97,6 @@ class VllmRun:
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         ctx = self._ctx
-        ctx.outputs_dir.mkdir(exist_ok=True)
         call = self.call
         eos = call.eos_token_ids if call is not None else ()
         params = call.requests[0].params if call is not None and call.requests else {}
@@ -105,9 +104,9 @@ class VllmRun:
         stops = tuple(self._stop(row, end, row_eos, params) for row in self.rows)
         outputs: tuple[str, ...] = ()
         if self.tokenizer is not None or not self.rows:
-            save_prompt_ids(ctx.snapshot_dir, sorted(self.prompt_ids.items()))
+            save_prompt_ids(ctx.snapshot, sorted(self.prompt_ids.items()))
             lengths = {len(ids) for ids in self.prompt_ids.values()}
-            outputs = save_token_rows(ctx.snapshot_dir, [TokenRow(r.index, r.ids, row_eos) for r in self.rows], self.tokenizer,
+            outputs = save_token_rows(ctx.snapshot, [TokenRow(r.index, r.ids, row_eos) for r in self.rows], self.tokenizer,
                                       prompt_length=lengths.pop() if len(lengths) == 1 else None, eos_token_ids=row_eos,
                                       pad_token_id=getattr(self.tokenizer, "pad_token_id", None))
         total = sum(len(r.ids) for r in self.rows)

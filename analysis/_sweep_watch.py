@@ -1,0 +1,56 @@
+"""`genrun watch SWEEP`: how many items have finished, until the sweep is sealed (read-only, no torch).
+
+The driver appends one `ended` record per finished attempt to `sweep-progress.ndjson` and seals
+the sweep with `sweep-result.json`; this reads only those two files.
+"""
+
+from pathlib import Path
+from typing import NamedTuple
+
+import orjson
+
+from genrun.schemas import layout
+from genrun.schemas.sweep import SweepPlan, SweepResult
+from genrun.snapshot_dir import SnapshotDir
+
+INTERRUPTED_EXIT = 130
+
+
+class SweepUpdate(NamedTuple):
+    """One look at a sweep: items finished so far, and the verdict once sealed."""
+
+    items: int
+    finished: int
+    message: str
+    exit_code: int | None
+    """None while the sweep is unsealed; then the exit code `genrun sweep` returned (0 all succeeded, 1 not, 130 interrupted)."""
+
+
+def assess_sweep(sweep: Path) -> SweepUpdate:
+    files = SnapshotDir(sweep)
+    items = len(files.read(layout.SWEEP_PLAN, SweepPlan).items)
+    if (sweep / layout.MANIFEST).is_file():
+        result = files.read(layout.SWEEP_RESULT, SweepResult)
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
+        if result.status == "interrupted":
+            code = INTERRUPTED_EXIT
+        else:
+            code = 0 if result.counts.get("succeeded", 0) == items else 1
+        return SweepUpdate(items, items, f"sweep sealed: {result.status}, {counts} (exit {code}); details: 'genrun verify {sweep}'", code)
+    finished = _finished_items(sweep / layout.SWEEP_PROGRESS)
+    return SweepUpdate(items, finished, f"sweep running: {finished}/{items} items finished", None)
+
+
+def _finished_items(progress: Path) -> int:
+    """Distinct items with an `ended` record whose status is final (a lost attempt may be retried)."""
+    if not progress.is_file():
+        return 0
+    done = set()
+    for line in progress.read_bytes().splitlines():
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:  # the driver may be appending this very line
+            continue
+        if record.get("event") == "ended" and record.get("status") != "lost":
+            done.add(record.get("item"))
+    return len(done)

@@ -1,0 +1,143 @@
+"""Overhead of the loop backend's recorder: the same loop with `rec` recording vs with a recorder that does nothing.
+
+Two loops, each run side by side in interleaved pairs (recorded/null, then null/recorded, ...) in one
+process so drift in machine load hits both sides:
+
+- `onnx`: the bundled greedy loop (`examples/lm_loop.py`) on onnxruntime over the ONNX export of the tiny
+  model, 4 prompts of 64 new tokens each, a loop that does nothing but one model step and one `emit` per
+  token. The figure is the median over pairs of (recorded time / null time) - 1: the recording's share.
+- `emit`: a loop with no model at all, 200,000 `emit(0, [id])` calls: the recorder's absolute cost per
+  unit (µs), i.e. what it adds to any loop, whatever its engine.
+
+The recorded side is what `genrun execute` runs: `LoopRecorder` appending `stage-progress.ndjson` and
+driving a `ProgressRecorder` (`progress.ndjson`) at the default cadence (256 units / 30 s), in a
+temporary directory. The null side's stage has the same methods and does nothing.
+
+Usage:
+    python bench/loop_overhead.py [--pairs 9]
+
+Target: the recording's share of the ONNX loop <= 2 %.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "examples")]
+
+import lm_loop  # noqa: E402
+
+from genrun.runner.backends.loop.recorder import LoopRecorder  # noqa: E402
+from genrun.runner.recorder import ProgressRecorder  # noqa: E402
+
+MODEL = REPO / "examples" / "models" / "tiny-lm-onnx"
+PROMPTS = ["count down from 63 :", "count down from 62 :", "count down from 61 :", "count down from 60 :"]
+EMITS = 200_000
+TARGET = 0.02
+
+
+class _NullStage:
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __enter__(self) -> "_NullStage":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def emit(self, row: int, ids: Any) -> None:
+        pass
+
+    def stop(self, row: int, reason: str, **evidence: Any) -> None:
+        pass
+
+
+class NullRecorder:
+    """The recorder's surface, doing nothing: the loop's own cost."""
+
+    def __init__(self, outputs_dir: Path) -> None:
+        self.outputs_dir = outputs_dir
+
+    def config(self, mapping: Any) -> None:
+        pass
+
+    def stage(self, name: str, *, unit: str, per_second: float | None = None, rows: int, consumes: str | None = None) -> _NullStage:
+        return _NullStage(rows)
+
+
+def real_recorder(directory: Path) -> tuple[LoopRecorder, ProgressRecorder, int]:
+    core = ProgressRecorder(directory / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=256, every_seconds=30.0)
+    fd = os.open(directory / "stage-progress.ndjson", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    return LoopRecorder(core=core, progress_fd=fd, every_units=256, every_seconds=30.0, on_config=lambda _c: None, outputs_dir=directory), core, fd
+
+
+def timed(recorded: bool, body: Any) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        if recorded:
+            rec, core, fd = real_recorder(directory)
+        else:
+            rec, core, fd = NullRecorder(directory), None, None
+        started = time.perf_counter()
+        body(rec)
+        elapsed = time.perf_counter() - started
+        if core is not None:
+            core.close()
+            os.close(fd)
+        return elapsed
+
+
+def onnx_loop(rec: Any) -> None:
+    lm_loop.generate(MODEL, {"prompts": PROMPTS}, {"max_new_tokens": 64}, rec)
+
+
+def emit_loop(rec: Any) -> None:
+    rec.config({})
+    with rec.stage("emit", unit="token", rows=1) as stage:
+        for i in range(EMITS):
+            stage.emit(0, [i])
+
+
+def pairs(body: Any, n: int) -> list[tuple[float, float, float]]:
+    """(recorded s, null s, second null s) per pair, the order alternating; the second null run is the A/A control."""
+    timed(True, body), timed(False, body)  # warm-up: imports, the session's first run
+    out = []
+    for i in range(n):
+        if i % 2:
+            null = timed(False, body)
+            rec = timed(True, body)
+        else:
+            rec = timed(True, body)
+            null = timed(False, body)
+        out.append((rec, null, timed(False, body)))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=9)
+    args = parser.parse_args()
+    onnx = pairs(onnx_loop, args.pairs)
+    shares = [rec / null - 1 for rec, null, _ in onnx]
+    control = [again / null - 1 for _, null, again in onnx]
+    emit = pairs(emit_loop, args.pairs)
+    per_unit_us = statistics.median((rec - null) / EMITS * 1e6 for rec, null, _ in emit)
+    tokens = sum(64 for _ in PROMPTS)
+    null_s = statistics.median(null for _, null, _ in onnx)
+    print(f"onnx loop: {tokens} tokens, null {null_s * 1e3:.1f} ms, recorded {statistics.median(r for r, _, _ in onnx) * 1e3:.1f} ms; "
+          f"recording share median {statistics.median(shares):+.2%} (range {min(shares):+.2%} .. {max(shares):+.2%}), target <= {TARGET:.0%}; "
+          f"A/A control (null vs null) median {statistics.median(control):+.2%} (range {min(control):+.2%} .. {max(control):+.2%})")
+    print(f"emit-only loop: {EMITS:,} emits, recorder cost {per_unit_us:.2f} µs per unit (median over {args.pairs} pairs); "
+          f"predicted share of the onnx loop {per_unit_us * 1e-6 * tokens / null_s:+.2%}")
+    return 0 if statistics.median(shares) <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

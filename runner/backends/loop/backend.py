@@ -1,0 +1,226 @@
+"""`[model] backend = "loop"`: genrun records a generation loop it does not run itself.
+
+The request names the loop (`[loop] callable = "module:function"`, the module beside the request)
+and its keyword arguments (`[loop] kwargs`), and may name a plan-time budget callable (`[loop]
+budget`). genrun freezes and hashes the request, `[model] path` (the files the loop reads), the
+loop's module and the environment like any run, and loads nothing: at execution it calls
+`function(model_dir, inputs, generation, rec, **kwargs)` inside the run template, and `rec`
+(`recorder.py`) records the loop's configuration, stages, ids and stops. Built on the public
+plugin module `genrun.backends` only.
+"""
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from genrun.backends import (
+    STAGE_IDS_FILE,
+    STAGE_PROGRESS_FILE,
+    STAGES_FILE,
+    BackendOutcome,
+    EvidenceDeclaration,
+    ExecutionContext,
+    GenerationEnd,
+    LoadContext,
+    LoadedModel,
+    Request,
+    RequestError,
+    SequenceStop,
+    StageIds,
+    Stages,
+    TokenBudget,
+    Unit,
+    exception_info,
+    generation_timings,
+    memory_fit,
+    refusals_for,
+    resolve_callable,
+    unknown_key_message,
+    user_import_paths,
+    with_refusals,
+    write_model_atomic,
+)
+
+from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall
+from .recorder import LoopRecorder, Stage
+
+LOOP_KEYS = ("callable", "kwargs", "budget")
+
+
+class LoopBackend:
+    """`[model] backend = "loop"`."""
+
+    name = "loop"
+    request_tables = ("loop",)
+    evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "stages"), stop_evidence=LOOP_STOP_EVIDENCE,
+                                   call_config_name=CALL_CONFIG, call_config_model=LoopCall)
+
+    def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
+        """`[loop] callable` is required (`module:function`, importable beside the request); `kwargs` is a table; `budget` a
+        `module:function`. `[generation]` is the loop's own: genrun passes it through unread."""
+        table = loop_table(request)
+        problems = [unknown_key_message(("loop",), key, list(LOOP_KEYS)) for key in table if key not in LOOP_KEYS]
+        if "callable" not in table:
+            problems.append('[loop] callable is missing: name the loop as callable = "module:function" (the module beside the request)')
+        for key in ("callable", "budget"):
+            value = table.get(key)
+            if value is not None and (not isinstance(value, str) or value.count(":") != 1 or not all(value.split(":"))):
+                problems.append(f'[loop] {key} = {value!r} must be "module:function", e.g. "my_loop:generate"')
+        if not isinstance(table.get("kwargs", {}), dict):
+            problems.append(f"[loop] kwargs = {table['kwargs']!r} must be a table of keyword arguments, e.g. kwargs = {{ frames = 50 }}")
+        if problems:
+            raise RequestError("[loop] refused:" + "".join(f"\n  - {p}" for p in problems))
+        resolve_callable(table["callable"], "[loop] callable")  # the plan imports it beside the request: a typo fails here
+
+    def user_code(self, request: Request) -> tuple[tuple[str, str], ...]:
+        """The loop's modules, hashed into `code.json` like an entry point's."""
+        table = loop_table(request)
+        return tuple((f"[loop] {key}", table[key]) for key in ("callable", "budget") if isinstance(table.get(key), str))
+
+    def prepare_inputs(self, request: Request, processor: Any) -> dict[str, Any]:
+        """`[input]` as plain values: `prompts` (one per row; `prompt` becomes a one-row list) and any media paths."""
+        spec = request.input.model_dump(mode="json", exclude_none=True, exclude={"copy_files", "processor_kwargs"})
+        prompt = spec.pop("prompt", None)
+        if prompt is not None:
+            spec["prompts"] = [prompt]
+        return spec
+
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
+        """The files' size against free memory, and the limits `[loop] budget` reports (each `needed` <= its `limit`)."""
+        memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes)
+        draft = TokenBudget(
+            units=self.progress_unit(request)[0], prompt_tokens=None, batch_size=1, requested_units=None, requested_units_source=None,
+            effective_max_length=None, context_limit=None, fits_context=None, kv_bytes_per_token=None, rows_per_request=1,
+            kv_bytes_at_budget=None, weight_bytes=weight_bytes, activation_bytes_estimate=0, **memory._asdict(),
+            domain=None, refusals=(), forced=False,
+        )
+        return with_refusals(draft, refusals_for(draft) + budget_refusals(request, model_dir, self.prepare_inputs(request, None)), force)
+
+    def progress_unit(self, request: Request) -> tuple[Unit, int]:
+        """`[units] name` (token or frame): the stages counting it feed `progress.ndjson` and `result.json`."""
+        return request.units.name, 1
+
+    def load(self, ctx: LoadContext) -> LoadedModel:
+        """Nothing: the loop loads its model itself, with its own engine."""
+        spec = ctx.request.model
+        return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
+                           model=None, processor=None, load_s=0.0)
+
+    def start(self, ctx: ExecutionContext) -> "LoopRun":
+        """A run that will call the loop."""
+        return LoopRun(ctx, self.prepare_inputs(ctx.request, None))
+
+
+def loop_table(request: Request) -> dict[str, Any]:
+    """`[loop]` as written (empty when absent)."""
+    return dict(request.backend_tables.get("loop", {}))
+
+
+def budget_refusals(request: Request, model_dir: Path, inputs: dict[str, Any]) -> tuple[str, ...]:
+    """Call `[loop] budget(model_dir, inputs, generation, **kwargs)`: it returns `{name: {"needed": n, "limit": m}}` (context,
+    frames, bytes, ...); each `needed > limit` is a refusal naming both numbers and the fix."""
+    table = loop_table(request)
+    reference = table.get("budget")
+    if reference is None:
+        return ()
+    limits = resolve_callable(reference, "[loop] budget")(model_dir, inputs, dict(request.generation), **table.get("kwargs", {}))
+    if not isinstance(limits, Mapping):
+        raise RequestError(f"[loop] budget {reference!r} returned {type(limits).__name__}; return {{name: {{'needed': n, 'limit': m}}}}")
+    refusals = []
+    for name, pair in limits.items():
+        if not isinstance(pair, Mapping) or not {"needed", "limit"} <= set(pair):
+            raise RequestError(f"[loop] budget {reference!r}: {name!r} is {pair!r}; each limit is {{'needed': n, 'limit': m}}")
+        if pair["needed"] > pair["limit"]:
+            refusals.append(f"[loop] budget {reference!r}: {name} needs {pair['needed']:,} but the limit is {pair['limit']:,}; ask the loop for "
+                            f"less ([generation] or [loop] kwargs) so that {name} <= {pair['limit']:,}, or pass --force to run anyway")
+    return tuple(refusals)
+
+
+class LoopRun:
+    """Calls the loop with a recorder; `finish` writes what the recorder holds, whatever ended the run."""
+
+    def __init__(self, ctx: ExecutionContext, inputs: dict[str, Any]) -> None:
+        self._ctx, self._inputs = ctx, inputs
+        self._table = loop_table(ctx.request)
+        self.rec: LoopRecorder | None = None
+        self._fd: int | None = None
+        self._started: float | None = None
+        self._call_written = False
+
+    def generate(self, loaded: LoadedModel) -> None:
+        ctx = self._ctx
+        with user_import_paths(ctx.import_paths):
+            function = resolve_callable(self._table["callable"], "[loop] callable")
+        self._fd = os.open(ctx.snapshot_dir / STAGE_PROGRESS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        ctx.outputs_dir.mkdir(exist_ok=True)
+        progress = ctx.request.progress
+        self.rec = LoopRecorder(core=ctx.recorder, progress_fd=self._fd, every_units=progress.every_units,
+                                every_seconds=progress.every_seconds, on_config=self._write_call, outputs_dir=ctx.outputs_dir)
+        ctx.recorder.start(ctx.planned_units, None)
+        self._started = time.monotonic()
+        with user_import_paths(ctx.import_paths):
+            function(ctx.model_dir, self._inputs, dict(ctx.request.generation), self.rec, **self._table.get("kwargs", {}))
+
+    def _write_call(self, config: dict[str, Any] | None) -> None:
+        call = LoopCall(callable=self._table["callable"], kwargs=self._table.get("kwargs", {}), budget=self._table.get("budget"), config=config)
+        write_model_atomic(self._ctx.snapshot_dir / CALL_CONFIG, call)
+        self._call_written = True
+
+    def finish(self, end: GenerationEnd) -> BackendOutcome:
+        ctx = self._ctx
+        if self._fd is not None:
+            os.close(self._fd)
+        stages = self.rec.stages if self.rec is not None else []
+        if self.rec is not None and not self._call_written:
+            self._write_call(None)
+        if self.rec is not None:
+            write_model_atomic(ctx.snapshot_dir / STAGE_IDS_FILE, StageIds(ids={s.name: tuple(tuple(r) for r in s.ids) for s in stages}))
+            write_model_atomic(ctx.snapshot_dir / STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
+        unit = ctx.recorder.unit
+        counted = [s for s in stages if s.unit == unit]
+        stops = tuple(stop for index, stage in enumerate(stages) for stop in _stage_stops(index, stage, end, stage in counted))
+        first_unit_s, decode_s = generation_timings(ctx.recorder, self._started, None)
+        outputs = tuple(sorted(str(p.relative_to(ctx.outputs_dir)) for p in ctx.outputs_dir.rglob("*") if p.is_file())) \
+            if ctx.outputs_dir.is_dir() else ()
+        timed = next((s for s in counted if s.per_second is not None), None)
+        produced = max(timed.units(), default=0) / timed.per_second if timed is not None and unit == "frame" and timed.per_second else None
+        return BackendOutcome(unit=unit, generated=sum(sum(s.units()) for s in counted), generated_tokens=sum(len(i) for s in counted for i in s.ids),
+                              first_unit_s=first_unit_s, decode_s=decode_s, stops=stops, outputs=outputs, produced_seconds=produced,
+                              notes=(stage_timings(stages),) if stages else ())
+
+
+def _stage_stops(index: int, stage: Stage, end: GenerationEnd, counted: bool) -> list[SequenceStop]:
+    """One record per row of the stage: the loop's stop, else what ended the run (`unknown` when the loop returned)."""
+    records = []
+    for row, units in enumerate(stage.units()):
+        facts: dict[str, Any] = {"stage": stage.name, "units": units, "ids": len(stage.ids[row])}
+        claimed = stage.stops.get(row)
+        failure = None
+        if claimed is not None:
+            reason, facts = claimed.reason, {**claimed.facts, **facts}
+        elif end.signal is not None:
+            reason, facts["signal"] = "interrupted", end.signal
+        elif end.failure is not None:
+            reason, facts["raised"], failure = "exception", type(end.failure).__name__, exception_info(end.failure)
+        else:
+            reason = "unknown"
+        model = next(m for m in LOOP_STOP_EVIDENCE if m.model_fields["reason"].default == reason)
+        records.append(SequenceStop(index=row, call_index=index, reason=reason, generated=units if counted else 0, exception=failure,
+                                    evidence=model(**facts)))
+    return records
+
+
+def stage_timings(stages: list[Stage]) -> str:
+    """`stages: ar 30.1 s (4,200 frames, peak 1.2 GiB) · acoustic 8.0 s (41 windows)`."""
+    parts = []
+    for s in stages:
+        peak = f", peak {s.rss_peak_bytes / 2**30:.2f} GiB" if s.rss_peak_bytes else ""
+        parts.append(f"{s.name} {s.seconds:.2f} s ({sum(s.units()):,} {s.unit}s{peak})")
+    return "stages: " + " · ".join(parts)
+
+
+def create_backend() -> LoopBackend:
+    """The entry point `loop = "genrun.runner.backends.loop:create_backend"`."""
+    return LoopBackend()

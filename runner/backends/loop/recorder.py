@@ -1,0 +1,259 @@
+"""`rec`, the recorder a loop receives: its configuration, its stages, their ids, counts and stops.
+
+The contract (these names are public; the README and `genrun.backends` document them):
+
+    rec.config({"temperature": 0.0, "eos_token_ids": [2]})    # once, before the first unit
+    with rec.stage("ar", unit="frame", per_second=25, rows=1) as ar:
+        ar.emit(0, ids)                                      # ids: any int sequence (list, numpy array)
+        ar.stop(0, "eos", eos_token_id=ids[-1])              # genrun's stop vocabulary, or a reason of the loop's own
+    with rec.stage("acoustic", unit="window", rows=1, consumes="ar") as acoustic:
+        acoustic.advance(0, 1, consumed=200)                 # units without ids; `consumed`: source units read
+
+Stages run in sequence. Each keeps its own counts per row (ids `emit`ted plus units `advance`d),
+clock and memory, and writes `start` / `progress` / `end` records to `stage-progress.ndjson`; the
+ids, the summary and the stop records are written when the run finishes, whatever ended it. The
+hot path (`emit`) is a list extend, two additions and a comparison; a record is written only when
+the request's progress cadence is due. Nothing here imports torch.
+"""
+
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import orjson
+
+from genrun.backends import ProgressRecorder, StageEndEvent, StageProgressEvent, StageRecord, StageStartEvent, StageUnit, StopReason
+
+STAGE_UNITS: tuple[str, ...] = ("token", "frame", "window", "step", "sample")
+VOCABULARY_FACTS: Mapping[str, tuple[str, ...]] = {
+    "eos": ("eos_token_id",), "max_new_tokens": ("limit",), "max_length": ("limit",), "stop_string": ("stop_string",),
+    "max_time": ("limit_s",), "completed": (),
+}
+"""Stop reasons a loop may claim from genrun's vocabulary, and the fact each must carry (verify checks them)."""
+CORE_ONLY = ("interrupted", "exception", "unknown", "custom")
+"""Reasons genrun assigns itself (a signal, a raise, no stop at all); `custom` is what a loop-defined reason becomes."""
+
+
+class RecorderMisuse(RuntimeError):
+    """A loop called the recorder wrongly (emit after stop, an unknown stage, a row out of range, ...)."""
+
+
+class RowStop(NamedTuple):
+    """A stop a loop claimed for one row of one stage."""
+
+    reason: StopReason
+    """The vocabulary reason (`custom` for a loop-defined one)."""
+    facts: dict[str, Any]
+    """Its evidence (`loop_reason` holds a loop-defined reason's name)."""
+
+
+class Stage:
+    """One stage of a loop: a context manager made by `rec.stage(...)`."""
+
+    def __init__(self, rec: "LoopRecorder", name: str, unit: StageUnit, per_second: float | None, rows: int, consumes: str | None) -> None:
+        self._rec, self.name, self.unit, self.per_second, self.rows, self.consumes = rec, name, unit, per_second, rows, consumes
+        self.ids: list[list[int]] = [[] for _ in range(rows)]
+        """Ids emitted per row."""
+        self.advanced = [0] * rows
+        """Units counted without ids, per row."""
+        self.stops: dict[int, RowStop] = {}
+        self.consumed: int | None = 0 if consumes is not None else None
+        self.started_t = 0.0
+        self.seconds = 0.0
+        self.rss_peak_bytes: int | None = None
+        self._open = False
+        self._due_units = rec.every_units
+        self._due_t = float("inf")
+        self._counted = 0
+        self._counts_core = rec.counts_in_core(unit)
+
+    # -- the loop's calls (hot path first) ------------------------------------------------------
+
+    def emit(self, row: int, ids: Iterable[int]) -> None:
+        """Append token/code ids to `row` (a list, a tuple, a numpy array); each id is one unit."""
+        if not (self._open and row.__class__ is int and 0 <= row < self.rows and row not in self.stops):
+            self._check(row, "emit")  # raises, naming what is wrong
+        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)  # numpy -> python ints in C
+        if not all(type(v) is int for v in values):
+            values = [_as_id(v, self.name, row) for v in values]
+        self.ids[row].extend(values)
+        self._count(len(values))
+
+    def advance(self, row: int, n: int = 1, *, consumed: int | None = None) -> None:
+        """Count `n` units of `row` that have no ids (windows decoded, samples written); `consumed`: source units read."""
+        self._check(row, "advance")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise RecorderMisuse(f"stage {self.name!r}: advance(row {row}, n={n!r}): n must be an integer >= 0")
+        if consumed is not None:
+            self.consume(consumed)
+        self.advanced[row] += n
+        self._count(n)
+
+    def consume(self, n: int) -> None:
+        """Record that this stage read `n` more units of the stage it `consumes`."""
+        if self.consumed is None:
+            raise RecorderMisuse(f"stage {self.name!r}: consume({n!r}) but the stage was opened without consumes=\"<stage>\"")
+        self.consumed += n
+
+    def stop(self, row: int, reason: str, **evidence: Any) -> None:
+        """Why `row` stopped: a reason of genrun's vocabulary with its fact (`eos` needs `eos_token_id`, `max_new_tokens` and
+        `max_length` need `limit`, `stop_string` needs `stop_string`), `completed`, or a loop-defined reason with its evidence."""
+        self._check(row, "stop")
+        call = f"stage {self.name!r}: stop(row {row}, {reason!r})"
+        if reason in CORE_ONLY:
+            raise RecorderMisuse(f"{call}: {reason!r} is recorded by genrun itself; name the loop's own reason (e.g. 'budget_frames')")
+        if not isinstance(reason, str) or not reason.isidentifier():
+            raise RecorderMisuse(f"{call}: a reason is a word such as 'eos', 'max_new_tokens' or one of the loop's own")
+        missing = [fact for fact in VOCABULARY_FACTS.get(reason, ()) if fact not in evidence]
+        if missing:
+            raise RecorderMisuse(f"{call} needs {', '.join(f'{m}=...' for m in missing)} as evidence (verify checks it against the ids)")
+        try:
+            facts = orjson.loads(orjson.dumps(evidence, option=orjson.OPT_SERIALIZE_NUMPY))
+        except TypeError as exc:
+            raise RecorderMisuse(f"{call}: evidence must be JSON values (numbers, strings, lists): {exc}") from exc
+        if reason in VOCABULARY_FACTS:
+            self.stops[row] = RowStop(reason, facts)  # type: ignore[arg-type]
+        else:
+            self.stops[row] = RowStop("custom", {"loop_reason": reason, **facts})
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def units(self) -> tuple[int, ...]:
+        """Units counted per row (ids emitted plus units advanced)."""
+        return tuple(len(ids) + adv for ids, adv in zip(self.ids, self.advanced, strict=True))
+
+    def _check(self, row: int, call: str) -> None:
+        if not self._open:
+            raise RecorderMisuse(f"stage {self.name!r}: {call}(row {row!r}) outside its `with rec.stage(...)` block")
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.rows:
+            raise RecorderMisuse(f"stage {self.name!r}: {call}(row {row!r}): row out of range; the stage has rows 0..{self.rows - 1}")
+        if row in self.stops:
+            raise RecorderMisuse(f"stage {self.name!r}: {call}(row {row}) after stop(row {row}, {self.stops[row].reason!r}); "
+                                 "a stopped row takes no more units")
+
+    def _count(self, n: int) -> None:
+        self._counted += n
+        if self._counts_core:
+            self._rec.core.step(n)
+        if self._counted >= self._due_units or time.monotonic() >= self._due_t:
+            self._due_units = self._counted + self._rec.every_units
+            self._due_t = time.monotonic() + self._rec.every_seconds
+            self._rec.write_event(StageProgressEvent, self)
+
+    def __enter__(self) -> "Stage":
+        self._rec.enter(self)
+        self._open = True
+        self.started_t = time.monotonic() - self._rec.origin
+        self._due_t = time.monotonic() + self._rec.every_seconds
+        self._rec.write_event(StageStartEvent, self, unit=self.unit)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._open = False
+        self.seconds = time.monotonic() - self._rec.origin - self.started_t
+        self.rss_peak_bytes = peak_rss_bytes()
+        self._rec.write_event(StageEndEvent, self, consumed=self.consumed)
+
+    def record(self) -> StageRecord:
+        """The stage as it ended (`stages.json`)."""
+        return StageRecord(name=self.name, unit=self.unit, per_second=self.per_second, rows=self.rows, consumes=self.consumes,
+                           consumed=self.consumed, units=self.units(), ids=tuple(len(i) for i in self.ids), started_t=self.started_t,
+                           seconds=self.seconds, rss_peak_bytes=self.rss_peak_bytes)
+
+
+class LoopRecorder:
+    """`rec`: the loop's configuration and its stages, in order."""
+
+    def __init__(self, *, core: ProgressRecorder, progress_fd: int, every_units: int, every_seconds: float,
+                 on_config: Callable[[dict[str, Any] | None], None], outputs_dir: Path) -> None:
+        self.core, self.every_units, self.every_seconds = core, every_units, every_seconds
+        self.outputs_dir = outputs_dir
+        """`<snapshot>/outputs/`: where the loop writes what it produces (a WAV, text); listed in `result.json`."""
+        self.origin = time.monotonic()
+        self.stages: list[Stage] = []
+        self.config_frozen = False
+        self._fd = progress_fd
+        self._seq = 0
+        self._on_config = on_config
+
+    def config(self, mapping: Mapping[str, Any]) -> None:
+        """The loop's effective configuration (written as the call config's `config`), once, before its first unit."""
+        if self.config_frozen:
+            when = "after its first stage began" if self.stages else "a second time"
+            raise RecorderMisuse(f"rec.config(...) called {when}: the configuration is frozen before the first unit; call it once, first")
+        if not isinstance(mapping, Mapping):
+            raise RecorderMisuse(f"rec.config({type(mapping).__name__}): pass a mapping of the loop's settings")
+        try:
+            config = orjson.loads(orjson.dumps(dict(mapping), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+        except TypeError as exc:
+            raise RecorderMisuse(f"rec.config(...): values must be JSON values (numbers, strings, lists, mappings): {exc}") from exc
+        self._freeze(config)
+
+    def stage(self, name: str, *, unit: str, per_second: float | None = None, rows: int, consumes: str | None = None) -> Stage:
+        """A stage to run next (`with rec.stage(...) as s:`); `unit` is one of token, frame, window, step, sample."""
+        call = f"rec.stage({name!r})"
+        if not isinstance(name, str) or not name:
+            raise RecorderMisuse(f"rec.stage({name!r}): a stage needs a non-empty name")
+        if any(s.name == name for s in self.stages):
+            raise RecorderMisuse(f"{call}: a stage named {name!r} already ran; give each stage its own name")
+        if unit not in STAGE_UNITS:
+            raise RecorderMisuse(f"{call}: unit={unit!r} is not one of {', '.join(STAGE_UNITS)}")
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise RecorderMisuse(f"{call}: rows={rows!r} must be an integer >= 1")
+        if per_second is not None and (isinstance(per_second, bool) or not isinstance(per_second, int | float) or per_second <= 0):
+            raise RecorderMisuse(f"{call}: per_second={per_second!r} must be a positive number (units per second of output) or None")
+        if consumes is not None and not any(s.name == consumes for s in self.stages):
+            ran = ", ".join(repr(s.name) for s in self.stages) or "none yet"
+            raise RecorderMisuse(f"{call}: consumes={consumes!r} is not an earlier stage (stages so far: {ran})")
+        return Stage(self, name, unit, float(per_second) if per_second is not None else None, rows, consumes)  # type: ignore[arg-type]
+
+    def enter(self, stage: Stage) -> None:
+        """A stage begins: the previous one must have ended; the configuration freezes now if the loop gave none."""
+        if self.stages and self.stages[-1]._open:
+            raise RecorderMisuse(f"rec.stage({stage.name!r}) entered while stage {self.stages[-1].name!r} is still open; stages run in sequence")
+        if any(s is stage for s in self.stages):
+            raise RecorderMisuse(f"stage {stage.name!r} entered twice; open a new rec.stage(...) for another stage")
+        if not self.config_frozen:
+            self._freeze(None)
+        self.stages.append(stage)
+
+    def counts_in_core(self, unit: str) -> bool:
+        """Whether a stage's units are the run's unit (those count in `progress.ndjson` and `result.json`)."""
+        return unit == self.core.unit
+
+    def write_event(self, event: type, stage: Stage, **extra: Any) -> None:
+        """Append one `stage-progress.ndjson` record (one `os.write` on an O_APPEND descriptor)."""
+        record = event(seq=self._seq, t=time.monotonic() - self.origin, stage=stage.name, units=stage.units(),
+                       ids=tuple(len(i) for i in stage.ids), rss_bytes=current_rss_bytes(), **extra)
+        self._seq += 1
+        os.write(self._fd, record.model_dump_json().encode() + b"\n")
+
+    def _freeze(self, config: dict[str, Any] | None) -> None:
+        self.config_frozen = True
+        self._on_config(config)
+
+
+def _as_id(value: Any, stage: str, row: int) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): {value!r} is not an integer id; emit token/code ids only")
+    return int(value.__index__())
+
+
+def peak_rss_bytes() -> int | None:
+    """The process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def current_rss_bytes() -> int | None:
+    """Resident set size now, from /proc (`None` elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,71 @@
+"""Plain-text columns for `genrun ls`: fast at 100,000 lines, readable at 80 and 120 columns and when piped.
+
+Free-text cells (stop reasons, sign-offs) are capped, so one long sign-off never widens every line; `--json` has them
+whole. With a width (a terminal, or `COLUMNS` even when piped) the capped columns shrink first, then columns are left
+out from the right; ids are never cut.
+"""
+
+import os
+import shutil
+import sys
+from typing import NamedTuple
+
+CAPS = {"stop reasons": 32, "sign-offs": 40}
+"""Widest a free-text column gets (characters); longer cells end in `…`."""
+SHRUNK = 12  # narrowest a capped column shrinks to before the column is left out
+GAP = "  "
+
+
+class Layout(NamedTuple):
+    shown: list[int]
+    """Indexes of the columns shown, left to right."""
+    widths: list[int]
+    dropped: list[str]
+
+
+def output_width() -> int | None:
+    """`COLUMNS` when set (piped too), else the terminal's width, else None (piped: no limit but the caps)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def fit(headers: tuple[str, ...], cells: list[tuple[str, ...]], width: int | None) -> Layout:
+    """Column widths: natural, capped; then shrink capped columns, then leave columns out from the right, to fit `width`."""
+    natural = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    widths = [min(w, CAPS.get(h, w)) for w, h in zip(natural, headers, strict=True)]
+    shown = list(range(len(headers)))
+    if width is None:
+        return Layout(shown, [widths[i] for i in shown], [])
+
+    def total() -> int:
+        return sum(widths[i] for i in shown) + len(GAP) * (len(shown) - 1)
+
+    for i in reversed(shown):  # the rightmost capped column gives way first
+        if headers[i] in CAPS and total() > width:
+            widths[i] = max(SHRUNK, len(headers[i]), widths[i] - (total() - width))
+    while len(shown) > 1 and total() > width:
+        shown.pop()
+    return Layout(shown, [widths[i] for i in shown], [headers[i] for i in range(len(headers)) if i not in shown])
+
+
+def render(headers: tuple[str, ...], cells: list[tuple[str, ...]], layout: Layout) -> str:
+    """The header line and one line per row; the last column is not padded (no trailing spaces)."""
+    # one format string for every line: 100,000 lines in a fraction of a second
+    template = GAP.join([*(f"{{:<{w}}}" for w in layout.widths[:-1]), "{}"])
+    capped = [(pos, w) for pos, (i, w) in enumerate(zip(layout.shown, layout.widths, strict=True)) if headers[i] in CAPS]
+    lines = []
+    for row in (headers, *cells):
+        values = [row[i] for i in layout.shown]
+        for pos, w in capped:
+            if len(values[pos]) > w:
+                values[pos] = _cut(values[pos], w)
+        lines.append(template.format(*values))
+    return "\n".join(lines)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,99 @@
+"""`genrun report --store DIR --html FILE`: the store's index pages, from the same listing as `genrun ls`.
+
+A store of 100,000 snapshots is split into pages of `PAGE_SIZE` lines (FILE, then `<stem>-2.html`, ... beside it),
+each linking to every page. Every snapshot links to its review page in `<stem>.pages/` when one is there (written by
+`--pages`), else to its directory. The index itself never verifies (that reads and hashes every file of every
+snapshot); `--pages` writes each snapshot's review page, which verifies it, and the index then shows its WARN/FAIL counts.
+"""
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from genrun.runner.listing import SnapshotRow, list_store
+
+from ._output import stderr_console
+
+PAGE_SIZE = 1000
+"""Lines per index page: a page stays a few hundred kB whatever the store holds."""
+
+
+class Written(NamedTuple):
+    index_pages: list[Path]
+    review_pages: int
+    snapshots: int
+
+
+def page_file(html: Path, number: int) -> Path:
+    """Page 1 is FILE itself; page n is `<stem>-n<suffix>` beside it."""
+    return html if number == 1 else html.with_name(f"{html.stem}-{number}{html.suffix or '.html'}")
+
+
+def review_dir(html: Path) -> Path:
+    return html.with_name(f"{html.stem}.pages")
+
+
+def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, reviews: bool) -> Written:
+    """Write the index pages (and with `reviews`, every snapshot's review page first); `HtmlReportError` where it cannot."""
+    from genrun.analysis import render_index_html
+    from genrun.analysis.html_report import IndexLine, StoreIndex, write_html
+
+    listing = list_store(store, allowed_signers)
+    for note in listing.notes:
+        stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    snapshot_dirs = _snapshot_holding(html, store, {row.id for row in listing.rows})
+    counts = _write_reviews(listing.rows, store, html, allowed_signers, snapshot_dirs) if reviews else {}
+    pages_dir = review_dir(html)
+    here = html.parent.resolve()
+    to_store, to_pages = os.path.relpath(store.resolve(), here), os.path.relpath(pages_dir.resolve(), here)
+    reviewed = set(os.listdir(pages_dir)) if pages_dir.is_dir() else set()  # one listing, not 100,000 stats
+    lines = []
+    for row in listing.rows:
+        href = f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/"
+        warnings, failed = counts.get(row.id, (None, None))
+        lines.append(IndexLine(id=row.id, state=row.state, sealed=row.sealed, stop_reasons=_reasons(row), warnings=warnings,
+                               failed=failed, signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs",
+                               href=href, sweep=row.sweep))
+    chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
+    labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
+    note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
+    written = []
+    for number, chunk in enumerate(chunks, start=1):
+        page = StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
+                          first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=note)
+        written.append(write_html(render_index_html(page), page_file(html, number), forbidden_roots=snapshot_dirs))
+    return Written(written, len(counts), len(lines))
+
+
+def _snapshot_holding(html: Path, store: Path, ids: set[str]) -> list[Path]:
+    """The snapshot `html` would be written into, if any (for write_html's refusal): one check, not one per snapshot."""
+    try:
+        inside = html.resolve().relative_to(store.resolve()).parts
+    except ValueError:
+        return []
+    return [store / inside[0]] if inside and inside[0] in ids else []
+
+
+def _reasons(row: SnapshotRow) -> tuple[str, ...]:
+    return () if row.stop_reasons == "-" else tuple(row.stop_reasons.split(", "))
+
+
+def _write_reviews(rows: list[SnapshotRow], store: Path, html: Path, allowed_signers: Path | None,
+                   snapshot_dirs: list[Path]) -> dict[str, tuple[int, int]]:
+    """Each snapshot's review page (verifying it) into `<stem>.pages/`; (warnings, failed) by id."""
+    from genrun.analysis import SnapshotNotFound, render_review_html
+    from genrun.analysis.html_report import review_snapshot, write_html
+
+    pages_dir = review_dir(html)
+    pages_dir.mkdir(exist_ok=True)
+    counts = {}
+    for row in rows:
+        if row.members is not None:  # a sweep: `genrun verify SWEEP` judges its items
+            continue
+        try:
+            page = review_snapshot(store / row.id, allowed_signers)
+        except SnapshotNotFound:  # removed while the pages were written
+            continue
+        write_html(render_review_html(page), pages_dir / f"{row.id}.html", forbidden_roots=snapshot_dirs)
+        counts[row.id] = (page.verification.summary.warnings, page.verification.summary.failed)
+    return counts

@@ -1,0 +1,41 @@
+"""`genrun index --rebuild`: rebuild the store index (a cache of what `ls` shows) from the snapshots' files alone."""
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "index",
+        help="rebuild the store's index (a cache for `genrun ls`; deleting it loses nothing)",
+        epilog=(
+            "example: genrun index --rebuild --store snapshots\n"
+            "  indexed 1,204 sealed snapshot(s) in snapshots/.genrun-index/index.sqlite3\n"
+            "`ls` fills the index as it goes; rebuild after an index was damaged, written by a newer genrun,\n"
+            "or to accept a snapshot whose seal changed since it was indexed"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    parser.add_argument("--rebuild", action="store_true", required=True, help="replace the index with one read from the files")
+    parser.add_argument("--allowed-signers", type=Path, help="allowed-signers file for judging sign-offs")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from genrun.runner.errors import StoreError
+    from genrun.runner.listing import rebuild_index
+    from genrun.runner.store import describe_os_error, resolve_store
+    from genrun.runner.store_index import INDEX_DIR, INDEX_FILE
+
+    from ._output import stderr_console
+
+    store = resolve_store(args.store)
+    if not store.is_dir():
+        raise StoreError(f"--store {store} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
+    try:
+        count = rebuild_index(store, args.allowed_signers)
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, store / INDEX_DIR)) from None
+    stderr_console.print(f"indexed {count:,} sealed snapshot(s) in {store / INDEX_DIR / INDEX_FILE}", markup=False, highlight=False, soft_wrap=True)
+    return 0

@@ -1,0 +1,303 @@
+"""What `genrun ls` (and the store page) show for each snapshot of a store, from the store index where it holds.
+
+`list_store` walks the store directory (the truth: a snapshot is listed because its directory is there, never because
+the index names it), takes each sealed snapshot's row from the index while the seal it was read under is unchanged,
+reads everything else from its files with the same readers as always, and refreshes the index when it can lock it.
+"""
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from genrun.schemas import layout
+from genrun.schemas.digests import sha256_file
+from genrun.snapshot_dir import ArtifactError, SnapshotDir
+
+from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
+
+
+class SnapshotRow(NamedTuple):
+    """One line of `genrun ls` (and of the store page)."""
+
+    id: str
+    state: str
+    """Sealed: the result status (succeeded, failed, interrupted); else the `SnapshotState` (planned, running, incomplete)."""
+    sealed: bool
+    generated: int | None
+    stop_reasons: str
+    signoffs: str
+    sweep: str | None = None
+    """The sweep snapshot this item belongs to (rows are listed under it)."""
+    name: str | None = None
+    """The request's name, from the id (`<time>-<name>-<hex>`)."""
+    created: str | None = None
+    """When the snapshot was planned (UTC, ISO 8601), from the id."""
+    backend: str | None = None
+    unit: str | None = None
+    seal_digest: str | None = None
+    """sha256 of manifest-sha256.txt; None until sealed."""
+    signers: tuple[str, ...] = ()
+    """Who signed it off (records neither invalid nor revoked)."""
+    members: tuple[str, ...] | None = None
+    """A sweep's item snapshot ids (every attempt), in sweep order; None for a run snapshot."""
+    changed: str | None = None
+    """Set when the seal differs from the one the index read: the row is then read from the files, and this says so."""
+
+
+class Listing(NamedTuple):
+    """The rows of a store and what `ls` must say about how it got them."""
+
+    rows: list[SnapshotRow]
+    notes: list[str]
+    """For stderr: the index could not be used or updated, and why."""
+    from_index: int
+    """Rows answered from the index without reading their files."""
+
+
+def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True) -> Listing:
+    """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot."""
+    notes: list[str] = []
+    index: IndexDatabase | None = None
+    cached: dict[str, IndexedRow] = {}
+    replace_broken = False
+    if use_index and store.is_dir():
+        try:
+            index = IndexDatabase(store)
+            cached = index.rows()
+        except IndexUnavailable as exc:
+            notes.append(str(exc))
+            replace_broken = exc.damaged  # a newer genrun's index is left alone
+            if index is not None:
+                index.close()
+            index = None
+    from genrun.analysis.signoffs import resolve_allowed_signers
+
+    allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
+    signoffs_basis = _signoffs_basis(allowed_signers)
+    rows: list[SnapshotRow] = []
+    fresh: list[IndexedRow] = []
+    names = _snapshot_names(store)
+    from_index = 0
+    prefix = os.path.join(store, "")
+    for name in names:  # the warm path: two lstats and one tuple per snapshot (100,000 of them in well under a second)
+        base = f"{prefix}{name}/"
+        key = SealKey.of(base + layout.MANIFEST)
+        hit = cached.get(name)
+        if key is None and not os.path.isfile(base + layout.FROZEN_MANIFEST):
+            continue  # not a snapshot (a sealed one whose frozen manifest was deleted is still listed: it has a seal)
+        if key is not None and hit is not None and hit[1:5] == key:
+            from_index += 1
+            row = _from_index(hit)
+            if _signoffs_key(base, signoffs_basis) != hit.signoffs_key:  # a record came (or went) since: judged live
+                summary, signers = _signoffs(Path(base), allowed_signers)
+                row = row._replace(signoffs=summary, signers=signers)
+            rows.append(row)
+            continue
+        path = store / name
+        try:
+            row = describe(path, allowed_signers)
+        except FileNotFoundError:  # removed while we looked
+            continue
+        if key is None:
+            rows.append(row)
+            continue
+        digest = sha256_file(path / layout.MANIFEST)
+        row = row._replace(seal_digest=digest)
+        if hit is not None and hit.seal_digest != digest:  # the seal was replaced after indexing: never show the old row
+            rows.append(row._replace(changed=f"the seal changed since it was indexed (sha256 {hit.seal_digest[:12]}… then, "
+                                             f"{digest[:12]}… now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it"))
+            continue
+        rows.append(row)
+        if SealKey.of(path / layout.MANIFEST) == key:  # unchanged while read: the row describes this seal
+            fresh.append(_to_index(row, key, _signoffs_key(base, signoffs_basis)))
+    gone = set(cached) - set(names)
+    if index is not None and (fresh or gone):
+        try:
+            index.write(fresh, gone)
+        except IndexUnavailable as exc:
+            notes.append(str(exc))
+    if index is not None:
+        index.close()
+    elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
+        try:
+            replace_index(store, fresh)
+            notes.append(f"the damaged index was rebuilt from the files ({len(fresh)} sealed snapshots)")
+        except OSError as exc:
+            notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
+    rows += [_planning_row(path) for path in _unfinished_plans(store)]
+    return Listing(group_sweeps(rows), notes, from_index)
+
+
+def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
+    """Build the index from the files alone (whatever was there is replaced); returns the sealed snapshots indexed."""
+    from genrun.analysis.signoffs import resolve_allowed_signers
+
+    allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
+    basis = _signoffs_basis(allowed_signers)
+    rows: list[IndexedRow] = []
+    for name in _snapshot_names(store):
+        path = store / name
+        key = SealKey.of(path / layout.MANIFEST)
+        if key is None:
+            continue
+        try:
+            row = describe(path, allowed_signers)
+            digest = sha256_file(path / layout.MANIFEST)
+        except FileNotFoundError:
+            continue
+        if SealKey.of(path / layout.MANIFEST) == key:
+            rows.append(_to_index(row._replace(seal_digest=digest), key, _signoffs_key(f"{path}/", basis)))
+    replace_index(store, rows)
+    return len(rows)
+
+
+def _snapshot_names(store: Path) -> list[str]:
+    """Directory names that may be snapshots (hidden and temporary ones skipped), in id (= time) order."""
+    try:
+        with os.scandir(store) as entries:
+            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _unfinished_plans(store: Path) -> list[Path]:
+    from .store import list_unfinished_plans
+
+    return list_unfinished_plans(store)
+
+
+def _planning_row(path: Path) -> SnapshotRow:
+    """planning now (a live planner holds it), or abandoned by a killed `genrun plan` (`genrun gc` removes those)."""
+    from .store import planning_holder
+
+    state = layout.SnapshotState.PLANNING if planning_holder(path) else layout.SnapshotState.ABANDONED
+    return SnapshotRow(path.name, state.value, False, None, "-", "-")
+
+
+def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
+    """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
+
+    `allowed_signers` is the resolved file (None: none). A directory that is not a snapshot (no frozen manifest, no
+    seal) is still described: callers list only snapshots."""
+    top = set(os.listdir(snapshot))  # FileNotFoundError when gone; one listing spares reading what is not there
+    plan = _read_json(snapshot, layout.SWEEP_PLAN) if layout.SWEEP_PLAN in top else None
+    named = _named(snapshot.name)
+    if plan is not None:
+        return _describe_sweep(snapshot, plan, allowed_signers)._replace(**named)
+    result = _read_json(snapshot, layout.RESULT) if layout.RESULT in top else None
+    stop = _read_json(snapshot, layout.STOP) if layout.STOP in top else None
+    request = _read_json(snapshot, layout.REQUEST) if layout.REQUEST in top else None
+    # the manifest is written last (layout.snapshot_state's first rule): only an unsealed snapshot needs its file listing
+    state = layout.SnapshotState.SEALED if SealKey.of(snapshot / layout.MANIFEST) else SnapshotDir(snapshot).state()
+    sealed = state is layout.SnapshotState.SEALED
+    shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
+    sequences = stop.get("sequences") if stop else None
+    reasons = sorted({str(s.get("reason")) for s in sequences if isinstance(s, dict)}) if isinstance(sequences, list) else []
+    generated = result.get("generated") if result else None
+    model = request.get("model") if request else None
+    backend = (model.get("backend") or "transformers") if isinstance(model, dict) else None
+    unit = result.get("unit") if result else None
+    summary, signers = _signoffs(snapshot, allowed_signers)
+    return SnapshotRow(
+        id=snapshot.name, state=shown, sealed=sealed, generated=generated if type(generated) is int else None,
+        stop_reasons=", ".join(reasons) or "-", signoffs=summary, signers=signers,
+        backend=backend if isinstance(backend, str) else None, unit=unit if isinstance(unit, str) else None, **named,
+    )
+
+
+def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) -> SnapshotRow:
+    result = _read_json(snapshot, layout.SWEEP_RESULT)
+    counts = result["counts"] if result else {}
+    ids = [i["snapshot_id"] for i in plan["items"]]
+    if result is not None:
+        ids = [sid for item in result["items"] for sid in item["attempts"]]
+    summary, signers = _signoffs(snapshot, allowed_signers)
+    return SnapshotRow(
+        id=snapshot.name,
+        state=f"sweep {result['status']}" if result else "sweep (unsealed)",
+        sealed=(snapshot / layout.MANIFEST).is_file(),
+        generated=None,
+        stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",
+        signoffs=summary, signers=signers, members=tuple(dict.fromkeys(ids)),
+    )
+
+
+def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
+    """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
+    if not any(row.members for row in rows):
+        return rows
+    by_id = {row.id: row for row in rows}
+    members = {row.id: [sid for sid in row.members if sid in by_id] for row in rows if row.members is not None}
+    grouped = {sid for ids in members.values() for sid in ids}
+    ordered: list[SnapshotRow] = []
+    for row in rows:
+        if row.id in grouped:
+            continue
+        ordered.append(row)
+        ordered.extend(by_id[sid]._replace(sweep=row.id) for sid in members.get(row.id, ()))
+    return ordered
+
+
+_STAMP = re.compile(r"^\d{8}T\d{6}Z$")
+
+
+def _named(snapshot_id: str) -> dict:
+    """name and creation time from `YYYYMMDDTHHMMSSZ-<name>-<6 hex>` (`store.new_snapshot_id`); nothing for other names."""
+    stamp = snapshot_id[:16]
+    if not _STAMP.match(stamp):
+        return {}
+    name = snapshot_id[17:-7] if len(snapshot_id) > 24 else None
+    return {"name": name, "created": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"}
+
+
+def _signoffs(snapshot: Path, allowed_signers: Path | None) -> tuple[str, tuple[str, ...]]:
+    """(summary for the sign-offs column, signers of the records that hold)."""
+    try:
+        if not any(n.endswith(".json") for n in os.listdir(snapshot / layout.SIGNOFFS_DIR)):
+            return "-", ()
+    except (FileNotFoundError, NotADirectoryError):
+        return "-", ()
+    from genrun.analysis.signoffs import judge_signoffs, summarize_signoffs
+
+    statuses = judge_signoffs(snapshot, allowed_signers)
+    signers = tuple(dict.fromkeys(s.by for s in statuses if s.by and s.decision != "revoke" and s.state not in ("invalid", "revoked")))
+    return summarize_signoffs(statuses), signers
+
+
+def _signoffs_basis(trusted: Path | None) -> str:
+    """The part of the sign-off key that is the same for every snapshot: which allowed-signers file judged them, as of when."""
+    try:
+        return f"{trusted}|{os.stat(trusted).st_mtime_ns}" if trusted else "-"
+    except OSError:
+        return f"{trusted}|missing"
+
+
+def _signoffs_key(base: str, basis: str) -> str:
+    """signoffs/ grows after the seal (records are renamed in): its mtime changes with every record added or removed."""
+    try:
+        return f"{os.lstat(base + layout.SIGNOFFS_DIR).st_mtime_ns}|{basis}"
+    except OSError:
+        return f"none|{basis}"
+
+
+def _to_index(row: SnapshotRow, key: SealKey, signoffs_key: str) -> IndexedRow:
+    assert row.seal_digest is not None  # set by the caller from the manifest it keyed
+    return IndexedRow(row.id, *key, signoffs_key, row.state, row.generated, row.stop_reasons, row.signoffs, row.name, row.created,
+                      row.backend, row.unit, row.seal_digest, "\n".join(row.signers), None if row.members is None else "\n".join(row.members))
+
+
+def _from_index(hit: IndexedRow) -> SnapshotRow:
+    return SnapshotRow(hit.id, hit.state, True, hit.generated, hit.stop_reasons, hit.signoffs, None, hit.name, hit.created, hit.backend,
+                       hit.unit, hit.seal_digest, tuple(hit.signers.split("\n")) if hit.signers else (),
+                       None if hit.members is None else tuple(hit.members.split("\n")) if hit.members else ())
+
+
+def _read_json(snapshot: Path, name: str) -> dict | None:
+    """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
+    a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
+    try:
+        data = SnapshotDir(snapshot).read_json(name)
+    except ArtifactError:
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,200 @@
+"""The store index: a cache of what `genrun ls` shows for each *sealed* snapshot, in `<store>/.genrun-index/`.
+
+Only a cache. A sealed snapshot never changes, so its row is kept under the key of its seal: the manifest file's
+stat (inode, size, mtime, ctime) and the manifest's sha256. A row is used only while that stat still matches; when it
+does not, the manifest is hashed again and, if the digest differs, the row is *not* used: the snapshot is read from its
+files and marked as changed since indexed. Unsealed snapshots are never cached. Runs never write here (writers on
+other nodes or on NFS must not need it), `verify` never reads it, and deleting the directory loses nothing: the next
+`ls` (or `genrun index --rebuild`) rebuilds it from the files alone.
+
+Why sqlite3: it is in the standard library (no new dependency), locks for concurrent readers and one writer, and
+reads 100,000 rows in a fraction of a second. The default rollback journal (not WAL) keeps it a single file whose
+locks are plain POSIX locks. A reader that cannot open or lock it answers from the files and says so.
+"""
+
+import contextlib
+import os
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from genrun.runner import __version__
+
+INDEX_DIR = ".genrun-index"
+INDEX_FILE = "index.sqlite3"
+INDEX_FORMAT = 1
+"""`PRAGMA user_version` of the file; a newer one is ignored (never overwritten but by `genrun index --rebuild`)."""
+BUSY_TIMEOUT_S = 2.0  # a concurrent writer holds the lock for one transaction; after this, answer without the index
+
+_KEY_COLUMNS = ("id", "seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns", "signoffs_key")
+_ROW_COLUMNS = ("state", "generated", "stop_reasons", "signoffs", "name", "created", "backend", "unit", "seal_digest", "signers", "members")
+"""What `ls` shows, in `listing.SnapshotRow`'s terms; signers and members are newline-joined, members NULL for a run."""
+_COLUMNS = _KEY_COLUMNS + _ROW_COLUMNS
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, seal_ino INTEGER NOT NULL, seal_size INTEGER NOT NULL,
+  seal_mtime_ns INTEGER NOT NULL, seal_ctime_ns INTEGER NOT NULL, signoffs_key TEXT NOT NULL, state TEXT NOT NULL,
+  generated INTEGER, stop_reasons TEXT NOT NULL, signoffs TEXT NOT NULL, name TEXT, created TEXT, backend TEXT, unit TEXT,
+  seal_digest TEXT NOT NULL, signers TEXT NOT NULL, members TEXT);
+PRAGMA user_version = {INDEX_FORMAT};
+"""
+
+
+class SealKey(NamedTuple):
+    """The manifest file's stat: any rewrite, replacement or chmod of it changes one of these."""
+
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, manifest: str | Path) -> "SealKey | None":
+        """None when no regular file is there (the snapshot is not sealed; a link is never a seal)."""
+        try:
+            st = os.lstat(manifest)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class IndexedRow(NamedTuple):
+    """One cached row as stored: the keys it holds under, then what `ls` shows (`_ROW_COLUMNS`)."""
+
+    id: str
+    seal_ino: int
+    seal_size: int
+    seal_mtime_ns: int
+    seal_ctime_ns: int
+    """The manifest's `SealKey` the row was read under."""
+    signoffs_key: str
+    """What the sign-off summary was judged under (signoffs/ mtime, allowed-signers file): signoffs/ grows after the seal."""
+    state: str
+    generated: int | None
+    stop_reasons: str
+    signoffs: str
+    name: str | None
+    created: str | None
+    backend: str | None
+    unit: str | None
+    seal_digest: str
+    signers: str
+    members: str | None
+
+
+class IndexUnavailable(Exception):
+    """The index cannot be used now; the message says why (the caller answers from the files and prints it)."""
+
+    def __init__(self, message: str, *, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+        """The file is not a readable index of any version (so replacing it loses nothing)."""
+
+
+class IndexDatabase:
+    """An open index; use as a context manager. Every method may raise `IndexUnavailable`."""
+
+    def __init__(self, store: Path, *, create: bool = True) -> None:
+        self.path = Path(store) / INDEX_DIR / INDEX_FILE
+        self._db: sqlite3.Connection | None = None
+        try:
+            if create:
+                self.path.parent.mkdir(exist_ok=True)
+            elif not self.path.is_file():
+                raise IndexUnavailable(f"no index at {self.path}")
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > INDEX_FORMAT:
+                written_by = self._meta("written_by")
+                raise IndexUnavailable(f"the index {self.path} is format {version}, written by genrun {written_by or '(unknown)'}; "
+                                       f"this genrun {__version__} reads format {INDEX_FORMAT}: it is ignored "
+                                       "(run 'genrun index --rebuild' to replace it)")
+            if version < INDEX_FORMAT:
+                self._db.executescript(_SCHEMA)
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('written_by', ?)", (__version__,))
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise IndexUnavailable(f"the index {self.path} cannot be used ({exc}); answering from the files",
+                                   damaged=not isinstance(exc, sqlite3.OperationalError) or "not a database" in str(exc)) from None
+        except OSError as exc:
+            self.close()
+            raise IndexUnavailable(f"the index {self.path} cannot be opened ({exc.strerror or exc}); answering from the files") from None
+
+    def __enter__(self) -> "IndexDatabase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _meta(self, key: str) -> str | None:
+        assert self._db is not None
+        with contextlib.suppress(sqlite3.DatabaseError):
+            found = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            return found[0] if found else None
+        return None
+
+    def rows(self) -> dict[str, IndexedRow]:  # 100,000 rows: a few tenths of a second
+        """Every cached row by id (one query: the warm path of `ls`)."""
+        assert self._db is not None
+        try:
+            found = self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM rows").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise IndexUnavailable(f"the index {self.path} cannot be read ({exc}); answering from the files",
+                                   damaged=not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)) from None
+        return {r[0]: IndexedRow._make(r) for r in found}
+
+    def write(self, rows: Iterable[IndexedRow], gone: Iterable[str] = ()) -> None:
+        """Add or replace `rows` and forget the ids in `gone`, in one transaction."""
+        assert self._db is not None
+        marks = ", ".join("?" * len(_COLUMNS))
+        try:
+            with self._transaction():
+                self._db.executemany(f"INSERT OR REPLACE INTO rows VALUES ({marks})", rows)
+                self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
+        except sqlite3.DatabaseError as exc:
+            raise IndexUnavailable(f"the index {self.path} was not updated ({exc}); answered from the files") from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        assert self._db is not None
+        self._db.execute("BEGIN IMMEDIATE")  # take the write lock now: a second writer waits, then gives up
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+
+def replace_index(store: Path, rows: Iterable[IndexedRow]) -> Path:
+    """Write a whole new index beside the old one and rename it into place: readers see the old file or the new, whole."""
+    directory = Path(store) / INDEX_DIR
+    directory.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".sqlite3", dir=directory)
+    os.close(fd)
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.executescript(_SCHEMA)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('written_by', ?)", (__version__,))
+            db.execute("BEGIN")
+            db.executemany(f"INSERT OR REPLACE INTO rows VALUES ({', '.join('?' * len(_COLUMNS))})", rows)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        os.chmod(tmp, 0o664)  # a team's store: every member's ls may refresh it
+        os.replace(tmp, directory / INDEX_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return directory / INDEX_FILE

@@ -1,0 +1,118 @@
+"""The `loop` backend, basics: the bundled loops (ONNX Runtime, MNN, the two-stage song) seal snapshots that verify.
+
+Real engines on the bundled files, the real CLI in-process; the greedy ids are compared with the
+transformers backend's on the same checkpoint and prompt.
+"""
+
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import orjson
+import pytest
+
+from _lm_helpers import read_ids
+from _loop_helpers import EXAMPLES, REPO, read, run, verify
+
+
+def _sealed_example(tmp_path: Path, name: str) -> Path:
+    done, snapshot = run(EXAMPLES / name, tmp_path / "store")
+    assert done.returncode == 0, done.stderr
+    assert snapshot is not None and read(snapshot, "result.json")["status"] == "succeeded"
+    return snapshot
+
+
+def test_onnx_loop_ids_equal_the_transformers_backend_and_the_snapshot_verifies(tmp_path: Path) -> None:
+    snapshot = _sealed_example(tmp_path, "tiny-onnx-loop.toml")
+    code, findings = verify(snapshot)
+    assert code == 0 and {f["status"] for f in findings.values()} <= {"PASS", "SKIP"}, findings
+    assert findings["stages"]["status"] == "PASS" and findings["call_config"]["status"] == "PASS"
+    loop_ids = read(snapshot, "stage-ids.json")["ids"]["lm"][0]
+    reference = _sealed_example(tmp_path / "hf", "tiny.toml")  # same checkpoint and prompt on the transformers backend
+    assert loop_ids == read_ids(reference)["sequence_0"] and len(loop_ids) == 13 and loop_ids[-1] == 2  # "11 10 ... 0" + EOS
+    (stop,) = read(snapshot, "generation-stop.json")["sequences"]
+    assert (stop["reason"], stop["evidence"]["eos_token_id"], stop["evidence"]["stage"], stop["generated"]) == ("eos", 2, "lm", len(loop_ids))
+    assert read(snapshot, "loop-call.json")["config"]["eos_token_ids"] == [2]
+    code_json = read(snapshot, "code.json")
+    assert any(f["path"].endswith("lm_loop.py") for f in code_json["entrypoint"]["files"]), code_json["entrypoint"]
+    assert read(snapshot, "model.json")["files"]  # the ONNX directory is hashed like any checkpoint
+    events = [orjson.loads(line)["event"] for line in (snapshot / "stage-progress.ndjson").read_bytes().splitlines()]
+    assert events[0] == "start" and events[-1] == "end" and "progress" in events
+
+
+def test_mnn_loop_gives_the_onnx_ids(tmp_path: Path) -> None:
+    pytest.importorskip("MNN")
+    mnn = _sealed_example(tmp_path / "mnn", "tiny-mnn-loop.toml")
+    onnx = _sealed_example(tmp_path / "onnx", "tiny-onnx-loop.toml")
+    assert verify(mnn)[0] == 0
+    assert read(mnn, "stage-ids.json") == read(onnx, "stage-ids.json")
+
+
+def test_song_seals_two_stages_a_wav_and_warns_early_stop(tmp_path: Path) -> None:
+    snapshot = _sealed_example(tmp_path, "tiny-song-loop.toml")
+    code, findings = verify(snapshot)
+    assert code == 0 and findings["stages"]["status"] == "PASS", findings["stages"]
+    assert findings["early_stop"]["status"] == "WARN" and "stage 'ar' stopped with eos (id 0) at frame 17" in findings["early_stop"]["message"]
+    stages = {s["name"]: s for s in read(snapshot, "stages.json")["stages"]}
+    assert (stages["ar"]["unit"], stages["ar"]["units"], stages["ar"]["per_second"]) == ("frame", [17], 25.0)
+    assert (stages["acoustic"]["unit"], stages["acoustic"]["consumes"], stages["acoustic"]["consumed"]) == ("window", "ar", 17)
+    assert stages["acoustic"]["units"] == [4]  # windows of 8 frames on a hop of 4 over 17 frames: starts 0, 4, 8, 12
+    result = read(snapshot, "result.json")
+    assert (result["generated"], result["produced_seconds"], result["outputs"]) == (17, 17 / 25, ["song.wav"])
+    with wave.open(str(snapshot / "outputs" / "song.wav")) as song:
+        assert (song.getframerate(), song.getnframes()) == (8000, 17 * 320)
+    reasons = [(s["call_index"], s["reason"]) for s in read(snapshot, "generation-stop.json")["sequences"]]
+    assert reasons == [(0, "eos"), (1, "completed")]
+
+
+def test_report_shows_each_stage(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    snapshot = _sealed_example(tmp_path, "tiny-song-loop.toml")
+    report = run_cli("report", snapshot)
+    assert report.returncode == 0 and "Stages: load" in report.stdout and "ar " in report.stdout and "4 windows" in report.stdout
+    page = tmp_path / "page.html"
+    assert run_cli("report", "--html", page, snapshot).returncode == 0
+    assert 'id="stages"' in page.read_text() and "acoustic" in page.read_text()
+
+
+def test_the_loop_and_its_recorder_never_import_torch(tmp_path: Path) -> None:
+    """A fresh interpreter runs the ONNX loop through a real recorder; torch is never imported."""
+    script = f"""
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {str(EXAMPLES)!r})
+from genrun.runner.recorder import ProgressRecorder
+from genrun.runner.backends.loop.recorder import LoopRecorder
+import lm_loop, os
+out = Path({str(tmp_path)!r})
+core = ProgressRecorder(out / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=4, every_seconds=5.0)
+fd = os.open(out / "stage-progress.ndjson", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+rec = LoopRecorder(core=core, progress_fd=fd, every_units=4, every_seconds=5.0, on_config=lambda c: None, outputs_dir=out)
+lm_loop.generate(Path({str(EXAMPLES / "models" / "tiny-lm-onnx")!r}), {{"prompts": ["count down from 3 :"]}}, {{}}, rec)
+print(rec.stages[0].ids[0], "torch" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[10, 9, 8, 2] False"  # the tokens "2 1 0" and EOS
+
+
+def test_loop_runs_sweep_and_rerun_as_ordinary_snapshots(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    sweep = tmp_path / "loops.toml"
+    sweep.write_text(f'[sweep]\nname = "loop-sweep"\nrequest = "{EXAMPLES / "tiny-onnx-loop.toml"}"\n'
+                     '[sweep.grid]\n"generation.max_new_tokens" = [4, 64]\n[sweep.executor]\nkind = "local"\nworkers = 1\n')
+    store = tmp_path / "store"
+    swept = run_cli("sweep", sweep, "--store", store)
+    assert swept.returncode == 0, swept.stderr
+    items = sorted(p for p in store.iterdir() if (p / "stages.json").is_file())
+    assert [read(p, "generation-stop.json")["sequences"][0]["reason"] for p in items] == ["max_new_tokens", "eos"]
+    for item in items:
+        code, findings = verify(item)
+        assert code == 0 and findings["stages"]["status"] == "PASS" and findings["request_round_trip"]["status"] == "PASS", findings
+    rerun = run_cli("rerun", items[0], "--set", "generation.max_new_tokens=64", "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    child = Path(orjson.loads(rerun.stdout)["child"])
+    assert verify(child)[0] == 0 and read(child, "stage-ids.json") == read(items[1], "stage-ids.json")

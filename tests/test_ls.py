@@ -1,0 +1,130 @@
+"""`genrun ls`: filters, sort and limit over a store; columns readable at 80 and 120 columns and piped, COLUMNS respected."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from _store_helpers import make_run, make_sweep
+from conftest import run_cli
+
+from genrun.schemas import layout
+
+LONG_SIGNER = "a.reviewer.with.a.very.long.address@an-evaluation-team.example.com"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ls") / "store"
+    make_run(root, "eval-a", reasons=("eos", "max_length"), generated=120)
+    make_run(root, "eval-b", status="failed", reasons=("exception",), generated=3, backend="diffusers")
+    items = [make_run(root, "item", reasons=(r,)) for r in ("eos", "max_length", "eos")]
+    make_sweep(root, items, name="nightly")
+    signed = make_run(root, "chat", reasons=("stop_string",), generated=40)
+    for by in ("bob@example.com", LONG_SIGNER):
+        assert run_cli("signoff", signed, "--decision", "accept", "--by", by).returncode == 0
+    make_run(root, "draft", seal=False)
+    return root
+
+
+def _ids(store: Path, *args: str) -> list[str]:
+    listed = run_cli("ls", "--store", store, "--json", *args)
+    assert listed.returncode == 0, listed.stderr
+    return [row["id"] for row in orjson.loads(listed.stdout)["snapshots"]]
+
+
+def _named(store: Path, name: str) -> list[str]:
+    return sorted(p.name for p in store.iterdir() if f"-{name}-" in p.name)
+
+
+def _stopped_by(store: Path, reason: str) -> list[str]:
+    """Read from the files themselves, not through ls."""
+    return sorted(p.name for p in store.iterdir() if (p / layout.STOP).is_file() and reason in (p / layout.STOP).read_text())
+
+
+# -- filters --------------------------------------------------------------------------------------------------------
+
+
+def test_filters_by_state_stop_reason_backend_and_name(store: Path) -> None:
+    assert _ids(store, "--state", "failed") == _named(store, "eval-b")
+    assert _ids(store, "--state", "incomplete") == _named(store, "draft")
+    assert _ids(store, "--state", "sweep") == _named(store, "nightly")
+    assert sorted(_ids(store, "--stop-reason", "max_length")) == _stopped_by(store, "max_length") and len(_stopped_by(store, "max_length")) == 2
+    assert _ids(store, "--backend", "diffusers") == _named(store, "eval-b")
+    assert sorted(_ids(store, "--name", "eval-*")) == sorted(_named(store, "eval-a") + _named(store, "eval-b"))
+    assert _ids(store, "--name", "eval-a", "--state", "failed") == []  # filters combine
+
+
+def test_filters_by_sign_off_and_sweep(store: Path) -> None:
+    signed = _named(store, "chat")
+    assert _ids(store, "--signed-by", "bob@example.com") == signed
+    assert signed[0] not in _ids(store, "--unsigned") and len(_ids(store, "--unsigned")) == 7
+    items = _named(store, "item")
+    assert sorted(_ids(store, "--sweep", _named(store, "nightly")[0])) == items  # in sweep order
+    assert sorted(_ids(store, "--sweep", _named(store, "nightly")[0], "--stop-reason", "max_length")) == sorted(set(items) & set(_stopped_by(store, "max_length")))
+
+
+def test_time_filters_sort_and_limit(store: Path) -> None:
+    every = _ids(store)
+    assert _ids(store, "--since", "1d") == every  # all made just now
+    assert _ids(store, "--until", "2000-01-01") == []
+    assert _ids(store, "--since", "2000-01-01T00:00", "--limit", "2") == every[:2]
+    assert _ids(store, "--sort", "generated", "--reverse", "--limit", "1") == _named(store, "eval-a")
+    assert _ids(store, "--reverse", "--limit", "1") == every[-1:]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--since", "last tuesday"], "--since 'last tuesday' is not a time; give a date (2026-11-29)"),
+    (["--limit", "0"], "--limit 0: must be at least 1"),
+    (["--sweep", "nope"], "--sweep 'nope' is not the id (or id prefix) of a sweep"),
+])
+def test_bad_filter_values_are_refused_naming_the_fix(store: Path, args: list[str], message: str) -> None:
+    refused = run_cli("ls", "--store", store, *args)
+    assert refused.returncode == 1 and message in " ".join(refused.stderr.split()), refused.stderr
+
+
+# -- columns --------------------------------------------------------------------------------------------------------
+
+
+def _lines(store: Path, columns: str | None) -> tuple[list[str], str]:
+    env = {"COLUMNS": columns}
+    listed = run_cli("ls", "--store", store, env=env)
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout.splitlines(), listed.stderr
+
+
+def test_piped_a_long_sign_off_never_widens_every_line(store: Path) -> None:
+    lines, _ = _lines(store, None)
+    header, rows = lines[1], lines[2:]
+    assert header.split() == ["id", "state", "sealed", "generated", "stop", "reasons", "sign-offs"]
+    assert len(rows) == 8 and all(p.name in "\n".join(rows) for p in store.iterdir() if not p.name.startswith("."))
+    widths = {len(line) for line in rows if "accept" not in line}
+    signed = next(line for line in rows if "accept" in line)
+    assert LONG_SIGNER not in signed and signed.endswith("…")  # cut; --json has it whole
+    assert len(signed) <= max(widths) + 40
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_columns_respected_even_when_piped(store: Path, columns: str) -> None:
+    lines, err = _lines(store, columns)
+    ids = [p.name for p in store.iterdir() if not p.name.startswith(".")]
+    assert all(i in "\n".join(lines) for i in ids)  # ids are never cut
+    assert all(len(line) <= int(columns) for line in lines[1:]), [len(line) for line in lines]
+    header = lines[1].split()
+    if columns == "120":  # at 120 the sign-offs stay (cut), at 80 they are left out and ls says so
+        assert header[-1] == "sign-offs" and "left out" not in err
+    else:
+        assert "sign-offs" not in header and "left out to fit 80 columns" in err
+
+
+def test_a_real_terminal_of_80_columns(store: Path) -> None:
+    narrow = subprocess.run(
+        ["script", "-qec", f"{sys.executable} -m genrun.runner.cli ls --store {store}", "/dev/null"],
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "LINES": "40", "TERM": "xterm"}, capture_output=True, text=True, timeout=120,
+    )
+    screen = re.sub(r"\x1b\[[0-9;]*m", "", narrow.stdout).replace("\r", "")
+    assert narrow.returncode == 0, screen
+    table = [line for line in screen.splitlines() if line.startswith(("id ", "2", "  └"))]
+    assert len(table) == 9 and all(len(line) <= 80 for line in table), table

@@ -1,0 +1,221 @@
+"""The store index is only a cache: `ls` answers the same with it, without it, after it is deleted, damaged, locked,
+from a newer genrun, or while runs seal beside it; a sealed snapshot changed after indexing is marked, never shown stale."""
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from _store_helpers import index_file, indexed_ids, make_run, make_sweep
+from conftest import run_cli
+
+from genrun.runner.listing import list_store
+from genrun.runner.store_index import INDEX_FORMAT
+from genrun.schemas import layout
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ls(store: Path, *args: str) -> dict:
+    listed = run_cli("ls", "--store", store, "--json", *args)
+    assert listed.returncode == 0, listed.stderr
+    return orjson.loads(listed.stdout)
+
+
+def _store(tmp_path: Path) -> Path:
+    store = tmp_path / "store"
+    make_run(store, "a", reasons=("eos", "max_length"), generated=12)
+    make_run(store, "b", status="failed", reasons=("exception",))
+    make_run(store, "c", seal=False)  # incomplete: never cached
+    return store
+
+
+# -- basics ---------------------------------------------------------------------------------------------------------
+
+
+def test_first_ls_builds_the_index_and_the_second_answers_from_it(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    first = list_store(store)
+    assert first.from_index == 0 and first.notes == []
+    sealed = {r.id for r in first.rows if r.sealed}
+    assert indexed_ids(store) == sealed and len(sealed) == 2  # the unsealed one is read from its files every time
+    second = list_store(store)
+    assert second.from_index == 2 and second.rows == first.rows
+    assert second.rows == list_store(store, use_index=False).rows  # the cache answers exactly what the files say
+    failed = next(r for r in second.rows if r.state == "failed")
+    assert (failed.stop_reasons, failed.backend, failed.unit, failed.name) == ("exception", "transformers", "token", "b")
+    assert failed.seal_digest is not None and failed.created is not None and failed.created.endswith("Z")
+
+
+def test_deleting_the_index_loses_nothing(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    before = _ls(store)
+    shutil.rmtree(index_file(store).parent)
+    assert _ls(store) == before
+    assert index_file(store).is_file()  # refilled by that ls
+    assert run_cli("index", "--store", store, "--rebuild").returncode == 0
+    assert _ls(store) == before == _ls(store, "--no-index")
+
+
+def test_runs_never_write_the_index_and_a_snapshot_sealed_later_is_listed_sealed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    unsealed = make_run(store, "late", seal=False)
+    assert _ls(store)["snapshots"][0]["state"] == "incomplete"
+    from genrun.runner.store import seal_snapshot
+
+    seal_snapshot(unsealed)
+    row = _ls(store)["snapshots"][0]
+    assert (row["state"], row["sealed"]) == ("succeeded", True)
+    shutil.rmtree(index_file(store).parent)
+    make_run(store, "another")  # a run: plan, execute, seal
+    assert not index_file(store).parent.exists()
+
+
+def test_sweep_membership_comes_from_the_index_too(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    items = [make_run(store, f"item{i}") for i in range(3)]
+    sweep = make_sweep(store, items)
+    cold, warm = list_store(store), list_store(store)
+    assert warm.from_index == 4
+    for listing in (cold, warm):
+        assert [r.id for r in listing.rows] == [sweep.name, *(i.name for i in items)]
+        assert [r.sweep for r in listing.rows] == [None, sweep.name, sweep.name, sweep.name]
+
+
+def test_signoffs_added_after_indexing_are_shown(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    target = next(r for r in list_store(store).rows if r.state == "succeeded")
+    signed = run_cli("signoff", store / target.id, "--decision", "accept", "--by", "alice@example.com")
+    assert signed.returncode == 0, signed.stderr
+    row = next(r for r in list_store(store).rows if r.id == target.id)
+    assert row.signers == ("alice@example.com",) and "accept" in row.signoffs
+    assert run_cli("index", "--store", store, "--rebuild").returncode == 0
+    warm = list_store(store)
+    assert warm.from_index == 2 and next(r for r in warm.rows if r.id == target.id) == row
+
+
+# -- damage ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_seal_replaced_after_indexing_is_marked_and_read_from_the_files(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    list_store(store)
+    victim = next(p for p in store.iterdir() if "-a-" in p.name)
+    # a tamperer rewrites result.json and re-seals it: the stored digest no longer matches
+    for name in (layout.RESULT, layout.MANIFEST):
+        (victim / name).chmod(0o644)
+    (victim / layout.RESULT).write_bytes(orjson.dumps({"status": "failed", "generated": 99, "unit": "token"}))
+    manifest = (victim / layout.MANIFEST).read_text().splitlines()
+    from genrun.schemas.digests import sha256_file
+
+    (victim / layout.MANIFEST).write_text("\n".join(
+        f"{sha256_file(victim / layout.RESULT)}  {layout.RESULT}" if line.endswith(f"  {layout.RESULT}") else line for line in manifest) + "\n")
+    for _ in range(2):  # marked every time until someone rebuilds: ls never quietly adopts a changed seal
+        row = next(r for r in list_store(store).rows if r.id == victim.name)
+        assert (row.state, row.generated) == ("failed", 99)  # never the stale "succeeded, 12"
+        assert row.changed is not None and "seal changed since it was indexed" in row.changed and "genrun verify" in row.changed
+    human = run_cli("ls", "--store", store)
+    assert "(seal changed)" in human.stdout and f"{victim.name}: the seal changed" in human.stderr
+    assert run_cli("index", "--store", store, "--rebuild").returncode == 0
+    assert next(r for r in list_store(store).rows if r.id == victim.name).changed is None
+
+
+def test_a_removed_snapshot_leaves_the_listing_and_the_index(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    list_store(store)
+    gone = next(r.id for r in list_store(store).rows if r.state == "failed")
+    shutil.rmtree(store / gone)
+    assert gone not in {r["id"] for r in _ls(store)["snapshots"]}
+    assert gone not in indexed_ids(store)
+
+
+def test_a_corrupt_index_is_rebuilt_with_a_note(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    expected = _ls(store)
+    index_file(store).write_bytes(b"this is not an sqlite file" * 100)
+    listed = run_cli("ls", "--store", store, "--json")
+    assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
+    assert "cannot be used" in listed.stderr and "rebuilt from the files (2 sealed snapshots)" in listed.stderr
+    assert list_store(store).from_index == 2
+
+
+def test_an_index_from_a_newer_genrun_is_ignored_with_a_note_and_replaced_only_by_rebuild(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    expected = _ls(store)
+    with sqlite3.connect(index_file(store)) as db:
+        db.execute(f"PRAGMA user_version = {INDEX_FORMAT + 1}")
+        db.execute("UPDATE meta SET value = '99.0' WHERE key = 'written_by'")
+    listed = run_cli("ls", "--store", store, "--json")
+    assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
+    assert f"format {INDEX_FORMAT + 1}, written by genrun 99.0" in listed.stderr and "genrun index --rebuild" in listed.stderr
+    with sqlite3.connect(index_file(store)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == INDEX_FORMAT + 1  # left for the newer genrun
+    assert run_cli("index", "--store", store, "--rebuild").returncode == 0
+    assert list_store(store).from_index == 2
+
+
+def test_a_locked_index_is_answered_from_the_files_with_a_note(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    expected = _ls(store)
+    holder = sqlite3.connect(index_file(store), isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process writing (or a filesystem whose locks fail)
+        listed = run_cli("ls", "--store", store, "--json")
+    finally:
+        holder.close()
+    assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
+    assert "answering from the files" in listed.stderr and "locked" in listed.stderr
+
+
+def test_verify_never_reads_the_index(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    list_store(store)
+    sealed = next(r.id for r in list_store(store).rows if r.state == "succeeded")
+    index_file(store).write_bytes(b"garbage")
+    verified = run_cli("verify", store / sealed, "--json")
+    assert "index" not in verified.stderr
+    assert index_file(store).read_bytes() == b"garbage"
+
+
+# -- concurrency ----------------------------------------------------------------------------------------------------
+
+_SEALER = """
+import sys
+sys.path.insert(0, {tests!r})
+from _store_helpers import make_run
+for i in range({n}):
+    make_run(__import__("pathlib").Path({store!r}), f"live{{i}}")
+"""
+
+
+def test_ls_while_runs_seal_and_two_ls_at_once_agree_with_the_files(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for i in range(40):
+        make_run(store, f"old{i}", reasons=("eos",) if i % 2 else ("max_length",))
+    env = dict(os.environ)
+    sealer = subprocess.Popen([sys.executable, "-c", _SEALER.format(tests=str(REPO / "tests"), n=60, store=str(store))], env=env)
+    listers = []
+    try:
+        while sealer.poll() is None or not listers:  # runs seal while index-building lists run, two at a time
+            pair = [subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "ls", "--store", str(store), "--json"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
+            listers += [(p, *p.communicate(timeout=120)) for p in pair]
+    finally:
+        sealer.wait(timeout=120)
+    assert sealer.returncode == 0
+    for proc, out, err in listers:
+        assert proc.returncode == 0, err
+        for row in orjson.loads(out)["snapshots"]:  # whatever moment each answered for, no row is ever wrong
+            if row["sealed"]:
+                assert row["state"] == "succeeded" and row["seal_digest"], row
+    assert _ls(store) == _ls(store, "--no-index")
+    assert len(_ls(store)["snapshots"]) == 100
+
+
+def test_index_rebuild_of_a_missing_store_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    refused = run_cli("index", "--rebuild", "--store", tmp_path / "nowhere")
+    assert refused.returncode == 1 and "is not a directory; pass the folder that holds the snapshots" in " ".join(refused.stderr.split())
+    assert not (tmp_path / "nowhere").exists()
