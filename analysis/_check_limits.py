@@ -74,12 +74,15 @@ def _kind(count: int) -> str:
 def user_set_limit(snap: Snapshot, stop: SequenceStop) -> str | None:
     """Who set the limit that cut this row, when it was the user: the request, or an entry point passing the request's value.
 
-    Read from the call's effective config and `limit_sources`; None when the limit came from
-    anywhere else (model generation_config, library default, an entry point's own number).
+    Read from the call's effective config and `limit_sources` (or, for a backend that records no generate config,
+    the stop evidence's `limit` and `source` facts); None when the limit came from anywhere else (model
+    generation_config, library default, an entry point's own number).
     """
-    config = _config_of(snap, stop)
-    if stop.reason not in _LENGTH_REASONS or config is None:
+    if stop.reason not in _LENGTH_REASONS:
         return None
+    config = _config_of(snap, stop)
+    if config is None:  # a backend without generate's config records the limit and its source in the stop evidence
+        return "the request" if stop.evidence.fact("source") == "request" and stop.evidence.fact("limit") is not None else None
     source = config.limit_sources.get(stop.reason)
     effective = config.effective.get(stop.reason)
     if source == "request":
@@ -96,7 +99,7 @@ def _request_limit_explains(snap: Snapshot, stop: SequenceStop, count: int) -> s
     if who is None:
         return None
     config = _config_of(snap, stop)
-    effective = config.effective.get(stop.reason) if config is not None else None
+    effective = config.effective.get(stop.reason) if config is not None else stop.evidence.fact("limit")
     if stop.reason == "max_new_tokens" and effective == count:
         return f"max_new_tokens={count} set by {who} (recorded stop max_new_tokens)"
     prompt_length = token_facts(stop).prompt_length

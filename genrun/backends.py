@@ -29,7 +29,8 @@ plan` freezes it into each snapshot as `backend.json`, with the JSON Schema of y
 The kinds say which of verify's checks apply. Every backend provides `stop_records`; add
 `call_config` with a call-config artifact; `token_ids` only if you write
 `generated-token-ids.safetensors` and its summary the way the built-in language-model backend does
-and give every stop model the `TokenStopFacts` fields (subclass it); `diffusion_steps` only if
+and give every stop model the `TokenStopFacts` fields (subclass it; `save_token_rows` writes the
+files from ids a backend kept itself); `diffusion_steps` only if
 your stop evidence carries `steps` as diffusion pipelines do. Reasons come from the core
 vocabulary (`StopReason`, meanings in `STOP_REASON_MEANING`): `completed`, `interrupted` and
 `exception` must agree with how the run ended; the others (`eos`, `max_new_tokens`, ...) are
@@ -113,6 +114,7 @@ from genrun.runner.interrupts import RunInterrupted, deferred
 from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.request_loading import unknown_key_message
+from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows
 from genrun.schemas import (
     EVIDENCE_KIND_MEANING,
     STOP_REASON_MEANING,
@@ -158,4 +160,6 @@ __all__ = [
     "LOOP_CALL_FILE", "LoopCall",
     # user code named by the request (`module:function`, beside the request)
     "resolve_callable", "user_import_paths",
+    # the `token_ids` evidence kind, for a backend that keeps its own ids (needs torch and safetensors)
+    "TokenRow", "save_prompt_ids", "save_token_rows",
 ]

