@@ -3,10 +3,13 @@ instrumentation: the same files the built-in language-model backend writes. torc
 writing, so `genrun.backends` imports without them."""
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
 from genrun.snapshot_dir import SnapshotDir
+
+from ._io import write_bytes_atomic
 
 
 class TokenRow(NamedTuple):
@@ -22,10 +25,11 @@ class TokenRow(NamedTuple):
     """Outermost call the row belongs to."""
 
 
-def save_token_rows(snapshot: SnapshotDir, rows: Sequence[TokenRow], tokenizer: Any, *, prompt_length: int | None,
+def save_token_rows(snapshot: SnapshotDir, outputs_dir: Path, rows: Sequence[TokenRow], tokenizer: Any, *, prompt_length: int | None,
                     eos_token_ids: tuple[int, ...], pad_token_id: int | None) -> tuple[str, ...]:
     """`generated-token-ids.safetensors` (int64 per row), `generated-token-ids.json` (last ids, EOS positions, both decodes)
-    and `outputs/sequence_<i>.txt`; returns the output names (relative to `outputs/`)."""
+    and `outputs/sequence_<i>.txt` (through `outputs_dir`, the context's path through the directory the core holds open);
+    returns the output names (relative to `outputs/`)."""
     import safetensors.torch
     import torch
 
@@ -44,7 +48,7 @@ def save_token_rows(snapshot: SnapshotDir, rows: Sequence[TokenRow], tokenizer: 
     written = []
     for seq in summary.sequences:
         if seq.text is not None:
-            snapshot.write_bytes(layout.sequence_text_path(seq.index), seq.text.encode())
+            write_bytes_atomic(outputs_dir / layout.sequence_text_name(seq.index), seq.text.encode())
             written.append(layout.sequence_text_name(seq.index))
     return tuple(written)
 

@@ -106,7 +106,7 @@ class VllmRun:
         if self.tokenizer is not None or not self.rows:
             save_prompt_ids(ctx.snapshot, sorted(self.prompt_ids.items()))
             lengths = {len(ids) for ids in self.prompt_ids.values()}
-            outputs = save_token_rows(ctx.snapshot, [TokenRow(r.index, r.ids, row_eos) for r in self.rows], self.tokenizer,
+            outputs = save_token_rows(ctx.snapshot, ctx.outputs_dir, [TokenRow(r.index, r.ids, row_eos) for r in self.rows], self.tokenizer,
                                       prompt_length=lengths.pop() if len(lengths) == 1 else None, eos_token_ids=row_eos,
                                       pad_token_id=getattr(self.tokenizer, "pad_token_id", None))
         total = sum(len(r.ids) for r in self.rows)
