@@ -7,12 +7,15 @@ as they got.
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import safetensors.torch
 
 from genrun.schemas import GeneratedTokenIds, TokenSequenceSummary, layout
 from genrun.snapshot_dir import SnapshotDir
+
+from ..._io import write_bytes_atomic
 
 from .instrument import ClassifiedRow
 
