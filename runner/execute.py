@@ -117,8 +117,8 @@ def _execute_locked(
     with interrupt_gate():
         try:
             hold_sealing_space(snapshot_dir, plan.budget)
-            recorder = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
-            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, bar, loaded, origin,
+            recorder, outputs = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
+            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, outputs, bar, loaded, origin,
                                     approval_note=approval_note, records=records)
         finally:
             release_space(snapshot_dir)
@@ -142,25 +142,33 @@ def hold_sealing_space(snapshot_dir: Path, budget: TokenBudget) -> None:
 
 def open_recorder_or_keep_plan(
     snapshot_dir: Path, plan: "FrozenPlan", unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
-) -> ProgressRecorder:
-    """Open `progress.ndjson`, the first execution file; a signal while doing so removes it again, so the plan stays
-    intact and executable (the signal is held until the file is open, so it is ours to remove)."""
-    recorder = None
+) -> tuple[ProgressRecorder, OutputsDir]:
+    """Open `progress.ndjson`, the first execution file, and make and hold `outputs/`; a signal while doing so removes
+    both again, so the plan stays intact and executable (the signal is held until both exist, so they are ours to
+    remove), and a signal can never land between them, where no backend step could record the run's empty evidence."""
+    recorder: ProgressRecorder | None = None
+    outputs: OutputsDir | None = None
     try:
         with deferred():
             recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, memory)
+            outputs = OutputsDir(snapshot_dir)
     except RunInterrupted:
         if recorder is not None:
             recorder.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(snapshot_dir / layout.PROGRESS)
+        if outputs is not None:
+            outputs.close()
+            with contextlib.suppress(OSError):
+                os.rmdir(snapshot_dir / layout.OUTPUTS_DIR)
         raise
-    return recorder
+    assert recorder is not None and outputs is not None, "both are made in the block above or it raised"
+    return recorder, outputs
 
 
 def _run_record_seal(
     snapshot_dir: Path, plan: FrozenPlan, identity: VerifiedIdentity, backend: Backend, device: str,
-    recorder: ProgressRecorder, bar: LiveProgress | None, loaded: LoadedModel | None, origin: float,
+    recorder: ProgressRecorder, outputs: OutputsDir, bar: LiveProgress | None, loaded: LoadedModel | None, origin: float,
     *, approval_note: str | None, records: Mapping[str, BaseModel],
 ) -> Result:
     """Run the template, write the terminal event, determinism, stop and result, then seal.
@@ -171,10 +179,8 @@ def _run_record_seal(
     determinism: Determinism | None = None
     result_written = False
     snapshot = SnapshotDir(snapshot_dir, writable=True)
-    outputs: OutputsDir | None = None
     try:
         try:
-            outputs = OutputsDir(snapshot_dir)
             ctx = ExecutionContext(
                 **vars(load_context(plan, device, snapshot_dir)),
                 snapshot_dir=snapshot_dir,
@@ -207,8 +213,7 @@ def _run_record_seal(
         raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
     finally:
         recorder.close()
-        if outputs is not None:
-            outputs.close()
+        outputs.close()
     return result
 
 

@@ -14,6 +14,7 @@ the `open`/`rename` around each of them are.
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import traceback
@@ -25,6 +26,8 @@ FS_EVENTS = frozenset({
     "open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate", "os.link", "os.symlink",
     "tempfile.mkstemp", "tempfile.mkdtemp", "shutil.rmtree", "os.scandir", "os.listdir",
 })
+ATOMIC_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
+"""The name `genrun.runner._io` gives an atomic write's temporary file (`.<name>.<8 hex>.tmp`)."""
 DIR_FD_ARG = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 2, "os.chmod": 2, "os.link": 2, "os.symlink": 2}
 """Where each audited call carries its `dir_fd` (Python's audit events table); `open` carries none."""
 
@@ -43,26 +46,29 @@ def _child(job: dict) -> int:
     def where(path: object, dir_fd: object) -> str:
         """The absolute path a call reaches: genrun writes through folder descriptors (`os.open(name, dir_fd=...)`),
         so a relative name is resolved against the descriptor when the audit event carries it, else against the last
-        folder inside the store that was opened as a directory (the `open` event carries no `dir_fd`)."""
+        folder inside the store that was opened as a directory when the name is an atomic write's temporary file (the
+        `open` event carries no `dir_fd`; any other relative name is a library's, relative to the working directory)."""
         name = os.fsdecode(path)  # type: ignore[arg-type]
         if os.path.isabs(name):
             return os.path.abspath(name)
         if isinstance(dir_fd, int) and dir_fd >= 0:
             with contextlib.suppress(OSError):
                 return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
-        return os.path.join(last_folder[0], name) if last_folder[0] is not None else os.path.abspath(name)
+        if last_folder[0] is not None and ATOMIC_TEMPORARY.fullmatch(name):  # genrun's own temporary file, in the folder it opened
+            return os.path.join(last_folder[0], name)
+        return os.path.abspath(name)
 
     def hook(event: str, args: tuple) -> None:
         if event not in FS_EVENTS or not args:
             return
         dir_fd = args[DIR_FD_ARG[event]] if event in DIR_FD_ARG and len(args) > DIR_FD_ARG[event] else None
-        paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
-        inside = [p for p in (where(p, dir_fd) for p in paths) if p.startswith(store)]
+        paths = [where(a, dir_fd) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+        flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
+        if flags & os.O_DIRECTORY and paths:
+            last_folder[0] = paths[0]  # any folder, inside the store or not (the hash cache writes the same way)
+        inside = [p for p in paths if p.startswith(store)]
         if not inside:
             return
-        flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
-        if flags & os.O_DIRECTORY:
-            last_folder[0] = inside[0]
         if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
             event = "open-write"  # creates or changes a file, unlike the many reads
         seen.append([event, os.path.relpath(inside[0], store)])

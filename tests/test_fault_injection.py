@@ -32,6 +32,7 @@ from conftest import PROCESS_TIMEOUT_S, run_cli
 from _lm_helpers import REPO, TINY_LM, request_text
 from genrun.runner.execute import refuse_executed, verify_plan_files
 from genrun.runner.store import snapshot_state
+from genrun.runner.store_index import INDEX_DIR
 from genrun.schemas import layout
 
 SERVER = Path(__file__).with_name("_fault_server.py")
@@ -96,7 +97,9 @@ def test_enumeration_covers_every_phase(enumerated: tuple[Path, Path, list[list[
     assert any(name.startswith(".tmp-") for name in named)
     for artifact in (layout.PROGRESS, layout.TOKEN_IDS, layout.RESULT, layout.MANIFEST):
         assert any(artifact in name for name in named), artifact
-    assert 30 <= len(points) <= 90, len(points)
+    # The hook resolves the directory-descriptor writes (temporary file, rename) of every atomic write since they replaced
+    # mkstemp; that and backend.json grew the points from ~80: the bound keeps the module's cost in check.
+    assert 30 <= len(points) <= 120, len(points)
 
 
 def test_stopped_at_every_filesystem_call(enumerated: tuple[Path, Path, list[list[str]]]) -> None:
@@ -130,7 +133,9 @@ def _assert_state_rules(store: Path, sig: str, returncode: int, stderr: str, whe
                 listed = json.loads(run_cli("ls", "--store", store, "--json").stdout)["snapshots"]
                 # a leftover is shown as abandoned (its planner is dead), not hidden, and `gc --yes` removes it
                 assert [row["state"] for row in listed] == ["abandoned"], f"{where}: {listed}"
-                assert run_cli("gc", "--store", store, "--yes").returncode == 0 and not any(store.iterdir()), where
+                # (the `ls` above may have made the store index, a cache of sealed snapshots: not a leftover)
+                assert run_cli("gc", "--store", store, "--yes").returncode == 0, where
+                assert not [p for p in store.iterdir() if p.name != INDEX_DIR], where
             return "nothing" if not temporary else "planning"
         return _kill_left(snapshots[0], where)
     assert not temporary, f"{where}: left {temporary}"
