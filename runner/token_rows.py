@@ -35,21 +35,33 @@ def save_token_rows(snapshot: SnapshotDir, outputs_dir: Path, rows: Sequence[Tok
 
     tensors = {layout.sequence_name(r.row): torch.tensor(list(r.ids), dtype=torch.int64) for r in rows}
     snapshot.write_bytes(layout.TOKEN_IDS, safetensors.torch.save(tensors))
+    summary = summarise_token_rows(rows, tokenizer, prompt_length=prompt_length, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id)
+    snapshot.write(layout.TOKEN_IDS_SUMMARY, summary)
+    return write_sequence_texts(outputs_dir, summary)
+
+
+def summarise_token_rows(rows: Sequence[TokenRow], tokenizer: Any, *, prompt_length: int | None, eos_token_ids: tuple[int, ...],
+                         pad_token_id: int | None) -> GeneratedTokenIds:
+    """`generated-token-ids.json`: per row the count, last `layout.LAST_IDS_KEPT` ids, EOS positions and both decodes."""
     sequences = []
     for r in rows:
         ids, eos = list(r.ids), set(r.eos_token_ids)
         sequences.append(TokenSequenceSummary(
             index=r.row, call_index=r.call_index, count=len(ids), last_ids=tuple(ids[-layout.LAST_IDS_KEPT:]),
             eos_positions=tuple(i for i, t in enumerate(ids) if t in eos),
-            text=_decode(tokenizer, ids, skip_special_tokens=True), text_with_special=_decode(tokenizer, ids, skip_special_tokens=False)))
-    summary = GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
-                                sequences=tuple(sequences))
-    snapshot.write(layout.TOKEN_IDS_SUMMARY, summary)
+            text=decode(tokenizer, ids, skip_special_tokens=True), text_with_special=decode(tokenizer, ids, skip_special_tokens=False)))
+    return GeneratedTokenIds(prompt_length=prompt_length, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, sequences=tuple(sequences))
+
+
+def write_sequence_texts(outputs_dir: Path, summary: GeneratedTokenIds) -> tuple[str, ...]:
+    """`outputs/sequence_<i>.txt` (decoded without special tokens) for rows a tokenizer could decode, written through
+    `outputs_dir` (the execution context's path through the directory the core holds open, never a link planted since)."""
     written = []
     for seq in summary.sequences:
         if seq.text is not None:
-            write_bytes_atomic(outputs_dir / layout.sequence_text_name(seq.index), seq.text.encode())
-            written.append(layout.sequence_text_name(seq.index))
+            name = layout.sequence_text_name(seq.index)
+            write_bytes_atomic(outputs_dir / name, seq.text.encode())
+            written.append(name)
     return tuple(written)
 
 
@@ -62,7 +74,7 @@ def save_prompt_ids(snapshot: SnapshotDir, rows: Sequence[tuple[int, Sequence[in
     snapshot.write_bytes(layout.PROMPT_TOKEN_IDS, safetensors.torch.save(tensors))
 
 
-def _decode(tokenizer: Any, ids: list[int], *, skip_special_tokens: bool) -> str | None:
-    """`tokenizer.decode`; `None` when there is no tokenizer."""
+def decode(tokenizer: Any, ids: list[int], *, skip_special_tokens: bool) -> str | None:
+    """`tokenizer.decode` (processors forward it too); `None` when there is nothing that decodes."""
     fn = getattr(tokenizer, "decode", None)
     return None if fn is None else fn(ids, skip_special_tokens=skip_special_tokens)

@@ -19,7 +19,8 @@ from ... import interrupts
 from .instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
 from ...errors import RequestError
 from ...plan_context import PlanContext
-from .token_artifacts import summarise, write_prompt_token_ids, write_sequence_texts, write_token_ids, write_token_summary
+from ...token_rows import save_prompt_ids, write_sequence_texts
+from .token_artifacts import summarise, write_token_ids, write_token_summary
 from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, refuse_generation
 from . import musicgen
 from ...input_files import input_path, read_input_files
@@ -145,7 +146,7 @@ class TransformersRun:
                                     decoder_prompts=forced_decoder_prompts(model, generation, prepared.model_inputs, text_tokenizer))
         with interrupts.deferred():  # what the model will receive, on disk before generate starts
             ctx.snapshot.write(layout.INPUT_PREPARATION, record)
-            write_prompt_token_ids(ctx.snapshot, [(r.row, r.prompt_token_ids) for r in record.rows])
+            save_prompt_ids(ctx.snapshot, [(r.row, r.prompt_token_ids) for r in record.rows])
         encoded = prepared.model_inputs.to(model.device)
         ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(record.rows)))
         # the tokenizer serves stop_strings; MusicGen-Melody's generate refuses the keyword (and audio codes are no text)
