@@ -19,8 +19,10 @@ from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
 from . import _hash_cache
 from .errors import RequestError
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5")
-"""File name endings counted in `weight_bytes`."""
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5",
+                   # Engines a loop drives: ONNX (and its external-data file), MNN, TFLite, MLX/numpy archives.
+                   ".onnx", ".onnx_data", ".mnn", ".tflite", ".npz")
+"""File name endings counted in `weight_bytes` (what the memory budget counts as weights)."""
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _COMMIT_HEX = re.compile(r"[0-9a-f]{40}")

@@ -36,7 +36,9 @@ def test_onnx_loop_ids_equal_the_transformers_backend_and_the_snapshot_verifies(
     assert read(snapshot, "loop-call.json")["config"]["eos_token_ids"] == [2]
     code_json = read(snapshot, "code.json")
     assert any(f["path"].endswith("lm_loop.py") for f in code_json["entrypoint"]["files"]), code_json["entrypoint"]
-    assert read(snapshot, "model.json")["files"]  # the ONNX directory is hashed like any checkpoint
+    model = read(snapshot, "model.json")  # the ONNX directory is hashed like any checkpoint
+    onnx_file = next(f for f in model["files"] if f["path"] == "model.onnx")
+    assert model["weight_bytes"] == onnx_file["size"] > 0  # the engine's weights count in the memory budget
     events = [orjson.loads(line)["event"] for line in (snapshot / "stage-progress.ndjson").read_bytes().splitlines()]
     assert events[0] == "start" and events[-1] == "end" and "progress" in events
 
