@@ -73,7 +73,8 @@ def enumerated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, li
     """One clean run that records its filesystem calls: the points to stop at."""
     work = tmp_path_factory.mktemp("faults")
     request = work / "tiny.toml"
-    request.write_text(request_text(TINY_LM, name="fault", generation={"max_new_tokens": 8}))
+    # No memory margin: the faults are the point, and a busy machine's free memory must not refuse a run (exit 3).
+    request.write_text(request_text(TINY_LM, name="fault", generation={"max_new_tokens": 8}) + "[budget]\nmemory_margin_fraction = 0.0\n")
     (clean,) = _serve([_job(work, request, "clean", None, None)], work)
     assert clean["returncode"] == 0, (work / "clean.err").read_text()
     calls = json.loads((work / "clean.calls.json").read_text())

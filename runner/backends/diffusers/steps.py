@@ -55,8 +55,10 @@ class StepObserver:
     def count(self, n: int = 1) -> None:
         """`n` steps finished."""
         self.ensure_started()
-        self._recorder.step(n)
-        self.steps += n
+        # Held together: a signal between the stream's count and ours would leave a record past the stop.
+        with interrupts.deferred():
+            self._recorder.step(n)
+            self.steps += n
 
     def on_step_end(self, pipe: Any, step: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         """`callback_on_step_end(pipe, i, t, kwargs)`: count; on a held signal, ask the loop to skip what remains."""
