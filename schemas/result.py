@@ -81,6 +81,7 @@ class Result(Versioned):
     notes: tuple[str, ...] = ()
     """Remarks the backend recorded (nested generate calls seen, signals after the first, ...)."""
     rows: int | None = None
-    """Rows generated in parallel (sequences in generation-stop.json); None in files written before it was recorded."""
+    """Rows generated in parallel (the most sequences of one generate call in generation-stop.json); None in files written
+    before it was recorded; older files count every sequence, sequential calls included."""
     units_per_s_per_row: float | None = None
     """Units of the furthest row / decode time: the per-row rate progress.ndjson and the plot show."""
