@@ -166,7 +166,7 @@ class TransformersRun:
         first = _first_config(calls)
         summary = summarise(
             rows,
-            state.tokenizer,
+            None if musicgen.is_music_instance(state.model) else state.tokenizer,  # codebook codes are no text: no decodes
             calls[0].prompt_length if calls else None,
             first.eos_token_ids if first else (),
             first.pad_token_id if first else None,
