@@ -350,3 +350,16 @@ def test_whisper_long_form_plan_matches_generate_and_counts_one_row(tmp_path: Pa
     assert own.returncode == 0, own.stderr
     config = json.loads((_only_snapshot(tmp_path / "own") / "generation-config.before-generate.json").read_text())
     assert config["limit_sources"]["eos_token_id"] == "request"
+
+
+def test_readme_links_into_docs_resolve() -> None:
+    """The user guide points to docs/ for the material moved out of it (design rules, benchmarks, testing): every link holds."""
+    readme = (REPO / "README.md").read_text()
+    links = set(re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", readme))
+    assert {"docs/design.md", "docs/benchmarks.md", "docs/testing.md"} <= {path for path, _ in links}
+    for path, anchor in links:
+        target = REPO / path
+        assert target.is_file(), path
+        if anchor:
+            headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}
+            assert anchor in headings, f"{path}#{anchor}"
