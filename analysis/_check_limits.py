@@ -247,13 +247,14 @@ def check_early_stop(snap: Snapshot, ctx: CheckContext) -> Finding:
                        evidence=evidence, examined=examined)
     first_audio = snap.generation_calls.calls[0].audio if audio is not None and snap.generation_calls is not None else None
     row = longest * first_audio.codebooks if first_audio is not None else longest
-    cause = _early_stop_cause(snap, row, tokens_per_frame)
+    cause = _early_stop_cause(snap, row, tokens_per_frame, frames.get(longest, 0))
     evidence["cause"] = cause
     return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "
                    f"more than 5 % short); {cause}", evidence=evidence, examined=examined)
 
 
-def _early_stop_cause(snap: Snapshot, index: int, tokens_per_frame: int) -> str:
+def _early_stop_cause(snap: Snapshot, index: int, tokens_per_frame: int, frames: int) -> str:
+    """Why row `index` (the longest) ended; `frames` is what it produced (MusicGen's delay pattern makes it fewer than its steps)."""
     stop = next((s for s in snap.stop.sequences if s.index == index), None) if snap.stop else None
     if stop is None:
         return "the stop reason is not recorded"
@@ -265,5 +266,5 @@ def _early_stop_cause(snap: Snapshot, index: int, tokens_per_frame: int) -> str:
         return f"the model emitted EOS (id {facts.last_token_id}) at frame {position // tokens_per_frame}"
     if stop.reason in _LENGTH_REASONS:
         limit = facts.max_new_tokens if stop.reason == "max_new_tokens" else facts.max_length
-        return f"the {stop.reason} limit ({limit}) was reached at frame {stop.generated // tokens_per_frame}"
+        return f"the {stop.reason} limit ({limit}) was reached after {frames} frames"
     return f"generation stopped with reason {stop.reason!r} at frame {stop.generated // tokens_per_frame}"

@@ -7,7 +7,8 @@ from pydantic import BaseModel, ConfigDict
 from genrun.schemas import RequestChange
 
 VerdictKind = Literal["reproduced", "diverged", "limit_raised", "eos_suppressed", "incomparable"]
-RowOutcome = Literal["identical", "diverged", "same_place_by_eos", "same_place_again", "went_past_stop", "went_past_eos", "incomparable"]
+RowOutcome = Literal["identical", "diverged", "same_place_by_eos", "same_place_again", "went_past_stop", "cut_by_child_limit", "went_past_eos",
+                     "incomparable"]
 
 
 class _Model(BaseModel):

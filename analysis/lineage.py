@@ -175,6 +175,9 @@ def _row_sentence(index: int, sp: SequenceStop | None, sc: SequenceStop | None, 
                                       f"(parent {np_} tokens, child {nc}, stopped by {_reason(sc)})")
         if first is None:
             return "same_place_again", f"row {index} stopped at the same place again ({np_} tokens, by {_reason(sc)}): the raised limit was not reached"
+        if rc in LIMIT_REASONS and first == nc < np_:  # the child is the parent's start, cut by its own (lower) limit
+            return "cut_by_child_limit", (f"row {index} was cut by the child's {_reason(sc)} after {nc} tokens, each equal to the "
+                                          f"parent's (the parent went on to {np_} tokens, stopped by {_reason(sp)})")
         return "diverged", f"{diverged} before the parent's stop at {np_} tokens ({_reason(sp)}); this says nothing about the limit"
     if first is None:
         return "identical", f"row {index}: every token id equal ({np_} tokens, {rp})"

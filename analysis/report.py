@@ -13,6 +13,7 @@ from pydantic import SerializeAsAny
 
 from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, StopEvidence, TokenBudget, TokenStopFacts, UnitsSpec
 from genrun.schemas.layout import SnapshotState, Unit
+from genrun.schemas.result import describe_produced
 
 from .memory_estimate import describe_memory
 from ._check_integrity import INCOMPLETE, PLANNED, is_plan_only
@@ -278,6 +279,8 @@ def _headline(snap: Snapshot) -> str:
     why = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in reasons.items()) or "no stop record"
     heard = input_summary(snap.input_preparation) if snap.input_preparation is not None else None
     heard = f"; {heard}" if heard else ""
+    produced = describe_produced(snap.result)
+    heard += f"; {produced}" if produced else ""
     if not snap.is_sealed:  # a result without the seal is never a success
         return f"{snap.state.value}: never sealed, so its result.json is no evidence of how it ended; {snap.result.generated} {snap.result.unit}s recorded"
     return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}{heard}"

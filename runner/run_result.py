@@ -1,7 +1,10 @@
 """`result.json` from a finished run: status and exit code from how the run ended, timings, rates, peaks, identities,
 and the note of signals that arrived after generation ended; and the terminal progress event that agrees with it."""
 
-from genrun.schemas import ExecutionIdentity, PeakMemory, Result, RunStatus, Timings
+from collections import Counter
+from collections.abc import Sequence
+
+from genrun.schemas import ExecutionIdentity, PeakMemory, Result, RunStatus, SequenceStop, Timings
 
 from .frozen_plan import FrozenPlan, VerifiedIdentity
 from .interrupts import EXIT_CODES, later_signals
@@ -46,7 +49,7 @@ def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord
         generated=outcome.generated,
         generated_tokens=outcome.generated_tokens,
         units_per_s=rate,
-        rows=len(outcome.stops) or None,
+        rows=outcome.rows or parallel_rows(outcome.stops),
         units_per_s_per_row=per_row / outcome.decode_s if outcome.decode_s and per_row is not None else None,
         produced_seconds=outcome.produced_seconds,
         requested_seconds=units.requested_seconds if outcome.unit == "frame" else None,
@@ -63,6 +66,13 @@ def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord
         forced=plan.budget.forced,
         notes=(*record.notes, *outcome.notes, *late_signal_notes(record.signal)),
     )
+
+
+def parallel_rows(stops: Sequence[SequenceStop]) -> int | None:
+    """Rows decoded side by side: the most stop records of one generate call. Sequential calls (Whisper's long-form
+    windows) add sequences, not rows: two 30 s windows of one recording are one row decoded twice."""
+    per_call = Counter(stop.call_index for stop in stops)
+    return max(per_call.values(), default=0) or None
 
 
 def late_signal_notes(signal: str | None) -> tuple[str, ...]:

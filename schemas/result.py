@@ -81,6 +81,15 @@ class Result(Versioned):
     notes: tuple[str, ...] = ()
     """Remarks the backend recorded (nested generate calls seen, signals after the first, ...)."""
     rows: int | None = None
-    """Rows generated in parallel (sequences in generation-stop.json); None in files written before it was recorded."""
+    """Rows generated in parallel (the most sequences of one generate call in generation-stop.json); None in files written
+    before it was recorded; older files count every sequence, sequential calls included."""
     units_per_s_per_row: float | None = None
     """Units of the furthest row / decode time: the per-row rate progress.ndjson and the plot show."""
+
+
+def describe_produced(result: Result) -> str | None:
+    """`produced 0.40 s of 1 s requested` for a frame-unit run (`None` otherwise): the run summary's and the report's words."""
+    if result.produced_seconds is None:
+        return None
+    requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
+    return f"produced {result.produced_seconds:.2f} s{requested}"

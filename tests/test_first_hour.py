@@ -18,7 +18,7 @@ import pytest
 from _lm_helpers import tiny_lm_variant
 
 from _forked import spawn_cli
-from conftest import EXAMPLES, REPO, run_cli, tiny_request, write_request
+from conftest import EXAMPLES, REPO, CliRun, run_cli, tiny_request, write_request
 from genrun.analysis.checks import CHECKS
 from genrun.schemas import layout
 
@@ -291,3 +291,75 @@ def test_help_shows_current_counts_and_both_install_forms() -> None:
     assert "pip install -e '.[plot]'" in _one_line(run_cli("report", "--help").stdout)
     run_help = _one_line(run_cli("run", "--help").stdout)
     assert "--require-approval" in run_help and "--allowed-signers" in run_help and "--quiet" in run_help
+
+
+# round 3, item 6: the bundled examples demonstrate what their comments and the README say -------------------------
+
+
+def _run_example(tmp_path: Path, example: Path, *extra: str) -> tuple[CliRun, Path, dict[str, dict]]:
+    """`genrun run EXAMPLE` (exit 0) and `genrun verify --json` of it (no FAIL): the run, the snapshot, findings by name."""
+    store = tmp_path / example.stem
+    proc = run_cli("sweep" if example.parent.name == "sweep" else "run", example, "--store", store, *extra)
+    assert proc.returncode == 0, proc.stderr
+    snapshot = next(p for p in store.iterdir() if not p.name.startswith(".") and (p / layout.MANIFEST).is_file()
+                    and (example.parent.name != "sweep" or (p / layout.SWEEP_PLAN).is_file()))
+    verified = run_cli("verify", snapshot, "--json")
+    findings = _findings(verified)
+    assert not [f"{n}: {f['message']}" for n, f in findings.items() if f["status"] == "FAIL"]
+    return proc, snapshot, findings
+
+
+def _warnings(findings: dict[str, dict]) -> list[str]:
+    return [f"{name}: {f['message']}" for name, f in findings.items() if f["status"] == "WARN"]
+
+
+@pytest.mark.parametrize("example", ["tiny-budget.toml", "sweep/countdowns.toml", "tiny-audio-lm.toml"])
+def test_examples_that_say_no_warn_verify_without_one(tmp_path: Path, example: str) -> None:
+    """tiny-budget and the sweep cut by a limit the request sets (information, not a WARN, as their comments say);
+    tiny-audio-lm's cap is its own budget's conservative estimate, so budget_truncation has nothing to warn about."""
+    _, snapshot, findings = _run_example(tmp_path, EXAMPLES / example)
+    assert _warnings(findings) == []
+    if example == "tiny-audio-lm.toml":
+        assert findings["budget_truncation"]["status"] == "PASS"
+        assert json.loads((snapshot / layout.TOKEN_BUDGET).read_text())["domain"]["conservative_fits_budget"] is True
+    else:
+        assert "no WARN" in (EXAMPLES / example).read_text()
+
+
+def test_whisper_long_form_plan_matches_generate_and_counts_one_row(tmp_path: Path) -> None:
+    """Long-form windows predict timestamps (no `<|notimestamps|>`): the plan's 1-token decoder prompt is what generate saw;
+    EOS is the checkpoint's (Whisper's generate merges one full config: only the request's own keys are the request's);
+    two sequential windows are two sequences of one row, in the run summary and in `report` alike."""
+    proc, snapshot, findings = _run_example(tmp_path, EXAMPLES / "tiny-whisper-long-form.toml")
+    assert _warnings(findings) == [] and findings["limits_reached_config"]["status"] == "PASS"
+    budget = json.loads((snapshot / layout.TOKEN_BUDGET).read_text())
+    configs = [json.loads(p.read_text()) for p in sorted(snapshot.glob("generation-config.before-generate*.json"))]
+    assert len(configs) == 2 and budget["prompt_tokens"] == configs[0]["prompt_length"] == 1
+    assert [c["limit_sources"]["eos_token_id"] for c in configs] == ["model_generation_config"] * 2
+    assert [c["limit_sources"]["max_new_tokens"] for c in configs] == ["request"] * 2
+    assert json.loads((snapshot / layout.RESULT).read_text())["rows"] == 1
+    summary = _one_line(proc.stderr)
+    assert "sequence 1:" in summary and "(1 row)" in summary and "over 2 rows" not in summary, summary
+    report = _one_line(run_cli("report", snapshot).stdout)
+    assert "over 1 row(s)" in report and "summed over" not in report, report
+
+    # the same request setting EOS itself: then the request is its source
+    text = (EXAMPLES / "tiny-whisper-long-form.toml").read_text().replace("max_new_tokens = 8", "max_new_tokens = 8\neos_token_id = 256")
+    text = text.replace('"models/', f'"{EXAMPLES}/models/').replace('"audio/', f'"{EXAMPLES}/audio/')
+    own = run_cli("run", write_request(tmp_path, text, "own-eos.toml"), "--store", tmp_path / "own")
+    assert own.returncode == 0, own.stderr
+    config = json.loads((_only_snapshot(tmp_path / "own") / "generation-config.before-generate.json").read_text())
+    assert config["limit_sources"]["eos_token_id"] == "request"
+
+
+def test_readme_links_into_docs_resolve() -> None:
+    """The user guide points to docs/ for the material moved out of it (design rules, benchmarks, testing): every link holds."""
+    readme = (REPO / "README.md").read_text()
+    links = set(re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", readme))
+    assert {"docs/design.md", "docs/benchmarks.md", "docs/testing.md"} <= {path for path, _ in links}
+    for path, anchor in links:
+        target = REPO / path
+        assert target.is_file(), path
+        if anchor:
+            headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}
+            assert anchor in headings, f"{path}#{anchor}"

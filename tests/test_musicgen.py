@@ -1,72 +1,49 @@
 """MusicGen and MusicGen-Melody (their own `generate`, never transformers') end to end through `genrun run`, and the
 plan-time refusals that belong to them (a frame rate the codec contradicts, beam search, audio conditioning).
 
-The model is built from configs here (tiny T5 text encoder, 2-codebook decoder, tiny EnCodec at
-800 Hz with hop 16 -> 50 frames/s), saved with `save_pretrained` and loaded back by genrun's real
-loading path. MusicGen decodes max_new_tokens steps; with 2 codebooks the delay pattern costs one
+The model is the bundled `examples/models/tiny-musicgen` (tiny T5 text encoder, 2-codebook decoder, tiny EnCodec at
+800 Hz with hop 16 -> 50 frames/s), built by `examples/models/make_tiny_musicgen.py`, which also builds the Melody
+variant here; both load through genrun's real loading path. MusicGen decodes max_new_tokens steps; with 2 codebooks the delay pattern costs one
 step, so 10 steps decode 9 frames = 144 samples = 0.18 s.
 """
 
+import hashlib
+import importlib.util
 import json
 import wave
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 from _cli_helpers import cli
 from _lm_helpers import read_ids, read_json, read_progress, request_text
+from conftest import EXAMPLES
 from genrun.runner.cli import main
 
 STEPS, CODEBOOKS, FRAME_RATE, SAMPLING_RATE = 10, 2, 50, 800
 FRAMES = STEPS - (CODEBOOKS - 1)
 
 
-def build_tiny_musicgen(dest: Path, melody: bool = False) -> Path:
-    """MusicGen, or MusicGen-Melody (`melody`: the same parts, chroma conditioning, decoder-only over the conditions)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (EncodecConfig, MusicgenConfig, MusicgenDecoderConfig, MusicgenForConditionalGeneration, MusicgenMelodyConfig,
-                              MusicgenMelodyDecoderConfig, MusicgenMelodyForConditionalGeneration, PreTrainedTokenizerFast, T5Config)
-
-    torch.manual_seed(0)
-    text = T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    audio = EncodecConfig(target_bandwidths=[1.5], sampling_rate=SAMPLING_RATE, audio_channels=1, num_filters=4, hidden_size=16, codebook_size=16,
-                          codebook_dim=16, upsampling_ratios=[4, 4], num_residual_layers=1, num_lstm_layers=1, compress=2)
-    decoder_config, config_class, model_class = ((MusicgenMelodyDecoderConfig, MusicgenMelodyConfig, MusicgenMelodyForConditionalGeneration)
-                                                 if melody else (MusicgenDecoderConfig, MusicgenConfig, MusicgenForConditionalGeneration))
-    decoder = decoder_config(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32, num_codebooks=CODEBOOKS,
-                             max_position_embeddings=128, pad_token_id=16, bos_token_id=16, decoder_start_token_id=16)
-    extra = {"num_chroma": 12, "chroma_length": 8} if melody else {}
-    model = model_class(config_class(text_encoder=text.to_dict(), audio_encoder=audio.to_dict(), decoder=decoder.to_dict(), **extra))
-    for key in ("decoder_start_token_id", "pad_token_id", "bos_token_id"):
-        setattr(model.generation_config, key, 16)
-    model.generation_config.do_sample = False
-    model.generation_config.guidance_scale = 3.0  # as the released checkpoints: CFG on by default
-    model.save_pretrained(dest)
-    words = ["<pad>", "</s>", "<unk>", *"a calm piano song with drums".split()]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(dest)
-    if melody:  # as the released checkpoint ships it; its chroma extractor cannot be built here (it needs torchaudio)
-        (dest / "preprocessor_config.json").write_text(json.dumps(MELODY_PREPROCESSOR))
-    return dest
-
-
-MELODY_PREPROCESSOR = {"feature_extractor_type": "MusicgenMelodyFeatureExtractor", "processor_class": "MusicgenMelodyProcessor",
-                       "feature_size": 12, "sampling_rate": SAMPLING_RATE, "hop_length": 64, "chunk_length": 30, "n_fft": 256,
-                       "num_chroma": 12, "padding_value": 0.0, "return_attention_mask": False, "stem_indices": [3, 2]}
-"""`preprocessor_config.json` of the tiny Melody, in the layout of facebook/musicgen-melody's (scaled down)."""
+def _builder() -> ModuleType:
+    """`examples/models/make_tiny_musicgen.py`, the one place the tiny MusicGen (and Melody) is defined."""
+    spec = importlib.util.spec_from_file_location("make_tiny_musicgen", EXAMPLES / "models" / "make_tiny_musicgen.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
-def tiny_musicgen(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_musicgen(tmp_path_factory.mktemp("musicgen") / "model")
+def tiny_musicgen() -> Path:
+    """The bundled checkpoint (`examples/models/tiny-musicgen`), loaded by genrun's real loading path."""
+    return EXAMPLES / "models" / "tiny-musicgen"
 
 
 @pytest.fixture(scope="module")
 def tiny_melody(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_musicgen(tmp_path_factory.mktemp("melody") / "model", melody=True)
+    return _builder().build_tiny_musicgen(tmp_path_factory.mktemp("melody") / "model", melody=True)
 
 
 def run_music(tmp_path: Path, model: Path, expect: int = 0, **extra: Any) -> Path:
@@ -131,6 +108,37 @@ def test_musicgen_end_to_end_with_wav_frames_and_stops(tmp_path: Path, tiny_musi
     early = findings["early_stop"]
     assert early.status == "WARN" and "max_new_tokens" in early.message and early.evidence["per_second"] == FRAME_RATE
     assert json.loads((snapshot / "result.json").read_text())["produced_seconds"] < 1.0
+
+
+def test_bundled_checkpoint_is_what_the_script_builds(tmp_path: Path, tiny_musicgen: Path) -> None:
+    """One definition: `make_tiny_musicgen.py` rebuilds the committed checkpoint byte for byte (deterministic, offline)."""
+    built = _builder().build_tiny_musicgen(tmp_path / "built")
+    digest = lambda d: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}  # noqa: E731
+    assert digest(built) == digest(tiny_musicgen)
+    assert (tiny_musicgen / "model.safetensors").stat().st_size < 200_000, "the bundled model stays tiny"
+
+
+def test_bundled_example_reports_frames_and_a_short_song(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`examples/tiny-musicgen.toml` as the README shows it: frames at the codec's rate, one row (the codebooks are not
+    rows), a 0.40 s song for 1 s requested, and verify's early_stop naming max_new_tokens."""
+    code, _, err = cli(capsys, "run", EXAMPLES / "tiny-musicgen.toml", "--store", tmp_path / "store")
+    assert code == 0, err
+    summary = " ".join(err.split())
+    assert "generated 20 frames" in summary and "(1 row)" in summary and "summed over" not in summary
+    assert "produced 0.40 s of 1 s requested" in summary
+    (snapshot,) = (tmp_path / "store").iterdir()
+    result = read_json(snapshot, "result.json")
+    assert (result["unit"], result["generated"], result["rows"], result["produced_seconds"]) == ("frame", 20, 1, 0.4)
+    assert read_json(snapshot, "token-budget.json")["domain"]["requested_frames"] == FRAME_RATE
+    code, out, err = cli(capsys, "report", snapshot)
+    assert code == 0, err
+    assert "stopped by max_new_tokens ×2; produced 0.40 s of 1 s requested" in " ".join(out.split())
+    code, out, err = cli(capsys, "verify", snapshot, "--json")
+    findings = {f["name"]: f for f in json.loads(out)["findings"]}
+    assert code == 0 and not [f["name"] for f in findings.values() if f["status"] == "FAIL"], err
+    assert [f["name"] for f in findings.values() if f["status"] == "WARN"] == ["early_stop"]
+    assert findings["early_stop"]["message"] == ("early_stop: produced 0.40 s of 1 s requested (40.0%, more than 5 % short); "
+                                                 "the max_new_tokens limit (21) was reached after 20 frames")
 
 
 @pytest.mark.parametrize("per_second, accepted", [(25, False), (50.0, True)])

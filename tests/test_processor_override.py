@@ -17,7 +17,6 @@ import pytest
 
 from conftest import EXAMPLES, write_request
 from test_media_inputs import cli_json
-from test_musicgen import build_tiny_musicgen
 from genrun.runner.cli import main
 from genrun.runner.errors import SnapshotError
 from genrun.runner.execute import execute_snapshot, load_for_snapshot
@@ -181,7 +180,7 @@ def test_diffusers_refuses_a_processor_override(capsys, tmp_path: Path) -> None:
 
 
 def test_a_musicgen_model_loads_its_tokenizer_from_the_override(capsys, tmp_path: Path) -> None:
-    model = build_tiny_musicgen(tmp_path / "musicgen")
+    model = EXAMPLES / "models" / "tiny-musicgen"  # read only: the override is a copy
     override = tmp_path / "tok"  # the checkpoint's word-level tokenizer with two words' ids swapped
     override.mkdir()
     shutil.copyfile(model / "tokenizer_config.json", override / "tokenizer_config.json")

@@ -69,13 +69,26 @@ def test_rerun_prints_paths_as_run_does_and_each_rows_text(capsys, tmp_path: Pat
     code, _, err = cli(capsys, "rerun", parent, "--quiet")
     assert code == 0, err
     assert err == ""  # --quiet: no plan summary, bar, library notice or summary
-    code, _, err = cli(capsys, "rerun", parent)
+    code, out, err = cli(capsys, "rerun", parent)
     assert code == 0, err
     child = sorted(p for p in parent.parent.iterdir() if p.name != parent.name and p.is_dir())[-1]
     shown = child.relative_to(tmp_path).as_posix()
     assert f"planned {shown} " in err and f"succeeded: {shown}" in err and str(tmp_path) not in err
+    lineage = " ".join(out.split())
+    assert f"Lineage: {shown} was rerun from {parent.relative_to(tmp_path).as_posix()}" in lineage and str(tmp_path) not in out
     text = (child / layout.sequence_text_path(0)).read_text()
     assert repr(text[:60]) in err  # escaped: a newline shows as \\n and can never move the cursor
+
+
+def test_a_lowered_limit_says_the_child_was_cut_not_that_it_diverged(capsys, tmp_path: Path, tiny_lm: Path) -> None:
+    """The child is the parent's first tokens, cut by its own lower max_new_tokens: nothing diverged."""
+    parent = make_parent(capsys, tmp_path, request_text(tiny_lm, prompt="count down from 12 :", generation={"max_new_tokens": 64}))
+    code, out, err = cli(capsys, "rerun", parent, "--set", "generation.max_new_tokens=4")
+    assert code == 0, err
+    verdict = " ".join(out.split())
+    assert ("Verdict: row 0 was cut by the child's max_new_tokens = 4 after 4 tokens, each equal to the parent's "
+            "(the parent went on to 13 tokens, stopped by eos)") in verdict, verdict
+    assert "diverged" not in verdict
 
 
 @pytest.fixture(scope="module")

@@ -175,6 +175,9 @@ class BackendOutcome:
     """Frame units: produced duration of the longest row."""
     notes: tuple[str, ...] = field(default=())
     """Human-readable remarks for the summary (e.g. nested generate calls seen)."""
+    rows: int | None = None
+    """Rows decoded side by side, where stop records are not one per row (MusicGen: one per codebook of each batch item);
+    `None`: the most stop records of one call."""
     failure: BaseException | None = None
     """An exception `finish` met writing evidence it could not write (e.g. an output file): the run is recorded
     as failed with it, unless generation itself already failed or was interrupted."""

@@ -6,6 +6,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from genrun.schemas import GenerationStop, Result, layout
+from genrun.schemas.result import describe_produced
 from genrun.schemas.stop import describe_stop
 from genrun.schemas.rendering import human_bytes
 from genrun.snapshot_dir import SnapshotDir
@@ -87,9 +88,8 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
         excerpt = text_excerpt(snapshot_dir, seq.index)
         out.print(f"  {escape(_describe_row(seq))}" + (f"  [dim]{escape(excerpt)}[/]" if excerpt else ""), soft_wrap=True)
     out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
-    if result.produced_seconds is not None:
-        requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
-        out.print(f"  produced {result.produced_seconds:.2f} s{requested}", soft_wrap=True)
+    if (produced := describe_produced(result)) is not None:
+        out.print(f"  {produced}", soft_wrap=True)
     t = result.timings
     phases = [("load", t.load_s), (f"first {result.unit}", t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
     out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None), soft_wrap=True)

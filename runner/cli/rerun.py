@@ -1,6 +1,7 @@
 """`genrun rerun SNAPSHOT`: run a sealed snapshot again with changes, and say what the difference proves."""
 
 import argparse
+from pathlib import Path
 
 from genrun.schemas import TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
@@ -80,5 +81,6 @@ def handle(args: argparse.Namespace) -> int:
         })
     else:
         render_summary(shown_path(outcome.child), outcome.result)
-        render_verdict(verdict, stdout_console)
+        shown = {side: str(shown_path(Path(getattr(verdict, side)))) for side in ("parent", "child")}  # as `run` prints paths
+        render_verdict(verdict.model_copy(update=shown), stdout_console)
     return outcome.result.exit_code

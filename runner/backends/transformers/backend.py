@@ -116,6 +116,7 @@ class TransformersRun:
             torch.manual_seed(ctx.request.seed)
             self.session = CaptureSession(
                 caller="entrypoint" if ctx.request.entrypoint else "request",
+                caller_keys=None if ctx.request.entrypoint else frozenset(ctx.request.generation),
                 on_step=ctx.recorder.step,
                 on_config=partial(write_effective_config, ctx),
                 on_call_start=lambda call: ctx.recorder.set_last_ids(call.stream.last_ids if call.stream else tuple),
@@ -165,7 +166,7 @@ class TransformersRun:
         first = _first_config(calls)
         summary = summarise(
             rows,
-            state.tokenizer,
+            None if musicgen.is_music_instance(state.model) else state.tokenizer,  # codebook codes are no text: no decodes
             calls[0].prompt_length if calls else None,
             first.eos_token_ids if first else (),
             first.pad_token_id if first else None,
@@ -232,6 +233,7 @@ class TransformersRun:
             outputs=outputs,
             produced_seconds=produced,
             notes=tuple(state.notes),
+            rows=max(len(a.frames) for a in state.audio) if state.audio else None,  # batch items, not their codebook rows
         )
 
 

@@ -31,7 +31,8 @@ def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir:
     elif architecture(config) == "encoder_decoder" or not request.input.has_text():
         # The decoder starts from the tokens generate forces; the encoder input (text or audio features) is not in its context.
         batch_size = max(len(request.input.audio_files()), len(request.input.image_files()), len(request.input.texts() or ()), 1)
-        prompt_tokens = forced_decoder_tokens(checkpoint, request.generation) if architecture(config) == "encoder_decoder" else 0
+        timestamps = bool(request.generation.get("return_timestamps")) or _long_form_audio(request, model_dir)
+        prompt_tokens = forced_decoder_tokens(checkpoint, request.generation, timestamps) if architecture(config) == "encoder_decoder" else 0
         context = _context_limit(decoder_position_limit(config), None)
     else:
         encoded = encode_input(tokenizer, request.input)
@@ -70,14 +71,28 @@ def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir:
     return with_refusals(draft, refusals_for(draft), force)
 
 
-def forced_decoder_tokens(checkpoint: dict[str, Any], generation: dict[str, Any]) -> int:
+def forced_decoder_tokens(checkpoint: dict[str, Any], generation: dict[str, Any], timestamps: bool) -> int:
     """Decoder tokens an encoder-decoder's generate places before the first generated one, at most: its start token, and
-    for Whisper-style checkpoints (their generation config names the ids) language + task when multilingual and
-    `<|notimestamps|>`. Whisper refuses a call whose forced tokens + max_new_tokens exceed `max_target_positions`."""
+    for Whisper-style checkpoints (their generation config names the ids) language + task when multilingual and,
+    unless it predicts `timestamps`, `<|notimestamps|>`. Whisper refuses a call whose forced tokens + max_new_tokens
+    exceed `max_target_positions`."""
     multilingual = generation.get("is_multilingual", checkpoint.get("is_multilingual"))
     language_and_task = 2 if multilingual and checkpoint.get("lang_to_id") else 0
-    no_timestamps = 1 if checkpoint.get("no_timestamps_token_id") is not None else 0
+    no_timestamps = 1 if checkpoint.get("no_timestamps_token_id") is not None and not timestamps else 0
     return 1 + language_and_task + no_timestamps
+
+
+def _long_form_audio(request: Request, model_dir: Path) -> bool:
+    """Whisper's long-form path, which predicts timestamps whatever the request says: the feature extractor is told not to
+    truncate and the longest audio row (`[budget] input_seconds`, measured from the files at plan time) is longer than its
+    window (`chunk_length` seconds), so generate receives more than one window of features."""
+    from ._processor import load_processor
+
+    if request.input.processor_kwargs.get("truncation", True) or not request.input.audio_files() or not request.budget.input_seconds:
+        return False
+    extractor = getattr(load_processor(request, processor_source(request, model_dir)), "feature_extractor", None)
+    window = getattr(extractor, "chunk_length", None)
+    return isinstance(window, (int, float)) and request.budget.input_seconds > window
 
 
 def _checkpoint_generation_config(plan: PlanContext, model_dir: Path) -> dict:

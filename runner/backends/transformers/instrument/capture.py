@@ -179,3 +179,5 @@ class CaptureSession:
     """The run's thread (threads it starts while instrumented belong to the run too)."""
     self_check: SelfCheck = IMPORT_CHECK
     """Which hooks the installed transformers allows (re-checked when instrumentation starts)."""
+    caller_keys: frozenset[str] | None = None
+    """Generation keys the caller set, when known (genrun's own call: the request's); see `CallArguments.caller_keys`."""

@@ -35,6 +35,10 @@ class CallArguments(NamedTuple):
     """Keyword arguments that are `GenerationConfig` fields."""
     extras: dict[str, Any]
     """Non-config arguments that shape generation (criteria, processors, streamer, ...), described by class name."""
+    caller_keys: frozenset[str] | None = None
+    """Config fields the caller is known to have set (genrun's own call: the request's `[generation]` keys); `None`: read
+    from the arguments above. Needed because a model's own `generate` (Whisper's) merges the caller's values with the
+    checkpoint's into one full config before calling up: every field of that config looks passed."""
 
 
 def jsonable(value: Any) -> Any:
@@ -85,6 +89,8 @@ def overrides_of(arguments: CallArguments) -> dict[str, Any]:
 
 
 def _caller_set(key: str, arguments: CallArguments) -> bool:
+    if arguments.caller_keys is not None:
+        return key in arguments.caller_keys
     if arguments.generation_kwargs.get(key) is not None:
         return True
     return arguments.passed_config is not None and getattr(arguments.passed_config, key, None) is not None

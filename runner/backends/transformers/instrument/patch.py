@@ -142,7 +142,8 @@ def _make_batch_wrapper(original: Any, session: CaptureSession) -> Any:
         try:
             passed = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
             limit = {"max_new_tokens": kwargs["max_new_tokens"]} if kwargs.get("max_new_tokens") is not None else {}
-            call = CallCapture(index=len(session.calls), model=self, arguments=CallArguments(passed, limit, {}), caller=session.caller,
+            call = CallCapture(index=len(session.calls), model=self, arguments=CallArguments(passed, limit, {}, session.caller_keys),
+                               caller=session.caller,
                                stream=None, input_rows=None, path="continuous_batching", missing=[NO_STREAMER_IN_BATCHING])
             session.calls.append(call)
             session.on_call_start(call)
@@ -223,7 +224,7 @@ def _fill_prompt_length(call: CallCapture) -> None:
 
 def _prepare_call(signature: inspect.Signature, kind: CallPath, session: CaptureSession, model: Any, args: tuple, kwargs: dict) -> tuple[CallCapture, dict]:
     named = _bind(signature, model, args, kwargs)
-    arguments = _call_arguments(named)
+    arguments = _call_arguments(named)._replace(caller_keys=session.caller_keys)
     path = _predict_path(kind, model, arguments, named)
     stream = None
     missing: list[str] = []
