@@ -39,16 +39,24 @@ def threads_per_worker(workers: int) -> int | None:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -> None:
-    """Loop: receive an item snapshot path, execute it, send the `ItemReport`; `None` ends the loop."""
+def prepare_worker_process(parent: int, threads: int | None) -> bool:
+    """Die with the driver, take `threads` torch threads, ignore SIGINT until the worker installs its own handler (the
+    driver decides what stops); `False` when the driver is already gone."""
     _die_with_parent()
     if os.getppid() != parent:  # the driver died before prctl took effect
-        return
+        return False
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until start_worker notes it (the driver decides what stops)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return True
+
+
+def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -> None:
+    """Loop: receive an item snapshot path, execute it, send the `ItemReport`; `None` ends the loop."""
+    if not prepare_worker_process(parent, threads):
+        return
     start_worker(name)
     while True:
         try:

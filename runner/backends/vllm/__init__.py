@@ -3,7 +3,8 @@
 Built on the public plugin module `genrun.backends` alone, as a third party would build it. `[generation]` takes vLLM's
 `SamplingParams` names, `[engine]` its `EngineArgs`; both are checked against the installed vLLM at plan time
 (`_keys`, `_engine`) and the budget is held against the engine's limits before anything loads (`_budget`). The run is
-the engine's own step loop (`_run`); its evidence is declared in `_evidence`. vLLM is imported only inside methods.
+the engine's own step loop (`_run`), or, in a sweep worker, one engine thread shared by many items (`_shared`); its
+evidence is declared in `_evidence`. vLLM is imported only inside methods.
 """
 
 import time
@@ -89,6 +90,21 @@ class VllmBackend:
     def start(self, ctx: Any) -> VllmRun:
         """The run of one snapshot (the engine is loaded by the core, or reused)."""
         return VllmRun(ctx)
+
+    def items_per_worker(self, request: Request, model_dir: Path) -> int:
+        """As many items as the engine schedules rows at once (`max_num_seqs`, as vLLM resolves it) over each item's rows."""
+        from ._engine import resolve_engine
+        from ._run import prompts_of
+
+        resolved, _ = resolve_engine(request, model_dir)
+        rows = len(prompts_of(request)) * int(request.generation.get("n", 1))
+        return max(1, resolved.max_num_seqs // max(rows, 1))
+
+    def open_batch(self, loaded: LoadedModel) -> Any:
+        """One engine thread serves every item's requests (continuous batching); `VllmRun.generate` submits to it."""
+        from ._shared import SharedEngine
+
+        return SharedEngine(loaded.model)
 
 
 def _require_vllm() -> None:
