@@ -35,10 +35,7 @@ class VllmBackend:
         from ._engine import resolve_engine
         from ._keys import engine_key_problems, generation_key_problems, sampling_value_problems
 
-        if request.input.prompt is None and not request.input.prompts:
-            raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend (messages and media are not supported by it yet)")
-        if request.input.messages or request.input.audio_files() or request.input.image_files():
-            raise RequestError("[input] messages, audio and images are not supported by the vllm backend; give `prompt` or `prompts`")
+        refuse_unsupported_input(request)
         engine_key_problems(request.backend_tables.get("engine", {}))
         refuse_generation(generation_key_problems(request.generation))
         resolved, _ = context.cached(("vllm-engine", str(model_dir), repr(request.backend_tables), request.model.dtype, request.seed),
@@ -105,6 +102,19 @@ class VllmBackend:
         from ._shared import SharedEngine
 
         return SharedEngine(loaded.model)
+
+
+def refuse_unsupported_input(request: Request) -> None:
+    """Text prompts only: chat `messages` (a chat template) and media files are refused at plan, naming the field."""
+    given = request.input
+    for field, value, shown in (("messages", given.messages, f"{len(given.messages or ())} message(s)"),
+                                ("audio", given.audio, repr(given.audio)), ("images", given.images, repr(given.images))):
+        if value:
+            raise RequestError(f"[input] {field} ({shown}) is not supported by the vllm backend: it sends text prompts only (no chat "
+                               "template is applied, no media passed to vLLM); give the text as [input] prompt or prompts (with "
+                               "the chat template applied yourself), or use [model] backend = \"transformers\"")
+    if given.prompt is None and not given.prompts:
+        raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend; add the text to generate from")
 
 
 def _require_vllm() -> None:
