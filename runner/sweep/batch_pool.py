@@ -19,7 +19,7 @@ from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from ..errors import GenrunError
 from .batch_worker import batch_worker_main
-from .local import threads_per_worker
+from .local import close_workers, how_it_ended, threads_per_worker
 from .pools import Died, Finished
 
 
@@ -106,9 +106,7 @@ class BatchPool:
             worker = self._workers[index]
             if kind == "conn" and self._read_reports(index, events):
                 continue
-            worker.process.join(timeout=5)
-            code = worker.process.exitcode
-            how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with {code}"
+            how = how_it_ended(worker.process)
             for slot in self._lanes_of(index):
                 if slot in self._busy:
                     self._busy.discard(slot)
@@ -148,14 +146,4 @@ class BatchPool:
         return self._workers[slot // self.lanes].process.pid
 
     def close(self) -> None:
-        for worker in self._workers:
-            try:
-                worker.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        for worker in self._workers:
-            worker.process.join(timeout=120)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.conn.close()
+        close_workers([(worker.conn, worker.process) for worker in self._workers], timeout=120)  # items in flight finish first

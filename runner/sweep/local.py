@@ -125,9 +125,7 @@ class LocalPool:
                     events.append(Finished(slot, report))
                     seen.add(slot)
                     continue
-            state.process.join(timeout=5)
-            code = state.process.exitcode
-            how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with {code}"
+            how = how_it_ended(state.process)
             state.busy = False
             events.append(Died(slot, f"worker {self._names[slot]} (pid {state.process.pid}) {how} mid-item"))
             seen.add(slot)
@@ -150,14 +148,26 @@ class LocalPool:
         return self._slots[slot].process.pid
 
     def close(self) -> None:
-        for state in self._slots:
-            try:
-                state.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        for state in self._slots:
-            state.process.join(timeout=30)
-            if state.process.is_alive():
-                state.process.kill()
-                state.process.join()
-            state.conn.close()
+        close_workers([(state.conn, state.process) for state in self._slots], timeout=30)
+
+
+def close_workers(workers: list[tuple[Any, Any]], timeout: float) -> None:
+    """Ask every `(conn, process)` worker to end (`None`), give each `timeout` seconds, kill the ones still running."""
+    for conn, _ in workers:
+        try:
+            conn.send(None)
+        except (OSError, ValueError):
+            pass
+    for conn, process in workers:
+        process.join(timeout=timeout)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        conn.close()
+
+
+def how_it_ended(process: Any) -> str:
+    """`killed by SIGKILL` / `exited with 1` for a worker process that died (joined first, briefly)."""
+    process.join(timeout=5)
+    code = process.exitcode
+    return f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with {code}"
