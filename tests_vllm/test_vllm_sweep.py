@@ -121,3 +121,41 @@ def _generated(progress: Path) -> int:
     """Tokens of the longest row in the latest progress record (0 before the first)."""
     lines = [json.loads(line) for line in progress.read_text().splitlines() if line.strip()]
     return max((r.get("generated", 0) for r in lines), default=0)
+
+
+def test_a_worker_killed_mid_sweep_loses_its_items_and_they_run_again_on_a_fresh_engine(tmp_path: Path) -> None:
+    """SIGKILL of the worker while its three items generate: each is `lost` once (its incomplete snapshot kept) and
+    retried as a new snapshot on a fresh worker and engine, where it succeeds and verifies."""
+    from genrun.runner.sweep.driver import execute_sweep
+    from genrun.runner.sweep.executors import make_pool
+    from genrun.runner.sweep.store import plan_sweep
+
+    store = tmp_path / "store"
+    rows = [{"input.prompt": f"Count: {d}"} for d in range(3)]
+    sweep_dir = plan_sweep(_sweep(tmp_path / "sweep", rows, {"max_tokens": 600, "temperature": 0},
+                                  extra="\n[progress]\nevery_units = 1\nevery_seconds = 0.5\n"), store)
+    pools: list[Any] = []
+    killed: list[int] = []
+
+    def kill_once_all_generate() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            progress = list(store.glob("*/progress.ndjson"))
+            if len(progress) == len(rows) and all(_generated(p) >= 3 for p in progress):
+                killed.append(pools[0].pid(0))
+                os.kill(killed[0], signal.SIGKILL)
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=kill_once_all_generate, daemon=True)
+    watcher.start()
+    run = execute_sweep(sweep_dir, lambda plan: pools.append(make_pool(plan)) or pools[-1])
+    watcher.join()
+    assert killed, "the items never all generated at once"
+    assert run.exit_code == 0, run.result
+    for outcome in run.result.items:
+        assert outcome.status == "succeeded" and len(outcome.attempts) == 2
+        assert not (store / outcome.attempts[0] / "manifest-sha256.txt").exists()  # the lost attempt: kept, unsealed
+        final = store / outcome.snapshot_id
+        assert problems(final) == [] and len(ids(final)[0]) == 600
+        assert json.loads((final / "worker-model.json").read_text())["pid"] != killed[0]
