@@ -37,11 +37,11 @@ def lanes_per_worker(plan: SweepPlan) -> int:
         if not isinstance(backend, BatchingBackend):
             return 1
         names = {SnapshotDir(store / item.snapshot_id).read(layout.REQUEST, Request).model.backend for item in plan.items}
+        if names != {backend.name}:
+            return 1
+        return max(1, backend.items_per_worker(first.request, Path(first.model.resolved_path)))
     except (GenrunError, ArtifactError):  # a damaged or unrunnable item: one at a time, and its own execution says why
         return 1
-    if names != {backend.name}:
-        return 1
-    return max(1, backend.items_per_worker(first.request, Path(first.model.resolved_path)))
 
 
 class _Worker(NamedTuple):
