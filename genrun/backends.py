@@ -80,6 +80,11 @@ lines), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names ea
 evidence (`stage`, `units`, `ids`); verify then checks ids against counts per stage and row, `eos` and
 `max_new_tokens` claims against the ids, and what a consuming stage read against what its source made.
 
+**6. Batching (optional)**: an engine that batches requests itself may also offer
+`items_per_worker(request, model_dir)` and `open_batch(loaded) -> ItemBatch` (`BatchingBackend`): a local sweep
+worker then runs that many items at once on one loaded model, each still its own snapshot on its own thread, and its
+`generate` hands its requests to the open batch. The `vllm` backend is the example.
+
 The backend under `tests/test_backend_plugin/counter_backend.py` is a complete example that
 imports nothing else from genrun; the `loop` backend (`genrun.runner.backends.loop`) is another,
 with stages. Its recorder is the contract a loop sees::
@@ -94,6 +99,7 @@ with stages. Its recorder is the contract a loop sees::
 """
 
 from genrun.runner._io import write_bytes_atomic, write_model_atomic
+from genrun.runner.backends.batching import BatchingBackend, ItemBatch
 from genrun.runner.backends.entrypoint import resolve_callable, user_import_paths
 from genrun.runner.backends import (
     ENTRY_POINT_GROUP,
@@ -147,6 +153,8 @@ __all__ = [
     "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
     # signals
     "RunInterrupted", "deferred",
+    # optional: many snapshots' generation at once on one loaded model (a sweep worker's items; see section 6)
+    "BatchingBackend", "ItemBatch",
     # refusing a request
     "RequestError", "refuse_generation", "unknown_key_message",
     # the plan-time budget

@@ -84,3 +84,22 @@ def test_the_cli_exits_2_for_a_bad_request_and_3_over_budget(tmp_path: Path) -> 
                               capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == code, done.stderr[-2000:]
         assert words in done.stderr
+
+
+UNSUPPORTED_INPUT = {
+    "messages": ('[input]\nmessages = [{role = "user", content = "Hi"}]\n', "[input] messages (1 message(s)) is not supported"),
+    "images": ('[input]\nprompt = "Hi"\nimages = "cat.png"\n', "[input] images ('cat.png') is not supported"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSUPPORTED_INPUT))
+def test_chat_messages_and_media_are_refused_at_plan_naming_the_field_and_the_fix(tmp_path: Path, case: str) -> None:
+    table, expected = UNSUPPORTED_INPUT[case]
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    request = write_request(tmp_path, prompts=["uvw"], generation={"max_tokens": 4})
+    text = request.read_text()
+    start, end = text.index("[input]"), text.index("[generation]")
+    request.write_text(text[:start] + table + "\n" + text[end:])
+    with pytest.raises(RequestError) as caught:
+        plan_request(request, tmp_path / "store")
+    assert expected in str(caught.value) and "give the text as [input] prompt or prompts" in str(caught.value)

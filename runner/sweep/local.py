@@ -39,16 +39,24 @@ def threads_per_worker(workers: int) -> int | None:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -> None:
-    """Loop: receive an item snapshot path, execute it, send the `ItemReport`; `None` ends the loop."""
+def prepare_worker_process(parent: int, threads: int | None) -> bool:
+    """Die with the driver, take `threads` torch threads, ignore SIGINT until the worker installs its own handler (the
+    driver decides what stops); `False` when the driver is already gone."""
     _die_with_parent()
     if os.getppid() != parent:  # the driver died before prctl took effect
-        return
+        return False
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until start_worker notes it (the driver decides what stops)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return True
+
+
+def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -> None:
+    """Loop: receive an item snapshot path, execute it, send the `ItemReport`; `None` ends the loop."""
+    if not prepare_worker_process(parent, threads):
+        return
     start_worker(name)
     while True:
         try:
@@ -117,9 +125,7 @@ class LocalPool:
                     events.append(Finished(slot, report))
                     seen.add(slot)
                     continue
-            state.process.join(timeout=5)
-            code = state.process.exitcode
-            how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with {code}"
+            how = how_it_ended(state.process)
             state.busy = False
             events.append(Died(slot, f"worker {self._names[slot]} (pid {state.process.pid}) {how} mid-item"))
             seen.add(slot)
@@ -142,14 +148,26 @@ class LocalPool:
         return self._slots[slot].process.pid
 
     def close(self) -> None:
-        for state in self._slots:
-            try:
-                state.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        for state in self._slots:
-            state.process.join(timeout=30)
-            if state.process.is_alive():
-                state.process.kill()
-                state.process.join()
-            state.conn.close()
+        close_workers([(state.conn, state.process) for state in self._slots], timeout=30)
+
+
+def close_workers(workers: list[tuple[Any, Any]], timeout: float) -> None:
+    """Ask every `(conn, process)` worker to end (`None`), give each `timeout` seconds, kill the ones still running."""
+    for conn, _ in workers:
+        try:
+            conn.send(None)
+        except (OSError, ValueError):
+            pass
+    for conn, process in workers:
+        process.join(timeout=timeout)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        conn.close()
+
+
+def how_it_ended(process: Any) -> str:
+    """`killed by SIGKILL` / `exited with 1` for a worker process that died (joined first, briefly)."""
+    process.join(timeout=5)
+    code = process.exitcode
+    return f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with {code}"

@@ -46,7 +46,7 @@ class LoadedModelCache:
             plan = load_frozen(snapshot)
         except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
             return None, {}
-        key = cache_key(plan.request, plan.model.digest, plan.model.processor.digest if plan.model.processor is not None else None)
+        key = plan_key(plan)
         reused = self.loaded is not None and self.key == key
         if not reused:
             self.loaded = self.key = None  # drop the old model before loading another
@@ -61,6 +61,21 @@ class LoadedModelCache:
                              items_before=self.items, model_digest=plan.model.digest, key=key)
         self.items += 1
         return self.loaded, {layout.WORKER_MODEL: record}
+
+
+    def keeps_model_for(self, snapshot: Path) -> bool:
+        """Whether the kept model (if any) is the one this planned item needs (an unreadable plan: yes, execute refuses it)."""
+        from ..execute import load_frozen
+
+        try:
+            return self.key is None or self.key == plan_key(load_frozen(snapshot))
+        except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
+            return True
+
+
+def plan_key(plan) -> str:  # noqa: ANN001 (genrun.runner.execute.FrozenPlan)
+    """`cache_key` of a frozen plan."""
+    return cache_key(plan.request, plan.model.digest, plan.model.processor.digest if plan.model.processor is not None else None)
 
 
 def cache_key(request, model_digest: str, processor_digest: str | None = None) -> str:  # noqa: ANN001 (genrun.schemas.Request)

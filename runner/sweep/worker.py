@@ -11,8 +11,9 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from genrun.schemas.sweep import ItemStatus
+from genrun.schemas.sweep import ItemStatus, WorkerModel
 
+from ..backends import LoadedModel
 from ..errors import GenrunError
 from .model_cache import LoadedModelCache, active_cache, install_cache
 
@@ -63,18 +64,28 @@ def start_worker(name: str) -> None:
 
 def execute_item(snapshot: str | Path) -> ItemReport:
     """Execute one planned item snapshot with full instrumentation; never raises for the item's own failure."""
-    from ..execute import execute_snapshot
-
     global _interrupt_requested
     cache = active_cache()
     worker = cache.worker if cache is not None else "inline"
     loaded, records = cache.model_for(Path(snapshot)) if cache is not None else (None, {})
     noted, _interrupt_requested = _interrupt_requested, None  # used once: a stray signal costs one item at most
     if noted is not None:
-        message = f"{noted} came while the worker prepared this item (loading its model); its snapshot stays planned"
-        return ItemReport(str(snapshot), "not_run", message, worker, os.getpid())
+        return not_run(Path(snapshot), noted, worker)
+    return run_item(Path(snapshot), loaded, records, worker)
+
+
+def not_run(snapshot: Path, signal_name: str, worker: str) -> ItemReport:
+    """The report of an item a signal stopped before its run began: its snapshot stays planned."""
+    message = f"{signal_name} came while the worker prepared this item (loading its model); its snapshot stays planned"
+    return ItemReport(str(snapshot), "not_run", message, worker, os.getpid())
+
+
+def run_item(snapshot: Path, loaded: LoadedModel | None, records: dict[str, WorkerModel], worker: str) -> ItemReport:
+    """`execute_snapshot` of one item on `loaded` (`None`: it loads its own) as an `ItemReport`; never raises for the item."""
+    from ..execute import execute_snapshot
+
     try:
-        result = execute_snapshot(Path(snapshot), live=False, loaded=loaded, records=records)
+        result = execute_snapshot(snapshot, live=False, loaded=loaded, records=records)
     except GenrunError as exc:  # refused before running (frozen files changed, already executed): nothing sealed
         return ItemReport(str(snapshot), "failed", f"refused: {exc}", worker, os.getpid())
     ended_by = f"{result.exception.type}: {result.exception.message}" if result.exception else (result.signal or None)

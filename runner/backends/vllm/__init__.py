@@ -3,7 +3,8 @@
 Built on the public plugin module `genrun.backends` alone, as a third party would build it. `[generation]` takes vLLM's
 `SamplingParams` names, `[engine]` its `EngineArgs`; both are checked against the installed vLLM at plan time
 (`_keys`, `_engine`) and the budget is held against the engine's limits before anything loads (`_budget`). The run is
-the engine's own step loop (`_run`); its evidence is declared in `_evidence`. vLLM is imported only inside methods.
+the engine's own step loop (`_run`), or, in a sweep worker, one engine thread shared by many items (`_shared`); its
+evidence is declared in `_evidence`. vLLM is imported only inside methods.
 """
 
 import time
@@ -34,10 +35,7 @@ class VllmBackend:
         from ._engine import resolve_engine
         from ._keys import engine_key_problems, generation_key_problems, sampling_value_problems
 
-        if request.input.prompt is None and not request.input.prompts:
-            raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend (messages and media are not supported by it yet)")
-        if request.input.messages or request.input.audio_files() or request.input.image_files():
-            raise RequestError("[input] messages, audio and images are not supported by the vllm backend; give `prompt` or `prompts`")
+        refuse_unsupported_input(request)
         engine_key_problems(request.backend_tables.get("engine", {}))
         refuse_generation(generation_key_problems(request.generation))
         resolved, _ = context.cached(("vllm-engine", str(model_dir), repr(request.backend_tables), request.model.dtype, request.seed),
@@ -89,6 +87,34 @@ class VllmBackend:
     def start(self, ctx: Any) -> VllmRun:
         """The run of one snapshot (the engine is loaded by the core, or reused)."""
         return VllmRun(ctx)
+
+    def items_per_worker(self, request: Request, model_dir: Path) -> int:
+        """As many items as the engine schedules rows at once (`max_num_seqs`, as vLLM resolves it) over each item's rows."""
+        from ._engine import resolve_engine
+        from ._run import prompts_of
+
+        resolved, _ = resolve_engine(request, model_dir)
+        rows = len(prompts_of(request)) * int(request.generation.get("n", 1))
+        return max(1, resolved.max_num_seqs // max(rows, 1))
+
+    def open_batch(self, loaded: LoadedModel) -> Any:
+        """One engine thread serves every item's requests (continuous batching); `VllmRun.generate` submits to it."""
+        from ._shared import SharedEngine
+
+        return SharedEngine(loaded.model)
+
+
+def refuse_unsupported_input(request: Request) -> None:
+    """Text prompts only: chat `messages` (a chat template) and media files are refused at plan, naming the field."""
+    given = request.input
+    for field, value, shown in (("messages", given.messages, f"{len(given.messages or ())} message(s)"),
+                                ("audio", given.audio, repr(given.audio)), ("images", given.images, repr(given.images))):
+        if value:
+            raise RequestError(f"[input] {field} ({shown}) is not supported by the vllm backend: it sends text prompts only (no chat "
+                               "template is applied, no media passed to vLLM); give the text as [input] prompt or prompts (with "
+                               "the chat template applied yourself), or use [model] backend = \"transformers\"")
+    if given.prompt is None and not given.prompts:
+        raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend; add the text to generate from")
 
 
 def _require_vllm() -> None:

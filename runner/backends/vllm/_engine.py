@@ -71,9 +71,14 @@ def kv_bytes_per_token(model_dir: Path, dtype_bytes: int) -> int | None:
     return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
+VLLM_OWN_VARIABLES = frozenset({"VLLM_DIST_IDENT", "VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME"})
+"""Set by vLLM itself when an engine starts, random per engine: left in the process's environment for the next engine,
+they are not settings (a rerun in the same process would otherwise differ from its parent in them)."""
+
+
 def vllm_environment() -> dict[str, str]:
-    """The user's `VLLM_*` settings (read before the engine starts: vLLM adds its own, some random, afterwards)."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}
+    """The user's `VLLM_*` settings (read before the engine starts; vLLM's own per-engine identifiers left out)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_") and k not in VLLM_OWN_VARIABLES}
 
 
 def _first_lines(text: str, lines: int = 4) -> str:

@@ -13,6 +13,7 @@ from ._engine import engine_arguments, vllm_environment
 from ._evidence import (CALL_CONFIG, RowSampling, VllmCallConfig, VllmEos, VllmFailed, VllmInterrupted, VllmMaxModelLen, VllmMaxTokens,
                         VllmStopString, VllmUnknown)
 from ._sampling import build_sampling, limit_source
+from ._shared import ATTRIBUTE as SHARED_ATTRIBUTE
 
 
 class _Row:
@@ -39,6 +40,8 @@ class VllmRun:
         self.tokenizer: Any = None
         self.started: float | None = None
         self.ended: float | None = None
+        self._counted = 0
+        """Recorder steps taken (tokens of the longest row so far)."""
 
     def generate(self, loaded: LoadedModel) -> None:
         from vllm.sampling_params import RequestOutputKind
@@ -63,7 +66,18 @@ class VllmRun:
         ctx.recorder.start(ctx.planned_units, len(self.rows))
         ctx.recorder.set_last_ids(lambda: tuple(max(self.rows, key=lambda r: len(r.ids)).ids[-8:]) if self.rows else ())
         self.started = time.monotonic()
-        counted = 0
+        try:
+            shared = getattr(llm, SHARED_ATTRIBUTE, None)
+            if shared is None:
+                self._step_alone(engine, prompts, sampling, n)
+            else:
+                self._through_shared(shared, prompts, sampling, n)
+        finally:
+            self.ended = time.monotonic()
+        ctx.recorder.mark_generation_end()
+
+    def _step_alone(self, engine: Any, prompts: tuple[str, ...], sampling: Any, n: int) -> None:
+        """This run owns the engine: add its requests, step until they finish."""
         try:
             for p, prompt in enumerate(prompts):
                 engine.add_request(str(p), prompt, sampling)
@@ -71,18 +85,30 @@ class VllmRun:
                 with deferred():  # a signal raises at the end of the block: between steps, with this step's ids kept
                     for out in engine.step():
                         self._take(int(out.request_id), n, out)
-                    longest = max(len(r.ids) for r in self.rows)
-                    if longest > counted:
-                        ctx.recorder.step(longest - counted)
-                        counted = longest
+                    self._count_progress()
         except BaseException:
             # not classifying (the core does): stop the engine's work so the process can seal and exit
             unfinished = sorted({str(r.index // n) for r in self.rows if r.finish_reason is None})
             engine.abort_request(unfinished)
             raise
-        finally:
-            self.ended = time.monotonic()
-        ctx.recorder.mark_generation_end()
+
+    def _through_shared(self, shared: Any, prompts: tuple[str, ...], sampling: Any, n: int) -> None:
+        """A sweep worker's engine serves many items at once: hand it this run's requests (ids unique to this snapshot)
+        and wait for them; the engine thread keeps the ids and counts progress through `on_output`."""
+        tag = self._ctx.snapshot_dir.name
+
+        def on_output(out: Any) -> None:
+            self._take(int(out.request_id.rsplit("/", 1)[1]), n, out)
+            self._count_progress()
+
+        shared.submit([(f"{tag}/{p}", prompt, sampling) for p, prompt in enumerate(prompts)], on_output).wait()
+
+    def _count_progress(self) -> None:
+        """One recorder step per new token of the longest row."""
+        longest = max(len(r.ids) for r in self.rows)
+        if longest > self._counted:
+            self._ctx.recorder.step(longest - self._counted)
+            self._counted = longest
 
     def _take(self, prompt: int, n: int, out: Any) -> None:
         if prompt * n not in self.prompt_ids and out.prompt_token_ids is not None:
