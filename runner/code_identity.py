@@ -45,8 +45,8 @@ class _ModuleSource(NamedTuple):
 def genrun_code_set() -> CodeSet:
     """Every `*.py` of genrun's packages plus `schemas/json/*.json`, relative to their common parent.
 
-    Cheap on purpose (a few dozen small files, nothing cached across processes): it runs at plan
-    time and again at execute time to detect code that changed in between.
+    Cheap on purpose (a few hundred small files, hashed once per process and file state, nothing cached across
+    processes): it runs at plan time and again at execute time to detect code that changed in between.
     """
     package_dirs = [_package_dir(name) for name in GENRUN_PACKAGES]
     files: set[Path] = set()  # a set: in a wheel the subpackages lie inside genrun/ as well
@@ -123,16 +123,26 @@ def module_source(ref: CodeRef, search_path: Sequence[Path]) -> _ModuleSource:
     return _ModuleSource(Path("/"), [])  # built-in or frozen module: no source file to hash
 
 
+# (path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) -> sha256, for this process only. A sweep worker checks
+# genrun's ~250 source files once per item; re-reading them for every item cost more than the item's own evidence.
+# ctime is in the key because nothing but the kernel sets it: a file rewritten in place (even with its mtime
+# restored) gets a new one, so the memo never answers for content it did not hash.
+_digests_seen: dict[tuple[str, int, int, int, int, int], str] = {}
+
+
+def _file_digest(path: str, root: Path) -> FileDigest:
+    st = os.stat(path)
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    sha256 = _digests_seen.get(key)
+    if sha256 is None:
+        sha256 = _digests_seen[key] = sha256_file(Path(path))
+    return FileDigest(path=Path(path).relative_to(root).as_posix(), size=st.st_size, sha256=sha256)
+
+
 def code_set(root: Path, files: Iterable[Path]) -> CodeSet:
     """Hash `files` (all under `root`) into a `CodeSet`: paths relative to `root`, sorted, one aggregate digest."""
     root = Path(os.path.abspath(root))
-    digests = sorted(
-        (
-            FileDigest(path=Path(os.path.abspath(f)).relative_to(root).as_posix(), size=os.stat(f).st_size, sha256=sha256_file(Path(f)))
-            for f in files
-        ),
-        key=lambda d: d.path,
-    )
+    digests = sorted((_file_digest(os.path.abspath(f), root) for f in files), key=lambda d: d.path)
     return CodeSet(root=str(root), files=tuple(digests), digest=sha256_bytes(render_sha256sum((d.path, d.sha256) for d in digests)))
 
 

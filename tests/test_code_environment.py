@@ -1,14 +1,16 @@
 """Code identity (`code.json`) and environment capture (`environment.json`) on real files and real git."""
 
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from genrun.runner.code_identity import code_refs, genrun_code_set, identify_code
+from genrun.runner.code_identity import code_refs, code_set, genrun_code_set, identify_code
 from genrun.runner.environment import capture_environment, git_state, is_credential_name, relevant_env_vars
 from genrun.runner.errors import RequestError
 from genrun.schemas import CodeIdentity, Environment
@@ -30,6 +32,21 @@ def test_genrun_code_set_covers_its_packages_and_is_stable() -> None:
     assert not any("__pycache__" in p for p in paths)
     assert all(f.sha256 == sha256_file(root / f.path) for f in first.files)
     assert first.digest == sha256_bytes(render_sha256sum((f.path, f.sha256) for f in first.files))
+
+
+def test_code_set_memo_never_answers_for_content_rewritten_in_place(tmp_path: Path) -> None:
+    """The per-process memo (one hash per file state) sees a same-size rewrite whose mtime was put back."""
+    source = tmp_path / "mod.py"
+    source.write_text("A = 1\n")
+    first = code_set(tmp_path, [source])
+    before = os.stat(source)
+    source.write_text("A = 2\n")  # same size
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime restored
+    while os.stat(source).st_ctime_ns == before.st_ctime_ns:  # the kernel's clock is coarse: wait for a new ctime
+        time.sleep(0.01)
+        os.chmod(source, 0o644)
+    second = code_set(tmp_path, [source])
+    assert second.files[0].sha256 == sha256_file(source) != first.files[0].sha256
 
 
 # --- user entry points ----------------------------------------------------------------------------
