@@ -167,22 +167,21 @@ def _parsed(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _cells(row: SnapshotRow, shown_sweeps: set[str]) -> tuple[str, ...]:
-    generated = "-" if row.generated is None else f"{row.generated:,}"
-    ident = f"  └ {row.id}" if row.sweep in shown_sweeps else row.id  # a sweep's items right under it
-    state = f"{row.state} (seal changed)" if row.changed else row.state
-    return (ident, state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
+def _columns(rows: list[SnapshotRow]) -> list[list[str]]:
+    """The table's cells column by column (`COLUMNS`' order): one comprehension a column, not one tuple a row."""
+    idents = [row.id for row in rows]
+    if any(row.sweep for row in rows):  # a sweep's items right under it, marked when their sweep is shown above
+        seen: set[str] = set()
+        for i, row in enumerate(rows):
+            if row.sweep in seen:
+                idents[i] = f"  └ {row.id}"
+            seen.add(row.id)
+    return [idents, [f"{r.state} (seal changed)" if r.changed else r.state for r in rows], ["yes" if r.sealed else "no" for r in rows],
+            ["-" if r.generated is None else f"{r.generated:,}" for r in rows], [r.stop_reasons for r in rows], [r.signoffs for r in rows]]
 
 
 def _print_table(rows: list[SnapshotRow], total: int, store: Path, left_out: int) -> None:
-    shown_ids: set[str] = set()
-    cells = []
-    if any(row.sweep for row in rows):
-        for row in rows:
-            cells.append(_cells(row, shown_ids))
-            shown_ids.add(row.id)
-    else:
-        cells = [_cells(row, shown_ids) for row in rows]
+    cells = _columns(rows)
     width = output_width()
     layout = fit(COLUMNS, cells, width)
     counted = f"{len(rows):,} of {total:,}" if len(rows) != total else f"{total:,}"
