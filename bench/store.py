@@ -25,7 +25,7 @@ much less, so ratios are given for both):
 Every process may write its bytecode cache (an installed genrun has one; PYTHONDONTWRITEBYTECODE is dropped for the
 children), and one `--version` of each genrun runs first to write it.
 
-Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR] [--seeds STORE]
+Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR] [--seeds STORE] [--reuse]
 Goals: warm ls of 100,000 < 1 s and <= 2x its 1,000 figure; cold >= 5x faster per snapshot than today; page < 5 s at 100,000.
 """
 
@@ -231,6 +231,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="best of N for the warm figures")
     parser.add_argument("--work", type=Path, help="keep the seeds and stores here (default: a temporary directory)")
     parser.add_argument("--seeds", type=Path, help="a store of real sealed snapshots with one sweep to copy (default: made here)")
+    parser.add_argument("--reuse", action="store_true", help="keep each store in --work and use one already there (a 100,000 store takes minutes to make)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="genrun-bench-store-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -249,15 +250,18 @@ def main() -> None:
     rows = {}
     for size in args.sizes:
         store = work / f"store-{size}"
-        shutil.rmtree(store, ignore_errors=True)
         t = time.perf_counter()
-        make_store(seeds, size, store)
+        if not (args.reuse and store.is_dir()):
+            shutil.rmtree(store, ignore_errors=True)
+            make_store(seeds, size, store)
         made = time.perf_counter() - t
         loads.append(os.getloadavg())
         rows[size] = measure(store, args.repeat, work, before, args.today_up_to)
         loads.append(os.getloadavg())
         print(f"{size:,} snapshots: store made in {made:.1f} s; {rows[size]}", file=sys.stderr)
-        shutil.rmtree(store)
+        if not args.reuse:
+            shutil.rmtree(store)
+    shutil.rmtree(work / "sweep-store", ignore_errors=True)
     big_sweep = make_big_sweep(sweep, args.sweep_items, work / "sweep-store")
     verify = genrun("verify", big_sweep)
     loads.append(os.getloadavg())
