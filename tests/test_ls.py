@@ -101,6 +101,9 @@ def test_a_terminal_gets_the_newest_rows_and_a_line_saying_how_to_see_all(store:
     assert lines[0] == f"3 of {len(every)} snapshot(s) in {store}"
     assert [line.split()[-1] if line.startswith("  └") else line.split()[0] for line in lines[2:5]] == every[-3:]  # the newest
     assert lines[5] == f"… {len(every) - 3} earlier row(s) not shown: --limit 0 lists every one (so does piping)"
+    newest_first = on_terminal("--reverse")
+    assert [line.split()[0] for line in newest_first[2:5]] == every[::-1][:3]  # the newest again, newest first
+    assert newest_first[5] == f"… {len(every) - 3} later row(s) not shown: --limit 0 lists every one (so does piping)"
     assert len(on_terminal("--limit", "0")) == len(every) + 2  # the title, the header, every row, no "not shown" line
     assert len(on_terminal("--limit", "4")) == 4 + 2
 

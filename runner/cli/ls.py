@@ -64,7 +64,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reverse", action="store_true", help="the opposite order (newest first by default)")
     parser.add_argument("--limit", type=int, metavar="N",
                         help=f"at most N rows (after filtering and sorting); 0: every row. Default: every row when piped or with --json; "
-                             f"on a terminal the last {TERMINAL_ROWS} (the newest), with a line saying how many are left out")
+                             f"on a terminal the newest {TERMINAL_ROWS} (the last in time order, the first with --reverse; the first "
+                             f"of a --sort), with a line saying how many are left out")
     parser.add_argument("--no-index", action="store_true", help="read every snapshot from its files (ignore the store index)")
     parser.set_defaults(handler=handle)
 
@@ -86,11 +87,15 @@ def handle(args: argparse.Namespace) -> int:
 
         print_json({"store": str(store), "total": len(listing.rows), "snapshots": [row._asdict() for row in rows]})
         return 0
-    left_out = 0
+    more = ""
     if args.limit is None and sys.stdout.isatty() and len(rows) > TERMINAL_ROWS:
-        left_out, rows = len(rows) - TERMINAL_ROWS, rows[-TERMINAL_ROWS:]
+        # the newest: the last rows in time order (the default), the first with --reverse; the first of any --sort
+        newest_last = not args.reverse and not args.sort
+        hidden = f"{len(rows) - TERMINAL_ROWS:,} {'earlier' if newest_last else 'later'}"
+        rows = rows[-TERMINAL_ROWS:] if newest_last else rows[:TERMINAL_ROWS]
+        more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
     _notes(notes + [f"note: {row.id}: {row.changed}" for row in rows if row.changed])
-    _print_table(rows, len(listing.rows), store, left_out)
+    _print_table(rows, len(listing.rows), store, more)
     return 0
 
 
@@ -180,12 +185,11 @@ def _columns(rows: list[SnapshotRow]) -> list[list[str]]:
             ["-" if r.generated is None else f"{r.generated:,}" for r in rows], [r.stop_reasons for r in rows], [r.signoffs for r in rows]]
 
 
-def _print_table(rows: list[SnapshotRow], total: int, store: Path, left_out: int) -> None:
+def _print_table(rows: list[SnapshotRow], total: int, store: Path, more: str) -> None:
     cells = _columns(rows)
     width = output_width()
     layout = fit(COLUMNS, cells, width)
     counted = f"{len(rows):,} of {total:,}" if len(rows) != total else f"{total:,}"
-    more = f"… {left_out:,} earlier row(s) not shown: --limit 0 lists every one (so does piping)\n" if left_out else ""
     sys.stdout.write(f"{counted} snapshot(s) in {store}\n{render(COLUMNS, cells, layout)}\n{more}")
     sys.stdout.flush()
     if layout.dropped:
