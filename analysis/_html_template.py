@@ -1,16 +1,19 @@
 """The review and index pages as jinja2 templates with autoescape: every value from a snapshot is text, never markup.
 
 Prompts, outputs, evidence and messages are whatever a user or a model produced; autoescape turns
-`<script>` into `&lt;script&gt;`. Only the SVG charts (built and escaped by `_svg`) are `Markup`.
+`<script>` into `&lt;script&gt;`. Only the SVG charts (built and escaped by `_svg`) and the index's rows (built and
+escaped by `_index_rows`) are `Markup`.
 """
 
+from collections.abc import Sequence
+from html import escape
 from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
 from ._svg import render_chart
-from .html_report import ReviewPage, StoreIndex, charts
+from .html_report import IndexLine, ReviewPage, StoreIndex, charts
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#1f2328}
@@ -118,10 +121,7 @@ _INDEX = """{% extends "base" %}{% block title %}genrun store · {{ index.store 
 {% else %}<a href="{{ href }}">{{ label }}</a>{% endif %} {% endfor %}</nav>{% endif %}{% endmacro %}
 {{ nav() }}
 <table><tr><th>snapshot</th><th>state</th><th>sealed</th><th>stop reasons</th><th>WARN</th><th>FAIL</th><th>sign-offs</th></tr>
-{% for s in index.snapshots %}<tr class="snapshot"><td class="mono">{% if s.sweep %}└ {% endif %}{% if s.href %}<a href="{{ s.href }}">{{ s.id }}</a>{% else %}{{ s.id }}{% endif %}</td>
-{% if s.sweep_items %}<td class="sweep {{ s.state }}">sweep {{ s.state }} ({{ s.sweep_items }})</td>{% else %}<td class="{{ s.state }}">{{ s.state }}</td>{% endif %}<td>{{ "yes" if s.sealed else "no" }}</td>
-<td>{{ s.stop_reasons|join(", ") or "—" }}</td><td class="{{ 'WARN' if s.warnings else '' }}">{{ "—" if s.warnings is none else s.warnings }}</td>
-<td class="{{ 'FAIL' if s.failed else '' }}">{{ "—" if s.failed is none else s.failed }}</td><td>{{ s.signoffs }}</td></tr>{% endfor %}</table>
+{{ rows }}</table>
 {{ nav() }}
 {% endblock %}
 """
@@ -141,7 +141,22 @@ def render_review_html(page: ReviewPage) -> str:
 
 def render_index_html(index: StoreIndex) -> str:
     """The store's index page."""
-    return _ENV.get_template("index").render(index=index, css=Markup(CSS))
+    return _ENV.get_template("index").render(index=index, css=Markup(CSS), rows=_index_rows(index.snapshots))
+
+
+def _index_rows(lines: Sequence[IndexLine]) -> Markup:
+    """The index table's rows, every value escaped (`html.escape`). Built here rather than in the template: a store's
+    100,000 rows through jinja took seconds; these f-strings take a fraction of that."""
+    out = []
+    for s in lines:
+        ident = escape(s.id)
+        linked = f'<a href="{escape(s.href)}">{ident}</a>' if s.href else ident
+        state = escape(s.state)
+        shown = f'<td class="sweep {state}">sweep {state} ({escape(s.sweep_items)})</td>' if s.sweep_items else f'<td class="{state}">{state}</td>'
+        out.append(f'<tr class="snapshot"><td class="mono">{"└ " if s.sweep else ""}{linked}</td>\n{shown}<td>{"yes" if s.sealed else "no"}</td>\n'
+                   f'<td>{escape(", ".join(s.stop_reasons)) or "—"}</td><td class="{"WARN" if s.warnings else ""}">{"—" if s.warnings is None else s.warnings}</td>\n'
+                   f'<td class="{"FAIL" if s.failed else ""}">{"—" if s.failed is None else s.failed}</td><td>{escape(s.signoffs)}</td></tr>')
+    return Markup("".join(out))
 
 
 def _fmt(value: Any, key: str = "") -> str:

@@ -3,27 +3,36 @@
 Each store is made by hard-linking a few *real* sealed snapshots under new ids (`<time>-<name>-<hex>`, one second
 apart): a real `genrun run` of the tiny model (eos) and a `max_new_tokens` stop, and a real 20-item sweep of the tiny
 model (its items too), made once (or any store of real sealed snapshots with a sweep: `--seeds`). Sealed files are read-only, so links
-are safe and a 100,000-snapshot store takes seconds, not the hours 100,000 runs would.
+are safe, and a 100,000-snapshot store takes minutes, not the days 100,000 runs would. The copies share their seeds' inodes
+and page cache: every side reads warmer files than in a real store of that size (the same for the pre-index `ls`).
 
-Measured, each in a fresh process (`python -m genrun.runner.cli ...`, output to /dev/null), in one run:
+Measured, each in a fresh process (`python -m genrun.runner.cli ...`, output to /dev/null), in one run, as wall seconds
+and as CPU seconds (user + system of the process: on a shared machine the wall figure grows with the load, the CPU figure
+much less, so ratios are given for both):
 
-- today: `ls --json` as it was before the index (`runner/cli/ls.py` at `--before`, run against this genrun), and
-  `ls --no-index --json` (this genrun reading every snapshot from its files);
+- today: `ls --json` of the pre-index genrun, whole (`git archive` of `--before`, the last commit without the index,
+  laid out as the installed package and put first on PYTHONPATH): what a user had before;
+- no index: `ls --no-index --json` (this genrun reading every snapshot from its files);
 - cold: `ls --json` with no index (reads every snapshot and builds the index);
-- warm: `ls` and `ls --json` with the index built;
+- warm: `ls --limit 0` (every row, as piped) and `ls --json` with the index built;
 - filtered: `ls --state succeeded --stop-reason max_new_tokens --unsigned` (warm);
 - page: `report --store DIR --html FILE` (warm; the index pages, without review pages);
-- startup: `genrun --version`, the floor under every figure;
-- `verify SWEEP` of a 1,000-item sweep (every item hashed and checked; a process per core): the items are linked
-  copies of a real sweep's items (`make_big_sweep`), since 1,000 real runs take half an hour on two cores.
+- startup: `ls` of an empty store, for each genrun: the floor under its figures (imports, parser), taken off before
+  the per-snapshot figures are divided;
+- `verify SWEEP` of a 1,000-item sweep (every item hashed and checked; a process per core): the items are copies of a
+  real sweep's items (`make_big_sweep`), since 1,000 real runs take half an hour on two cores.
 
-Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR] [--seeds STORE]
+Every process may write its bytecode cache (an installed genrun has one; PYTHONDONTWRITEBYTECODE is dropped for the
+children), and one `--version` of each genrun runs first to write it.
+
+Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR] [--seeds STORE] [--reuse]
 Goals: warm ls of 100,000 < 1 s and <= 2x its 1,000 figure; cold >= 5x faster per snapshot than today; page < 5 s at 100,000.
 """
 
 import argparse
 import json
 import os
+import resource
 import secrets
 import shutil
 import subprocess
@@ -32,24 +41,41 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 GENRUN = [sys.executable, "-m", "genrun.runner.cli"]
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def genrun(*args: str | Path, cwd: Path | None = None) -> float:
-    """Wall seconds of one `genrun` process (stdout discarded); raises when it fails."""
+class Timed(NamedTuple):
+    wall: float
+    cpu: float
+    """User + system seconds of the process (and of any it waited for)."""
+
+
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def timed(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Timed:
+    """Wall and CPU seconds of one process (stdout discarded); raises when it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    done = subprocess.run([*GENRUN, *map(str, args)], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    elapsed = time.perf_counter() - t
+    done = subprocess.run(command, cwd=cwd, env=env or CHILD_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"genrun {' '.join(map(str, args))} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return elapsed
+        raise SystemExit(f"{' '.join(map(str, command))} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return Timed(wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
 
-def best(repeat: int, *args: str | Path) -> float:
-    return min(genrun(*args) for _ in range(repeat))
+def genrun(*args: str | Path, cwd: Path | None = None) -> Timed:
+    return timed([*GENRUN, *map(str, args)], cwd=cwd)
+
+
+def best(repeat: int, *args: str | Path) -> Timed:
+    runs = [genrun(*args) for _ in range(repeat)]
+    return Timed(min(r.wall for r in runs), min(r.cpu for r in runs))
 
 
 def make_seeds(work: Path, sweep_items: int) -> tuple[Path, Path]:
@@ -100,7 +126,8 @@ def make_store(seeds: Path, size: int, target: Path) -> Path:
 
 
 def make_big_sweep(sweep: Path, items: int, target: Path) -> Path:
-    """A sweep of `items` items in `target`: item k is a linked copy of the real sweep's item k mod n under a new id; the
+    """A sweep of `items` items in `target`: item k is a copy of the real sweep's item k mod n under a new id (a real copy:
+    verify fails a snapshot whose files are hard-linked to names outside it, and a failing verify is not the one timed); the
     sweep's plan and result list them (same changes and digests, the copies being byte-identical), then it is frozen and
     sealed again with genrun's own functions. The real sweep's progress log is kept as it was."""
     from genrun.runner.store import seal_snapshot, write_frozen_manifest
@@ -113,7 +140,7 @@ def make_big_sweep(sweep: Path, items: int, target: Path) -> Path:
     for k in range(items):
         planned, done = dict(plan["items"][k % len(plan["items"])]), dict(result["items"][k % len(result["items"])])
         new_id = f"{(START + timedelta(days=1, seconds=k)).strftime('%Y%m%dT%H%M%SZ')}-sweep-item-{secrets.token_hex(3)}"
-        link_tree(source / planned["snapshot_id"], target / new_id)
+        shutil.copytree(source / planned["snapshot_id"], target / new_id)  # copy2: same bytes, modes and times
         new_plan.append({**planned, "index": k, "snapshot_id": new_id})
         new_result.append({**done, "index": k, "snapshot_id": new_id, "attempts": [new_id]})
     copy = target / f"{START.strftime('%Y%m%dT%H%M%SZ')}-nightly-{secrets.token_hex(3)}"
@@ -127,42 +154,72 @@ def make_big_sweep(sweep: Path, items: int, target: Path) -> Path:
     return copy
 
 
-_BEFORE = """
-import argparse, importlib.util, sys
-spec = importlib.util.spec_from_file_location("genrun.runner.cli._ls_before", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-sys.exit(module.handle(argparse.Namespace(store=sys.argv[2], allowed_signers=None, json=True)))
-"""
+def before_tree(work: Path, commit: str) -> dict[str, str]:
+    """The genrun of `commit`, laid out as installed (genrun/ with runner, analysis, schemas inside, as pyproject's
+    package-dir maps them); returns the environment that runs it instead of this one."""
+    root = work / f"before-{commit}"
+    package = root / "genrun"
+    if not package.is_dir():
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "genrun", "runner", "analysis", "schemas"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+        for sub in ("runner", "analysis", "schemas"):
+            (root / sub).rename(package / sub)
+    env = {**CHILD_ENV, "PYTHONPATH": str(root)}  # run from `work` (the current directory comes first on sys.path)
+    where = subprocess.run([sys.executable, "-c", "import genrun.runner.cli.ls as m; print(m.__file__)"], env=env, cwd=work,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if not where.startswith(str(root)):
+        raise SystemExit(f"the pre-index genrun is not the one imported (got {where})")
+    return env
 
 
-def _timed(command: list[str]) -> float:
-    t = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{command} failed: {done.stderr[-2000:]}")
-    return time.perf_counter() - t
-
-
-def measure(store: Path, repeat: int, work: Path, before: Path, today_up_to: int) -> dict[str, float]:
+def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_up_to: int) -> dict[str, Timed]:
     size = sum(1 for p in store.iterdir() if not p.name.startswith("."))
     once = 1 if size > 10_000 else repeat
-    figures = {"today": float("nan"), "no_index": float("nan")}
+    nothing = Timed(float("nan"), float("nan"))
+    figures = {"today": nothing, "no_index": nothing}
     if size <= today_up_to:
-        figures = {"today": min(_timed([sys.executable, "-c", _BEFORE, str(before), str(store)]) for _ in range(once)),
+        runs = [timed([*GENRUN, "ls", "--store", str(store), "--json"], env=before, cwd=work) for _ in range(once)]
+        figures = {"today": Timed(min(r.wall for r in runs), min(r.cpu for r in runs)),
                    "no_index": best(once, "ls", "--store", store, "--no-index", "--json")}
     shutil.rmtree(store / ".genrun-index", ignore_errors=True)
     figures["cold"] = genrun("ls", "--store", store, "--json")
-    figures["warm"] = best(repeat, "ls", "--store", store)
+    figures["warm"] = best(repeat, "ls", "--store", store, "--limit", "0")
     figures["warm_json"] = best(repeat, "ls", "--store", store, "--json")
     figures["filtered"] = best(repeat, "ls", "--store", store, "--state", "succeeded", "--stop-reason", "max_new_tokens", "--unsigned")
     site = work / f"site-{size}"
     shutil.rmtree(site, ignore_errors=True)
     site.mkdir()
     figures["page"] = best(repeat, "report", "--store", store, "--html", site / "index.html")
-    figures["page_kb"] = sum(p.stat().st_size for p in site.glob("index*.html")) / len(list(site.glob("index*.html"))) / 1024
+    pages = list(site.glob("index*.html"))
+    kb = sum(p.stat().st_size for p in pages) / len(pages) / 1024
+    figures["page_kb"] = Timed(kb, kb)
     return figures
+
+
+LABELS = (("today", "ls --json before the index"), ("no_index", "ls --json --no-index"), ("cold", "ls --json, cold (builds index)"),
+          ("warm", "ls --limit 0, warm"), ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"),
+          ("page", "store page (index pages)"))
+
+
+def report(rows: dict[int, dict[str, Timed]], startup: dict[str, Timed], field: str, sizes: list[int]) -> None:
+    """One table of `field` (wall or cpu) and the goals' ratios measured from it."""
+    pick = lambda t: getattr(t, field)  # noqa: E731
+    print(f"\n{field} seconds{'':24}" + "".join(f"{s:>12,}" for s in sizes))
+    for key, label in LABELS:
+        print(f"{label:36}" + "".join(f"{pick(rows[s][key]):>12.2f}" for s in sizes))
+    # per snapshot, less the process start-up every figure pays
+    per = {s: ((pick(rows[s]["today"]) - pick(startup["today"])) / s, (pick(rows[s]["cold"]) - pick(startup["now"])) / s) for s in sizes}
+    print(f"{'ms per snapshot, today (- startup)':36}" + "".join(f"{1000 * t:>12.3f}" for t, _ in per.values()))
+    print(f"{'ms per snapshot, cold (- startup)':36}" + "".join(f"{1000 * c:>12.3f}" for _, c in per.values()))
+    print(f"{'cold vs today, per snapshot':36}" + "".join(f"{t / c:>11.1f}x" for t, c in per.values()))
+    big, small = max(sizes), min(sizes)
+    ratios = [t / c for t, c in per.values() if t == t]
+    print(f"goals ({field}): warm ls {big:,} = {pick(rows[big]['warm']):.2f} s (< 1 s); {pick(rows[big]['warm']) / pick(rows[small]['warm']):.1f}x "
+          f"its {small:,} figure (<= 2x); cold {min(ratios, default=float('nan')):.1f}x faster per snapshot than today (>= 5x); "
+          f"page {pick(rows[big]['page']):.2f} s (< 5 s); startup {pick(startup['now']):.2f} s (before the index: {pick(startup['today']):.2f} s)")
 
 
 def main() -> None:
@@ -174,6 +231,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="best of N for the warm figures")
     parser.add_argument("--work", type=Path, help="keep the seeds and stores here (default: a temporary directory)")
     parser.add_argument("--seeds", type=Path, help="a store of real sealed snapshots with one sweep to copy (default: made here)")
+    parser.add_argument("--reuse", action="store_true", help="keep each store in --work and use one already there (a 100,000 store takes minutes to make)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="genrun-bench-store-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -181,42 +239,39 @@ def main() -> None:
         seeds, sweep = args.seeds, next(p for p in args.seeds.iterdir() if (p / "sweep-plan.json").is_file())
     else:
         seeds, sweep = make_seeds(work, 20)
-    before = work / "ls_before.py"
-    before.write_bytes(subprocess.run(["git", "-C", str(REPO), "show", f"{args.before}:runner/cli/ls.py"], check=True,
-                                      capture_output=True).stdout)
-    load = os.getloadavg()
-    startup = best(args.repeat, "--version")
+    before = before_tree(work, args.before)
+    timed([*GENRUN, "--version"], env=before, cwd=work)  # write each genrun's bytecode cache before anything is timed
+    genrun("--version")
+    loads = [os.getloadavg()]
+    empty = work / "empty-store"
+    empty.mkdir(exist_ok=True)
+    runs = [timed([*GENRUN, "ls", "--store", str(empty), "--json"], env=before, cwd=work) for _ in range(args.repeat)]
+    startup = {"today": Timed(min(r.wall for r in runs), min(r.cpu for r in runs)), "now": best(args.repeat, "ls", "--store", empty, "--json")}
     rows = {}
     for size in args.sizes:
         store = work / f"store-{size}"
-        shutil.rmtree(store, ignore_errors=True)
         t = time.perf_counter()
-        make_store(seeds, size, store)
+        if not (args.reuse and store.is_dir()):
+            shutil.rmtree(store, ignore_errors=True)
+            make_store(seeds, size, store)
         made = time.perf_counter() - t
+        loads.append(os.getloadavg())
         rows[size] = measure(store, args.repeat, work, before, args.today_up_to)
+        loads.append(os.getloadavg())
         print(f"{size:,} snapshots: store made in {made:.1f} s; {rows[size]}", file=sys.stderr)
-        shutil.rmtree(store)
+        if not args.reuse:
+            shutil.rmtree(store)
+    shutil.rmtree(work / "sweep-store", ignore_errors=True)
     big_sweep = make_big_sweep(sweep, args.sweep_items, work / "sweep-store")
-    verify_s = genrun("verify", big_sweep)
-    print(f"load average before: {load}; after: {os.getloadavg()}")
-    print(f"\ngenrun store figures (s, one process each, best of {args.repeat} for warm; startup `genrun --version` {startup:.2f} s)")
-    head = f"{'':34}" + "".join(f"{s:>12,}" for s in args.sizes)
-    print(head)
-    for key, label in (("today", "ls --json before the index"), ("no_index", "ls --json --no-index"), ("cold", "ls --json, cold (builds index)"), ("warm", "ls, warm"),
-                       ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"), ("page", "store page (index pages)"),
-                       ("page_kb", "store page, kB per page file")):
-        print(f"{label:34}" + "".join(f"{rows[s][key]:>12.2f}" for s in args.sizes))
-    # per snapshot, less the process start-up every figure pays
-    per = {s: ((rows[s]["today"] - startup) / s, (rows[s]["cold"] - startup) / s) for s in args.sizes}
-    print(f"{'ms per snapshot, today (- startup)':34}" + "".join(f"{1000 * t:>12.3f}" for t, _ in per.values()))
-    print(f"{'ms per snapshot, cold (- startup)':34}" + "".join(f"{1000 * c:>12.3f}" for _, c in per.values()))
-    print(f"{'cold vs today, per snapshot':34}" + "".join(f"{t / c:>11.1f}x" for t, c in per.values()))
-    print(f"verify of the {args.sweep_items}-item sweep: {verify_s:.1f} s")
-    big, small = max(args.sizes), min(args.sizes)
-    print(f"goals: warm ls {big:,} = {rows[big]['warm']:.2f} s (< 1 s); {rows[big]['warm'] / rows[small]['warm']:.1f}x its {small:,} "
-          f"figure (<= 2x); cold {min((t / c for t, c in per.values() if t == t), default=float('nan')):.1f}x faster per snapshot than today (>= 5x); "
-          f"page {rows[big]['page']:.2f} s (< 5 s)")
-
+    verify = genrun("verify", big_sweep)
+    loads.append(os.getloadavg())
+    print(f"load averages (1, 5, 15 min) before and after each size: {[tuple(round(x, 1) for x in load) for load in loads]} on {os.cpu_count()} CPUs")
+    print(f"best of {args.repeat} for warm figures; startup (`ls` of an empty store): {startup['now'].wall:.2f} s wall, {startup['now'].cpu:.2f} s CPU "
+          f"(before the index: {startup['today'].wall:.2f} s, {startup['today'].cpu:.2f} s)")
+    for field in ("wall", "cpu"):
+        report(rows, startup, field, args.sizes)
+    print(f"\nstore page, kB per page file: " + ", ".join(f"{rows[s]['page_kb'].wall:.0f} at {s:,}" for s in args.sizes))
+    print(f"verify of the {args.sweep_items}-item sweep: {verify.wall:.1f} s wall, {verify.cpu:.1f} s CPU (all processes)")
 
 if __name__ == "__main__":
     main()

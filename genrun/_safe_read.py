@@ -34,7 +34,7 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_regular(path: Path, limit: int, offset: int = 0) -> bytes:
+def read_regular(path: str | os.PathLike[str], limit: int, offset: int = 0) -> bytes:
     """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
     (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read."""
     try:
@@ -58,14 +58,22 @@ def read_model_file(path: Path, limit: int = MAX_TOKENIZER_BYTES) -> bytes:
 
 def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files only", offset: int = 0) -> bytes:
     """Read an open descriptor (closed afterwards) from `offset` if it is a regular file of at most `limit` bytes."""
-    with os.fdopen(fd, "rb") as f:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile(f"is {kind_of(st.st_mode)}, not a regular file; {rule}")
         if st.st_size > limit:
             raise UnsafeFile(f"is {st.st_size:,} bytes, more than the {limit:,} analysis reads of it")
-        f.seek(offset)
-        data = f.read(max(0, limit - offset) + 1)
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        # reads sized by the file, not by the bound: a buffer of `limit` bytes per small JSON file cost more than the read
+        room, chunks = max(0, limit - offset) + 1, []
+        while room > 0 and (chunk := os.read(fd, min(room, max(st.st_size - offset + 1, 1 << 16)))):
+            chunks.append(chunk)
+            room -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
     if offset + len(data) > limit:  # grew while being read
         raise UnsafeFile(f"is more than the {limit:,} bytes analysis reads of it")
     return data

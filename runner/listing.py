@@ -5,14 +5,16 @@ the index names it), takes each sealed snapshot's row from the index while the s
 reads everything else from its files with the same readers as always, and refreshes the index when it can lock it.
 """
 
+import contextlib
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
 
 from genrun.schemas import layout
-from genrun.schemas.digests import sha256_file
-from genrun.snapshot_dir import ArtifactError, SnapshotDir
+from genrun.schemas.digests import sha256_bytes
+from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
 from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
 
@@ -74,44 +76,41 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     from genrun.analysis.signoffs import resolve_allowed_signers
 
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
-    signoffs_basis = _signoffs_basis(allowed_signers)
+    basis = _signoffs_basis(allowed_signers)
     rows: list[SnapshotRow] = []
     fresh: list[IndexedRow] = []
-    names = _snapshot_names(store)
+    names, planning = _scan(store)
     from_index = 0
     prefix = os.path.join(store, "")
-    for name in names:  # the warm path: two lstats and one tuple per snapshot (100,000 of them in well under a second)
+    for name in names:  # the warm path: two lstats and one row per snapshot, nothing else
         base = f"{prefix}{name}/"
         key = SealKey.of(base + layout.MANIFEST)
         hit = cached.get(name)
-        if key is None and not os.path.isfile(base + layout.FROZEN_MANIFEST):
-            continue  # not a snapshot (a sealed one whose frozen manifest was deleted is still listed: it has a seal)
         if key is not None and hit is not None and hit[1:5] == key:
             from_index += 1
-            row = _from_index(hit)
-            if _signoffs_key(base, signoffs_basis) != hit.signoffs_key:  # a record came (or went) since: judged live
+            if _signoffs_key(base, basis) == hit.signoffs_key:
+                rows.append(_from_index(hit))
+            else:  # a record came (or went) since: judged live
                 summary, signers = _signoffs(Path(base), allowed_signers)
-                row = row._replace(signoffs=summary, signers=signers)
-            rows.append(row)
+                rows.append(_from_index(hit)._replace(signoffs=summary, signers=signers))
             continue
-        path = store / name
-        try:
-            row = describe(path, allowed_signers)
-        except FileNotFoundError:  # removed while we looked
+        if key is None:  # unsealed: read from its files every time, never cached
+            if os.path.isfile(base + layout.FROZEN_MANIFEST):  # else not a snapshot (a sealed one without it still has a seal)
+                with contextlib.suppress(FileNotFoundError):  # removed while we looked
+                    rows.append(describe(store / name, allowed_signers, sealed=False))
             continue
-        if key is None:
-            rows.append(row)
+        read = _read_sealed(store / name, key, allowed_signers, basis)
+        if read is None:  # removed while we looked
             continue
-        digest = sha256_file(path / layout.MANIFEST)
-        row = row._replace(seal_digest=digest)
-        if hit is not None and hit.seal_digest != digest:  # the seal was replaced after indexing: never show the old row
+        row, indexed = read
+        if hit is not None and hit.seal_digest != row.seal_digest:  # the seal was replaced after indexing: never show the old row
             rows.append(row._replace(changed=f"the seal changed since it was indexed (sha256 {hit.seal_digest[:12]}… then, "
-                                             f"{digest[:12]}… now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it"))
+                                             f"{(row.seal_digest or '')[:12]}… now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it"))
             continue
         rows.append(row)
-        if SealKey.of(path / layout.MANIFEST) == key:  # unchanged while read: the row describes this seal
-            fresh.append(_to_index(row, key, _signoffs_key(base, signoffs_basis)))
-    gone = set(cached) - set(names)
+        if indexed is not None:
+            fresh.append(indexed)
+    gone = set(cached).difference(names)
     if index is not None and (fresh or gone):
         try:
             index.write(fresh, gone)
@@ -125,7 +124,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             notes.append(f"the damaged index was rebuilt from the files ({len(fresh)} sealed snapshots)")
         except OSError as exc:
             notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
-    rows += [_planning_row(path) for path in _unfinished_plans(store)]
+    rows += [_planning_row(store / name) for name in planning]
     return Listing(group_sweeps(rows), notes, from_index)
 
 
@@ -136,35 +135,59 @@ def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
     basis = _signoffs_basis(allowed_signers)
     rows: list[IndexedRow] = []
-    for name in _snapshot_names(store):
-        path = store / name
-        key = SealKey.of(path / layout.MANIFEST)
-        if key is None:
-            continue
-        try:
-            row = describe(path, allowed_signers)
-            digest = sha256_file(path / layout.MANIFEST)
-        except FileNotFoundError:
-            continue
-        if SealKey.of(path / layout.MANIFEST) == key:
-            rows.append(_to_index(row._replace(seal_digest=digest), key, _signoffs_key(f"{path}/", basis)))
+    prefix = os.path.join(store, "")
+    for name in _scan(store)[0]:
+        key = SealKey.of(f"{prefix}{name}/{layout.MANIFEST}")
+        read = _read_sealed(store / name, key, allowed_signers, basis) if key is not None else None
+        if read is not None and read[1] is not None:
+            rows.append(read[1])
     replace_index(store, rows)
     return len(rows)
 
 
-def _snapshot_names(store: Path) -> list[str]:
-    """Directory names that may be snapshots (hidden and temporary ones skipped), in id (= time) order."""
+_LISTED = (layout.SWEEP_PLAN, layout.RESULT, layout.STOP, layout.REQUEST)
+"""The files `describe` reads."""
+
+
+def _read_sealed(snapshot: Path, key: SealKey, allowed_signers: Path | None, basis: str) -> tuple[SnapshotRow, IndexedRow | None] | None:
+    """A sealed snapshot's row from its files, with the seal's digest, and its index row when the seal held still while
+    it was read (`key` is the manifest's stat taken before); None when the snapshot is gone."""
+    try:
+        manifest = SnapshotDir(snapshot).read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
+    except ArtifactMissing:
+        return None
+    except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
+        with contextlib.suppress(FileNotFoundError):
+            return describe(snapshot, allowed_signers, sealed=True), None
+        return None
+    # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened (verify judges
+    # the rest); a substring test, since parsing 20 lines costs more than the reads it spares
+    listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
+    try:
+        row = describe(snapshot, allowed_signers, sealed=True, listed=listed)._replace(seal_digest=sha256_bytes(manifest))
+    except FileNotFoundError:
+        return None
+    if SealKey.of(f"{snapshot}/{layout.MANIFEST}") != key:  # changed while read: the row may mix two seals, so it is not kept
+        return row, None
+    return row, _to_index(row, key, _signoffs_key(f"{snapshot}/", basis))
+
+
+def _scan(store: Path) -> tuple[list[str], list[str]]:
+    """One listing of the store: directory names that may be snapshots, in id (= time) order (hidden and temporary ones
+    skipped), and the `.tmp-*` directories of plans being frozen or abandoned (`store.list_unfinished_plans`'s rule)."""
+    names: list[str] = []
+    planning: list[str] = []
     try:
         with os.scandir(store) as entries:
-            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+            for entry in entries:
+                if not entry.name.startswith("."):
+                    if entry.is_dir():
+                        names.append(entry.name)
+                elif entry.name.startswith(layout.PLANNING_PREFIX) and entry.is_dir(follow_symlinks=False):
+                    planning.append(entry.name)
     except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _unfinished_plans(store: Path) -> list[Path]:
-    from .store import list_unfinished_plans
-
-    return list_unfinished_plans(store)
+        pass
+    return sorted(names), sorted(planning)
 
 
 def _planning_row(path: Path) -> SnapshotRow:
@@ -175,22 +198,24 @@ def _planning_row(path: Path) -> SnapshotRow:
     return SnapshotRow(path.name, state.value, False, None, "-", "-")
 
 
-def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
+def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, listed: Collection[str] | None = None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
 
-    `allowed_signers` is the resolved file (None: none). A directory that is not a snapshot (no frozen manifest, no
-    seal) is still described: callers list only snapshots."""
-    top = set(os.listdir(snapshot))  # FileNotFoundError when gone; one listing spares reading what is not there
-    plan = _read_json(snapshot, layout.SWEEP_PLAN) if layout.SWEEP_PLAN in top else None
+    `sealed`: the caller saw a regular manifest (the seal is written last, so an unsealed snapshot's state needs its file
+    listing); `listed`: the files the seal lists (None: try each), so that no open is spent on a file that is not there;
+    `allowed_signers` is the resolved file (None: none). Files are read through `SnapshotDir`: no link followed, nothing
+    unbounded."""
+    directory = SnapshotDir(snapshot)
+
+    def read(name: str) -> dict | None:
+        return _read_json(directory, name) if listed is None or name in listed else None
+
     named = _named(snapshot.name)
+    plan = read(layout.SWEEP_PLAN)
     if plan is not None:
-        return _describe_sweep(snapshot, plan, allowed_signers)._replace(**named)
-    result = _read_json(snapshot, layout.RESULT) if layout.RESULT in top else None
-    stop = _read_json(snapshot, layout.STOP) if layout.STOP in top else None
-    request = _read_json(snapshot, layout.REQUEST) if layout.REQUEST in top else None
-    # the manifest is written last (layout.snapshot_state's first rule): only an unsealed snapshot needs its file listing
-    state = layout.SnapshotState.SEALED if SealKey.of(snapshot / layout.MANIFEST) else SnapshotDir(snapshot).state()
-    sealed = state is layout.SnapshotState.SEALED
+        return _describe_sweep(snapshot, plan, allowed_signers, sealed)._replace(**named)
+    result, stop, request = read(layout.RESULT), read(layout.STOP), read(layout.REQUEST)
+    state = layout.SnapshotState.SEALED if sealed else directory.state()  # FileNotFoundError when gone
     shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
     sequences = stop.get("sequences") if stop else None
     reasons = sorted({str(s.get("reason")) for s in sequences if isinstance(s, dict)}) if isinstance(sequences, list) else []
@@ -206,8 +231,8 @@ def describe(snapshot: Path, allowed_signers: Path | None) -> SnapshotRow:
     )
 
 
-def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) -> SnapshotRow:
-    result = _read_json(snapshot, layout.SWEEP_RESULT)
+def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None, sealed: bool) -> SnapshotRow:
+    result = _read_json(SnapshotDir(snapshot), layout.SWEEP_RESULT)
     counts = result["counts"] if result else {}
     ids = [i["snapshot_id"] for i in plan["items"]]
     if result is not None:
@@ -216,7 +241,7 @@ def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None) ->
     return SnapshotRow(
         id=snapshot.name,
         state=f"sweep {result['status']}" if result else "sweep (unsealed)",
-        sealed=(snapshot / layout.MANIFEST).is_file(),
+        sealed=sealed,
         generated=None,
         stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",
         signoffs=summary, signers=signers, members=tuple(dict.fromkeys(ids)),
@@ -254,7 +279,7 @@ def _named(snapshot_id: str) -> dict:
 def _signoffs(snapshot: Path, allowed_signers: Path | None) -> tuple[str, tuple[str, ...]]:
     """(summary for the sign-offs column, signers of the records that hold)."""
     try:
-        if not any(n.endswith(".json") for n in os.listdir(snapshot / layout.SIGNOFFS_DIR)):
+        if not any(n.endswith(".json") for n in os.listdir(f"{snapshot}/{layout.SIGNOFFS_DIR}")):
             return "-", ()
     except (FileNotFoundError, NotADirectoryError):
         return "-", ()
@@ -288,16 +313,18 @@ def _to_index(row: SnapshotRow, key: SealKey, signoffs_key: str) -> IndexedRow:
 
 
 def _from_index(hit: IndexedRow) -> SnapshotRow:
-    return SnapshotRow(hit.id, hit.state, True, hit.generated, hit.stop_reasons, hit.signoffs, None, hit.name, hit.created, hit.backend,
-                       hit.unit, hit.seal_digest, tuple(hit.signers.split("\n")) if hit.signers else (),
-                       None if hit.members is None else tuple(hit.members.split("\n")) if hit.members else ())
+    signers = tuple(hit.signers.split("\n")) if hit.signers else ()
+    members = None if hit.members is None else tuple(hit.members.split("\n")) if hit.members else ()
+    # the C constructor (no Python frame), in SnapshotRow's field order: 100,000 of these per warm `ls`
+    return tuple.__new__(SnapshotRow, (hit.id, hit.state, True, hit.generated, hit.stop_reasons, hit.signoffs, None, hit.name, hit.created,
+                                       hit.backend, hit.unit, hit.seal_digest, signers, members, None))
 
 
-def _read_json(snapshot: Path, name: str) -> dict | None:
+def _read_json(directory: SnapshotDir, name: str) -> dict | None:
     """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
     a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
     try:
-        data = SnapshotDir(snapshot).read_json(name)
+        data = directory.read_json(name)
     except ArtifactError:
         return None
     return data if isinstance(data, dict) else None

@@ -60,7 +60,7 @@ class SealKey(NamedTuple):
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
-        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return tuple.__new__(cls, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))  # the C constructor: once per snapshot
 
 
 class IndexedRow(NamedTuple):
@@ -147,11 +147,11 @@ class IndexDatabase:
         """Every cached row by id (one query: the warm path of `ls`)."""
         assert self._db is not None
         try:
-            found = self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM rows").fetchall()
+            found = self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM rows")
+            return {r[0]: tuple.__new__(IndexedRow, r) for r in found}  # the C constructor, no Python frame per row
         except sqlite3.DatabaseError as exc:
             raise IndexUnavailable(f"the index {self.path} cannot be read ({exc}); answering from the files",
                                    damaged=not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)) from None
-        return {r[0]: IndexedRow._make(r) for r in found}
 
     def write(self, rows: Iterable[IndexedRow], gone: Iterable[str] = ()) -> None:
         """Add or replace `rows` and forget the ids in `gone`, in one transaction."""

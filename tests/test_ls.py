@@ -1,5 +1,6 @@
 """`genrun ls`: filters, sort and limit over a store; columns readable at 80 and 120 columns and piped, COLUMNS respected."""
 
+import io
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 from _store_helpers import make_run, make_sweep
 from conftest import run_cli
 
+from genrun.runner.cli import main
 from genrun.schemas import layout
 
 LONG_SIGNER = "a.reviewer.with.a.very.long.address@an-evaluation-team.example.com"
@@ -73,11 +75,42 @@ def test_time_filters_sort_and_limit(store: Path) -> None:
     assert _ids(store, "--since", "2000-01-01T00:00", "--limit", "2") == every[:2]
     assert _ids(store, "--sort", "generated", "--reverse", "--limit", "1") == _named(store, "eval-a")
     assert _ids(store, "--reverse", "--limit", "1") == every[-1:]
+    assert _ids(store, "--limit", "0") == every  # 0: no limit
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_newest_rows_and_a_line_saying_how_to_see_all(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genrun.runner.cli import ls
+
+    monkeypatch.setattr(ls, "TERMINAL_ROWS", 3)
+    monkeypatch.setenv("COLUMNS", "200")
+    every = _ids(store)
+
+    def on_terminal(*args: str) -> list[str]:
+        screen = _Terminal()
+        with monkeypatch.context() as patched:
+            patched.setattr(sys, "stdout", screen)
+            assert main(["ls", "--store", str(store), *args]) == 0
+        return screen.getvalue().splitlines()
+
+    lines = on_terminal()
+    assert lines[0] == f"3 of {len(every)} snapshot(s) in {store}"
+    assert [line.split()[-1] if line.startswith("  └") else line.split()[0] for line in lines[2:5]] == every[-3:]  # the newest
+    assert lines[5] == f"… {len(every) - 3} earlier row(s) not shown: --limit 0 lists every one (so does piping)"
+    newest_first = on_terminal("--reverse")
+    assert [line.split()[0] for line in newest_first[2:5]] == every[::-1][:3]  # the newest again, newest first
+    assert newest_first[5] == f"… {len(every) - 3} later row(s) not shown: --limit 0 lists every one (so does piping)"
+    assert len(on_terminal("--limit", "0")) == len(every) + 2  # the title, the header, every row, no "not shown" line
+    assert len(on_terminal("--limit", "4")) == 4 + 2
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--since", "last tuesday"], "--since 'last tuesday' is not a time; give a date (2026-11-29)"),
-    (["--limit", "0"], "--limit 0: must be at least 1"),
+    (["--limit", "-1"], "--limit -1: must be 0 (every row) or more"),
     (["--sweep", "nope"], "--sweep 'nope' is not the id (or id prefix) of a sweep"),
 ])
 def test_bad_filter_values_are_refused_naming_the_fix(store: Path, args: list[str], message: str) -> None:

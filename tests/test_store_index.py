@@ -219,3 +219,16 @@ def test_index_rebuild_of_a_missing_store_is_refused_naming_the_fix(tmp_path: Pa
     refused = run_cli("index", "--rebuild", "--store", tmp_path / "nowhere")
     assert refused.returncode == 1 and "is not a directory; pass the folder that holds the snapshots" in " ".join(refused.stderr.split())
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_the_store_page_escapes_every_value_of_its_rows() -> None:
+    from genrun.analysis import render_index_html
+    from genrun.analysis.html_report import IndexLine, StoreIndex
+
+    hostile = '<script>alert(1)</script>"\'&'
+    line = IndexLine(id=hostile, state=hostile, sealed=True, stop_reasons=(hostile,), warnings=None, failed=None, signoffs=hostile,
+                     href=f'x"><img src=y onerror=alert(2)>{hostile}', sweep=hostile, sweep_items=hostile)
+    page = render_index_html(StoreIndex(store="s", snapshots=(line, line)))
+    assert "<script>" not in page and "<img" not in page
+    # per row: the link's target and text, the state as class and as text, the items, the stop reasons, the sign-offs
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;&amp;") == 2 * 7

@@ -10,21 +10,22 @@ from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
 from genrun.runner.interrupts import EXIT_CODES, RunInterrupted, interrupt_gate
 
-from ._interrupt import SIGINT_EXIT
 from ._output import print_error, set_quiet
 
 SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "index", "gc", "export", "schema")
 """Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or only `command`'s subcommand (each imports its own dependencies: `ls` need not wait for
+    `verify`'s or `run`'s)."""
     parser = argparse.ArgumentParser(
         prog="genrun",
         description="Run generative models so that every run leaves an immutable, verifiable snapshot.",
     )
     parser.add_argument("--version", action="version", version=f"genrun {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in (command,) if command in SUBCOMMANDS else SUBCOMMANDS:
         importlib.import_module(f"genrun.runner.cli.{name}").add_parser(subparsers)
     return parser
 
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     # directory, execute seals an `interrupted` snapshot, and the command exits 130 / 143.
     with interrupt_gate():
         try:
-            args = build_parser().parse_args(argv)
+            given = sys.argv[1:] if argv is None else argv
+            args = build_parser(given[0] if given else None).parse_args(given)
             quiet = getattr(args, "quiet", False)
             set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over
             output: contextlib.AbstractContextManager[None] = contextlib.nullcontext()

@@ -8,6 +8,7 @@ out from the right; ids are never cut.
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from typing import NamedTuple
 
 CAPS = {"stop reasons": 32, "sign-offs": 40}
@@ -33,9 +34,9 @@ def output_width() -> int | None:
     return None
 
 
-def fit(headers: tuple[str, ...], cells: list[tuple[str, ...]], width: int | None) -> Layout:
+def fit(headers: tuple[str, ...], columns: Sequence[Sequence[str]], width: int | None) -> Layout:
     """Column widths: natural, capped; then shrink capped columns, then leave columns out from the right, to fit `width`."""
-    natural = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    natural = [max(len(h), max(map(len, column), default=0)) for h, column in zip(headers, columns, strict=True)]
     widths = [min(w, CAPS.get(h, w)) for w, h in zip(natural, headers, strict=True)]
     shown = list(range(len(headers)))
     if width is None:
@@ -52,19 +53,18 @@ def fit(headers: tuple[str, ...], cells: list[tuple[str, ...]], width: int | Non
     return Layout(shown, [widths[i] for i in shown], [headers[i] for i in range(len(headers)) if i not in shown])
 
 
-def render(headers: tuple[str, ...], cells: list[tuple[str, ...]], layout: Layout) -> str:
-    """The header line and one line per row; the last column is not padded (no trailing spaces)."""
-    # one format string for every line: 100,000 lines in a fraction of a second
+def render(headers: tuple[str, ...], columns: Sequence[Sequence[str]], layout: Layout) -> str:
+    """The header line and one line per row (cells given column by column); the last column is not padded (no trailing spaces)."""
+    # one format string for every line, `map`ped over the columns: 100,000 lines in a fraction of a second
     template = GAP.join([*(f"{{:<{w}}}" for w in layout.widths[:-1]), "{}"])
-    capped = [(pos, w) for pos, (i, w) in enumerate(zip(layout.shown, layout.widths, strict=True)) if headers[i] in CAPS]
-    lines = []
-    for row in (headers, *cells):
-        values = [row[i] for i in layout.shown]
-        for pos, w in capped:
-            if len(values[pos]) > w:
-                values[pos] = _cut(values[pos], w)
-        lines.append(template.format(*values))
-    return "\n".join(lines)
+    shown: list[Sequence[str]] = []
+    for i, w in zip(layout.shown, layout.widths, strict=True):
+        column = columns[i]
+        if headers[i] in CAPS and max(map(len, column), default=0) > w:
+            column = [_cut(text, w) for text in column]
+        shown.append(column)
+    header = template.format(*(headers[i] for i in layout.shown))
+    return "\n".join([header, *map(template.format, *shown)])
 
 
 def _cut(text: str, width: int) -> str:

@@ -36,8 +36,10 @@ def review_dir(html: Path) -> Path:
 def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, reviews: bool) -> Written:
     """Write the index pages (and with `reviews`, every snapshot's review page first); `HtmlReportError` where it cannot."""
     from genrun.analysis import render_index_html
-    from genrun.analysis.html_report import IndexLine, StoreIndex, write_html
+    from genrun.analysis.html_report import HtmlReportError, IndexLine, StoreIndex, write_html
 
+    if not html.parent.is_dir():  # before listing 100,000 snapshots, not after (write_html says the same)
+        raise HtmlReportError(f"--html {html}: directory {html.parent} does not exist; create it first")
     listing = list_store(store, allowed_signers)
     for note in listing.notes:
         stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -16,12 +16,13 @@ from genrun.runner.errors import GenrunError
 from genrun.runner.listing import Listing, SnapshotRow, describe, group_sweeps
 
 from ._columns import fit, output_width, render
-from ._output import print_json, stderr_console
 
 __all__ = ["COLUMNS", "SnapshotRow", "describe", "group_sweeps", "handle", "select"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
+TERMINAL_ROWS = 200
+"""Rows `ls` prints to a terminal without `--limit`: a screenful or two, whatever the store holds (piped: all)."""
 SORT_KEYS: dict[str, Callable[[SnapshotRow], tuple]] = {
     "time": lambda r: (r.created or "", r.id),
     "name": lambda r: (r.name or "", r.id),
@@ -61,7 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sort", choices=SORT_KEYS, metavar="KEY",
                         help=f"order by KEY ({', '.join(SORT_KEYS)}); default: time, each sweep's items under their sweep")
     parser.add_argument("--reverse", action="store_true", help="the opposite order (newest first by default)")
-    parser.add_argument("--limit", type=int, metavar="N", help="at most N rows (after filtering and sorting)")
+    parser.add_argument("--limit", type=int, metavar="N",
+                        help=f"at most N rows (after filtering and sorting); 0: every row. Default: every row when piped or with --json; "
+                             f"on a terminal the newest {TERMINAL_ROWS} (the last in time order, the first with --reverse; the first "
+                             f"of a --sort), with a line saying how many are left out")
     parser.add_argument("--no-index", action="store_true", help="read every snapshot from its files (ignore the store index)")
     parser.set_defaults(handler=handle)
 
@@ -70,22 +74,38 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
     from genrun.runner.store import resolve_store
 
-    if args.limit is not None and args.limit < 1:
-        raise GenrunError(f"--limit {args.limit}: must be at least 1; leave it out to list every snapshot")
+    if args.limit is not None and args.limit < 0:
+        raise GenrunError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
     since, until = _when("--since", args.since), _when("--until", args.until)
     store = resolve_store(args.store)
     listing = list_store(store, args.allowed_signers, use_index=not args.no_index)
-    for note in listing.notes:
-        stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    notes = [f"note: {note}" for note in listing.notes]
     rows = select(listing, args, since, until)
     if args.json:
+        _notes(notes)
+        from ._output import print_json
+
         print_json({"store": str(store), "total": len(listing.rows), "snapshots": [row._asdict() for row in rows]})
         return 0
-    for row in rows:
-        if row.changed:
-            stderr_console.print(f"note: {row.id}: {row.changed}", markup=False, highlight=False, soft_wrap=True)
-    _print_table(rows, len(listing.rows), store)
+    more = ""
+    if args.limit is None and sys.stdout.isatty() and len(rows) > TERMINAL_ROWS:
+        # the newest: the last rows in time order (the default), the first with --reverse; the first of any --sort
+        newest_last = not args.reverse and not args.sort
+        hidden = f"{len(rows) - TERMINAL_ROWS:,} {'earlier' if newest_last else 'later'}"
+        rows = rows[-TERMINAL_ROWS:] if newest_last else rows[:TERMINAL_ROWS]
+        more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
+    _notes(notes + [f"note: {row.id}: {row.changed}" for row in rows if row.changed])
+    _print_table(rows, len(listing.rows), store, more)
     return 0
+
+
+def _notes(lines: list[str]) -> None:
+    """Diagnostics on stderr (rich is imported only when there is one: most listings have none)."""
+    if lines:
+        from ._output import stderr_console
+
+        for line in lines:
+            stderr_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def select(listing: Listing, args: argparse.Namespace, since: datetime | None, until: datetime | None) -> list[SnapshotRow]:
@@ -152,27 +172,25 @@ def _parsed(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _cells(row: SnapshotRow, shown_sweeps: set[str]) -> tuple[str, ...]:
-    generated = "-" if row.generated is None else f"{row.generated:,}"
-    ident = f"  └ {row.id}" if row.sweep in shown_sweeps else row.id  # a sweep's items right under it
-    state = f"{row.state} (seal changed)" if row.changed else row.state
-    return (ident, state, "yes" if row.sealed else "no", generated, row.stop_reasons, row.signoffs)
+def _columns(rows: list[SnapshotRow]) -> list[list[str]]:
+    """The table's cells column by column (`COLUMNS`' order): one comprehension a column, not one tuple a row."""
+    idents = [row.id for row in rows]
+    if any(row.sweep for row in rows):  # a sweep's items right under it, marked when their sweep is shown above
+        seen: set[str] = set()
+        for i, row in enumerate(rows):
+            if row.sweep in seen:
+                idents[i] = f"  └ {row.id}"
+            seen.add(row.id)
+    return [idents, [f"{r.state} (seal changed)" if r.changed else r.state for r in rows], ["yes" if r.sealed else "no" for r in rows],
+            ["-" if r.generated is None else f"{r.generated:,}" for r in rows], [r.stop_reasons for r in rows], [r.signoffs for r in rows]]
 
 
-def _print_table(rows: list[SnapshotRow], total: int, store: Path) -> None:
-    shown_ids: set[str] = set()
-    cells = []
-    if any(row.sweep for row in rows):
-        for row in rows:
-            cells.append(_cells(row, shown_ids))
-            shown_ids.add(row.id)
-    else:
-        cells = [_cells(row, shown_ids) for row in rows]
+def _print_table(rows: list[SnapshotRow], total: int, store: Path, more: str) -> None:
+    cells = _columns(rows)
     width = output_width()
     layout = fit(COLUMNS, cells, width)
     counted = f"{len(rows):,} of {total:,}" if len(rows) != total else f"{total:,}"
-    sys.stdout.write(f"{counted} snapshot(s) in {store}\n{render(COLUMNS, cells, layout)}\n")
+    sys.stdout.write(f"{counted} snapshot(s) in {store}\n{render(COLUMNS, cells, layout)}\n{more}")
     sys.stdout.flush()
     if layout.dropped:
-        stderr_console.print(f"(columns {', '.join(layout.dropped)} left out to fit {width} columns; see them with --json or a wider terminal)",
-                             markup=False, highlight=False)
+        _notes([f"(columns {', '.join(layout.dropped)} left out to fit {width} columns; see them with --json or a wider terminal)"])
