@@ -118,10 +118,12 @@ def format_validation_error(exc: ValidationError, where: str, root: type[BaseMod
 
 
 def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str:
-    loc = tuple(err["loc"])
+    loc = tuple(part for part in err["loc"] if not _is_union_label(part))
     if err["type"] == "extra_forbidden":
         return unknown_key_message(loc[:-1], str(loc[-1]), _fields_at(loc[:-1], root))
     table, key = table_name(loc[:-1]), loc[-1] if loc else "?"
+    if len(loc) >= 2 and isinstance(key, int):  # an item of a list: `[input] audio[1]`, not `[input.audio] 1`
+        table, key = table_name(loc[:-2]), table_name(loc[-2:])
     place = f"[{table}] {key}" if table else f"top-level key {key!r}"
     if err["type"] == "missing":
         return f"missing {place}; add it ({_field_doc(loc, root) or 'required'})"
@@ -129,8 +131,24 @@ def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str
     message = err["msg"].removeprefix("Value error, ")
     if loc and loc[-1] in ("prompt", "prompts") or err["type"].startswith("string_too_short"):
         message = f"{message} (an empty value is refused: give some text)"
-    shown = f" = {value!r}" if not isinstance(value, dict) else ""
+    shown = f" = {shorten(value)}" if not isinstance(value, dict) else ""
     return f"{place}{shown}: {message}"
+
+
+MAX_SHOWN_CHARS = 80
+"""A value quoted in a refusal is cut to this many characters (a 100,000-character path is named, not printed)."""
+
+
+def shorten(value: Any) -> str:
+    """`repr(value)`, cut to `MAX_SHOWN_CHARS` with its full length said."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:MAX_SHOWN_CHARS]}… ({len(text):,} characters)"
+
+
+def _is_union_label(part: int | str) -> bool:
+    """pydantic names the member of a union an error is about in `loc` (`'list of paths'`, `'tuple[str, ...]'`);
+    field names never hold a space or a bracket, so those parts are labels, not keys."""
+    return isinstance(part, str) and (" " in part or "[" in part)
 
 
 def table_name(loc: tuple) -> str:
