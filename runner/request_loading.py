@@ -4,6 +4,8 @@ Nothing here writes anything; a refused request leaves the store untouched (exit
 """
 
 import difflib
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -12,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 if TYPE_CHECKING:  # the type of `ValidationError.errors()` items; pydantic_core comes with pydantic
     from pydantic_core import ErrorDetails
 
+from genrun._safe_read import kind_of
 from genrun.schemas import Request, layout
 
 from .errors import RequestError
@@ -96,18 +99,36 @@ def _format_of(path: Path) -> str:
 
 
 def _read_source(path: Path) -> bytes:
+    return read_user_file(path, "request file", MAX_REQUEST_BYTES,
+                          "is this the right file? long inputs belong in files the request points to")
+
+
+def read_user_file(path: Path, what: str, limit: int, hint: str) -> bytes:
+    """The bytes of the regular file `path` (links followed), at most `limit` of them; RequestError names `what`.
+
+    Opened without blocking and checked on the open descriptor before a byte is read, so a FIFO (which would block
+    forever), a device (`/dev/zero` never ends) or a directory is refused, and a file whose size the kernel does not
+    report (`/proc/...`) is still cut at `limit`. `hint` ends the too-large refusal."""
+    shown = shorten(path, quoted=False)
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise RequestError(f"request file {path} does not exist") from None
-    if not path.is_file():
-        raise RequestError(f"request {path} is not a file")
-    if size > MAX_REQUEST_BYTES:
-        raise RequestError(
-            f"request file {path} is {size:,} bytes; requests are at most {MAX_REQUEST_BYTES:,} bytes "
-            "(is this the right file? long inputs belong in files the request points to)"
-        )
-    return path.read_bytes()
+        raise RequestError(f"{what} {shown} does not exist") from None
+    except OSError as exc:
+        raise RequestError(f"{what} {shown} cannot be opened ({exc.strerror}); give a readable file") from None
+    with os.fdopen(fd, "rb") as file:
+        mode, size = (st := os.fstat(fd)).st_mode, st.st_size
+        if not stat.S_ISREG(mode):
+            raise RequestError(f"{what} {shown} is {kind_of(mode)}, not a regular file; give a file")
+        if size > limit:
+            raise RequestError(f"{what} {shown} is {size:,} bytes; at most {limit:,} ({hint})")
+        try:
+            data = file.read(limit + 1)
+        except OSError as exc:
+            raise RequestError(f"{what} {shown} cannot be read ({exc.strerror}); give a readable file") from None
+    if len(data) > limit:  # grew while read, or a size the kernel does not report
+        raise RequestError(f"{what} {shown} is more than {limit:,} bytes ({hint})")
+    return data
 
 
 def format_validation_error(exc: ValidationError, where: str, root: type[BaseModel] = Request) -> str:
@@ -139,9 +160,9 @@ MAX_SHOWN_CHARS = 80
 """A value quoted in a refusal is cut to this many characters (a 100,000-character path is named, not printed)."""
 
 
-def shorten(value: Any) -> str:
-    """`repr(value)`, cut to `MAX_SHOWN_CHARS` with its full length said."""
-    text = repr(value)
+def shorten(value: Any, *, quoted: bool = True) -> str:
+    """`repr(value)` (or `str(value)`, not `quoted`), cut to `MAX_SHOWN_CHARS` with its full length said."""
+    text = repr(value) if quoted else str(value)
     return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:MAX_SHOWN_CHARS]}… ({len(text):,} characters)"
 
 
