@@ -1,7 +1,7 @@
 """`genrun plan`: validate a request, identify code/model/environment, check the budget, freeze.
 
 Order matters: cheap refusals (request, backend, model path, the backend's own validation, entry
-points, budget) come before hashing gigabytes of weights, and nothing touches the store until
+points, imported to check each names a function its module defines, budget) come before hashing gigabytes of weights, and nothing touches the store until
 everything passed. Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
 """
 
@@ -17,7 +17,7 @@ from genrun.snapshot_dir import SnapshotDir
 from . import _hash_cache
 from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
-from .backends.entrypoint import user_import_paths
+from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
@@ -73,11 +73,13 @@ def prepare_plan(
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     processor = identify_processor(request.model, base_dir)
-    with user_import_paths([base_dir]):  # a backend's user code (a loop, its budget) is imported beside the request
-        backend.validate_request(with_processor_path(request, processor), resolved.path, context)
-    input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     user_code += [CodeRef(field, value) for field, value in getattr(backend, "user_code", lambda _request: ())(request)]
+    with user_import_paths([base_dir]):  # user code (an entry point, a loader, a loop, its budget) is imported beside the request
+        backend.validate_request(with_processor_path(request, processor), resolved.path, context)
+        for ref in user_code:  # each must be a function its module defines (`resolve_callable`): a typo fails the plan
+            resolve_callable(ref.value, ref.field)
+    input_files = identify_input_files(request.input, base_dir)
     code = identify_code(user_code, [base_dir], resolved.path, genrun_code=context.genrun_code())
     model = identify_model(request.model, base_dir).model_copy(update={"processor": processor})
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)

@@ -99,9 +99,9 @@ def _long_number_place(text: str) -> str:
 
 
 def _key(path: tuple[str, ...]) -> str:
-    """`[budget] input_seconds`, `[generation] suppress_tokens[3]`, or a top-level key."""
+    """`[budget] input_seconds`, `[generation] suppress_tokens[3]`, `[sweep.executor] num_gpus`, or a top-level key."""
     if not path:
         return "the request"
-    if len(path) == 1:
-        return path[0]
-    return f"[{path[0]}] " + ".".join(path[1:]).replace(".[", "[")
+    last = max((i for i, part in enumerate(path) if not part.startswith("[")), default=0)  # the key; list indexes follow it
+    key = "".join(path[last:])
+    return f"[{'.'.join(path[:last]).replace('.[', '[')}] {key}" if last else key
