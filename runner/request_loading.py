@@ -100,16 +100,17 @@ def _format_of(path: Path) -> str:
 
 def _read_source(path: Path) -> bytes:
     return read_user_file(path, "request file", MAX_REQUEST_BYTES,
-                          "is this the right file? long inputs belong in files the request points to")
+                          f"requests are at most {MAX_REQUEST_BYTES:,} bytes (is this the right file? long inputs belong in files "
+                          "the request points to)")
 
 
-def read_user_file(path: Path, what: str, limit: int, hint: str) -> bytes:
+def read_user_file(path: Path, what: str, limit: int, too_large: str) -> bytes:
     """The bytes of the regular file `path` (links followed), at most `limit` of them; RequestError names `what`.
 
     Opened without blocking and checked on the open descriptor before a byte is read, so a FIFO (which would block
     forever), a device (`/dev/zero` never ends) or a directory is refused, and a file whose size the kernel does not
-    report (`/proc/...`) is still cut at `limit`. `hint` ends the too-large refusal."""
-    shown = shorten(path, quoted=False)
+    report (`/proc/...`) is still cut at `limit`. `too_large` ends the refusal of a file over `limit` (the limit and the fix)."""
+    shown = shorten(path, quoted=False, limit=MAX_SHOWN_PATH_CHARS)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -121,13 +122,13 @@ def read_user_file(path: Path, what: str, limit: int, hint: str) -> bytes:
         if not stat.S_ISREG(mode):
             raise RequestError(f"{what} {shown} is {kind_of(mode)}, not a regular file; give a file")
         if size > limit:
-            raise RequestError(f"{what} {shown} is {size:,} bytes; at most {limit:,} ({hint})")
+            raise RequestError(f"{what} {shown} is {size:,} bytes; {too_large}")
         try:
             data = file.read(limit + 1)
         except OSError as exc:
             raise RequestError(f"{what} {shown} cannot be read ({exc.strerror}); give a readable file") from None
     if len(data) > limit:  # grew while read, or a size the kernel does not report
-        raise RequestError(f"{what} {shown} is more than {limit:,} bytes ({hint})")
+        raise RequestError(f"{what} {shown} is more than {limit:,} bytes; {too_large}")
     return data
 
 
@@ -158,12 +159,14 @@ def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str
 
 MAX_SHOWN_CHARS = 80
 """A value quoted in a refusal is cut to this many characters (a 100,000-character path is named, not printed)."""
+MAX_SHOWN_PATH_CHARS = 300
+"""A file's path in a refusal is cut to this many characters (real paths are shorter: shown whole)."""
 
 
-def shorten(value: Any, *, quoted: bool = True) -> str:
-    """`repr(value)` (or `str(value)`, not `quoted`), cut to `MAX_SHOWN_CHARS` with its full length said."""
+def shorten(value: Any, *, quoted: bool = True, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`repr(value)` (or `str(value)`, not `quoted`), cut to `limit` characters with its full length said."""
     text = repr(value) if quoted else str(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:MAX_SHOWN_CHARS]}… ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def _is_union_label(part: int | str) -> bool:

@@ -33,5 +33,5 @@ def _fits_a_file_system(path: str) -> str:
     return path
 
 
-PathText = Annotated[str, AfterValidator(_fits_a_file_system)]
+PathText = Annotated[str, AfterValidator(_fits_a_file_system), Field(json_schema_extra={"minLength": 1, "maxLength": MAX_PATH_BYTES})]
 """A file or directory path as a person writes it: not empty, and short enough for a file system to open."""

@@ -20,7 +20,7 @@ from genrun.schemas.request_source import MAX_DEPTH
 from genrun.schemas.sweep import SweepBody, SweepFile
 
 from ..errors import RequestError
-from ..request_loading import format_validation_error, load_request, parse_request, read_user_file, shorten
+from ..request_loading import MAX_SHOWN_PATH_CHARS, format_validation_error, load_request, parse_request, read_user_file, shorten
 
 MAX_SWEEP_BYTES = 1 << 20  # a sweep file is a few lines; the dataset is a separate file
 MAX_DATASET_BYTES = 256 << 20
@@ -72,9 +72,10 @@ def load_sweep(path: str | Path) -> SweepSource:
     fmt = layout.REQUEST_SOURCE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise RequestError(f"sweep file {path} has extension {path.suffix!r}; use a .toml or .json file")
-    source = read_user_file(path, "sweep file", MAX_SWEEP_BYTES, "is this the right file? the dataset is a separate file")
+    source = read_user_file(path, "sweep file", MAX_SWEEP_BYTES,
+                            f"sweep files are at most {MAX_SWEEP_BYTES:,} bytes (is this the right file? the dataset is a separate file)")
     try:  # the request decoder: duplicate JSON keys, nesting, over-long numbers and inf/nan are refused as for a request
-        data = layout.decode_request_source(source, fmt, f"sweep file {shorten(str(path), quoted=False)}")
+        data = layout.decode_request_source(source, fmt, f"sweep file {shorten(path, quoted=False, limit=MAX_SHOWN_PATH_CHARS)}")
     except layout.RequestSourceError as exc:
         raise RequestError(str(exc)) from None
     try:
@@ -87,7 +88,8 @@ def load_sweep(path: str | Path) -> SweepSource:
     dataset_path = (path.parent / body.dataset.path).absolute() if body.dataset else None
     dataset_bytes = None
     if dataset_path is not None:
-        dataset_bytes = read_user_file(dataset_path, "[sweep.dataset] path", MAX_DATASET_BYTES, "split the dataset into several sweeps")
+        dataset_bytes = read_user_file(dataset_path, "[sweep.dataset] path", MAX_DATASET_BYTES,
+                                       f"a dataset is at most {MAX_DATASET_BYTES:,} bytes: split it into several sweeps")
     return SweepSource(body, path, source, fmt, base_path, base.source, base.format, base_table, dataset_path, dataset_bytes)
 
 
