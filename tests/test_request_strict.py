@@ -71,7 +71,7 @@ not_callable = 3
 
 # reference -> what the refusal says (the module `entry.py` lies beside the request)
 ENTRY_CASES = {
-    "entry:nope": "module 'entry' has no function 'nope'",
+    "entry:nope": "module 'entry' has no callable 'nope'",
     "entry:not_callable": "is int 3, not a function",
     "entry:Generator": "is type",
     "entry:system": "is builtin_function_or_method <built-in function system>, not a function",

@@ -60,7 +60,7 @@ def resolve_callable(reference: str, field: str) -> Callable[..., Any]:
         raise RequestError(f"{field} {reference!r}: cannot import module {module_name!r} ({exc}); check the module name and its location") from exc
     function = getattr(module, function_name, None)
     if function is None:
-        raise RequestError(f"{field} {reference!r}: module {module_name!r} has no function {function_name!r}; check the function name")
+        raise RequestError(f"{field} {reference!r}: module {module_name!r} has no callable {function_name!r}; check the function name")
     if not inspect.isfunction(function):
         raise RequestError(f"{field} {reference!r} is {type(function).__name__} {function!r:.60}, not a function; {fix}")
     if function.__module__ != module.__name__:
