@@ -246,3 +246,25 @@ def test_a_tokenizer_that_fails_on_the_prompt_is_refused_naming_its_file(tmp_pat
     assert proc.returncode == 2 and "Traceback" not in message, message
     assert "[input] cannot be tokenised" in message and str(model / "tokenizer.json") in message and "re-save" in message, message
     assert _content(store) == before
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ("fifo", "holds a config.json that is a FIFO"),
+    ("{}", "transformers cannot use"),
+    ("not json", "transformers cannot use"),
+])
+def test_a_config_json_transformers_cannot_use_is_refused_naming_it(config: str, named: str, tmp_path: Path) -> None:
+    import os
+
+    model = tmp_path / "model"
+    model.mkdir()
+    if config == "fifo":
+        os.mkfifo(model / "config.json")  # reading it would block forever
+    else:
+        (model / "config.json").write_text(config)
+    store, before = _store_with_a_bystander(tmp_path)
+    proc = run_cli("plan", write_request(tmp_path, tiny_request(model)), "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    assert "[model] path" in message and named in message and "config.json" in message, message
+    assert _content(store) == before

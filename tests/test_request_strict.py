@@ -135,3 +135,65 @@ def test_a_json_sweep_file_with_a_key_given_twice_is_refused(tmp_path: Path, tin
     message = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "'retries' appears twice" in message and "Traceback" not in message, message
     assert not store.exists()
+
+
+def _scalar_types(annotation: object) -> set[type]:
+    """The plain scalar types (`int`, `float`, `bool`, `str`) a field's annotation admits, through unions and `Annotated`."""
+    from typing import Annotated, Union, get_args, get_origin
+    import types
+
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _scalar_types(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return set().union(*(_scalar_types(arg) for arg in get_args(annotation)))
+    return {annotation} & {int, float, bool, str}  # type: ignore[arg-type]
+
+
+def _models(root: type) -> list[type]:
+    """`root` and every model nested in its fields."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    found, stack = [], [root]
+    while stack:
+        model = stack.pop()
+        if model in found:
+            continue
+        found.append(model)
+        for field in model.model_fields.values():
+            nested = [field.annotation, *get_args(field.annotation)]
+            nested += [inner for arg in nested for inner in get_args(arg)]
+            stack += [a for a in nested if isinstance(a, type) and issubclass(a, BaseModel)]
+    return found
+
+
+# What each scalar type must refuse: a boolean is not a number, a number is not a boolean or a string, a string is no number.
+CONFUSIONS = {int: (True, "1", 1.5, 1.0), float: (True, "1", "1e3"), bool: (1, 0, "true"), str: (1, True, 1.5)}
+
+
+def test_every_request_and_sweep_field_refuses_values_of_another_type() -> None:
+    """Strict everywhere, not only where a case was reported: every scalar field of the request and sweep file models."""
+    from pydantic import ValidationError
+
+    from genrun.schemas import Request
+    from genrun.schemas.sweep import SweepFile
+
+    minimal = {"Request": {"name": "x", "model": {"path": "m"}}, "ModelSpec": {"path": "m"}, "ChatMessage": {"role": "user", "content": "x"},
+               "EntrypointSpec": {"callable": "m:f"}, "SweepFile": {"sweep": {"name": "s", "request": "r"}},
+               "SweepBody": {"name": "s", "request": "r"}, "DatasetSpec": {"path": "d"}}
+    checked = []
+    for model in _models(Request) + _models(SweepFile):
+        base = minimal.get(model.__name__, {})
+        model.model_validate(base)  # the minimal table is valid
+        for name, field in model.model_fields.items():
+            types_ = _scalar_types(field.annotation)
+            for wanted in types_:
+                for wrong in CONFUSIONS[wanted]:
+                    if type(wrong) in types_:
+                        continue  # the field also takes this type
+                    with pytest.raises(ValidationError):
+                        model.model_validate({**base, field.alias or name: wrong})
+                    checked.append(f"{model.__name__}.{name} = {wrong!r}")
+    assert len(checked) > 60 and "Request.seed = True" in checked and "ExecutorSpec.num_gpus = '1'" in checked, checked
