@@ -10,6 +10,8 @@ import pytest
 
 from conftest import run_cli, tiny_request, write_request
 
+from _refusal_helpers import store_content, store_with_a_bystander
+
 CASES = {
     "generation typo": (
         dict(generation="max_new_token = 5"),
@@ -182,18 +184,6 @@ def test_what_the_request_alone_shows_wrong_is_refused_before_torch_is_imported(
     assert problem in done.stderr and not (tmp_path / "s").exists()
 
 
-def _store_with_a_bystander(tmp_path: Path) -> tuple[Path, list[tuple[str, bytes]]]:
-    """A store that already holds something, and its content: a refusal must leave both exactly as they were."""
-    store = tmp_path / "store"
-    (store / "earlier").mkdir(parents=True)
-    (store / "earlier" / "note.txt").write_text("kept")
-    return store, _content(store)
-
-
-def _content(store: Path) -> list[tuple[str, bytes]]:
-    return sorted((str(p.relative_to(store)), p.read_bytes() if p.is_file() else b"") for p in store.rglob("*"))
-
-
 @pytest.mark.parametrize("model_path", [".", "..", "~", "/"])
 def test_a_model_directory_without_config_json_is_refused_before_it_is_walked(
         model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,14 +193,14 @@ def test_a_model_directory_without_config_json_is_refused_before_it_is_walked(
     walked: list[str] = []
     real_walk = os.walk
     monkeypatch.setattr(os, "walk", lambda top, *a, **k: walked.append(str(top)) or real_walk(top, *a, **k))
-    store, before = _store_with_a_bystander(tmp_path)
+    store, before = store_with_a_bystander(tmp_path)
     request = write_request(tmp_path, tiny_request(Path(model_path)))
     proc = run_cli("plan", request, "--store", store)
     message = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in message, message
     assert f"[model] path {model_path!r}" in message and "holds no config.json" in message, message
     assert walked == [], walked  # refused before the model directory (or anything) was walked
-    assert _content(store) == before
+    assert store_content(store) == before
 
 
 @pytest.mark.parametrize("field", ["[model] processor", "[input] audio", "[input] images"])
@@ -219,13 +209,13 @@ def test_a_path_longer_than_a_file_system_allows_is_refused(field: str, tmp_path
     table, key = field.strip("[").split("] ")
     value = "x" * 100_000
     text = tiny_request(tiny_lm).replace(f"[{table}]\n", f'[{table}]\n{key} = "{value}"\n')
-    store, before = _store_with_a_bystander(tmp_path)
+    store, before = store_with_a_bystander(tmp_path)
     proc = run_cli("plan", write_request(tmp_path, text), "--store", store)
     message = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in message, message
     assert field in message and "longer than a file system allows" in message and "100,000 bytes" in message, message
     assert len(message) < 1000  # the value is named, not printed
-    assert _content(store) == before
+    assert store_content(store) == before
 
 
 def test_a_tokenizer_that_fails_on_the_prompt_is_refused_naming_its_file(tmp_path: Path, tiny_lm: Path) -> None:
@@ -240,12 +230,12 @@ def test_a_tokenizer_that_fails_on_the_prompt_is_refused_naming_its_file(tmp_pat
     del tokenizer["model"]["vocab"]["<unk>"]
     tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if t["content"] != "<unk>"]
     (model / "tokenizer.json").write_text(json.dumps(tokenizer))
-    store, before = _store_with_a_bystander(tmp_path)
+    store, before = store_with_a_bystander(tmp_path)
     proc = run_cli("plan", write_request(tmp_path, tiny_request(model, prompt="hello there")), "--store", store)
     message = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in message, message
     assert "[input] cannot be tokenised" in message and str(model / "tokenizer.json") in message and "re-save" in message, message
-    assert _content(store) == before
+    assert store_content(store) == before
 
 
 @pytest.mark.parametrize(("config", "named"), [
@@ -262,9 +252,9 @@ def test_a_config_json_transformers_cannot_use_is_refused_naming_it(config: str,
         os.mkfifo(model / "config.json")  # reading it would block forever
     else:
         (model / "config.json").write_text(config)
-    store, before = _store_with_a_bystander(tmp_path)
+    store, before = store_with_a_bystander(tmp_path)
     proc = run_cli("plan", write_request(tmp_path, tiny_request(model)), "--store", store)
     message = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in message, message
     assert "[model] path" in message and named in message and "config.json" in message, message
-    assert _content(store) == before
+    assert store_content(store) == before

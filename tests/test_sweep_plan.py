@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from _refusal_helpers import store_content, store_with_a_bystander
 from _sweep_helpers import only_sweep, read, write_sweep
 from genrun.runner.cli import main
 from genrun.runner.errors import RequestError
@@ -170,30 +171,18 @@ def test_the_checkpoint_generation_config_is_read_once_per_sweep(tmp_path: Path,
     assert len(reads) == 1, reads  # nothing is kept from one plan to the next
 
 
-def _sweep_store(tmp_path: Path) -> tuple[Path, list[tuple[str, bytes]]]:
-    """A store holding an earlier file, and its content: a refused sweep must leave it exactly as it was."""
-    store = tmp_path / "store"
-    (store / "earlier").mkdir(parents=True)
-    (store / "earlier" / "note.txt").write_text("kept")
-    return store, _content(store)
-
-
-def _content(store: Path) -> list[tuple[str, bytes]]:
-    return sorted((str(p.relative_to(store)), p.read_bytes() if p.is_file() else b"") for p in store.rglob("*"))
-
-
 def _refused(sweep: Path, tmp_path: Path, *fragments: str) -> None:
     """`genrun sweep plan` in its own process (a regression could hang on a FIFO): exit 2, every fragment named, store unchanged."""
     from conftest import run_cli_subprocess
 
-    store, before = _sweep_store(tmp_path)
+    store, before = store_with_a_bystander(tmp_path)
     done = run_cli_subprocess("sweep", "plan", sweep, "--store", store, timeout=300)
     message = " ".join(done.stderr.split())
     assert done.returncode == 2 and "Traceback" not in message, message
     for fragment in fragments:
         assert fragment in message, message
     assert len(message) < 2000, message  # a hostile value is named, never printed whole
-    assert _content(store) == before
+    assert store_content(store) == before
 
 
 HOSTILE_LINES = {  # dataset line -> what the refusal says
