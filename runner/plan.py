@@ -21,7 +21,7 @@ from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
-from .model_identity import identify_model, resolve_model_dir
+from .model_identity import identify_model, refuse_a_directory_too_large_for_a_model, resolve_model_dir
 from .plan_context import PlanContext
 from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
@@ -72,6 +72,7 @@ def prepare_plan(
     refuse_undeclared_tables(request, backend)
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
+    refuse_a_directory_too_large_for_a_model(resolved, request.model.path)  # `/` is refused, never walked whole
     processor = identify_processor(request.model, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     user_code += [CodeRef(field, value) for field, value in getattr(backend, "user_code", lambda _request: ())(request)]

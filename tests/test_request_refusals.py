@@ -258,3 +258,23 @@ def test_a_config_json_transformers_cannot_use_is_refused_naming_it(config: str,
     assert proc.returncode == 2 and "Traceback" not in message, message
     assert "[model] path" in message and named in message and "config.json" in message, message
     assert store_content(store) == before
+
+
+def test_a_model_directory_too_large_for_a_model_is_refused_before_it_is_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that reads no config.json (the loop) was handed `/`: its remote-code scan and hashing walked every file."""
+    import os
+
+    from genrun.runner.model_identity import MAX_MODEL_ENTRIES
+
+    (tmp_path / "myloop.py").write_text("def generate(model_dir, inputs, generation, recorder):\n    return None\n")
+    text = 'name = "t"\n[model]\npath = "/"\nbackend = "loop"\n[loop]\ncallable = "myloop:generate"\n[input]\nprompt = "hi"\n'
+    walked: list[str] = []
+    real_walk = os.walk
+    monkeypatch.setattr(os, "walk", lambda top, *a, **k: walked.append(str(top)) or real_walk(top, *a, **k))
+    store, before = store_with_a_bystander(tmp_path)
+    proc = run_cli("plan", write_request(tmp_path, text), "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    assert f"[model] path '/' is the directory /, which holds more than {MAX_MODEL_ENTRIES:,} files and folders" in message, message
+    assert walked == [], walked
+    assert store_content(store) == before
