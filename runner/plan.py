@@ -1,8 +1,9 @@
 """`genrun plan`: validate a request, identify code/model/environment, check the budget, freeze.
 
 Order matters: cheap refusals (request, backend, model path, the backend's own validation, entry
-points, imported to check each names a function its module defines, budget) come before hashing gigabytes of weights, and nothing touches the store until
-everything passed. Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
+points, budget) come before hashing gigabytes of weights, and nothing touches the store until
+everything passed. User code the request names is imported beside the request to check that each
+reference is a function its module defines (`resolve_callable`). Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
 """
 
 from collections.abc import Callable, Mapping

@@ -1,5 +1,6 @@
 """Which model class and which processor a transformers checkpoint is loaded with, decided from its config
-and from whether the request names media files (never from the model's name)."""
+and from whether the request names media files (never from the model's name); and the plan-time refusals of a
+checkpoint whose config or tokenizer transformers cannot use, naming the file instead of a library traceback."""
 
 import stat
 from pathlib import Path
