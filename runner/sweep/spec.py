@@ -108,7 +108,7 @@ def expand_items(sweep: SweepSource) -> list[ItemSpec]:
         sizes = " x ".join(factors)
         raise RequestError(f"the sweep has {count:,} items ({sizes}); a sweep holds at most {MAX_SWEEP_ITEMS:,} "
                            "(each item is its own snapshot): split it into several sweeps, or give fewer values")
-    rows: list[tuple[int | None, dict[str, Any]]] = dataset_rows(sweep, lines) if lines is not None else [(None, {})]
+    rows: list[tuple[int | None, dict[str, Any]]] = [*dataset_rows(sweep, lines)] if lines is not None else [(None, {})]
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] if grid else [{}]
     items: list[ItemSpec] = []
     for line, row in rows:

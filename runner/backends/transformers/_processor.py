@@ -2,6 +2,7 @@
 and from whether the request names media files (never from the model's name); and the plan-time refusals of a
 checkpoint whose config or tokenizer transformers cannot use, naming the file instead of a library traceback."""
 
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -24,15 +25,15 @@ def require_checkpoint_config(context: PlanContext, request: Request, model_dir:
     (`[model] path = "/"` or `"~"` is refused at once instead of hashing every file under it)."""
     config_file = model_dir / "config.json"
     try:
-        mode, size = (st := config_file.stat()).st_mode, st.st_size
+        st: os.stat_result | None = config_file.stat()
     except OSError:
-        mode = size = None
+        st = None
     fix = "give the directory a transformers model was saved to (the one holding config.json), or name another [model] backend"
-    if mode is None or not stat.S_ISREG(mode):
-        found = "holds no config.json" if mode is None else f"holds a config.json that is {kind_of(mode)}"
+    if st is None or not stat.S_ISREG(st.st_mode):
+        found = "holds no config.json" if st is None else f"holds a config.json that is {kind_of(st.st_mode)}"
         raise RequestError(f"[model] path {request.model.path!r} is the directory {model_dir}, which {found}; {fix}")
-    if size is not None and size > MAX_CONFIG_BYTES:
-        raise RequestError(f"[model] path {request.model.path!r}: {config_file} is {size:,} bytes, more than a config "
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise RequestError(f"[model] path {request.model.path!r}: {config_file} is {st.st_size:,} bytes, more than a config "
                            f"({MAX_CONFIG_BYTES:,} at most); {fix}")
     try:
         return checkpoint_config(context, model_dir, request.model.trust_remote_code)
