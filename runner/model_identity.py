@@ -69,8 +69,6 @@ def hf_hub_cache_dir() -> Path:
 def resolve_model_dir(spec: ModelSpec, base_dir: Path) -> ResolvedModel:
     """Resolve `[model] path`: a local directory (relative to `base_dir`, then the CWD), else a hub id in the HF cache."""
     given = Path(spec.path).expanduser()
-    if len(os.fsencode(spec.path)) > os.pathconf("/", "PC_PATH_MAX") or any(len(os.fsencode(part)) > os.pathconf("/", "PC_NAME_MAX") for part in given.parts):
-        raise RequestError(f"[model] path {spec.path[:60]!r}… is longer than this filesystem allows for a path; give the model's directory")
     candidates = [given] if given.is_absolute() else list(dict.fromkeys([Path(base_dir) / given, Path.cwd() / given]))  # once if the same
     for candidate in candidates:
         if candidate.is_dir():
@@ -143,6 +141,30 @@ def _read_ref(repo: Path, hub_id: str, revision: str) -> str:
     if not _COMMIT_HEX.fullmatch(commit):
         raise RequestError(f"[model] {ref} holds {commit[:80]!r}, not a 40-hex commit; re-fetch with `hf download {hub_id}`")
     return commit
+
+
+MAX_MODEL_ENTRIES = 10_000
+"""Files and folders a model directory may hold: checkpoints hold a few to a few hundred; a directory with more is not a
+model directory (`/`, a home directory) and is refused before anything walks or hashes all of it."""
+
+
+def refuse_a_directory_too_large_for_a_model(resolved: ResolvedModel, requested: str) -> None:
+    """Count entries under the model directory (links not followed, dot-directories skipped, as hashing skips them) and stop
+    at `MAX_MODEL_ENTRIES`: a few milliseconds for a checkpoint, a bounded moment for `/`."""
+    seen, stack = 0, [resolved.path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_MODEL_ENTRIES:
+                        raise RequestError(
+                            f"[model] path {requested!r} is the directory {resolved.path}, which holds more than {MAX_MODEL_ENTRIES:,} "
+                            "files and folders: not a model's directory; give the directory the model was saved to")
+                    if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                        stack.append(Path(entry.path))
+        except (PermissionError, FileNotFoundError, NotADirectoryError):
+            continue  # hashing names an unreadable directory; this count only bounds the walk
 
 
 def identify_model(spec: ModelSpec, base_dir: Path) -> ModelIdentity:

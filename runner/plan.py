@@ -2,7 +2,8 @@
 
 Order matters: cheap refusals (request, backend, model path, the backend's own validation, entry
 points, budget) come before hashing gigabytes of weights, and nothing touches the store until
-everything passed. Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
+everything passed. User code the request names is imported beside the request to check that each
+reference is a function its module defines (`resolve_callable`). Every backend-specific decision is the backend's (`genrun.runner.backends.Backend`).
 """
 
 from collections.abc import Callable, Mapping
@@ -17,11 +18,11 @@ from genrun.snapshot_dir import SnapshotDir
 from . import _hash_cache
 from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
-from .backends.entrypoint import user_import_paths
+from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
-from .model_identity import identify_model, resolve_model_dir
+from .model_identity import identify_model, refuse_a_directory_too_large_for_a_model, resolve_model_dir
 from .plan_context import PlanContext
 from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
@@ -72,12 +73,15 @@ def prepare_plan(
     refuse_undeclared_tables(request, backend)
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
+    refuse_a_directory_too_large_for_a_model(resolved, request.model.path)  # `/` is refused, never walked whole
     processor = identify_processor(request.model, base_dir)
-    with user_import_paths([base_dir]):  # a backend's user code (a loop, its budget) is imported beside the request
-        backend.validate_request(with_processor_path(request, processor), resolved.path, context)
-    input_files = identify_input_files(request.input, base_dir)
     user_code = code_refs(request.entrypoint.callable if request.entrypoint else None, request.model.loader)
     user_code += [CodeRef(field, value) for field, value in getattr(backend, "user_code", lambda _request: ())(request)]
+    with user_import_paths([base_dir]):  # user code (an entry point, a loader, a loop, its budget) is imported beside the request
+        backend.validate_request(with_processor_path(request, processor), resolved.path, context)
+        for ref in user_code:  # each must be a function its module defines (`resolve_callable`): a typo fails the plan
+            resolve_callable(ref.value, ref.field)
+    input_files = identify_input_files(request.input, base_dir)
     code = identify_code(user_code, [base_dir], resolved.path, genrun_code=context.genrun_code())
     model = identify_model(request.model, base_dir).model_copy(update={"processor": processor})
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)

@@ -4,6 +4,8 @@ Nothing here writes anything; a refused request leaves the store untouched (exit
 """
 
 import difflib
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -12,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 if TYPE_CHECKING:  # the type of `ValidationError.errors()` items; pydantic_core comes with pydantic
     from pydantic_core import ErrorDetails
 
+from genrun._safe_read import kind_of
 from genrun.schemas import Request, layout
 
 from .errors import RequestError
@@ -96,18 +99,37 @@ def _format_of(path: Path) -> str:
 
 
 def _read_source(path: Path) -> bytes:
+    return read_user_file(path, "request file", MAX_REQUEST_BYTES,
+                          f"requests are at most {MAX_REQUEST_BYTES:,} bytes (is this the right file? long inputs belong in files "
+                          "the request points to)")
+
+
+def read_user_file(path: Path, what: str, limit: int, too_large: str) -> bytes:
+    """The bytes of the regular file `path` (links followed), at most `limit` of them; RequestError names `what`.
+
+    Opened without blocking and checked on the open descriptor before a byte is read, so a FIFO (which would block
+    forever), a device (`/dev/zero` never ends) or a directory is refused, and a file whose size the kernel does not
+    report (`/proc/...`) is still cut at `limit`. `too_large` ends the refusal of a file over `limit` (the limit and the fix)."""
+    shown = shorten(path, quoted=False, limit=MAX_SHOWN_PATH_CHARS)
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise RequestError(f"request file {path} does not exist") from None
-    if not path.is_file():
-        raise RequestError(f"request {path} is not a file")
-    if size > MAX_REQUEST_BYTES:
-        raise RequestError(
-            f"request file {path} is {size:,} bytes; requests are at most {MAX_REQUEST_BYTES:,} bytes "
-            "(is this the right file? long inputs belong in files the request points to)"
-        )
-    return path.read_bytes()
+        raise RequestError(f"{what} {shown} does not exist") from None
+    except OSError as exc:
+        raise RequestError(f"{what} {shown} cannot be opened ({exc.strerror}); give a readable file") from None
+    with os.fdopen(fd, "rb") as file:
+        mode, size = (st := os.fstat(fd)).st_mode, st.st_size
+        if not stat.S_ISREG(mode):
+            raise RequestError(f"{what} {shown} is {kind_of(mode)}, not a regular file; give a file")
+        if size > limit:
+            raise RequestError(f"{what} {shown} is {size:,} bytes; {too_large}")
+        try:
+            data = file.read(limit + 1)
+        except OSError as exc:
+            raise RequestError(f"{what} {shown} cannot be read ({exc.strerror}); give a readable file") from None
+    if len(data) > limit:  # grew while read, or a size the kernel does not report
+        raise RequestError(f"{what} {shown} is more than {limit:,} bytes; {too_large}")
+    return data
 
 
 def format_validation_error(exc: ValidationError, where: str, root: type[BaseModel] = Request) -> str:
@@ -118,10 +140,12 @@ def format_validation_error(exc: ValidationError, where: str, root: type[BaseMod
 
 
 def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str:
-    loc = tuple(err["loc"])
+    loc = tuple(part for part in err["loc"] if not _is_union_label(part))
     if err["type"] == "extra_forbidden":
         return unknown_key_message(loc[:-1], str(loc[-1]), _fields_at(loc[:-1], root))
     table, key = table_name(loc[:-1]), loc[-1] if loc else "?"
+    if len(loc) >= 2 and isinstance(key, int):  # an item of a list: `[input] audio[1]`, not `[input.audio] 1`
+        table, key = table_name(loc[:-2]), table_name(loc[-2:])
     place = f"[{table}] {key}" if table else f"top-level key {key!r}"
     if err["type"] == "missing":
         return f"missing {place}; add it ({_field_doc(loc, root) or 'required'})"
@@ -129,8 +153,26 @@ def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str
     message = err["msg"].removeprefix("Value error, ")
     if loc and loc[-1] in ("prompt", "prompts") or err["type"].startswith("string_too_short"):
         message = f"{message} (an empty value is refused: give some text)"
-    shown = f" = {value!r}" if not isinstance(value, dict) else ""
+    shown = f" = {shorten(value)}" if not isinstance(value, dict) else ""
     return f"{place}{shown}: {message}"
+
+
+MAX_SHOWN_CHARS = 80
+"""A value quoted in a refusal is cut to this many characters (a 100,000-character path is named, not printed)."""
+MAX_SHOWN_PATH_CHARS = 300
+"""A file's path in a refusal is cut to this many characters (real paths are shorter: shown whole)."""
+
+
+def shorten(value: Any, *, quoted: bool = True, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`repr(value)` (or `str(value)`, not `quoted`), cut to `limit` characters with its full length said."""
+    text = repr(value) if quoted else str(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def _is_union_label(part: int | str) -> bool:
+    """pydantic names the member of a union an error is about in `loc` (`'list of paths'`, `'tuple[str, ...]'`);
+    field names never hold a space or a bracket, so those parts are labels, not keys."""
+    return isinstance(part, str) and (" " in part or "[" in part)
 
 
 def table_name(loc: tuple) -> str:

@@ -7,9 +7,9 @@ so the table is typed as plain JSON values here and what the runner accepted is 
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator, model_validator
 
-from ._base import FiniteFloat, Strict
+from ._base import FiniteFloat, PathText, Strict
 from .inputs import MediaKind
 
 BackendName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][\w.-]*$")]
@@ -17,13 +17,19 @@ BackendName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][\w.-]*$")]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 UnitName = Literal["token", "frame"]  # the `Unit`s a request may name; `step` is the diffusers backend's own
 
+OneOrMorePaths = Annotated[
+    Annotated[PathText, Tag("one path")] | Annotated[tuple[PathText, ...], Tag("list of paths")],
+    Discriminator(lambda value: "one path" if isinstance(value, str) else "list of paths"),
+]
+"""A string (one file) or a list of them; only the shape given is validated, so an error names that shape's problem."""
+
 _CALLABLE_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 
 class ModelSpec(Strict):
     """`[model]`: which weights, how to load them and where to run them."""
 
-    path: str = Field(min_length=1)
+    path: PathText
     """Local directory, or a hub id resolved from the local Hugging Face cache only (offline)."""
     revision: str | None = None
     """Hub revision (branch, tag or commit) when `path` is a hub id; `None` means `main`."""
@@ -40,7 +46,7 @@ class ModelSpec(Strict):
     """`module:function` called as `fn(path, dtype, device, **loader_kwargs)` -> `(model, tokenizer_or_processor)`."""
     loader_kwargs: dict[str, Any] = {}
     """Keyword arguments for `loader`."""
-    processor: str | None = Field(default=None, min_length=1)
+    processor: PathText | None = None
     """Directory (relative to the request file) the processor / tokenizer is loaded from instead of the checkpoint's own
     (`AutoProcessor` for media requests, else `AutoTokenizer`); `None` uses the checkpoint's. Its files are hashed into
     `model.json` and copied into the snapshot's `processor/` at plan time; execution loads that frozen copy."""
@@ -72,9 +78,9 @@ class InputSpec(Strict):
     """A batch of prompts (left-padded together for causal LMs)."""
     messages: tuple[ChatMessage, ...] | None = Field(default=None, min_length=1)
     """A conversation rendered with the chat template."""
-    audio: str | tuple[str, ...] | None = Field(default=None, min_length=1)
+    audio: OneOrMorePaths | None = Field(default=None, min_length=1)
     """Audio file(s) (WAV, FLAC, OGG, ... anything libsndfile decodes): one batch row each; a single string is one row."""
-    images: str | tuple[str, ...] | None = Field(default=None, min_length=1)
+    images: OneOrMorePaths | None = Field(default=None, min_length=1)
     """Image file(s) (anything Pillow opens): one batch row each; a single string is one row."""
     copy_files: bool = Field(default=True, alias="copy", strict=True)
     """`copy` in the request: copy media files into the snapshot (`inputs/`); `false` freezes only path, size and sha256 (for inputs too
@@ -82,14 +88,6 @@ class InputSpec(Strict):
     processor_kwargs: dict[str, Any] = {}
     """Keyword arguments for the processor / tokenizer call, e.g. `{truncation = false, padding = "longest"}`
     (Whisper's long-form path) or `{truncation = true, max_length = 512}`; what they drop is recorded."""
-
-    @field_validator("audio", "images")
-    @classmethod
-    def _no_empty_path(cls, paths: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
-        for i, p in enumerate((paths,) if isinstance(paths, str) else paths or ()):
-            if not p:
-                raise ValueError(f"file {i} is an empty path; name a file relative to the request file")
-        return paths
 
     def audio_files(self) -> tuple[str, ...]:
         """`audio` as rows (a single string is one row; kept as written so request.json round-trips)."""

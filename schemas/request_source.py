@@ -6,6 +6,7 @@ snapshot's source with the same function to check it still yields `request.json`
 
 import json
 import math
+import re
 import tomllib
 from typing import Any
 
@@ -36,8 +37,9 @@ def decode_request_source(source: bytes, fmt: str, where: str = "request") -> di
                                  "keep one") from None
     except RecursionError:
         raise RequestSourceError(f"{where} is nested too deeply to be a request (at most {MAX_DEPTH} levels)") from None
-    except ValueError as exc:  # Python's limit on integer digits (4,300), raised while parsing
-        raise RequestSourceError(f"{where} holds a number too long to be a request value ({exc}); use a number of at most 19 digits") from None
+    except ValueError:  # Python's limit on integer digits (4,300), raised while parsing, without saying where
+        raise RequestSourceError(f"{where} holds a number too long to be a request value{_long_number_place(text)}; "
+                                 "use a number of at most 19 digits") from None
     if not isinstance(data, dict):
         raise RequestSourceError(f"{where} must hold a table/object at the top level, not {type(data).__name__}")
     check_values(data, where)
@@ -86,10 +88,20 @@ def check_values(data: Any, where: str = "request") -> None:
                                      "use a finite value")
 
 
+def _long_number_place(text: str) -> str:
+    """` at line 4: retries = 99999…` for the first run of digits past Python's limit (4,300), so the refusal names the key."""
+    found = re.search(r"[0-9][0-9_]{4300,}", text)
+    if found is None:
+        return ""
+    line_start = text.rfind("\n", 0, found.start()) + 1
+    before = text[line_start:found.start()].strip()[-60:]
+    return f" at line {text.count(chr(10), 0, found.start()) + 1}: {before} {found.group()[:10]}… ({len(found.group()):,} digits)"
+
+
 def _key(path: tuple[str, ...]) -> str:
-    """`[budget] input_seconds`, `[generation] suppress_tokens[3]`, or a top-level key."""
+    """`[budget] input_seconds`, `[generation] suppress_tokens[3]`, `[sweep.executor] num_gpus`, or a top-level key."""
     if not path:
         return "the request"
-    if len(path) == 1:
-        return path[0]
-    return f"[{path[0]}] " + ".".join(path[1:]).replace(".[", "[")
+    last = max((i for i, part in enumerate(path) if not part.startswith("[")), default=0)  # the key; list indexes follow it
+    key = "".join(path[last:])
+    return f"[{'.'.join(path[:last]).replace('.[', '[')}] {key}" if last else key

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import run_cli, tiny_request, write_request
 
+from _refusal_helpers import store_content, store_with_a_bystander
+
 CASES = {
     "generation typo": (
         dict(generation="max_new_token = 5"),
@@ -180,3 +182,104 @@ def test_what_the_request_alone_shows_wrong_is_refused_before_torch_is_imported(
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert problem in done.stderr and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("model_path", [".", "..", "~", "/"])
+def test_a_model_directory_without_config_json_is_refused_before_it_is_walked(
+        model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`/` used to be walked for a minute (remote code, then every file hashed) before transformers refused it."""
+    import os
+
+    from genrun.runner.model_identity import MAX_MODEL_ENTRIES
+
+    walked: list[str] = []
+    real_walk = os.walk
+    monkeypatch.setattr(os, "walk", lambda top, *a, **k: walked.append(str(top)) or real_walk(top, *a, **k))
+    store, before = store_with_a_bystander(tmp_path)
+    request = write_request(tmp_path, tiny_request(Path(model_path)))
+    proc = run_cli("plan", request, "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    # which refusal comes first depends on the directory: more than MAX_MODEL_ENTRIES entries (`/`, maybe `~`) is refused
+    # before the backend looks for config.json; either names the path and the fix
+    reasons = ("holds no config.json", f"holds more than {MAX_MODEL_ENTRIES:,} files and folders")
+    assert f"[model] path {model_path!r}" in message and any(reason in message for reason in reasons), message
+    assert walked == [], walked  # refused before the model directory (or anything) was walked
+    assert store_content(store) == before
+
+
+@pytest.mark.parametrize("field", ["[model] processor", "[input] audio", "[input] images"])
+def test_a_path_longer_than_a_file_system_allows_is_refused(field: str, tmp_path: Path, tiny_lm: Path) -> None:
+    """A 100,000-character path raised `OSError: File name too long` where it was first opened."""
+    table, key = field.strip("[").split("] ")
+    value = "x" * 100_000
+    text = tiny_request(tiny_lm).replace(f"[{table}]\n", f'[{table}]\n{key} = "{value}"\n')
+    store, before = store_with_a_bystander(tmp_path)
+    proc = run_cli("plan", write_request(tmp_path, text), "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    assert field in message and "longer than a file system allows" in message and "100,000 bytes" in message, message
+    assert len(message) < 1000  # the value is named, not printed
+    assert store_content(store) == before
+
+
+def test_a_tokenizer_that_fails_on_the_prompt_is_refused_naming_its_file(tmp_path: Path, tiny_lm: Path) -> None:
+    """tokenizer.json names `<unk>` as its unknown token but its vocabulary lacks it: encoding an unknown word raised a raw
+    tokenizers `Exception` from the budget."""
+    import json
+    import shutil
+
+    model = tmp_path / "no-unk"
+    shutil.copytree(tiny_lm, model)
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    del tokenizer["model"]["vocab"]["<unk>"]
+    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if t["content"] != "<unk>"]
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    store, before = store_with_a_bystander(tmp_path)
+    proc = run_cli("plan", write_request(tmp_path, tiny_request(model, prompt="hello there")), "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    assert "[input] cannot be tokenised" in message and str(model / "tokenizer.json") in message and "re-save" in message, message
+    assert store_content(store) == before
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ("fifo", "holds a config.json that is a FIFO"),
+    ("{}", "transformers cannot use"),
+    ("not json", "transformers cannot use"),
+])
+def test_a_config_json_transformers_cannot_use_is_refused_naming_it(config: str, named: str, tmp_path: Path) -> None:
+    import os
+
+    model = tmp_path / "model"
+    model.mkdir()
+    if config == "fifo":
+        os.mkfifo(model / "config.json")  # reading it would block forever
+    else:
+        (model / "config.json").write_text(config)
+    store, before = store_with_a_bystander(tmp_path)
+    proc = run_cli("plan", write_request(tmp_path, tiny_request(model)), "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    assert "[model] path" in message and named in message and "config.json" in message, message
+    assert store_content(store) == before
+
+
+def test_a_model_directory_too_large_for_a_model_is_refused_before_it_is_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that reads no config.json (the loop) was handed `/`: its remote-code scan and hashing walked every file."""
+    import os
+
+    from genrun.runner.model_identity import MAX_MODEL_ENTRIES
+
+    (tmp_path / "myloop.py").write_text("def generate(model_dir, inputs, generation, recorder):\n    return None\n")
+    text = 'name = "t"\n[model]\npath = "/"\nbackend = "loop"\n[loop]\ncallable = "myloop:generate"\n[input]\nprompt = "hi"\n'
+    walked: list[str] = []
+    real_walk = os.walk
+    monkeypatch.setattr(os, "walk", lambda top, *a, **k: walked.append(str(top)) or real_walk(top, *a, **k))
+    store, before = store_with_a_bystander(tmp_path)
+    proc = run_cli("plan", write_request(tmp_path, text), "--store", store)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in message, message
+    assert f"[model] path '/' is the directory /, which holds more than {MAX_MODEL_ENTRIES:,} files and folders" in message, message
+    assert walked == [], walked
+    assert store_content(store) == before

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from _refusal_helpers import store_content, store_with_a_bystander
 from _sweep_helpers import only_sweep, read, write_sweep
 from genrun.runner.cli import main
 from genrun.runner.errors import RequestError
@@ -168,3 +169,69 @@ def test_the_checkpoint_generation_config_is_read_once_per_sweep(tmp_path: Path,
     reads.clear()
     assert main(["plan", str(tmp_path / "base.toml"), "--store", str(tmp_path / "lone")]) == 0
     assert len(reads) == 1, reads  # nothing is kept from one plan to the next
+
+
+def _refused(sweep: Path, tmp_path: Path, *fragments: str) -> None:
+    """`genrun sweep plan` in its own process (a regression could hang on a FIFO): exit 2, every fragment named, store unchanged."""
+    from conftest import run_cli_subprocess
+
+    store, before = store_with_a_bystander(tmp_path)
+    done = run_cli_subprocess("sweep", "plan", sweep, "--store", store, timeout=300)
+    message = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "Traceback" not in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert len(message) < 2000, message  # a hostile value is named, never printed whole
+    assert store_content(store) == before
+
+
+HOSTILE_LINES = {  # dataset line -> what the refusal says
+    "5000-digit integer": ('{"seed": ' + "9" * 5000 + "}", "line 1 holds a number too long"),
+    "100k-deep nesting": ('{"generation.suppress_tokens": ' + "[" * 100_000 + "]" * 100_000 + "}", "line 1 is nested too deeply"),
+    "a key with 1,000 dots": ('{"' + ".".join(["input"] * 1001) + '": 1}', "has 1,001 parts"),
+    "a key given twice": ('{"seed": 1, "seed": 2}', "key 'seed' appears twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_LINES))
+def test_a_hostile_dataset_line_is_refused(case: str, tmp_path: Path) -> None:
+    line, named = HOSTILE_LINES[case]
+    sweep = write_sweep(tmp_path, rows=[{"seed": 0}])
+    (tmp_path / "items.jsonl").write_text(line + "\n")
+    _refused(sweep, tmp_path, named)
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/proc/self/mem", "fifo"])
+def test_a_dataset_that_is_not_a_regular_file_is_refused_before_it_is_read(target: str, tmp_path: Path) -> None:
+    """A FIFO hung `sweep plan` forever; /dev/zero filled memory; /proc/self/mem raised an OSError traceback."""
+    import os
+
+    sweep = write_sweep(tmp_path, rows=[{"seed": 0}])
+    if target == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+    sweep.write_text(sweep.read_text().replace('path = "items.jsonl"', f'path = "{target}"'))
+    _refused(sweep, tmp_path, "[sweep.dataset] path", "/mem cannot be read" if target == "/proc/self/mem" else "not a regular file")
+
+
+@pytest.mark.parametrize(("name", "text", "named"), [
+    ("sweep.toml", '[sweep]\nname = "s"\nrequest = "base.toml"\nretries = ' + "9" * 5000 + "\n", "retries = 9999999999… (5,000 digits)"),
+    ("sweep.toml", '[sweep]\nname = "s"\nrequest = "base.toml"\n[sweep.grid]\nseed = ' + "[" * 100_000 + "]" * 100_000 + "\n",
+     "nested too deeply"),
+    ("sweep.json", '{"sweep": {"name": "s", "request": "base.toml", "grid": {"seed": ' + "[" * 100_000 + "]" * 100_000 + "}}}",
+     "nested too deeply"),
+])
+def test_a_hostile_sweep_file_is_refused(name: str, text: str, named: str, tmp_path: Path) -> None:
+    write_sweep(tmp_path)  # the base request beside it
+    sweep = tmp_path / name
+    sweep.write_text(text)
+    _refused(sweep, tmp_path, f"sweep file {sweep}", named)
+
+
+def test_a_grid_over_the_item_limit_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
+    """A 1,000 x 1,000 grid exhausted memory while its million requests were built."""
+    from genrun.runner.sweep.spec import MAX_SWEEP_ITEMS
+
+    sweep = write_sweep(tmp_path, rows=[{"seed": 0}, {"seed": 1}],
+                        grid={"generation.max_new_tokens": list(range(1, 1001)), "generation.top_k": list(range(1, 1001))})
+    _refused(sweep, tmp_path, "the sweep has 2,000,000 items (2 dataset lines x 1,000 'generation.max_new_tokens' x 1,000 "
+             f"'generation.top_k'); a sweep holds at most {MAX_SWEEP_ITEMS:,}", "split it into several sweeps")

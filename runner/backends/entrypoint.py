@@ -12,6 +12,7 @@ return value is also saved verbatim as `outputs/entrypoint-result.txt`.
 
 import contextlib
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -42,15 +43,29 @@ def user_import_paths(paths: Sequence[Path]) -> Iterator[None]:
 
 
 def resolve_callable(reference: str, field: str) -> Callable[..., Any]:
-    """Import `module` and return `function` from `module:function`; errors name the request field."""
+    """Import `module` and return `function` from `module:function`; errors name the request field.
+
+    What user code may be (an entry point, a `[model] loader`, a loop and its budget): a Python function (`def`)
+    defined in the module named, which is not part of Python's standard library. So `os:system` or `sys:exit` (built
+    in), a class, an object with `__call__`, or a function the module only imported from elsewhere are refused: the
+    module named is the code `code.json` hashes, and it must be the code that runs.
+    """
     module_name, _, function_name = reference.partition(":")
+    fix = "name a function defined with def in your own module, e.g. 'my_module:generate'"
+    if module_name.partition(".")[0] in sys.stdlib_module_names:
+        raise RequestError(f"{field} {reference!r}: {module_name!r} is part of Python's standard library, not user code; {fix}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise RequestError(f"{field} {reference!r}: cannot import module {module_name!r} ({exc}); check the module name and its location") from exc
     function = getattr(module, function_name, None)
-    if not callable(function):
+    if function is None:
         raise RequestError(f"{field} {reference!r}: module {module_name!r} has no callable {function_name!r}; check the function name")
+    if not inspect.isfunction(function):
+        raise RequestError(f"{field} {reference!r} is {type(function).__name__} {function!r:.60}, not a function; {fix}")
+    if function.__module__ != module.__name__:
+        raise RequestError(f"{field} {reference!r}: {function_name!r} is defined in {function.__module__!r}, not in {module_name!r} "
+                           f"(which imports it); name the module that defines it: '{function.__module__}:{function.__qualname__}'")
     return function
 
 

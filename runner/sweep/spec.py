@@ -8,7 +8,7 @@ written until every item passed.
 
 import itertools
 import json
-import tomllib
+import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -16,12 +16,20 @@ from pydantic import ValidationError
 
 from genrun.schemas import Request, layout
 from genrun.schemas.digests import sha256_bytes
+from genrun.schemas.request_source import MAX_DEPTH
 from genrun.schemas.sweep import SweepBody, SweepFile
 
 from ..errors import RequestError
-from ..request_loading import format_validation_error, load_request, parse_request
+from ..request_loading import MAX_SHOWN_PATH_CHARS, format_validation_error, load_request, parse_request, read_user_file, shorten
 
 MAX_SWEEP_BYTES = 1 << 20  # a sweep file is a few lines; the dataset is a separate file
+MAX_DATASET_BYTES = 256 << 20
+"""A dataset larger than this is refused (every item is planned into its own snapshot, so this is far more than
+`MAX_SWEEP_ITEMS` lines of any real request needs)."""
+MAX_SWEEP_ITEMS = 10_000
+"""Dataset lines x grid combinations a sweep may hold, counted before anything is expanded: item names carry four
+digits (`<sweep>-0000` .. `<sweep>-9999`), and every item becomes its own planned snapshot. Larger studies are split
+into several sweeps; the limit is not configurable."""
 
 
 class SweepSource(NamedTuple):
@@ -64,11 +72,12 @@ def load_sweep(path: str | Path) -> SweepSource:
     fmt = layout.REQUEST_SOURCE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise RequestError(f"sweep file {path} has extension {path.suffix!r}; use a .toml or .json file")
-    source = _read(path, "sweep file", MAX_SWEEP_BYTES)
-    try:
-        data = tomllib.loads(source.decode()) if fmt == "toml" else json.loads(source)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"sweep file {path} cannot be parsed as {fmt.upper()}: {exc}") from None
+    source = read_user_file(path, "sweep file", MAX_SWEEP_BYTES,
+                            f"sweep files are at most {MAX_SWEEP_BYTES:,} bytes (is this the right file? the dataset is a separate file)")
+    try:  # the request decoder: duplicate JSON keys, nesting, over-long numbers and inf/nan are refused as for a request
+        data = layout.decode_request_source(source, fmt, f"sweep file {shorten(path, quoted=False, limit=MAX_SHOWN_PATH_CHARS)}")
+    except layout.RequestSourceError as exc:
+        raise RequestError(str(exc)) from None
     try:
         body = SweepFile.model_validate(data).sweep
     except ValidationError as exc:
@@ -77,17 +86,29 @@ def load_sweep(path: str | Path) -> SweepSource:
     base = load_request(base_path)  # the base request itself must be valid on its own
     base_table = _parse_table(base.source, base.format)
     dataset_path = (path.parent / body.dataset.path).absolute() if body.dataset else None
-    dataset_bytes = _read(dataset_path, "[sweep.dataset] path", None) if dataset_path else None
+    dataset_bytes = None
+    if dataset_path is not None:
+        dataset_bytes = read_user_file(dataset_path, "[sweep.dataset] path", MAX_DATASET_BYTES,
+                                       f"a dataset is at most {MAX_DATASET_BYTES:,} bytes: split it into several sweeps")
     return SweepSource(body, path, source, fmt, base_path, base.source, base.format, base_table, dataset_path, dataset_bytes)
 
 
 def expand_items(sweep: SweepSource) -> list[ItemSpec]:
-    """Dataset lines (in order) x grid combinations (in the order the grid lists them); each validated as a request."""
-    rows: list[tuple[int | None, dict[str, Any]]] = list(dataset_rows(sweep)) if sweep.dataset_bytes is not None else [(None, {})]
+    """Dataset lines (in order) x grid combinations (in the order the grid lists them); each validated as a request.
+
+    The number of items is counted before anything is expanded: over `MAX_SWEEP_ITEMS` is refused."""
     grid = sweep.body.grid
     for key, values in grid.items():
         if not values:
             raise RequestError(f"[sweep.grid] {key!r} has no values; give at least one or remove the key")
+    lines = dataset_lines(sweep) if sweep.dataset_bytes is not None else None
+    count = (len(lines) if lines is not None else 1) * math.prod(len(values) for values in grid.values())
+    if count > MAX_SWEEP_ITEMS:
+        factors = ([f"{len(lines):,} dataset lines"] if lines is not None else []) + [f"{len(v):,} {k!r}" for k, v in grid.items()]
+        sizes = " x ".join(factors)
+        raise RequestError(f"the sweep has {count:,} items ({sizes}); a sweep holds at most {MAX_SWEEP_ITEMS:,} "
+                           "(each item is its own snapshot): split it into several sweeps, or give fewer values")
+    rows: list[tuple[int | None, dict[str, Any]]] = [*dataset_rows(sweep, lines)] if lines is not None else [(None, {})]
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] if grid else [{}]
     items: list[ItemSpec] = []
     for line, row in rows:
@@ -101,29 +122,32 @@ def expand_items(sweep: SweepSource) -> list[ItemSpec]:
     return items
 
 
-def dataset_rows(sweep: SweepSource) -> list[tuple[int, dict[str, Any]]]:
-    """`(1-based line, {dotted key: value})` per non-blank line; a line that is not a JSON object is refused."""
+def dataset_lines(sweep: SweepSource) -> list[tuple[int, bytes]]:
+    """`(1-based line number, bytes)` of every non-blank line of the dataset (not parsed yet)."""
     assert sweep.dataset_bytes is not None and sweep.dataset_path is not None
     try:
-        text = sweep.dataset_bytes.decode("utf-8")
+        sweep.dataset_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RequestError(f"dataset {sweep.dataset_path} is not UTF-8 (byte offset {exc.start}); save it as UTF-8") from None
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RequestError(f"dataset {sweep.dataset_path} line {number} is not valid JSON: {exc.msg} at column {exc.colno}") from None
-        if not isinstance(row, dict) or not row:
-            raise RequestError(
-                f"dataset {sweep.dataset_path} line {number} must be a non-empty JSON object of dotted request keys, "
-                f'e.g. {{"input.prompt": "count down from 5 :"}}'
-            )
-        rows.append((number, row))
-    if not rows:
+    lines = [(number, line) for number, line in enumerate(sweep.dataset_bytes.splitlines(), start=1) if line.strip()]
+    if not lines:
         raise RequestError(f"dataset {sweep.dataset_path} has no items; add one JSON object per line or remove [sweep.dataset]")
+    return lines
+
+
+def dataset_rows(sweep: SweepSource, lines: list[tuple[int, bytes]]) -> list[tuple[int, dict[str, Any]]]:
+    """`(line, {dotted key: value})` per line, each decoded as strictly as a JSON request (duplicate keys, nesting,
+    over-long numbers and inf/nan refused); a line that is not a non-empty object is refused."""
+    rows = []
+    for number, line in lines:
+        where = f"dataset {sweep.dataset_path} line {number}"
+        try:
+            row = layout.decode_request_source(line, "json", where) if line.lstrip().startswith(b"{") else None
+        except layout.RequestSourceError as exc:
+            raise RequestError(str(exc)) from None
+        if not row:
+            raise RequestError(f'{where} must be a non-empty JSON object of dotted request keys, e.g. {{"input.prompt": "count down from 5 :"}}')
+        rows.append((number, row))
     return rows
 
 
@@ -141,7 +165,10 @@ def apply_change(table: dict[str, Any], dotted: str, value: Any, where: str) -> 
     """Set `table[a][b][c] = value` for `a.b.c`, creating tables on the way; a non-table on the way is refused."""
     parts = dotted.split(".")
     if not all(parts):
-        raise RequestError(f"{where}: key {dotted!r} is not a dotted request key like 'generation.max_new_tokens'")
+        raise RequestError(f"{where}: key {shorten(dotted)} is not a dotted request key like 'generation.max_new_tokens'")
+    if len(parts) > MAX_DEPTH:
+        raise RequestError(f"{where}: key {shorten(dotted)} has {len(parts):,} parts; a request nests at most "
+                           f"{MAX_DEPTH} levels: give a dotted key like 'generation.max_new_tokens'")
     node = table
     for depth, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
@@ -158,16 +185,4 @@ def dataset_digest(sweep: SweepSource) -> str | None:
 
 
 def _parse_table(source: bytes, fmt: str) -> dict[str, Any]:
-    text = source.decode("utf-8")
-    return tomllib.loads(text) if fmt == "toml" else json.loads(text)
-
-
-def _read(path: Path, what: str, limit: int | None) -> bytes:
-    try:
-        if limit is not None and path.stat().st_size > limit:
-            raise RequestError(f"{what} {path} is {path.stat().st_size:,} bytes; at most {limit:,} (is this the right file?)")
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise RequestError(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise RequestError(f"{what} {path} is a directory, not a file") from None
+    return layout.decode_request_source(source, fmt)  # already validated by `load_request`

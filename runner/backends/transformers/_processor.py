@@ -1,13 +1,86 @@
 """Which model class and which processor a transformers checkpoint is loaded with, decided from its config
-and from whether the request names media files (never from the model's name)."""
+and from whether the request names media files (never from the model's name); and the plan-time refusals of a
+checkpoint whose config or tokenizer transformers cannot use, naming the file instead of a library traceback."""
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from genrun._safe_read import kind_of
 from genrun.schemas import Request
 from genrun.schemas.inputs import Architecture
 
 from ...errors import RequestError
+from ...plan_context import PlanContext
+from ._checkpoint_config import checkpoint_config, checkpoint_tokenizer
+from ._prompts import encode_input
+
+MAX_CONFIG_BYTES = 16 << 20
+"""A checkpoint's `config.json` is a few KB; a larger one is not a config (a weights file renamed, a sparse file)."""
+
+
+def require_checkpoint_config(context: PlanContext, request: Request, model_dir: Path) -> Any:
+    """The checkpoint's `config.json`, read by transformers: checked first, before anything walks or hashes the directory
+    (`[model] path = "/"` or `"~"` is refused at once instead of hashing every file under it)."""
+    config_file = model_dir / "config.json"
+    try:
+        st: os.stat_result | None = config_file.stat()
+    except OSError:
+        st = None
+    fix = "give the directory a transformers model was saved to (the one holding config.json), or name another [model] backend"
+    if st is None or not stat.S_ISREG(st.st_mode):
+        found = "holds no config.json" if st is None else f"holds a config.json that is {kind_of(st.st_mode)}"
+        raise RequestError(f"[model] path {request.model.path!r} is the directory {model_dir}, which {found}; {fix}")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise RequestError(f"[model] path {request.model.path!r}: {config_file} is {st.st_size:,} bytes, more than a config "
+                           f"({MAX_CONFIG_BYTES:,} at most); {fix}")
+    try:
+        return checkpoint_config(context, model_dir, request.model.trust_remote_code)
+    except Exception as exc:  # whatever transformers raises for a config it cannot use: the directory is the user's input
+        raise RequestError(f"[model] path {request.model.path!r}: transformers cannot use {config_file} "
+                           f"({_cause(exc)}); {fix}") from None
+
+
+def plan_tokenizer(context: PlanContext, request: Request, tokenizer_dir: Path) -> Any:
+    """The tokenizer the plan encodes the prompt with (`checkpoint_tokenizer`); a directory it cannot load from is refused,
+    naming it."""
+    try:
+        return checkpoint_tokenizer(context, tokenizer_dir, request.model.trust_remote_code)
+    except BaseException as exc:
+        if not _library_failure(exc):
+            raise
+        raise RequestError(f"the tokenizer in {tokenizer_dir} cannot be loaded ({_cause(exc)}); {_TOKENIZER_FIX}") from None
+
+
+def encode_for_plan(tokenizer: Any, request: Request, tokenizer_dir: Path) -> Any:
+    """`encode_input` at plan time; a tokenizer that fails on the prompt (e.g. `tokenizer.json` names an unk token its
+    vocabulary lacks, and the prompt holds an unknown word) is refused naming the file, never a raw tokenizers error."""
+    try:
+        return encode_input(tokenizer, request.input)
+    except RequestError:
+        raise
+    except BaseException as exc:
+        if not _library_failure(exc):
+            raise
+        tokenizer_file = tokenizer_dir / "tokenizer.json"
+        named = tokenizer_file if tokenizer_file.is_file() else tokenizer_dir
+        raise RequestError(f"[input] cannot be tokenised: the tokenizer of {named} fails on it ({_cause(exc)}); "
+                           f"{_TOKENIZER_FIX}") from None
+
+
+_TOKENIZER_FIX = ("repair or re-save the tokenizer (tokenizer.save_pretrained(dir)), or name a working one with "
+                  "[model] processor")
+
+
+def _library_failure(exc: BaseException) -> bool:
+    """An error a library raised on the user's files: any `Exception`, and the Rust tokenizers' panic (a `BaseException`)."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+def _cause(exc: BaseException) -> str:
+    """`Type: message`, on one line and at most 300 characters."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 def architecture(config: Any) -> Architecture:
@@ -68,8 +141,7 @@ def validate_processor_override(request: Request) -> None:
     try:
         load_processor(request, Path(given))
     except Exception as exc:  # whatever transformers raises for a directory it cannot load: the user's input is wrong
-        message = " ".join(str(exc).split())[:300]
-        raise RequestError(f"[model] processor directory {given} cannot be loaded by {auto} ({type(exc).__name__}: {message}); "
+        raise RequestError(f"[model] processor directory {given} cannot be loaded by {auto} ({_cause(exc)}); "
                            "give the directory a processor was saved to (processor.save_pretrained(dir))") from None
 
 

@@ -24,8 +24,8 @@ from .token_artifacts import summarise, write_token_ids, write_token_summary
 from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, refuse_generation
 from . import musicgen
 from ...input_files import input_path, read_input_files
-from ._processor import (architecture, load_processor, model_auto_class, processor_source, tokenizer_of, validate_media_request,
-                         validate_processor_override)
+from ._processor import (architecture, load_processor, model_auto_class, processor_source, require_checkpoint_config, tokenizer_of,
+                         validate_media_request, validate_processor_override)
 from ._prompts import encode_input
 from ._decoder_prompt import forced_decoder_prompts
 from ._generate_values import generate_value_problems
@@ -44,6 +44,7 @@ class TransformersBackend:
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
+        require_checkpoint_config(context, request, model_dir)  # first: a directory without one is refused before anything reads it
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)

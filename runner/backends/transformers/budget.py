@@ -9,9 +9,8 @@ from ...budget import DTYPE_BYTES, memory_fit, refusals_for, with_refusals
 from ...kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
 from ...plan_context import PlanContext
 from . import musicgen
-from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
-from ._processor import architecture, processor_source
-from ._prompts import encode_input
+from ._checkpoint_config import checkpoint_config, checkpoint_generation_config
+from ._processor import architecture, encode_for_plan, plan_tokenizer, processor_source
 from .length_rules import domain_estimate, effective_length, rows_per_request
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
@@ -23,7 +22,8 @@ def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir:
     trust = request.model.trust_remote_code
     config = checkpoint_config(plan, model_dir, trust)  # a sweep's items share one model directory and plan context: read once
     shape = model_shape(config, request.model.dtype)
-    tokenizer = checkpoint_tokenizer(plan, processor_source(request, model_dir), trust)  # `[model] processor` when given
+    tokenizer_dir = processor_source(request, model_dir)  # `[model] processor` when given
+    tokenizer = plan_tokenizer(plan, request, tokenizer_dir)
     checkpoint = _checkpoint_generation_config(plan, model_dir)
     if architecture(config) == "decoder_only" and request.input.media_files() and request.input.has_text():
         batch_size, prompt_tokens = media_prompt_shape(request, model_dir)
@@ -35,7 +35,7 @@ def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir:
         prompt_tokens = forced_decoder_tokens(checkpoint, request.generation, timestamps) if architecture(config) == "encoder_decoder" else 0
         context = _context_limit(decoder_position_limit(config), None)
     else:
-        encoded = encode_input(tokenizer, request.input)
+        encoded = encode_for_plan(tokenizer, request, tokenizer_dir)
         batch_size, prompt_tokens = encoded["input_ids"].shape
         context = _context_limit(shape.context, getattr(tokenizer, "model_max_length", None))
     length = effective_length(prompt_tokens, request.generation, checkpoint, context)
