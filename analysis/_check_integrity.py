@@ -109,6 +109,11 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
     changed, missing, extra = ([rel for rel in group if rel not in explained] for group in (changed, missing, extra))
     evidence["altered_manifest_lines"] = [line.listed for line in altered]
     problems = [line.message for line in altered]
+    folders = {rel: why for rel, why in snap.problems.items() if rel.endswith("/")}  # empty or unlistable directories
+    if folders:  # a listed file inside a folder that cannot be listed is unchecked, not missing
+        missing = [rel for rel in missing if not any(rel.startswith(folder) for folder in folders)]
+        evidence["folders"] = folders
+        problems.append(f"{len(folders)} folder(s) not as sealed: " + shorten_list([f"{rel} {why}" for rel, why in sorted(folders.items())]))
     if snap.snapshot_digest is not None and (rewritten := canonical_sha256sum_problem(snap.manifest, snap.snapshot_digest)):
         problems.append(f"{layout.MANIFEST} was altered: {rewritten}")
     if changed:
@@ -199,12 +204,15 @@ def check_outputs_listed(snap: Snapshot, ctx: CheckContext) -> Finding:
     prefix = layout.OUTPUTS_DIR + "/"
     on_disk = {rel for rel in snap.files if rel.startswith(prefix)}
     listed = {rel if rel.startswith(prefix) else prefix + rel for rel in snap.result.outputs}
-    missing, unlisted = sorted(listed - on_disk), sorted(on_disk - listed)
-    evidence = {"listed": sorted(listed), "missing": missing, "unlisted": unlisted}
+    unlistable = [rel for rel, why in snap.problems.items() if rel.startswith(prefix) and rel.endswith("/") and "cannot be listed" in why]
+    missing = sorted(rel for rel in listed - on_disk if not any(rel.startswith(folder) for folder in unlistable))
+    unlisted = sorted(on_disk - listed)
+    evidence = {"listed": sorted(listed), "missing": missing, "unlisted": unlisted, "unlistable": unlistable}
     examined = Examined(files=len(listed | on_disk))
-    if missing or unlisted:
-        parts = ([f"listed in result.json but absent: {', '.join(missing)}"] if missing else []) + (
-            [f"present but not listed in result.json: {', '.join(unlisted)}"] if unlisted else [])
+    if missing or unlisted or unlistable:
+        parts = ([f"listed in result.json but absent: {shorten_list(missing)}"] if missing else []) + (
+            [f"present but not listed in result.json: {shorten_list(unlisted)}"] if unlisted else []) + (
+            [f"{shorten_list(unlistable)} cannot be listed, so its files cannot be compared"] if unlistable else [])
         return Finding(name=name, status="FAIL", message="; ".join(parts), evidence=evidence, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(listed)} output file(s), all listed in result.json", evidence=evidence, examined=examined)
 

@@ -209,7 +209,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
         raise SnapshotNotFound(f"cannot read snapshot {root}: {exc.strerror or exc}; analysis needs read access to it and its parents") from None
     if not root.is_dir():
         raise SnapshotNotFound(f"snapshot {root} does not exist or is not a directory; list snapshots with 'genrun ls --store DIR'")
-    if not (root / layout.FROZEN_MANIFEST).is_file():
+    if not any(os.path.lexists(root / name) for name in (layout.FROZEN_MANIFEST, layout.MANIFEST)):  # sealed without its plan: damage
         raise SnapshotNotFound(
             f"{root} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun plan' or 'genrun run'"
         )
@@ -262,12 +262,20 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
     for a sealed file, and a FIFO cannot hang the reader.
     """
     files: dict[str, FileFact] = {}
+
+    def unlistable(rel: str, exc: OSError) -> None:  # named, and the rest of the snapshot still read
+        problems[rel] = f"cannot be listed: {exc.strerror or exc}; its files cannot be checked (analysis needs read access to them)"
+
     try:
-        entries = sorted(SnapshotDir(root).entries(skip_top=(layout.SIGNOFFS_DIR,)))
+        entries = sorted(SnapshotDir(root).entries(skip_top=(layout.SIGNOFFS_DIR,), empty_dirs=True, unlistable=unlistable))
     except OSError as exc:
         problems["."] = f"cannot list the snapshot: {exc.strerror or exc}"
         return files
     for rel, st in entries:
+        if stat.S_ISDIR(st.st_mode):
+            if rel != layout.OUTPUTS_DIR:  # a run with no output files leaves outputs/ empty
+                problems[rel + "/"] = "is an empty directory no manifest can list (added to the snapshot): remove it"
+            continue
         if not stat.S_ISREG(st.st_mode):
             target = f" to {os.readlink(root / rel)!r}" if stat.S_ISLNK(st.st_mode) else ""
             problems[rel] = f"is {kind_of(st.st_mode)}{target}, not a regular file; a snapshot holds regular files only: remove it"

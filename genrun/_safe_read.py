@@ -9,7 +9,7 @@ refusal is a sentence that completes "<file> ...".
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MAX_JSON_BYTES = 64 << 20
@@ -71,18 +71,32 @@ def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files 
     return data
 
 
-def walk_entries(root: Path, skip_top: tuple[str, ...] = ()) -> Iterator[tuple[str, os.stat_result]]:
-    """`(relative path, lstat)` of every non-directory entry under `root`, links included but never followed."""
+def walk_entries(root: Path, skip_top: tuple[str, ...] = (), *, empty_dirs: bool = False,
+                 unlistable: Callable[[str, OSError], None] | None = None) -> Iterator[tuple[str, os.stat_result]]:
+    """`(relative path, lstat)` of every non-directory entry under `root`, links included but never followed, and with
+    `empty_dirs` of every empty directory below the top (something added that no manifest can list). Iterative: any depth.
+
+    A directory that cannot be listed raises `OSError`, or, with `unlistable`, is passed to it as `(relative path + "/",
+    error)` and the walk goes on: one unreadable folder must not hide the rest of the snapshot."""
     stack = [(root, "")]
     while stack:
         directory, prefix = stack.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                rel = prefix + entry.name
-                if not prefix and entry.name in skip_top:
-                    continue
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((Path(entry.path), rel + "/"))
-                else:
-                    yield rel, st
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            if unlistable is None or not prefix:
+                raise
+            unlistable(prefix, exc)
+            continue
+        if empty_dirs and not entries and prefix:
+            yield prefix.rstrip("/"), os.lstat(directory)
+        for entry in entries:
+            rel = prefix + entry.name
+            if not prefix and entry.name in skip_top:
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((Path(entry.path), rel + "/"))
+            else:
+                yield rel, st
