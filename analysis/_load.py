@@ -272,6 +272,10 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
         problems["."] = f"cannot list the snapshot: {exc.strerror or exc}"
         return files
     for rel, st in entries:
+        if not _is_utf8(rel):  # no genrun writes such a name; JSON (and a browser) cannot carry it, so it is shown escaped
+            shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            problems[shown] = "has a name that is not valid UTF-8 (no genrun writes one; added to the snapshot): remove it"
+            continue
         if stat.S_ISDIR(st.st_mode):
             if rel != layout.OUTPUTS_DIR:  # a run with no output files leaves outputs/ empty
                 problems[rel + "/"] = "is an empty directory no manifest can list (added to the snapshot): remove it"
@@ -287,6 +291,15 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
             continue
         files[rel] = FileFact(size=st.st_size, sha256=digest, mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
     return files
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether a file name as `os` decoded it (bytes that are not UTF-8 become surrogates) is valid UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _sha256_regular(path: Path) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from genrun.schemas import layout
-from genrun.schemas.digests import sha256_file
+from genrun.schemas.digests import sha256_bytes
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
@@ -43,6 +43,8 @@ class SnapshotRow(NamedTuple):
     """A sweep's item snapshot ids (every attempt), in sweep order; None for a run snapshot."""
     changed: str | None = None
     """Set when the seal differs from the one the index read: the row is then read from the files, and this says so."""
+    problem: str | None = None
+    """Set when the snapshot cannot be described at all (state `unreadable`): why, and what to run."""
 
 
 class Listing(NamedTuple):
@@ -82,7 +84,11 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     prefix = os.path.join(store, "")
     for name in names:  # the warm path: two lstats and one tuple per snapshot (100,000 of them in well under a second)
         base = f"{prefix}{name}/"
-        key = SealKey.of(base + layout.MANIFEST)
+        try:
+            key = SealKey.of(base + layout.MANIFEST)
+        except OSError as exc:  # one unreadable snapshot is a row saying so, never the end of the listing
+            rows.append(unreadable_row(name, exc))
+            continue
         hit = cached.get(name)
         if key is None and not os.path.isfile(base + layout.FROZEN_MANIFEST):
             continue  # not a snapshot (a sealed one whose frozen manifest was deleted is still listed: it has a seal)
@@ -97,12 +103,15 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         path = store / name
         try:
             row = describe(path, allowed_signers)
+            digest = None if key is None else sealed_digest(path)
         except FileNotFoundError:  # removed while we looked
             continue
-        if key is None:
+        except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
+            rows.append(unreadable_row(name, exc))
+            continue
+        if digest is None:
             rows.append(row)
             continue
-        digest = sha256_file(path / layout.MANIFEST)
         row = row._replace(seal_digest=digest)
         if hit is not None and hit.seal_digest != digest:  # the seal was replaced after indexing: never show the old row
             rows.append(row._replace(changed=f"the seal changed since it was indexed (sha256 {hit.seal_digest[:12]}… then, "
@@ -143,13 +152,25 @@ def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
             continue
         try:
             row = describe(path, allowed_signers)
-            digest = sha256_file(path / layout.MANIFEST)
-        except FileNotFoundError:
+            digest = sealed_digest(path)
+        except Exception:  # gone, or hostile: `ls` describes it from the files each time, as a row saying so
             continue
         if SealKey.of(path / layout.MANIFEST) == key:
             rows.append(_to_index(row._replace(seal_digest=digest), key, _signoffs_key(f"{path}/", basis)))
     replace_index(store, rows)
     return len(rows)
+
+
+def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
+    """The row of a snapshot that cannot be described: its id, and why (verify names the damage)."""
+    why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    return SnapshotRow(id=name, state="unreadable", sealed=False, generated=None, stop_reasons="-", signoffs="-", **_named(name),
+                       problem=f"cannot be read ({why[:200]}): run 'genrun verify {name}'")
+
+
+def sealed_digest(snapshot: Path) -> str:
+    """sha256 of the snapshot's regular `manifest-sha256.txt`, read bounded and never through a link."""
+    return sha256_bytes(SnapshotDir(snapshot).read_bytes(layout.MANIFEST))
 
 
 def _snapshot_names(store: Path) -> list[str]:

@@ -82,8 +82,8 @@ def handle(args: argparse.Namespace) -> int:
         print_json({"store": str(store), "total": len(listing.rows), "snapshots": [row._asdict() for row in rows]})
         return 0
     for row in rows:
-        if row.changed:
-            stderr_console.print(f"note: {row.id}: {row.changed}", markup=False, highlight=False, soft_wrap=True)
+        if row.changed or row.problem:
+            stderr_console.print(f"note: {row.id}: {row.changed or row.problem}", markup=False, highlight=False, soft_wrap=True)
     _print_table(rows, len(listing.rows), store)
     return 0
 
