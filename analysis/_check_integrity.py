@@ -15,6 +15,10 @@ from ._load import FileFact, Snapshot
 INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
 _ARTIFACTS = (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST)
 PLANNED = "planned, not executed"
+_TERMINAL_EVENTS = ("end", "exception", "interrupted")
+NOT_SAVED = ("incomplete: the run ended (last progress record '{event}' at t={t:.3f} s, {generated} {unit}s) but its result was "
+             "never saved: sealing failed after generation (a full disk, by bytes or by inodes, or the process killed while "
+             "saving; execute printed the reason)")
 
 
 def is_plan_only(snap: Snapshot) -> bool:
@@ -47,7 +51,13 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
         evidence["result_problem"] = snap.problems[layout.RESULT]
         return Finding(name=name, status="FAIL", evidence=evidence, examined=examined,
                        message=f"{layout.RESULT} is present but {snap.problems[layout.RESULT]}: how the run ended cannot be read")
-    if not has_result:
+    last_event = snap.progress.last if snap.progress else None
+    if not has_result and last_event is not None and last_event.event in _TERMINAL_EVENTS:
+        message = NOT_SAVED.format(event=last_event.event, t=last_event.t, generated=last_event.generated, unit=snap.unit)
+        if last_event.event == "exception":
+            message += f" (the run's own error: {getattr(last_event, 'type', '?')}: {str(getattr(last_event, 'message', ''))[:200]})"
+        evidence.update(last_event=last_event.event, last_seq=last_event.seq, last_t=last_event.t, last_generated=last_event.generated)
+    elif not has_result:
         message = INCOMPLETE
         if snap.progress is None:
             present = [f for f in layout.EXECUTION_FILES if f in snap.files]

@@ -78,3 +78,36 @@ def test_disk_filled_during_generation_seals_failed_with_every_id(small_disk: Pa
     assert "No space left" in result["exception"]["message"] or "ENOSPC" in json.dumps(result["exception"]) or "28" in json.dumps(result["exception"])
     ids = read_ids(snapshot)["sequence_0"]
     assert 0 < len(ids) == result["generated"]  # every generated id was kept
+
+
+@pytest.mark.parametrize("small_disk", ["8m,nr_inodes=400"], indirect=True)
+def test_inodes_exhausted_during_generation_are_named_by_verify_not_blamed_on_a_kill(
+        small_disk: Path, tmp_path: Path, fixture_models: FixtureModels) -> None:
+    """Another program takes every free inode mid-run: the run ends and its terminal record is appended (no inode needed),
+    but the evidence files cannot be created. Exit 1 naming the store; verify says sealing failed after generation, never
+    'external termination?'. (The seal itself needs inodes the byte reserve does not hold: the snapshot stays unsealed.)"""
+    from genrun.analysis import verify_snapshot
+
+    request = tmp_path / "endless.toml"
+    request.write_text(request_text(fixture_models.get("random-no-eos"), name="inodes", generation={"max_new_tokens": 400},
+                                    progress={"every_units": 1}))
+    store = small_disk / "store"
+    proc = _genrun("run", request, "--store", store)
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while not any(store.glob(f"*/{layout.PROGRESS}")) or b'"event":"progress"' not in next(store.glob(f"*/{layout.PROGRESS}")).read_bytes():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.02)
+    (small_disk / "filler").mkdir()
+    count = 0
+    try:
+        while True:  # empty files: inodes, not blocks
+            (small_disk / "filler" / str(count)).touch()
+            count += 1
+    except OSError:
+        pass
+    _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert proc.returncode == 1 and "Traceback" not in err and str(store) in err, err
+    (snapshot,) = [p for p in store.iterdir() if not p.name.startswith(".")]
+    completeness = next(f for f in verify_snapshot(snapshot).findings if f.name == "completeness")
+    assert completeness.status == "FAIL" and "external termination" not in completeness.message, completeness.message
+    assert "its result was never saved: sealing failed after generation" in completeness.message, completeness.message
