@@ -109,7 +109,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
             rows.append(unreadable_row(name, exc))
             continue
-        if digest is None:
+        if key is None or digest is None:
             rows.append(row)
             continue
         row = row._replace(seal_digest=digest)

@@ -38,6 +38,14 @@ def _genrun(*args: str | Path) -> ForkedProcess:
     return spawn_cli(*args)
 
 
+def _wait_for_generation(proc: ForkedProcess, store: Path) -> None:
+    """Until the run's first progress record (generation under way), failing if the run ends first."""
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while not any(store.glob(f"*/{layout.PROGRESS}")) or b'"event":"progress"' not in next(store.glob(f"*/{layout.PROGRESS}")).read_bytes():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("small_disk", ["256k"], indirect=True)  # room for the plan (~80 KB in blocks), not for the 1 MiB sealing reserve
 def test_no_room_to_seal_refuses_before_running_and_keeps_the_plan(small_disk: Path, tmp_path: Path) -> None:
     request = tmp_path / "tiny.toml"
@@ -58,10 +66,7 @@ def test_disk_filled_during_generation_seals_failed_with_every_id(small_disk: Pa
                                     progress={"every_units": 1}))
     store = small_disk / "store"
     proc = _genrun("run", request, "--store", store)
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
-    while not any(store.glob(f"*/{layout.PROGRESS}")) or b'"event":"progress"' not in next(store.glob(f"*/{layout.PROGRESS}")).read_bytes():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-        time.sleep(0.02)
+    _wait_for_generation(proc, store)
     # another program fills the disk mid-run; unbuffered, so closing the file has nothing left to fail on
     with open(small_disk / "filler", "wb", buffering=0) as filler:
         try:
@@ -93,10 +98,7 @@ def test_inodes_exhausted_during_generation_are_named_by_verify_not_blamed_on_a_
                                     progress={"every_units": 1}))
     store = small_disk / "store"
     proc = _genrun("run", request, "--store", store)
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
-    while not any(store.glob(f"*/{layout.PROGRESS}")) or b'"event":"progress"' not in next(store.glob(f"*/{layout.PROGRESS}")).read_bytes():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-        time.sleep(0.02)
+    _wait_for_generation(proc, store)
     (small_disk / "filler").mkdir()
     count = 0
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from _analysis_helpers import copy_snapshot, make_writable, run_genrun, snapshots  # noqa: F401
+from _analysis_helpers import as_another_user, copy_snapshot, make_writable, run_genrun, snapshots  # noqa: F401
 from genrun.schemas import layout
 
 
@@ -79,11 +79,7 @@ def test_a_sealed_snapshot_without_its_frozen_manifest_is_verified_as_damaged(sn
 
 def test_an_unreadable_outputs_folder_is_named_not_taken_for_a_plan(snapshots) -> None:  # noqa: F811
     """Read as another user (root reads every folder): the rest of the snapshot is still checked, and outputs/ is named."""
-    as_other_user: list[str] = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv: no way to read as a user the folder's mode refuses")
-        as_other_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    as_other_user = as_another_user()
     store = Path(tempfile.mkdtemp(prefix="genrun-unreadable-"))  # pytest's tmp_path is private to its owner
     try:
         store.chmod(0o755)

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from _forked import run_cli_forked
-from _analysis_helpers import copy_snapshot, edit_json, make_writable, snapshots  # noqa: F401
+from _analysis_helpers import as_another_user, copy_snapshot, edit_json, make_writable, snapshots  # noqa: F401
 from genrun.schemas import layout
 
 LIMITS = {"address_space_headroom": 2 << 30, "cpu_seconds": 300}
@@ -188,11 +188,7 @@ def _list_and_page(store: Path, ids: list[str], page: Path) -> None:
 
 def test_an_unreadable_snapshot_is_listed_as_such_and_the_rest_still_are(snapshots) -> None:  # noqa: F811
     """As another user (root reads every folder): a snapshot folder of mode 000 is a row `unreadable`, not a crash of `ls`."""
-    as_other_user: list[str] = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv: no way to read as a user the folder's mode refuses")
-        as_other_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    as_other_user = as_another_user()
     good = snapshots.get("eos")
     store = Path(tempfile.mkdtemp(prefix="genrun-unreadable-store-"))  # pytest's tmp_path is private to its owner
     hidden = store / f"{good.name[:-6]}hidden"
