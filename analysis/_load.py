@@ -39,7 +39,7 @@ from genrun.schemas import (
     derived_declaration,
     layout,
 )
-from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
+from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of, open_beneath
 from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, describe_validation_error, parse_progress_lines
 from genrun.schemas.stages import STAGE_EVENT, StageIds, Stages
 from genrun.schemas.evidence import EvidenceKind
@@ -285,7 +285,7 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
             problems[rel] = f"is {kind_of(st.st_mode)}{target}, not a regular file; a snapshot holds regular files only: remove it"
             continue
         try:
-            digest = _sha256_regular(root / rel) if hash_files else None
+            digest = _sha256_regular(root, rel) if hash_files else None
         except (OSError, UnsafeFile) as exc:
             problems[rel] = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
             continue
@@ -302,9 +302,9 @@ def _is_utf8(name: str) -> bool:
     return True
 
 
-def _sha256_regular(path: Path) -> str:
-    """Streamed sha256 of a regular file opened without following a link or blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+def _sha256_regular(root: Path, rel: str) -> str:
+    """Streamed sha256 of a regular file opened without following a link (nor a linked folder) or blocking on a FIFO."""
+    fd = open_beneath(root, rel)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafeFile(f"is {kind_of(os.fstat(fd).st_mode)}, not a regular file")

@@ -7,6 +7,7 @@ larger than the bound for its kind; the inventory never descends into a linked d
 refusal is a sentence that completes "<file> ...".
 """
 
+import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -34,11 +35,33 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_regular(path: Path, limit: int, offset: int = 0) -> bytes:
-    """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
-    (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read."""
+def open_beneath(root: Path, rel: str, flags: int = _NO_FOLLOW) -> int:
+    """Open `rel` (`/`-separated) inside directory `root`, each folder on the way opened by descriptor without following a
+    link, and the file itself with `O_NOFOLLOW`: a link anywhere inside the snapshot is never followed, even one swapped in
+    for a folder after it was listed. Raises `UnsafeFile` for a linked folder, `OSError` otherwise."""
+    *folders, name = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        fd = os.open(path, _NO_FOLLOW)
+        for folder in folders:
+            try:
+                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(os.path.join(f"/proc/self/fd/{fd}", folder)):
+                    raise UnsafeFile(f"is reached through {folder}/, a symbolic link; a snapshot holds regular files only") from None
+                raise
+            os.close(fd)
+            fd = inner
+        return os.open(name, flags | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: Path, limit: int, offset: int = 0, *, root: Path | None = None) -> bytes:
+    """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
+    (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read.
+    With `root` (a folder above `path`), no link between them is followed either (`open_beneath`)."""
+    try:
+        fd = os.open(path, _NO_FOLLOW) if root is None else open_beneath(root, path.relative_to(root).as_posix())
     except OSError as exc:
         if os.path.islink(path):
             raise UnsafeFile(f"is a symbolic link (to {os.readlink(path)!r}); a snapshot holds regular files only") from None

@@ -109,7 +109,7 @@ class SnapshotDir:
     def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
         """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
         try:
-            return read_regular(self.path / name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset)
+            return read_regular(self.path / name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset, root=self.path)
         except FileNotFoundError:
             raise ArtifactMissing(self.path, name, "does not exist") from None
         except UnsafeFile as exc:
