@@ -38,6 +38,16 @@ def _genrun(*args: str | Path) -> ForkedProcess:
     return spawn_cli(*args)
 
 
+def _generating(tmp_path: Path, fixture_models: FixtureModels, store: Path, max_new_tokens: int) -> ForkedProcess:
+    """`genrun run` of a model that never emits EOS into `store`, returned once generation is under way."""
+    request = tmp_path / "endless.toml"
+    request.write_text(request_text(fixture_models.get("random-no-eos"), name="full", generation={"max_new_tokens": max_new_tokens},
+                                    progress={"every_units": 1}))
+    proc = _genrun("run", request, "--store", store)
+    _wait_for_generation(proc, store)
+    return proc
+
+
 def _wait_for_generation(proc: ForkedProcess, store: Path) -> None:
     """Until the run's first progress record (generation under way), failing if the run ends first."""
     deadline = time.monotonic() + PROCESS_TIMEOUT_S
@@ -61,12 +71,8 @@ def test_no_room_to_seal_refuses_before_running_and_keeps_the_plan(small_disk: P
 
 @pytest.mark.parametrize("small_disk", ["8m"], indirect=True)
 def test_disk_filled_during_generation_seals_failed_with_every_id(small_disk: Path, tmp_path: Path, fixture_models: FixtureModels) -> None:
-    request = tmp_path / "endless.toml"
-    request.write_text(request_text(fixture_models.get("random-no-eos"), name="full", generation={"max_new_tokens": 6000},
-                                    progress={"every_units": 1}))
     store = small_disk / "store"
-    proc = _genrun("run", request, "--store", store)
-    _wait_for_generation(proc, store)
+    proc = _generating(tmp_path, fixture_models, store, max_new_tokens=6000)
     # another program fills the disk mid-run; unbuffered, so closing the file has nothing left to fail on
     with open(small_disk / "filler", "wb", buffering=0) as filler:
         try:
@@ -93,12 +99,8 @@ def test_inodes_exhausted_during_generation_are_named_by_verify_not_blamed_on_a_
     'external termination?'. (The seal itself needs inodes the byte reserve does not hold: the snapshot stays unsealed.)"""
     from genrun.analysis import verify_snapshot
 
-    request = tmp_path / "endless.toml"
-    request.write_text(request_text(fixture_models.get("random-no-eos"), name="inodes", generation={"max_new_tokens": 400},
-                                    progress={"every_units": 1}))
     store = small_disk / "store"
-    proc = _genrun("run", request, "--store", store)
-    _wait_for_generation(proc, store)
+    proc = _generating(tmp_path, fixture_models, store, max_new_tokens=400)
     (small_disk / "filler").mkdir()
     count = 0
     try:
