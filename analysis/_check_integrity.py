@@ -15,6 +15,10 @@ from ._load import FileFact, Snapshot
 INCOMPLETE = "incomplete: the run ended without a result (external termination?)"
 _ARTIFACTS = (*layout.FROZEN_FILES, layout.FROZEN_MANIFEST, *layout.EXECUTION_FILES, layout.MANIFEST)
 PLANNED = "planned, not executed"
+_TERMINAL_EVENTS = ("end", "exception", "interrupted")
+NOT_SAVED = ("incomplete: the run ended (last progress record '{event}' at t={t:.3f} s, {generated} {unit}s) but its result was "
+             "never saved: sealing failed after generation (a full disk, by bytes or by inodes, or the process killed while "
+             "saving; execute printed the reason)")
 
 
 def is_plan_only(snap: Snapshot) -> bool:
@@ -47,7 +51,13 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
         evidence["result_problem"] = snap.problems[layout.RESULT]
         return Finding(name=name, status="FAIL", evidence=evidence, examined=examined,
                        message=f"{layout.RESULT} is present but {snap.problems[layout.RESULT]}: how the run ended cannot be read")
-    if not has_result:
+    last_event = snap.progress.last if snap.progress else None
+    if not has_result and last_event is not None and last_event.event in _TERMINAL_EVENTS:
+        message = NOT_SAVED.format(event=last_event.event, t=last_event.t, generated=last_event.generated, unit=snap.unit)
+        if last_event.event == "exception":
+            message += f" (the run's own error: {getattr(last_event, 'type', '?')}: {str(getattr(last_event, 'message', ''))[:200]})"
+        evidence.update(last_event=last_event.event, last_seq=last_event.seq, last_t=last_event.t, last_generated=last_event.generated)
+    elif not has_result:
         message = INCOMPLETE
         if snap.progress is None:
             present = [f for f in layout.EXECUTION_FILES if f in snap.files]
@@ -109,6 +119,11 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
     changed, missing, extra = ([rel for rel in group if rel not in explained] for group in (changed, missing, extra))
     evidence["altered_manifest_lines"] = [line.listed for line in altered]
     problems = [line.message for line in altered]
+    folders = {rel: why for rel, why in snap.problems.items() if rel.endswith("/")}  # empty or unlistable directories
+    if folders:  # a listed file inside a folder that cannot be listed is unchecked, not missing
+        missing = [rel for rel in missing if not any(rel.startswith(folder) for folder in folders)]
+        evidence["folders"] = folders
+        problems.append(f"{len(folders)} folder(s) not as sealed: " + shorten_list([f"{rel} {why}" for rel, why in sorted(folders.items())]))
     if snap.snapshot_digest is not None and (rewritten := canonical_sha256sum_problem(snap.manifest, snap.snapshot_digest)):
         problems.append(f"{layout.MANIFEST} was altered: {rewritten}")
     if changed:
@@ -199,12 +214,15 @@ def check_outputs_listed(snap: Snapshot, ctx: CheckContext) -> Finding:
     prefix = layout.OUTPUTS_DIR + "/"
     on_disk = {rel for rel in snap.files if rel.startswith(prefix)}
     listed = {rel if rel.startswith(prefix) else prefix + rel for rel in snap.result.outputs}
-    missing, unlisted = sorted(listed - on_disk), sorted(on_disk - listed)
-    evidence = {"listed": sorted(listed), "missing": missing, "unlisted": unlisted}
+    unlistable = [rel for rel, why in snap.problems.items() if rel.startswith(prefix) and rel.endswith("/") and "cannot be listed" in why]
+    missing = sorted(rel for rel in listed - on_disk if not any(rel.startswith(folder) for folder in unlistable))
+    unlisted = sorted(on_disk - listed)
+    evidence = {"listed": sorted(listed), "missing": missing, "unlisted": unlisted, "unlistable": unlistable}
     examined = Examined(files=len(listed | on_disk))
-    if missing or unlisted:
-        parts = ([f"listed in result.json but absent: {', '.join(missing)}"] if missing else []) + (
-            [f"present but not listed in result.json: {', '.join(unlisted)}"] if unlisted else [])
+    if missing or unlisted or unlistable:
+        parts = ([f"listed in result.json but absent: {shorten_list(missing)}"] if missing else []) + (
+            [f"present but not listed in result.json: {shorten_list(unlisted)}"] if unlisted else []) + (
+            [f"{shorten_list(unlistable)} cannot be listed, so its files cannot be compared"] if unlistable else [])
         return Finding(name=name, status="FAIL", message="; ".join(parts), evidence=evidence, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(listed)} output file(s), all listed in result.json", evidence=evidence, examined=examined)
 

@@ -12,11 +12,16 @@ since nothing is known to be wrong. A `revoked` record is shown as such (superse
 owner), not as invalid.
 """
 
+import os
+import re
+import stat
 from pathlib import Path
 
+from genrun._safe_read import kind_of
 from genrun.schemas import layout
 
 from ._context import CheckContext
+from ._check_integrity import shorten_list
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 
@@ -29,6 +34,10 @@ def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
 def signoffs_finding(path: Path, allowed_signers: Path | None, name: str = "signoffs") -> Finding:
     """The sign-off check for any directory with `signoffs/` (a run snapshot, or a sweep's own records)."""
     directory = path / layout.SIGNOFFS_DIR
+    foreign = foreign_entries(directory)
+    if foreign:  # a sign-off directory holds records and their signatures; anything else was put there
+        return Finding(name=name, status="FAIL", message=f"{layout.SIGNOFFS_DIR}/ holds what no sign-off wrote: {shorten_list(foreign)}",
+                       evidence={"foreign": foreign[:100]}, examined=Examined(files=len(foreign)))
     records = sorted(p.name for p in directory.glob("*.json") if not p.name.startswith(".")) if directory.is_dir() else []
     if not records:
         return skip(name, "no sign-offs")
@@ -59,6 +68,42 @@ def signoffs_finding(path: Path, allowed_signers: Path | None, name: str = "sign
     note = " (unsigned records bind the current digest but prove nothing about who wrote them)" if unsigned else ""
     return Finding(name=name, status="PASS", message=f"{len(statuses)} sign-off(s) bound to the current digests: {described}{note}",
                    evidence=evidence, examined=examined)
+
+
+_LEFT_BY_SIGNOFF = re.compile(r"\.staging-[0-9a-f]+\.json(\.sig)?|\..+\.[0-9a-f]{8}\.tmp")
+"""A sign-off stopped before its rename leaves its staging record or a temporary file: not a record, not damage."""
+
+
+def foreign_entries(directory: Path) -> list[str]:
+    """What in `signoffs/` is not a sign-off's own: the folder itself as a link or a file, and inside it any entry that is
+    not a regular `<record>.json` or the `<record>.json.sig` of one present (each with why), sorted."""
+    from .signoffs import SIGNATURE_SUFFIX
+
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        target = f" to {os.readlink(directory)!r}" if stat.S_ISLNK(st.st_mode) else ""
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+        return [f"{layout.SIGNOFFS_DIR} itself is {kind}{target}, not a directory"]
+    try:
+        with os.scandir(directory) as listing:
+            entries = {entry.name: entry.stat(follow_symlinks=False).st_mode for entry in listing}
+    except OSError as exc:
+        return [f"{layout.SIGNOFFS_DIR} cannot be listed ({exc.strerror or exc})"]
+    foreign = []
+    for entry, mode in sorted(entries.items()):
+        record = entry.removesuffix(SIGNATURE_SUFFIX)
+        if not stat.S_ISREG(mode):
+            foreign.append(f"{entry!r} ({kind_of(mode)})")
+        elif _LEFT_BY_SIGNOFF.fullmatch(entry):
+            continue
+        elif not record.endswith(".json") or record.startswith("."):
+            foreign.append(f"{entry!r} (not a record or a signature)")
+        elif record != entry and record not in entries:
+            foreign.append(f"{entry!r} (a signature without its record)")
+    return foreign
 
 
 def _describe(status) -> str:  # noqa: ANN001 (SignoffStatus, imported lazily above)

@@ -74,6 +74,8 @@ def _sequences(console: Console, diff: SnapshotDiff) -> None:
         style = "" if s.identical and s.reason_a == s.reason_b else "yellow"
         table.add_row(str(s.index), str(s.reason_a), str(s.reason_b), str(s.count_a), str(s.count_b), Text(first, style=style))
     console.print(table)
+    if diff.sequences_not_listed:
+        console.print(Text(f"  and {diff.sequences_not_listed:,} more rows not listed (the differing ones are listed first)", style="dim"))
 
 
 def render_verdict(verdict: LineageVerdict, console: Console) -> None:

@@ -39,7 +39,7 @@ from genrun.schemas import (
     derived_declaration,
     layout,
 )
-from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of
+from genrun._safe_read import MAX_PROGRESS_LINES, UnsafeFile, kind_of, open_beneath
 from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, describe_validation_error, parse_progress_lines
 from genrun.schemas.stages import STAGE_EVENT, StageIds, Stages
 from genrun.schemas.evidence import EvidenceKind
@@ -209,7 +209,7 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
         raise SnapshotNotFound(f"cannot read snapshot {root}: {exc.strerror or exc}; analysis needs read access to it and its parents") from None
     if not root.is_dir():
         raise SnapshotNotFound(f"snapshot {root} does not exist or is not a directory; list snapshots with 'genrun ls --store DIR'")
-    if not (root / layout.FROZEN_MANIFEST).is_file():
+    if not any(os.path.lexists(root / name) for name in (layout.FROZEN_MANIFEST, layout.MANIFEST)):  # sealed without its plan: damage
         raise SnapshotNotFound(
             f"{root} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun plan' or 'genrun run'"
         )
@@ -262,18 +262,30 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
     for a sealed file, and a FIFO cannot hang the reader.
     """
     files: dict[str, FileFact] = {}
+
+    def unlistable(rel: str, exc: OSError) -> None:  # named, and the rest of the snapshot still read
+        problems[rel] = f"cannot be listed: {exc.strerror or exc}; its files cannot be checked (analysis needs read access to them)"
+
     try:
-        entries = sorted(SnapshotDir(root).entries(skip_top=(layout.SIGNOFFS_DIR,)))
+        entries = sorted(SnapshotDir(root).entries(skip_top=(layout.SIGNOFFS_DIR,), empty_dirs=True, unlistable=unlistable))
     except OSError as exc:
         problems["."] = f"cannot list the snapshot: {exc.strerror or exc}"
         return files
     for rel, st in entries:
+        if not _is_utf8(rel):  # no genrun writes such a name; JSON (and a browser) cannot carry it, so it is shown escaped
+            shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            problems[shown] = "has a name that is not valid UTF-8 (no genrun writes one; added to the snapshot): remove it"
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if rel != layout.OUTPUTS_DIR:  # a run with no output files leaves outputs/ empty
+                problems[rel + "/"] = "is an empty directory no manifest can list (added to the snapshot): remove it"
+            continue
         if not stat.S_ISREG(st.st_mode):
             target = f" to {os.readlink(root / rel)!r}" if stat.S_ISLNK(st.st_mode) else ""
             problems[rel] = f"is {kind_of(st.st_mode)}{target}, not a regular file; a snapshot holds regular files only: remove it"
             continue
         try:
-            digest = _sha256_regular(root / rel) if hash_files else None
+            digest = _sha256_regular(root, rel) if hash_files else None
         except (OSError, UnsafeFile) as exc:
             problems[rel] = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
             continue
@@ -281,9 +293,18 @@ def _inventory(root: Path, hash_files: bool, problems: dict[str, str]) -> dict[s
     return files
 
 
-def _sha256_regular(path: Path) -> str:
-    """Streamed sha256 of a regular file opened without following a link or blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+def _is_utf8(name: str) -> bool:
+    """Whether a file name as `os` decoded it (bytes that are not UTF-8 become surrogates) is valid UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _sha256_regular(root: Path, rel: str) -> str:
+    """Streamed sha256 of a regular file opened without following a link (nor a linked folder) or blocking on a FIFO."""
+    fd = open_beneath(root, rel)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafeFile(f"is {kind_of(os.fstat(fd).st_mode)}, not a regular file")

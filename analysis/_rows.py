@@ -28,6 +28,13 @@ def rows_of(snap: Snapshot) -> list[Row]:
     return [Row(i, ids.get(i), summaries.get(i), stops.get(i)) for i in indexes]
 
 
+def decoded_id_lists(snap: Snapshot) -> list[list[int]]:
+    """The id lists analysis decodes: every non-empty saved row, and the last progress record's ids."""
+    rows = [row.ids.tolist() for row in rows_of(snap) if row.ids is not None and len(row.ids)]
+    last = snap.progress.last if snap.progress else None
+    return rows + ([list(last_ids)] if (last_ids := getattr(last, "last_ids", ())) else [])
+
+
 def token_facts(stop: SequenceStop) -> TokenStopFacts:
     """The token facts of a row's evidence (declared with the `token_ids` kind): last id, EOS set, limits, prompt length.
 

@@ -37,16 +37,17 @@ def assess_sweep(sweep: Path) -> SweepUpdate:
         else:
             code = 0 if result.counts.get("succeeded", 0) == items else 1
         return SweepUpdate(items, items, f"sweep sealed: {result.status}, {counts} (exit {code}); details: 'genrun verify {sweep}'", code)
-    finished = _finished_items(sweep / layout.SWEEP_PROGRESS)
+    finished = _finished_items(files)
     return SweepUpdate(items, finished, f"sweep running: {finished}/{items} items finished", None)
 
 
-def _finished_items(progress: Path) -> int:
-    """Distinct items with an `ended` record whose status is final (a lost attempt may be retried)."""
-    if not progress.is_file():
+def _finished_items(sweep: SnapshotDir) -> int:
+    """Distinct items with an `ended` record whose status is final (a lost attempt may be retried). The log is read
+    bounded and never through a link or FIFO (`ArtifactError` names it)."""
+    if not sweep.has(layout.SWEEP_PROGRESS):
         return 0
     done = set()
-    for line in progress.read_bytes().splitlines():
+    for line in sweep.read_bytes(layout.SWEEP_PROGRESS).splitlines():
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:  # the driver may be appending this very line

@@ -7,7 +7,7 @@ compare the saved text against a different tokenizer. When any of that is imposs
 reason instead of a decoder, and the checks that need it are skipped with that reason.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -37,8 +37,13 @@ class TextDecoder:
         """The verified `tokenizer.json`."""
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
-        """Text of `ids`, with or without special tokens."""
-        text = self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)  # type: ignore[attr-defined]
+        """Text of `ids`, with or without special tokens; `DecodeFailed` when the tokenizer's own code gives up."""
+        try:
+            text = self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)  # type: ignore[attr-defined]
+        except BaseException as exc:  # a Rust panic (a decoder regex over onig's retry limit) is a BaseException
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise DecodeFailed(f"{self.path} fails to decode {len(ids)} saved ids: {str(exc)[:200]}") from None
         if self._clean_up_spaces:
             for old, new in _CLEANUPS:
                 text = text.replace(old, new)
@@ -49,6 +54,10 @@ class TextDecoder:
         return self._tokenizer.id_to_token(int(token_id))  # type: ignore[attr-defined]
 
 
+class DecodeFailed(ValueError):
+    """The tokenizer's decoder failed on saved ids (a panic in its native code); the message names the tokenizer file."""
+
+
 class DecoderUnavailable(NamedTuple):
     """Why ids cannot be decoded here."""
 
@@ -57,8 +66,21 @@ class DecoderUnavailable(NamedTuple):
     """The tokenizer file model.json names is a FIFO, a device, a link to one, or too large: a FAIL, never a skip."""
 
 
-def load_decoder(model: ModelIdentity | None) -> TextDecoder | DecoderUnavailable:
-    """The verified decoder of the model a snapshot names, or why there is none."""
+def load_decoder(model: ModelIdentity | None, probe: Iterable[Sequence[int]] = ()) -> TextDecoder | DecoderUnavailable:
+    """The verified decoder of the model a snapshot names, or why there is none. Each id list of `probe` (the saved rows)
+    is decoded first, with and without special tokens: a decoder that fails on them is unavailable, a FAIL naming it."""
+    decoder = _verified_decoder(model)
+    if isinstance(decoder, TextDecoder):
+        try:
+            for ids in probe:
+                for skip_special in (True, False):
+                    decoder.decode(ids, skip_special_tokens=skip_special)
+        except DecodeFailed as exc:
+            return DecoderUnavailable(str(exc), hostile=True)
+    return decoder
+
+
+def _verified_decoder(model: ModelIdentity | None) -> TextDecoder | DecoderUnavailable:
     if model is None:
         return DecoderUnavailable("model.json is missing or invalid, so the tokenizer is unknown")
     listed = {f.path: f for f in model.files}

@@ -7,7 +7,7 @@ then the request, the tokens and why generation stopped, then the stream, text a
 
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ._check_calls import check_call_evidence
 from ._check_declared import check_call_config, check_stop_evidence
@@ -89,8 +89,35 @@ def run_checks(snap: Snapshot, ctx: CheckContext, checks: Sequence[CheckSpec] = 
         except Exception as exc:  # a damaged snapshot must produce a report, not a traceback; the FAIL carries the traceback
             finding = Finding(name=spec.name, status="FAIL", message=f"the check could not run on this snapshot: {type(exc).__name__}: {exc}",
                               evidence={"traceback": traceback.format_exc()}, examined=Examined())
-        findings.append(finding if finding.name == spec.name else finding.model_copy(update={"name": spec.name}))
+        findings.append(bounded(finding).model_copy(update={"name": spec.name}))
     return findings
+
+
+MESSAGE_CHARS = 4000
+"""Characters of a finding's message shown at most: a hostile snapshot can make a check find millions of problems."""
+EVIDENCE_ITEMS = 10_000
+"""Entries of any one list or mapping in a finding's evidence kept at most (a real batch of rows is far smaller)."""
+
+
+def bounded(finding: Finding) -> Finding:
+    """The finding with its message and evidence cut to `MESSAGE_CHARS` / `EVIDENCE_ITEMS`, saying how much was left out."""
+    message = finding.message
+    if len(message) > MESSAGE_CHARS:
+        message = f"{message[:MESSAGE_CHARS]}… ({len(message) - MESSAGE_CHARS:,} more characters not shown)"
+    return finding.model_copy(update={"message": message, "evidence": _bounded_value(finding.evidence)})
+
+
+def _bounded_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {key: _bounded_value(item) for key, item in list(value.items())[:EVIDENCE_ITEMS]}
+        if len(value) > EVIDENCE_ITEMS:
+            kept["…"] = f"{len(value) - EVIDENCE_ITEMS:,} more entries not shown"
+        return kept
+    if isinstance(value, (list, tuple)):
+        kept_items = [_bounded_value(item) for item in value[:EVIDENCE_ITEMS]]
+        kept_items += [f"… {len(value) - EVIDENCE_ITEMS:,} more not shown"] if len(value) > EVIDENCE_ITEMS else []
+        return type(value)(kept_items)
+    return value
 
 
 __all__ = ["CHECKS", "Check", "CheckContext", "CheckSpec", "is_suspicious_count", "run_checks"]

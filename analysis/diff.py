@@ -93,6 +93,7 @@ class SnapshotDiff(_Model):
     """`None` when both models are identical."""
     result: tuple[FieldChange, ...]
     sequences: tuple[SequenceDiff, ...]
+    """At most `SEQUENCES_LISTED` rows, those that differ first (then by index)."""
     outputs: FileSetChange | None
     """Files under `outputs/` (digests from each manifest); `None` when identical or unsealed."""
     files: FileSetChange | None = None
@@ -101,6 +102,8 @@ class SnapshotDiff(_Model):
     """`a` / `b` -> files that no longer match that snapshot's own manifest (changed, added, missing)."""
     lineage: LineageVerdict | None = None
     """When one snapshot was rerun from the other: what the difference proves (see `genrun rerun`)."""
+    sequences_not_listed: int = 0
+    """Rows compared but left out of `sequences` (beyond `SEQUENCES_LISTED`)."""
 
     @property
     def identical(self) -> bool:
@@ -116,8 +119,13 @@ def diff_snapshots(a: str | Path, b: str | Path) -> SnapshotDiff:
     return diff_loaded(read_snapshot(a), read_snapshot(b))
 
 
+SEQUENCES_LISTED = 1000
+"""Rows a diff lists at most: a snapshot can hold a million rows, a report stays readable (and its size bounded)."""
+
+
 def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
     """The differences between two loaded snapshots."""
+    sequences = sorted(_sequences(a, b), key=lambda s: (s.identical and s.reason_a == s.reason_b, s.index))
     return SnapshotDiff(
         a=str(a.path), b=str(b.path),
         request=_changes(a.request_json, b.request_json),
@@ -127,7 +135,8 @@ def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
         model=_fileset(a.model.digest if a.model else None, b.model.digest if b.model else None,
                        _files_of(a.model.files if a.model else ()), _files_of(b.model.files if b.model else ())),
         result=_changes(_result_fields(a), _result_fields(b)),
-        sequences=tuple(_sequences(a, b)),
+        sequences=tuple(sequences[:SEQUENCES_LISTED]),
+        sequences_not_listed=max(0, len(sequences) - SEQUENCES_LISTED),
         outputs=_outputs(a, b),
         files=_fileset(None, None, actual_digests(a), actual_digests(b)),
         unverified={side: found for side, snap in (("a", a), ("b", b)) if (found := unverified_files(snap))},

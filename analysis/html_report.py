@@ -22,6 +22,7 @@ from genrun.schemas import layout
 
 from ._load import Snapshot, read_snapshot
 from ._svg import Chart, Series
+from ._rows import decoded_id_lists
 from ._tokenizer import DecoderUnavailable, load_decoder
 from .report import Report, build_report
 from .signoffs import DIGEST_KIND_OF, SignoffStatus, evaluate_signoffs
@@ -117,7 +118,7 @@ def review_snapshot(path: str | Path, allowed_signers: Path | None = None) -> Re
     """Load the snapshot once (hashing files, as verify does) and gather everything the page shows."""
     snap = read_snapshot(path, hash_files=True)
     has_ids = snap.token_ids is not None or snap.progress is not None
-    decoder = load_decoder(snap.model) if has_ids and snap.declares("token_ids") else DecoderUnavailable("no ids")
+    decoder = load_decoder(snap.model, decoded_id_lists(snap)) if has_ids and snap.declares("token_ids") else DecoderUnavailable("no ids")
     report = build_report(snap, decoder)
     verification = verify_loaded(snap, allowed_signers)
     statuses = evaluate_signoffs(snap.path, allowed_signers)

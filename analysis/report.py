@@ -19,7 +19,7 @@ from .memory_estimate import describe_memory
 from ._check_integrity import INCOMPLETE, PLANNED, is_plan_only
 from ._check_inputs import input_summary
 from ._load import Snapshot, read_snapshot
-from ._rows import eos_positions, rows_of, steps_of, token_facts
+from ._rows import decoded_id_lists, eos_positions, rows_of, steps_of, token_facts
 from ._tokenizer import DecoderUnavailable, TextDecoder, load_decoder
 
 LAST_TOKENS_SHOWN = 16
@@ -231,7 +231,7 @@ def report_snapshot(path: str | Path) -> Report:
     """Build the post-mortem of a snapshot (read-only; no hashing of files)."""
     snap = read_snapshot(path, hash_files=False)
     has_ids = snap.token_ids is not None or (snap.progress is not None and any(getattr(e, "last_ids", ()) for e in snap.progress.events[-1:]))
-    decoder = load_decoder(snap.model) if has_ids and snap.declares("token_ids") else DecoderUnavailable("no ids")
+    decoder = load_decoder(snap.model, decoded_id_lists(snap)) if has_ids and snap.declares("token_ids") else DecoderUnavailable("no ids")
     return build_report(snap, decoder)
 
 

@@ -25,6 +25,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import struct
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +34,7 @@ from typing import Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from genrun._safe_read import kind_of
 from genrun.schemas import layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
@@ -56,6 +58,8 @@ NO_ALLOWED_SIGNERS = (
 )
 UNVERIFIED = "signed, not verified (no allowed-signers file)"
 SSH_KEYGEN_TIMEOUT = 60  # seconds; verification of one small file takes milliseconds
+MAX_SIGNATURE_BYTES = 64 << 10
+"""An armored SSH signature is under 1 KiB (an RSA-16384 one under 5 KiB): a larger `.sig` is never handed to ssh-keygen."""
 DIGEST_SHOWN = 12  # hex characters of a digest in messages
 
 
@@ -171,10 +175,12 @@ def evaluate_record(path: Path, snapshot_id: str, current: CurrentDigests, allow
     problems = binding_problems(record, snapshot_id, current, path.parent)
     sig = path.with_name(path.name + SIGNATURE_SUFFIX)
     if not record.signed:
-        if sig.exists():
+        if os.path.lexists(sig):
             problems.append(f"record says signed=false but {sig.name} exists")
         state: SignoffState = "invalid" if problems else "unsigned"
         return _status(path, record, state, "; ".join(problems) or "no signature")
+    if os.path.lexists(sig) and (unusable := _unusable_signature(sig)):  # ssh-keygen would follow a link, block, or read for minutes
+        return _status(path, record, "invalid", "; ".join([*problems, f"bad signature: {sig.name} {unusable}"]))
     if allowed_signers is None and sig.is_file():  # nobody named the trusted keys: a warning, not a failure
         if not _signature_matches(path, sig, namespace_for(record.decision)):
             problems.append("bad signature: the record does not match its signature (changed after signing, or signed by another file)")
@@ -221,6 +227,16 @@ def revocation_problems(record: Signoff, signoffs_dir: Path) -> list[str]:
     if actual != record.digest:
         return [f"digest no longer matches: record binds record digest {short(record.digest)} of {record.revokes}, current is {short(actual)}"]
     return []
+
+
+def _unusable_signature(sig: Path) -> str | None:
+    """Why `sig` cannot be an SSH signature file (a link, FIFO, device, or larger than any signature); None if it may be."""
+    st = os.lstat(sig)
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {kind_of(st.st_mode)}, not a regular file"
+    if st.st_size > MAX_SIGNATURE_BYTES:
+        return f"is {st.st_size:,} bytes, more than the {MAX_SIGNATURE_BYTES:,} any SSH signature takes"
+    return None
 
 
 def _signature_matches(record: Path, sig: Path, namespace: str) -> bool:
@@ -297,8 +313,14 @@ def diagnose_failure(record: Path, sig: Path, principal: str, namespace: str, al
     if principal in principals:  # the key is listed for this principal, but not for this namespace or time
         detail = _first_line_text(verify_stderr) or "restricted by namespaces= or valid-before/valid-after"
         return f"signer {principal} not allowed for {namespace} in allowed signers {allowed_signers} ({detail})"
+    if not principals and (validity := _KEY_VALIDITY.search(found.stderr)):  # listed, but outside its valid-after/-before
+        return f"signer {principal}'s key {validity.group(1)} in allowed signers {allowed_signers} ({validity.group(2).strip()})"
     listed = f" (the signing key is listed for {', '.join(principals)})" if principals else ""
     return f"signer {principal} not in allowed signers {allowed_signers}{listed}"
+
+
+_KEY_VALIDITY = re.compile(r"key (has expired|is not yet valid): (.*)")
+"""What `ssh-keygen -Y find-principals` says of a key whose allowed-signers line it skipped for its time limits."""
 
 
 class SshSigHeader(NamedTuple):
@@ -369,11 +391,14 @@ def _unparsed(path: Path, reason: str) -> SignoffStatus:
 
 
 def _ssh_keygen(args: Sequence[str], stdin_file: Path | None) -> subprocess.CompletedProcess[str]:
-    """Run ssh-keygen with the record on stdin (never a terminal: it must not prompt)."""
-    if stdin_file is None:
-        return subprocess.run([SSH_KEYGEN, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SSH_KEYGEN_TIMEOUT)
-    with open(stdin_file, "rb") as data:
-        return subprocess.run([SSH_KEYGEN, *args], stdin=data, capture_output=True, text=True, timeout=SSH_KEYGEN_TIMEOUT)
+    """Run ssh-keygen with the record on stdin (never a terminal: it must not prompt); one that does not answer in time
+    is a failed run whose stderr says so."""
+    data = b"" if stdin_file is None else _read_signoffs_file(stdin_file, SnapshotDir.read_bytes)  # bounded, never a link
+    try:
+        done = subprocess.run([SSH_KEYGEN, *args], input=data, capture_output=True, timeout=SSH_KEYGEN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess([SSH_KEYGEN, *args], -1, "", f"ssh-keygen did not finish within {SSH_KEYGEN_TIMEOUT} s")
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
 
 
 _GOOD_SIGNATURE = re.compile(r"with (\S+) key (\S+)")

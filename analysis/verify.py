@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from ._context import CheckContext
 from ._finding import Examined, Finding
 from ._load import Snapshot, read_snapshot
+from ._rows import decoded_id_lists
 from ._tokenizer import DecoderUnavailable, load_decoder
 from .checks import CHECKS, run_checks
 
@@ -54,7 +55,7 @@ def verify_snapshot(path: str | Path, allowed_signers: Path | None = None) -> Ve
 def verify_loaded(snap: Snapshot, allowed_signers: Path | None = None) -> Verification:
     """Run the checks on an already-loaded snapshot (hashes needed for the manifest checks)."""
     needs_decoder = snap.token_summary is not None and snap.declares("token_ids")
-    decoder = load_decoder(snap.model) if needs_decoder else DecoderUnavailable("no token ids to decode")
+    decoder = load_decoder(snap.model, decoded_id_lists(snap)) if needs_decoder else DecoderUnavailable("no token ids to decode")
     findings = tuple(run_checks(snap, CheckContext(decoder=decoder, allowed_signers=allowed_signers), CHECKS))
     return Verification(snapshot=str(snap.path), snapshot_id=snap.id, findings=findings, summary=summarise(findings))
 

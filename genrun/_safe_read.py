@@ -7,9 +7,10 @@ larger than the bound for its kind; the inventory never descends into a linked d
 refusal is a sentence that completes "<file> ...".
 """
 
+import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MAX_JSON_BYTES = 64 << 20
@@ -34,11 +35,33 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_regular(path: str | os.PathLike[str], limit: int, offset: int = 0) -> bytes:
-    """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
-    (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read."""
+def open_beneath(root: Path, rel: str, flags: int = _NO_FOLLOW) -> int:
+    """Open `rel` (`/`-separated) inside directory `root`, each folder on the way opened by descriptor without following a
+    link, and the file itself with `O_NOFOLLOW`: a link anywhere inside the snapshot is never followed, even one swapped in
+    for a folder after it was listed. Raises `UnsafeFile` for a linked folder, `OSError` otherwise."""
+    *folders, name = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        fd = os.open(path, _NO_FOLLOW)
+        for folder in folders:
+            try:
+                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(os.path.join(f"/proc/self/fd/{fd}", folder)):
+                    raise UnsafeFile(f"is reached through {folder}/, a symbolic link; a snapshot holds regular files only") from None
+                raise
+            os.close(fd)
+            fd = inner
+        return os.open(name, flags | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, offset: int = 0, *, root: Path | None = None) -> bytes:
+    """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
+    (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read.
+    With `root` (a folder above `path`), no link between them is followed either (`open_beneath`)."""
+    try:
+        fd = os.open(path, _NO_FOLLOW) if root is None else open_beneath(root, Path(path).relative_to(root).as_posix())
     except OSError as exc:
         if os.path.islink(path):
             raise UnsafeFile(f"is a symbolic link (to {os.readlink(path)!r}); a snapshot holds regular files only") from None
@@ -79,18 +102,32 @@ def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files 
     return data
 
 
-def walk_entries(root: Path, skip_top: tuple[str, ...] = ()) -> Iterator[tuple[str, os.stat_result]]:
-    """`(relative path, lstat)` of every non-directory entry under `root`, links included but never followed."""
+def walk_entries(root: Path, skip_top: tuple[str, ...] = (), *, empty_dirs: bool = False,
+                 unlistable: Callable[[str, OSError], None] | None = None) -> Iterator[tuple[str, os.stat_result]]:
+    """`(relative path, lstat)` of every non-directory entry under `root`, links included but never followed, and with
+    `empty_dirs` of every empty directory below the top (something added that no manifest can list). Iterative: any depth.
+
+    A directory that cannot be listed raises `OSError`, or, with `unlistable`, is passed to it as `(relative path + "/",
+    error)` and the walk goes on: one unreadable folder must not hide the rest of the snapshot."""
     stack = [(root, "")]
     while stack:
         directory, prefix = stack.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                rel = prefix + entry.name
-                if not prefix and entry.name in skip_top:
-                    continue
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((Path(entry.path), rel + "/"))
-                else:
-                    yield rel, st
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            if unlistable is None or not prefix:
+                raise
+            unlistable(prefix, exc)
+            continue
+        if empty_dirs and not entries and prefix:
+            yield prefix.rstrip("/"), os.lstat(directory)
+        for entry in entries:
+            rel = prefix + entry.name
+            if not prefix and entry.name in skip_top:
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((Path(entry.path), rel + "/"))
+            else:
+                yield rel, st

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
@@ -109,7 +109,7 @@ class SnapshotDir:
     def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
         """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
         try:
-            return read_regular(os.path.join(self.path, name), READ_BOUNDS.get(name, MAX_JSON_BYTES), offset)  # no Path per read
+            return read_regular(self.path / name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset, root=self.path)
         except FileNotFoundError:
             raise ArtifactMissing(self.path, name, "does not exist") from None
         except UnsafeFile as exc:
@@ -165,10 +165,11 @@ class SnapshotDir:
             return None
 
     # -- listing and state --------------------------------------------------------------------------------------------
-    def entries(self, skip_top: tuple[str, ...] = ()) -> Iterator[tuple[str, os.stat_result]]:
+    def entries(self, skip_top: tuple[str, ...] = (), *, empty_dirs: bool = False,
+                unlistable: Callable[[str, OSError], None] | None = None) -> Iterator[tuple[str, os.stat_result]]:
         """`(relative path, lstat)` of every non-directory entry, links included but never followed; `skip_top` names
-        top-level entries left out (e.g. `signoffs`)."""
-        return walk_entries(self.path, skip_top)
+        top-level entries left out (e.g. `signoffs`); `empty_dirs` and `unlistable` as `walk_entries` takes them."""
+        return walk_entries(self.path, skip_top, empty_dirs=empty_dirs, unlistable=unlistable)
 
     def names(self) -> list[str]:
         """Relative paths of the regular files, `signoffs/` left out (it grows after the seal), sorted."""

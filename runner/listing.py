@@ -45,6 +45,8 @@ class SnapshotRow(NamedTuple):
     """A sweep's item snapshot ids (every attempt), in sweep order; None for a run snapshot."""
     changed: str | None = None
     """Set when the seal differs from the one the index read: the row is then read from the files, and this says so."""
+    problem: str | None = None
+    """Set when the snapshot cannot be described at all (state `unreadable`): why, and what to run."""
 
 
 class Listing(NamedTuple):
@@ -84,7 +86,11 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     prefix = os.path.join(store, "")
     for name in names:  # the warm path: two lstats and one row per snapshot, nothing else
         base = f"{prefix}{name}/"
-        key = SealKey.of(base + layout.MANIFEST)
+        try:
+            key = SealKey.of(base + layout.MANIFEST)
+        except OSError as exc:  # one unreadable snapshot is a row saying so, never the end of the listing
+            rows.append(unreadable_row(name, exc))
+            continue
         hit = cached.get(name)
         if key is not None and hit is not None and hit[1:5] == key:
             from_index += 1
@@ -96,10 +102,18 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             continue
         if key is None:  # unsealed: read from its files every time, never cached
             if os.path.isfile(base + layout.FROZEN_MANIFEST):  # else not a snapshot (a sealed one without it still has a seal)
-                with contextlib.suppress(FileNotFoundError):  # removed while we looked
+                try:
                     rows.append(describe(store / name, allowed_signers, sealed=False))
+                except FileNotFoundError:  # removed while we looked
+                    pass
+                except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
+                    rows.append(unreadable_row(name, exc))
             continue
-        read = _read_sealed(store / name, key, allowed_signers, basis)
+        try:
+            read = _read_sealed(store / name, key, allowed_signers, basis)
+        except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
+            rows.append(unreadable_row(name, exc))
+            continue
         if read is None:  # removed while we looked
             continue
         row, indexed = read
@@ -138,11 +152,21 @@ def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
     prefix = os.path.join(store, "")
     for name in _scan(store)[0]:
         key = SealKey.of(f"{prefix}{name}/{layout.MANIFEST}")
-        read = _read_sealed(store / name, key, allowed_signers, basis) if key is not None else None
+        try:
+            read = _read_sealed(store / name, key, allowed_signers, basis) if key is not None else None
+        except Exception:  # hostile: `ls` describes it from the files each time, as a row saying so
+            continue
         if read is not None and read[1] is not None:
             rows.append(read[1])
     replace_index(store, rows)
     return len(rows)
+
+
+def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
+    """The row of a snapshot that cannot be described: its id, and why (verify names the damage)."""
+    why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    return SnapshotRow(id=name, state="unreadable", sealed=False, generated=None, stop_reasons="-", signoffs="-", **_named(name),
+                       problem=f"cannot be read ({why[:200]}): run 'genrun verify {name}'")
 
 
 _LISTED = (layout.SWEEP_PLAN, layout.RESULT, layout.STOP, layout.REQUEST)

@@ -6,6 +6,7 @@ never sees a half-frozen plan. It is complete only once `manifest-sha256.txt` ex
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from genrun._safe_read import UnsafeFile, open_beneath
 from genrun.schemas import layout
 from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
 from genrun.snapshot_dir import SnapshotDir
@@ -171,7 +173,7 @@ def _rename_into_place(tmp: Path, store: Path, name: str) -> Path:
 def write_frozen_manifest(snapshot_dir: Path) -> None:
     """`frozen-sha256.txt` over every file present at the end of planning; its sha256 is the plan digest."""
     files = [rel for rel in manifest_candidates(snapshot_dir) if rel != layout.FROZEN_MANIFEST]
-    entries = [(rel, sha256_file(snapshot_dir / rel)) for rel in files]
+    entries = [(rel, _sha256_beneath(snapshot_dir, rel)) for rel in files]
     SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.FROZEN_MANIFEST, render_sha256sum(entries))
 
 
@@ -183,22 +185,37 @@ def seal_snapshot(snapshot_dir: Path) -> str:
     """
     snapshot_dir = Path(snapshot_dir)
     files = manifest_candidates(snapshot_dir)
-    entries = [(rel, sha256_file(snapshot_dir / rel)) for rel in files]
+    entries = [(rel, _sha256_beneath(snapshot_dir, rel)) for rel in files]
     (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)
     # Read-only before the manifest exists: a kill in this loop leaves an unsealed snapshot, never a sealed
     # one with writable files. Links are never followed (a planted link must not chmod its target).
     for rel in files:
-        _make_read_only(snapshot_dir / rel)
+        _make_read_only(snapshot_dir, rel)
     SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.MANIFEST, render_sha256sum(entries))
     os.chmod(snapshot_dir / layout.MANIFEST, READ_ONLY)
     fsync_dir(snapshot_dir)
     return sha256_file(snapshot_dir / layout.MANIFEST)
 
 
-def _make_read_only(path: Path) -> None:
-    """chmod 0444 through a descriptor opened without following a link: only a regular file with no other name is changed
-    (a hard link's other name may be outside the store, and a chmod through it would change a file genrun does not own)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+def _sha256_beneath(snapshot_dir: Path, rel: str) -> str:
+    """sha256 of a file of the snapshot, opened without following a link on its way (a folder swapped for a link is refused)."""
+    try:
+        fd = open_beneath(snapshot_dir, rel)
+    except UnsafeFile as exc:
+        raise SnapshotError(f"{snapshot_dir / rel} {exc}: remove it") from None
+    with os.fdopen(fd, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _make_read_only(snapshot_dir: Path, rel: str) -> None:
+    """chmod 0444 through a descriptor opened without following a link (nor a linked folder on the way): only a regular file
+    with no other name is changed (a hard link's other name may be outside the store, and a chmod through it would change a
+    file genrun does not own)."""
+    path = snapshot_dir / rel
+    try:
+        fd = open_beneath(snapshot_dir, rel)
+    except UnsafeFile as exc:
+        raise SnapshotError(f"{path} {exc}: remove it") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -7,6 +7,7 @@ would (chmod u+w, then edit), never by writing snapshot files from scratch.
 """
 
 import json
+import os
 import shutil
 import signal
 import stat
@@ -324,3 +325,13 @@ def tree_state(root: Path) -> dict[str, tuple[int, int, bytes]]:
         data = path.read_bytes() if path.is_file() else b""
         state[path.relative_to(root).as_posix()] = (st.st_mode, st.st_mtime_ns, data)
     return state
+
+
+def as_another_user() -> list[str]:
+    """The command prefix that runs a process as `nobody` when this one is root (root reads every folder, so a folder of
+    mode 000 only refuses another user); empty when not root; skips the test when root has no `setpriv`."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no way to read as a user the folder's mode refuses")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

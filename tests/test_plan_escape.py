@@ -96,6 +96,36 @@ def test_the_seal_never_chmods_a_hard_linked_file(tmp_path: Path) -> None:
     assert not (snapshot / layout.MANIFEST).exists()
 
 
+def test_the_seal_never_follows_a_folder_swapped_for_a_link_inside_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`outputs/sub/` is listed as a folder, then replaced by a link to a folder outside holding a file of the same name:
+    the seal neither hashes nor chmods through it, and leaves the snapshot unsealed naming the link."""
+    from genrun.runner import store
+    from genrun.runner.errors import SnapshotError
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.txt").write_text("outside\n")
+    snapshot = tmp_path / "snap"
+    (snapshot / layout.OUTPUTS_DIR / "sub").mkdir(parents=True)
+    (snapshot / layout.OUTPUTS_DIR / "sub" / "x.txt").write_text("inside\n")
+    (snapshot / "result.json").write_text("{}\n")
+    listed = store.manifest_candidates
+
+    def list_then_swap(directory: Path) -> list[str]:
+        files = listed(directory)
+        sub = snapshot / layout.OUTPUTS_DIR / "sub"
+        (sub / "x.txt").unlink()
+        sub.rmdir()
+        sub.symlink_to(outside)
+        return files
+
+    monkeypatch.setattr(store, "manifest_candidates", list_then_swap)
+    with pytest.raises(SnapshotError, match="sub/, a symbolic link"):
+        store.seal_snapshot(snapshot)
+    assert (outside / "x.txt").stat().st_mode & 0o777 == 0o644
+    assert not (snapshot / layout.MANIFEST).exists()
+
+
 def test_verify_names_a_sealed_file_hard_linked_or_loosened(tmp_path: Path) -> None:
     import json
 

@@ -230,3 +230,28 @@ def test_run_only_commands_refuse_a_sweep_naming_what_to_run(faulty_sweep: dict,
     done = run_cli(*(a.format(sweep=sweep.name, path=sweep) for a in argv), env={"GENRUN_STORE": str(store)})
     assert done.returncode == 1 and f"{sweep} is a sweep, not a run snapshot" in done.stderr and instead in done.stderr, done.stderr
     assert sorted(p.name for p in store.iterdir()) == before
+
+
+@pytest.mark.parametrize("planted", ["fifo", "sparse-50gb", "dev-zero-link"])
+def test_watch_on_a_running_sweep_reads_its_log_bounded(planted: str, faulty_sweep: dict, tmp_path) -> None:
+    """The sweep's log read whole would hang on a FIFO (or count nothing forever) and exhaust memory on a 50 GB file:
+    watch names the file and stops."""
+    import shutil
+
+    sweep = tmp_path / faulty_sweep["sweep"].name
+    shutil.copytree(faulty_sweep["sweep"], sweep, symlinks=True)
+    sweep.chmod(0o755)
+    (sweep / layout.MANIFEST).unlink()  # unsealed again: watch reads the log
+    log = sweep / layout.SWEEP_PROGRESS
+    log.unlink()
+    if planted == "fifo":
+        os.mkfifo(log)
+    elif planted == "sparse-50gb":
+        log.touch()
+        os.truncate(log, 50 << 30)
+    else:
+        log.symlink_to("/dev/zero")
+    from _forked import run_cli_forked
+
+    watched = run_cli_forked("watch", sweep, "--interval", "0.1", timeout=120, limits={"address_space_headroom": 2 << 30})
+    assert watched.returncode == 1 and layout.SWEEP_PROGRESS in watched.stderr, watched.stderr[-2000:]

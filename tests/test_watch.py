@@ -127,6 +127,16 @@ def test_watch_refuses_a_progress_stream_that_is_not_a_regular_file(snapshots, t
     assert f"{layout.PROGRESS}: {what}" in done.stderr and "a snapshot holds regular files only" in done.stderr
 
 
+def test_watch_refuses_a_50_gb_sparse_progress_stream_without_reading_it(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    snapshot = copy_snapshot(snapshots.killed(), tmp_path)
+    (snapshot / layout.PROGRESS).chmod(0o644)
+    os.truncate(snapshot / layout.PROGRESS, 50 << 30)  # sparse: no disk used
+    done = run_cli_forked("watch", snapshot, "--interval", "0.05", timeout=PROCESS_TIMEOUT_S,
+                          limits={"address_space_headroom": 2 << 30})  # a whole read dies at the limit instead of the machine
+    assert done.returncode == 1, done.stderr
+    assert f"{layout.PROGRESS}: is {50 << 30:,} bytes, more than the" in done.stderr, done.stderr
+
+
 def test_watch_on_a_sealed_snapshot_returns_the_runs_exit_code(snapshots, capsys) -> None:  # noqa: F811
     assert main(["watch", str(snapshots.get("exception"))]) == 1
     assert "sealed: failed (exit 1)" in capsys.readouterr().out

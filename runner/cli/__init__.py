@@ -10,6 +10,7 @@ from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
 from genrun.runner.interrupts import EXIT_CODES, RunInterrupted, interrupt_gate
 
+from ._interrupt import SIGINT_EXIT, exit_with_on_late_signal, stopped_message
 from ._output import print_error, set_quiet
 
 SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "index", "gc", "export", "schema")
@@ -32,16 +33,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `genrun` console script; returns the process exit code."""
+    if argv is not None:  # called in-process: the caller owns its signal handlers
+        return _main(argv)
+    returned: list[int] = []
+    exit_with_on_late_signal(lambda: returned[0] if returned else None)  # the console script: a later signal exits with its code
+    returned.append(_main(None))
+    return returned[0]
+
+
+def _main(argv: list[str] | None) -> int:
     # genrun never downloads: models resolve from local directories or the local HF cache only,
     # and an accidental hub call would hang on a closed network instead of failing clearly.
     offline_hub()
     # From the first line to the last, SIGINT/SIGTERM raise `RunInterrupted` once (never Python's
     # KeyboardInterrupt traceback nor SIGTERM's silent death): planning removes its temporary
     # directory, execute seals an `interrupted` snapshot, and the command exits 130 / 143.
+    command = None
     with interrupt_gate():
         try:
             given = sys.argv[1:] if argv is None else argv
             args = build_parser(given[0] if given else None).parse_args(given)
+            command = args.command
             quiet = getattr(args, "quiet", False)
             set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over
             output: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -55,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             print_error(str(exc))
             return exc.exit_code
         except RunInterrupted as exc:  # commands that make or run snapshots say more (cli/_interrupt.py)
-            print_error(f"interrupted by {exc.signal_name}: no run was executed "
-                        "(a plan frozen before the signal is intact, an unfinished one was removed)")
+            print_error(stopped_message(command, exc.signal_name))
             return EXIT_CODES.get(exc.signal_name, 130)
 
 

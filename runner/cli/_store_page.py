@@ -108,6 +108,8 @@ def _write_reviews(rows: list[SnapshotRow], store: Path, html: Path, allowed_sig
             page = review_snapshot(store / row.id, allowed_signers)
         except SnapshotNotFound:  # removed while the pages were written
             continue
+        except Exception:  # noqa: BLE001 - one hostile snapshot costs its own page (its row links to its folder), never the others'
+            continue
         write_html(render_review_html(page), pages_dir / f"{row.id}.html", forbidden_roots=snapshot_dirs)
         counts[row.id] = (page.verification.summary.warnings, page.verification.summary.failed)
     return counts

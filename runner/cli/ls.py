@@ -94,7 +94,7 @@ def handle(args: argparse.Namespace) -> int:
         hidden = f"{len(rows) - TERMINAL_ROWS:,} {'earlier' if newest_last else 'later'}"
         rows = rows[-TERMINAL_ROWS:] if newest_last else rows[:TERMINAL_ROWS]
         more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
-    _notes(notes + [f"note: {row.id}: {row.changed}" for row in rows if row.changed])
+    _notes(notes + [f"note: {row.id}: {row.changed or row.problem}" for row in rows if row.changed or row.problem])
     _print_table(rows, len(listing.rows), store, more)
     return 0
 
