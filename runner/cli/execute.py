@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.stop import describe_stop
-from genrun.schemas.rendering import human_bytes
+from genrun.schemas.rendering import describe_timings, human_bytes
 from genrun.snapshot_dir import SnapshotDir
 
 from genrun.runner.interrupts import RunInterrupted
@@ -90,9 +90,7 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     if result.produced_seconds is not None:
         requested = f" of {result.requested_seconds:g} s requested" if result.requested_seconds is not None else ""
         out.print(f"  produced {result.produced_seconds:.2f} s{requested}", soft_wrap=True)
-    t = result.timings
-    phases = [("load", t.load_s), (f"first {result.unit}", t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
-    out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None), soft_wrap=True)
+    out.print("  time: " + describe_timings(result.timings, f"first {result.unit}"), soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
     if result.exception is not None:
