@@ -19,6 +19,7 @@ from .progress import (
 )
 from .request import BudgetSpec, ChatMessage, DeterminismSpec, EntrypointSpec, InputSpec, ModelSpec, PolicySpec, ProgressSpec, Request, UnitsSpec
 from .result import ExecutionIdentity, PeakMemory, Phases, Result, RunStatus, Timings
+from .run_log import RunLogLine
 from .signoff import Decision, DigestKind, Signoff
 from .evidence import (
     DIFFUSION_EVIDENCE,
@@ -60,6 +61,6 @@ __all__ = [
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",
     "ModelFile", "ModelIdentity", "ProcessorIdentity", "ModelSpec", "PeakMemory", "Phases", "PipelineCallBeforeCall", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
-    "Result", "RunStatus", "SequenceStop", "Signoff", "StartEvent", "StopReason", "Timings", "TokenBudget",
+    "Result", "RunLogLine", "RunStatus", "SequenceStop", "Signoff", "StartEvent", "StopReason", "Timings", "TokenBudget",
     "TokenSequenceSummary", "UnitsSpec",
 ]
