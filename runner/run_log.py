@@ -38,6 +38,8 @@ _PLUMBING = frozenset({"logging", "warnings", "rich", "io", "_io", "codecs", "co
 _LIBRARY_DIRS = tuple(sorted({path for key in ("stdlib", "platstdlib", "purelib", "platlib")
                               if (path := sysconfig.get_paths().get(key))}))
 _INSTALLED = ("/site-packages/", "/dist-packages/")
+LIBRARY_LOGGERS = ("transformers", "diffusers", "accelerate", "huggingface_hub")
+"""Libraries that add a stderr handler of their own when imported: it is captured whichever stream it holds."""
 HELD_LINES_LIMIT = 10_000
 """Lines kept in memory before the snapshot's log can be written (a model loaded before the run, planning)."""
 
@@ -219,12 +221,17 @@ def _install() -> None:
         wrapper = current if isinstance(current, _CapturingStream) else _CapturingStream(current, name)  # type: ignore[arg-type]
         _streams.append(wrapper)
         setattr(sys, name, wrapper)
-    originals = {id(s.target): s for s in _streams}
-    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+    stdout, stderr = _streams
+    standard = {id(sys.__stdout__): stdout, id(stdout.target): stdout, id(sys.__stderr__): stderr, id(stderr.target): stderr}
+    for name, logger in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
         for handler in getattr(logger, "handlers", ()):
-            if isinstance(handler, logging.StreamHandler) and id(handler.stream) in originals:
+            if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
+                continue
+            # a standard stream, or a library's own default handler (added at import, to whatever stderr was then)
+            wrapper = standard.get(id(handler.stream)) or (stderr if name in LIBRARY_LOGGERS else None)
+            if wrapper is not None and wrapper is not handler.stream:
                 _handlers.append((handler, handler.stream))
-                handler.stream = originals[id(handler.stream)]
+                handler.stream = wrapper
 
 
 def _uninstall() -> None:

@@ -1,0 +1,144 @@
+"""genrun owns the terminal: library chatter goes to the snapshot's run-log.ndjson, in every entry point.
+
+Real runs of the bundled tiny models through the CLI (stderr a pipe, and under a pseudo-terminal), a sweep worker,
+and the library API. What a library printed must be in the log and never on the terminal; the user's own prints are
+on both.
+"""
+
+import importlib.util
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, PROCESS_TIMEOUT_S, REPO, run_cli_subprocess, tiny_request, write_request
+from _sweep_helpers import write_sweep
+
+from genrun.schemas import RunLogLine, layout
+
+NEVER_ON_TERMINAL = ("Loading weights", "Loading pipeline components", "pip install", "accelerate", "deprecated",
+                     "Both `max_new_tokens`", "it/s]", "[transformers]")
+"""What transformers, diffusers and tqdm print during these runs (and nothing of genrun's own output contains)."""
+
+IN_LOG = {
+    "tiny": ("Loading weights",),
+    "tiny-diffusion": ("Loading pipeline components",)
+    + (("`accelerate` was not found", "pip install accelerate") if importlib.util.find_spec("accelerate") is None else ()),
+    "tiny-whisper-long-form": ("Loading weights", "Both `max_new_tokens`"),
+}
+"""Per bundled example: lines its libraries print on every run in this environment."""
+
+
+def run_under_pty(*args: str | Path) -> tuple[int, str]:
+    """The real CLI with stdin, stdout and stderr a pseudo-terminal (as in a user's shell); its exit code and output."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO,
+                            stdin=terminal, stdout=terminal, stderr=terminal, env={**os.environ, "COLUMNS": "200"})
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 1 << 16)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    return proc.wait(timeout=PROCESS_TIMEOUT_S), b"".join(chunks).decode(errors="replace")
+
+
+def log_lines(snapshot: Path) -> list[RunLogLine]:
+    path = snapshot / layout.RUN_LOG
+    return [RunLogLine.model_validate_json(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def only_snapshot(store: Path) -> Path:
+    found = [p for p in store.iterdir() if (p / layout.RESULT).is_file()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def assert_quiet_terminal_and_logged(terminal: str, snapshot: Path, expected: tuple[str, ...]) -> None:
+    leaked = [s for s in NEVER_ON_TERMINAL if s in terminal]
+    assert not leaked, f"library output on the terminal: {leaked}\n{terminal}"
+    logged = "\n".join(line.text for line in log_lines(snapshot))
+    assert all(s in logged for s in expected), (expected, logged)
+    assert not any(line.shown for line in log_lines(snapshot))  # nothing of the user's: every line is a library's
+
+
+@pytest.mark.parametrize("example", sorted(IN_LOG))
+def test_cli_with_stderr_a_pipe_keeps_library_output_in_the_log(tmp_path: Path, example: str) -> None:
+    store = tmp_path / "store"
+    proc = run_cli_subprocess("run", EXAMPLES / f"{example}.toml", "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert "succeeded:" in proc.stderr  # genrun's own summary still reaches the terminal
+    assert_quiet_terminal_and_logged(proc.stdout + proc.stderr, only_snapshot(store), IN_LOG[example])
+
+
+@pytest.mark.parametrize("example", sorted(IN_LOG))
+def test_cli_in_a_terminal_keeps_library_output_in_the_log(tmp_path: Path, example: str) -> None:
+    store = tmp_path / "store"
+    code, terminal = run_under_pty("run", EXAMPLES / f"{example}.toml", "--store", store)
+    assert code == 0, terminal
+    assert "succeeded:" in terminal
+    assert_quiet_terminal_and_logged(terminal, only_snapshot(store), IN_LOG[example])
+
+
+def test_rerun_with_stderr_a_pipe_keeps_loading_weights_in_the_childs_log(tmp_path: Path, tiny_lm: Path) -> None:
+    store = tmp_path / "store"
+    assert run_cli_subprocess("run", write_request(tmp_path, tiny_request(tiny_lm)), "--store", store).returncode == 0
+    parent = only_snapshot(store)
+    proc = run_cli_subprocess("rerun", parent, "--set", "generation.max_new_tokens=4", "--note", "shorter", "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    child = next(p for p in store.iterdir() if (p / layout.LINEAGE).is_file())
+    assert_quiet_terminal_and_logged(proc.stdout + proc.stderr, child, ("Loading weights",))
+
+
+def test_sweep_workers_keep_their_model_load_in_the_items_log(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path / "sw", grid={"generation.max_new_tokens": [3, 4]}, workers=1, max_new_tokens=4)
+    store = tmp_path / "store"
+    proc = run_cli_subprocess("sweep", "run", sweep, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert not [s for s in NEVER_ON_TERMINAL if s in proc.stdout + proc.stderr], proc.stderr
+    items = [p for p in store.iterdir() if (p / layout.RESULT).is_file()]
+    assert len(items) == 2
+    # one worker: the item it loaded the model for has the load's bar in its log; the other reused the model
+    loads = [item for item in items if any("Loading weights" in line.text for line in log_lines(item))]
+    assert len(loads) == 1, [log_lines(item) for item in items]
+    assert all(line.t < 0 for line in log_lines(loads[0]) if "Loading weights" in line.text)  # before the item's run began
+
+
+ENTRY = '''
+def count_down(model, tok, inputs, generation):
+    print("hello from the entry point")
+    enc = tok(inputs["prompt"], return_tensors="pt")
+    return model.generate(**enc, tokenizer=tok, **generation)
+'''
+
+
+def test_library_api_keeps_chatter_off_the_terminal_and_user_prints_on_it(tmp_path: Path, tiny_lm: Path,
+                                                                        capfd: pytest.CaptureFixture[str]) -> None:
+    import genrun
+
+    (tmp_path / "talking_entry.py").write_text(ENTRY)
+    request = write_request(tmp_path, tiny_request(tiny_lm, generation="max_new_tokens = 4",
+                                                    tables='[entrypoint]\ncallable = "talking_entry:count_down"'))
+    streams = sys.stdout, sys.stderr
+    capfd.readouterr()
+    snapshot, result = genrun.run(request, store=tmp_path / "store")
+    out, err = capfd.readouterr()
+    assert result.status == "succeeded"
+    assert (sys.stdout, sys.stderr) == streams  # the capture is put back
+    assert "Loading weights" not in out + err
+    assert "hello from the entry point" in out  # the user's own print stays on the terminal ...
+    lines = log_lines(snapshot)
+    user = [line for line in lines if line.text == "hello from the entry point"]
+    assert len(user) == 1 and user[0].shown and user[0].stream == "stdout" and user[0].source == "talking_entry"  # ... and is logged
+    bars = [line for line in lines if "Loading weights" in line.text]
+    assert len(bars) == 1 and not bars[0].shown and bars[0].source == "tqdm" and "\r" not in bars[0].text
+    assert json.loads((snapshot / layout.RUN_LOG).read_text().splitlines()[0])["t"] >= 0
