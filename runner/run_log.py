@@ -31,6 +31,8 @@ from typing import Any, Literal, TextIO
 from genrun.schemas import RunLogLine, layout
 from genrun.schemas.run_log import LogStream
 
+from .interrupts import deferred
+
 Writer = Literal["genrun", "library", "user"]
 
 _PLUMBING = frozenset({"logging", "warnings", "rich", "io", "_io", "codecs", "contextlib", "threading"})
@@ -197,7 +199,7 @@ def captured() -> Iterator[RunLog]:
     """Capture library output for one execution (or, enclosing it, for a worker's model load or a CLI command's
     planning: an inner capture takes the lines the outer one holds). Everything is put back when the outermost exits."""
     log = RunLog()
-    with _install_lock:
+    with deferred(), _install_lock:  # a signal never leaves the streams half swapped
         if _logs:
             log.take_held(_logs[-1])
         else:
@@ -206,21 +208,23 @@ def captured() -> Iterator[RunLog]:
     try:
         yield log
     finally:
-        with _install_lock:
-            for stream in _streams:
-                stream.flush_partial(log)
-            _logs.remove(log)
-            if not _logs:
-                _uninstall()
-        log.close()
+        with deferred():
+            with _install_lock:
+                for stream in _streams:
+                    stream.flush_partial(log)
+                _logs.remove(log)
+                if not _logs:
+                    _uninstall()
+            log.close()
 
 
 def _install() -> None:
-    for name in ("stdout", "stderr"):
-        current = getattr(sys, name)
-        wrapper = current if isinstance(current, _CapturingStream) else _CapturingStream(current, name)  # type: ignore[arg-type]
+    stream: LogStream
+    for stream in ("stdout", "stderr"):
+        current = getattr(sys, stream)
+        wrapper = current if isinstance(current, _CapturingStream) else _CapturingStream(current, stream)
         _streams.append(wrapper)
-        setattr(sys, name, wrapper)
+        setattr(sys, stream, wrapper)
     stdout, stderr = _streams
     standard = {id(sys.__stdout__): stdout, id(stdout.target): stdout, id(sys.__stderr__): stderr, id(stderr.target): stderr}
     for name, logger in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
@@ -228,10 +232,10 @@ def _install() -> None:
             if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
                 continue
             # a standard stream, or a library's own default handler (added at import, to whatever stderr was then)
-            wrapper = standard.get(id(handler.stream)) or (stderr if name in LIBRARY_LOGGERS else None)
-            if wrapper is not None and wrapper is not handler.stream:
+            target = standard.get(id(handler.stream)) or (stderr if name in LIBRARY_LOGGERS else None)
+            if target is not None and target is not handler.stream:
                 _handlers.append((handler, handler.stream))
-                handler.stream = wrapper
+                handler.stream = target
 
 
 def _uninstall() -> None:

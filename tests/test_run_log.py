@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,11 @@ def run_under_pty(*args: str | Path) -> tuple[int, str]:
             break
         chunks.append(chunk)
     os.close(controller)
-    return proc.wait(timeout=PROCESS_TIMEOUT_S), b"".join(chunks).decode(errors="replace")
+    return proc.wait(timeout=PROCESS_TIMEOUT_S), ANSI.sub("", b"".join(chunks).decode(errors="replace"))
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""Colour and cursor sequences genrun's own terminal output carries under a terminal."""
 
 
 def log_lines(snapshot: Path) -> list[RunLogLine]:
