@@ -19,6 +19,7 @@ progress-bar setting is touched, and a failed write of the log never reaches the
 import contextlib
 import logging
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -56,7 +57,7 @@ def writer_of(frame: FrameType | None) -> tuple[Writer, str]:
     if module == "genrun":
         return "genrun", module
     filename = frame.f_code.co_filename
-    if filename.startswith("<") or any(part in filename for part in _INSTALLED) or filename.startswith(_LIBRARY_DIRS):
+    if filename.startswith("<frozen") or any(part in filename for part in _INSTALLED) or filename.startswith(_LIBRARY_DIRS):
         return "library", module
     return "user", module
 
@@ -116,13 +117,18 @@ class RunLog:
             return [(source, text) for _, _, source, _, text in self._held]
 
     def close(self) -> None:
-        """No more lines go to the file (later ones are held, and dropped with this object)."""
+        """No more lines go to the file (later ones are held, and dropped with this object); lines still missing their
+        newline (a progress bar left on screen) are written first."""
         with self._lock:
+            for stream in _streams:
+                stream.flush_partial(self)
             self._path = None
             if self._fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(self._fd)
-                self._fd = None
+                fd, self._fd = self._fd, None
+                try:
+                    os.close(fd)
+                except OSError as exc:
+                    self.failure = self.failure or f"{layout.RUN_LOG} may be incomplete: closing it failed ({exc.strerror or exc})"
 
     def _append(self, stamp: float, stream: LogStream, source: str, shown: bool, text: str) -> None:
         if self.failure is not None or self._path is None:
@@ -142,7 +148,8 @@ class _CapturingStream:
     def __init__(self, target: TextIO, stream: LogStream) -> None:
         self.target = target
         self.stream: LogStream = stream
-        self._partial: dict[tuple[str, bool], str] = {}
+        self._partial: dict[tuple[str, bool], tuple[float, str]] = {}
+        """(source, shown) -> (time of the last write, text since the last newline)."""
 
     def write(self, text: str) -> int:
         log = _logs[-1] if _logs else None
@@ -156,17 +163,18 @@ class _CapturingStream:
         return len(text)
 
     def _collect(self, log: RunLog, source: str, shown: bool, text: str) -> None:
-        key = (source, shown)
-        *lines, self._partial[key] = (self._partial.get(key, "") + text).split("\n")
+        key, now = (source, shown), time.monotonic()
+        *lines, rest = (self._partial.get(key, (now, ""))[1] + text).split("\n")
+        self._partial[key] = (now, rest)
         for line in lines:
             if (final := _final_state(line)) is not None:
-                log.add(time.monotonic(), self.stream, source, shown, final)
+                log.add(now, self.stream, source, shown, final)
 
     def flush_partial(self, log: RunLog) -> None:
         """Lines still missing their newline (a progress bar left on screen) go to the log as they stand."""
-        for (source, shown), text in self._partial.items():
+        for (source, shown), (stamp, text) in self._partial.items():
             if (final := _final_state(text)) is not None:
-                log.add(time.monotonic(), self.stream, source, shown, final)
+                log.add(stamp, self.stream, source, shown, final)
         self._partial.clear()
 
     def flush(self) -> None:
@@ -178,13 +186,20 @@ class _CapturingStream:
     def fileno(self) -> int:
         return self.target.fileno()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # everything else (encoding, buffer, ...) is the real stream's
+        if name == "target":  # not set yet (a copy being made): never recurse
+            raise AttributeError(name)
         return getattr(self.target, name)
 
 
 def _final_state(line: str) -> str | None:
-    """What a terminal would finally show of `line`: its last non-blank carriage-return segment (a bar's last redraw)."""
-    return next((part.rstrip() for part in reversed(line.split("\r")) if part.strip()), None)
+    """What a terminal would finally show of `line`: its last non-blank carriage-return segment (a bar's last redraw),
+    without terminal control sequences (colours, cursor moves)."""
+    return next((part.rstrip() for part in reversed(_CONTROL.sub("", line).split("\r")) if part.strip()), None)
+
+
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+"""ANSI CSI sequences."""
 
 
 _logs: list[RunLog] = []
@@ -209,13 +224,11 @@ def captured() -> Iterator[RunLog]:
         yield log
     finally:
         with deferred():
+            log.close()
             with _install_lock:
-                for stream in _streams:
-                    stream.flush_partial(log)
                 _logs.remove(log)
                 if not _logs:
                     _uninstall()
-            log.close()
 
 
 def _install() -> None:

@@ -5,13 +5,16 @@ and the library API. What a library printed must be in the log and never on the 
 on both.
 """
 
+import fcntl
 import importlib.util
 import json
 import os
 import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -37,6 +40,7 @@ IN_LOG = {
 def run_under_pty(*args: str | Path) -> tuple[int, str]:
     """The real CLI with stdin, stdout and stderr a pseudo-terminal (as in a user's shell); its exit code and output."""
     controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # 50 x 200: a bar has room to draw
     proc = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", *map(str, args)], cwd=REPO,
                             stdin=terminal, stdout=terminal, stderr=terminal, env={**os.environ, "COLUMNS": "200"})
     os.close(terminal)
@@ -147,3 +151,37 @@ def test_library_api_keeps_chatter_off_the_terminal_and_user_prints_on_it(tmp_pa
     bars = [line for line in lines if "Loading weights" in line.text]
     assert len(bars) == 1 and not bars[0].shown and bars[0].source == "tqdm" and "\r" not in bars[0].text
     assert json.loads((snapshot / layout.RUN_LOG).read_text().splitlines()[0])["t"] >= 0
+
+
+def _frame_of(filename: str, module: str):  # noqa: ANN202 (a frame)
+    scope: dict = {"__name__": module, "sys": sys}
+    exec(compile("frame = sys._getframe()", filename, "exec"), scope)
+    return scope["frame"]
+
+
+def test_the_writer_is_found_above_the_plumbing() -> None:
+    from genrun.runner.run_log import writer_of
+
+    assert writer_of(_frame_of("/venv/lib/python3.11/site-packages/somelib/bar.py", "somelib.bar")) == ("library", "somelib")
+    assert writer_of(_frame_of("/home/me/project/entry.py", "entry")) == ("user", "entry")
+    assert writer_of(_frame_of("<string>", "__main__")) == ("user", "__main__")  # `python -c`: the user's own
+    assert writer_of(_frame_of("/anywhere/runner/cli/_output.py", "genrun.runner.cli._output")) == ("genrun", "genrun")
+    assert writer_of(sys._getframe()) == ("user", "test_run_log")
+
+
+def test_a_log_that_cannot_be_written_never_fails_the_writer_and_says_so(tmp_path: Path) -> None:
+    from genrun.runner.run_log import HELD_LINES_LIMIT, RunLog
+
+    log = RunLog()
+    for i in range(HELD_LINES_LIMIT + 5):  # before the snapshot is known: held, the excess counted
+        log.add(0.0, "stderr", "lib", False, f"line {i}")
+    log.open(tmp_path / "gone", origin=0.0)  # the directory does not exist: every write fails
+    log.add(1.0, "stderr", "lib", False, "later")
+    log.close()
+    assert log.failure is not None and layout.RUN_LOG in log.failure and "is incomplete" in log.failure
+
+    written = RunLog()
+    written.add(0.0, "stderr", "lib", False, "first")
+    written.open(tmp_path, origin=0.0)
+    written.close()
+    assert [line.text for line in log_lines(tmp_path)] == ["first"] and written.failure is None
