@@ -185,3 +185,13 @@ def test_a_log_that_cannot_be_written_never_fails_the_writer_and_says_so(tmp_pat
     written.open(tmp_path, origin=0.0)
     written.close()
     assert [line.text for line in log_lines(tmp_path)] == ["first"] and written.failure is None
+
+
+def test_a_log_line_of_an_unknown_stream_or_with_extra_keys_is_refused() -> None:
+    from pydantic import ValidationError
+
+    good = {"t": 0.5, "stream": "stderr", "source": "tqdm", "shown": False, "text": "x"}
+    assert RunLogLine.model_validate(good).text == "x"
+    for bad in ({**good, "stream": "tty"}, {**good, "colour": "red"}, {k: v for k, v in good.items() if k != "shown"}):
+        with pytest.raises(ValidationError):
+            RunLogLine.model_validate(bad)
