@@ -112,9 +112,10 @@ class RunLog:
             self._dropped, other._dropped = self._dropped + other._dropped, 0
 
     def held_lines(self) -> list[tuple[str, str]]:
-        """`(source, text)` of the lines held and never written to a snapshot's log (e.g. `genrun plan`'s)."""
+        """`(source, text)` of the library lines held and never written to a snapshot's log (e.g. `genrun plan`'s); the
+        user's own lines were shown when written."""
         with self._lock:
-            return [(source, text) for _, _, source, _, text in self._held]
+            return [(source, text) for _, _, source, shown, text in self._held if not shown]
 
     def close(self) -> None:
         """No more lines go to the file (later ones are held, and dropped with this object); lines still missing their

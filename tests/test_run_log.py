@@ -195,3 +195,17 @@ def test_a_log_line_of_an_unknown_stream_or_with_extra_keys_is_refused() -> None
     for bad in ({**good, "stream": "tty"}, {**good, "colour": "red"}, {k: v for k, v in good.items() if k != "shown"}):
         with pytest.raises(ValidationError):
             RunLogLine.model_validate(bad)
+
+
+def test_a_command_that_runs_nothing_shows_what_libraries_printed_after_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from genrun.runner.cli._library_output import library_output_taken_over
+
+    library = compile('import sys\nprint("notice from a library", file=sys.stderr)', "/venv/lib/site-packages/somelib/x.py", "exec")
+    for quiet in (False, True):
+        with library_output_taken_over(quiet):
+            exec(library, {"__name__": "somelib.x"})
+            assert "notice from a library" not in capsys.readouterr().err  # held while the command runs
+            print("the user's own line")
+        captured = capsys.readouterr()
+        assert "the user's own line" in captured.out and "the user's own line" not in captured.err  # shown once, as printed
+        assert ("somelib: notice from a library" in captured.err) is not quiet
