@@ -12,6 +12,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from genrun.schemas.rendering import describe_timings
+
 from ._svg import render_chart
 from .html_report import IndexLine, ReviewPage, StoreIndex, charts
 
@@ -100,6 +102,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <table><tr><th>load</th><th>first token</th><th>decode</th><th>total</th><th>rate</th></tr>
 <tr><td>{{ secs(r.timings.load_s) }}</td><td>{{ secs(r.timings.first_token_s) }}</td><td>{{ secs(r.timings.decode_s) }}</td><td>{{ secs(r.timings.total_s) }}</td>
 <td>{{ rate(r.timings.units_per_s) }} {{ r.unit }}s/s</td></tr></table>
+{% if r.timings.phases %}<p>Where the total went (the phases sum to it): {{ describe_timings(r.timings, "first " ~ r.unit) }}.</p>{% endif %}
 {% if r.stages %}<h2 id="stages">Stages</h2>
 <table><tr><th>stage</th><th>units</th><th>rows</th><th>read from source</th><th>time</th><th>peak RSS</th></tr>
 <tr><td>load</td><td></td><td></td><td></td><td>{{ secs(r.timings.load_s) }}</td><td></td></tr>
@@ -197,6 +200,7 @@ def _evidence_items(evidence: Any) -> list[tuple[str, Any]]:
 
 
 _HELPERS = {
+    "describe_timings": describe_timings,
     "budget_rows": _budget_rows,
     "evidence_items": _evidence_items,
     "fmt": _fmt,

@@ -34,6 +34,8 @@ class Chart(NamedTuple):
     x_label: str
     y_label: str
     series: Sequence[Series]
+    x_span: tuple[float, float] | None = None
+    """The x range the axis runs over exactly (ticks inside it only); `None`: the points' own range, rounded out to ticks."""
 
 
 def nice_ticks(low: float, high: float, count: int = TICKS) -> list[float]:
@@ -73,6 +75,9 @@ def render_chart(chart: Chart) -> Markup:
     x_ticks = nice_ticks(min(xs), max(xs))
     y_ticks = nice_ticks(min(0.0, min(ys)), max(ys))
     x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
+    if chart.x_span is not None and chart.x_span[0] < chart.x_span[1]:  # the axis is the span: never rounded out past it
+        x0, x1 = chart.x_span
+        x_ticks = [t for t in nice_ticks(x0, x1) if x0 <= t <= x1] or [x0, x1]
     top = TOP + LEGEND_LINE * len(drawn)  # the legend sits above the plot, one line per series, never over the data
     height = top + PLOT_HEIGHT + BOTTOM
     plot_w, plot_h = WIDTH - LEFT - RIGHT, PLOT_HEIGHT

@@ -189,9 +189,20 @@ def charts(page: ReviewPage) -> list[Chart]:
                      dashed=True)]
     generated = [Series(f"{unit}s generated (furthest row)", [(s.t, float(s.generated)) for s in samples])]
     seconds = "time since the run started (s)"
-    return [Chart(f"Throughput ({unit}s per second)", seconds, f"{unit}s/s", rate),
-            Chart("Memory", seconds, "MiB", memory),
-            Chart(f"Progress ({unit}s)", seconds, f"{unit}s", generated)]
+    span = recorded_span(page)
+    return [Chart(f"Throughput ({unit}s per second)", seconds, f"{unit}s/s", rate, span),
+            Chart("Memory", seconds, "MiB", memory, span),
+            Chart(f"Progress ({unit}s)", seconds, f"{unit}s", generated, span)]
+
+
+def recorded_span(page: ReviewPage) -> tuple[float, float] | None:
+    """The charts' x axis: first to last progress record, seconds since execution began. A single record (a rate known
+    at one instant only) spans from the start of execution to it, so the axis never runs past the run's end."""
+    times = [s.t for s in page.report.samples]
+    if not times:
+        return None
+    first, last = min(times), max(times)
+    return (first, last) if first < last else (0.0, last) if last > 0 else None
 
 
 def store_index(store: Path, snapshots: Sequence[Path], allowed_signers: Path | None = None) -> StoreIndex:

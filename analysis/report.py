@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pydantic import SerializeAsAny
 
-from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, StopEvidence, TokenBudget, TokenStopFacts, UnitsSpec
+from genrun.schemas import GenerationConfigBeforeGenerate, Phases, PipelineCallBeforeCall, StopEvidence, TokenBudget, TokenStopFacts, UnitsSpec
 from genrun.schemas.layout import SnapshotState, Unit
 from genrun.schemas.result import describe_produced
 
@@ -125,6 +125,8 @@ class TimingsSummary(_Model):
     total_s: float | None
     units_per_s: float | None
     """Summed over rows."""
+    phases: Phases | None = None
+    """What `total_s` is made of (result.json; `None` before phases were recorded, or with no result)."""
     units_per_s_per_row: float | None = None
     """The same rate for one row (summed / rows)."""
     rows: int | None = None
@@ -398,7 +400,7 @@ def _timings(snap: Snapshot) -> TimingsSummary:
     if snap.result is not None:
         t = snap.result.timings
         return TimingsSummary(load_s=t.load_s, first_token_s=t.first_token_s, decode_s=t.decode_s, total_s=t.total_s,
-                              units_per_s=snap.result.units_per_s, units_per_s_per_row=snap.result.units_per_s_per_row,
+                              phases=t.phases, units_per_s=snap.result.units_per_s, units_per_s_per_row=snap.result.units_per_s_per_row,
                               rows=snap.result.rows)
     events = snap.progress.events if snap.progress else ()
     start = next((e.t for e in events if e.event == "start"), None)

@@ -7,6 +7,7 @@ Order:
 3. hold SIGINT/SIGTERM (`genrun.runner.interrupts`) from opening `progress.ndjson` to the seal; run the
    backend through the run template (`run_template`: load, generate, finish);
 4. write the terminal progress event, `determinism.json`, `generation-stop.json`, `result.json` (`run_result`);
+   throughout, what libraries print goes to `run-log.ndjson`, not the terminal (`run_log`);
 5. seal the snapshot (the manifest, written last) — also after a model failure or a signal; only a failed
    write of the evidence itself (a full disk) leaves it unsealed, which every reader shows as incomplete.
 """
@@ -36,7 +37,9 @@ from .interrupts import RunInterrupted, deferred, interrupt_gate
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
 from .outputs_dir import OutputsDir
+from .phases import PhaseClock
 from .recorder import ProgressRecorder
+from .run_log import RunLog, captured
 from .run_result import build_result, write_terminal_event
 from .run_template import RunRecord, interrupted_before_running, run_template
 from .store import describe_os_error, open_snapshot, seal_snapshot
@@ -70,10 +73,11 @@ def execute_snapshot(
     `interrupted` (exit 130/143). `live=None` shows the progress bar only when stderr is a TTY.
     `allowed_signers` checks approve signatures (None: `$GENRUN_ALLOWED_SIGNERS`, then git's file).
     """
-    origin = time.monotonic()
-    snapshot_dir = open_snapshot(snapshot_dir)
-    with execution_lock(snapshot_dir):
-        return _execute_locked(snapshot_dir, origin, require_approval, live, loaded, allowed_signers, records or {})
+    clock = PhaseClock(time.monotonic())
+    with captured() as log:  # library output from here on goes to the snapshot's run-log.ndjson (`run_log`)
+        snapshot_dir = open_snapshot(snapshot_dir)
+        with execution_lock(snapshot_dir):
+            return _execute_locked(snapshot_dir, clock, log, require_approval, live, loaded, allowed_signers, records or {})
 
 
 @contextlib.contextmanager
@@ -95,7 +99,7 @@ def execution_lock(snapshot_dir: Path) -> Iterator[None]:
 
 
 def _execute_locked(
-    snapshot_dir: Path, origin: float, require_approval: bool, live: bool | None, loaded: LoadedModel | None,
+    snapshot_dir: Path, clock: PhaseClock, log: RunLog, require_approval: bool, live: bool | None, loaded: LoadedModel | None,
     allowed_signers: Path | None, records: Mapping[str, BaseModel],
 ) -> Result:
     plan, identity = verify_before_loading(snapshot_dir)
@@ -105,7 +109,9 @@ def _execute_locked(
         from .signoff import check_approval, describe_approval
 
         approval_note = describe_approval(check_approval(snapshot_dir, allowed_signers, allow_unsigned=policy == "any"))
+    clock.enter("imports")
     backend = get_backend(plan.request.model.backend)
+    clock.enter("prepare")
     device = resolve_device(plan.request.model.device)
     if loaded is not None and (why := loaded.mismatch(backend.name, plan.model, plan.request, device)) is not None:
         raise SnapshotError(f"the loaded model cannot run snapshot {snapshot_dir}: {why}; execute it without a preloaded model")
@@ -117,8 +123,8 @@ def _execute_locked(
     with interrupt_gate():
         try:
             hold_sealing_space(snapshot_dir, plan.budget)
-            recorder, outputs = open_recorder_or_keep_plan(snapshot_dir, plan, unit, origin, bar, memory)
-            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, outputs, bar, loaded, origin,
+            recorder, outputs = open_recorder_or_keep_plan(snapshot_dir, plan, unit, clock.origin, bar, memory)
+            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, outputs, bar, loaded, clock, log,
                                     approval_note=approval_note, records=records)
         finally:
             release_space(snapshot_dir)
@@ -168,8 +174,8 @@ def open_recorder_or_keep_plan(
 
 def _run_record_seal(
     snapshot_dir: Path, plan: FrozenPlan, identity: VerifiedIdentity, backend: Backend, device: str,
-    recorder: ProgressRecorder, outputs: OutputsDir, bar: LiveProgress | None, loaded: LoadedModel | None, origin: float,
-    *, approval_note: str | None, records: Mapping[str, BaseModel],
+    recorder: ProgressRecorder, outputs: OutputsDir, bar: LiveProgress | None, loaded: LoadedModel | None, clock: PhaseClock,
+    log: RunLog, *, approval_note: str | None, records: Mapping[str, BaseModel],
 ) -> Result:
     """Run the template, write the terminal event, determinism, stop and result, then seal.
 
@@ -181,6 +187,7 @@ def _run_record_seal(
     snapshot = SnapshotDir(snapshot_dir, writable=True)
     try:
         try:
+            log.open(snapshot_dir, clock.origin)  # execution files exist now: what was held (imports, checks) is written too
             ctx = ExecutionContext(
                 **vars(load_context(plan, device, snapshot_dir)),
                 snapshot_dir=snapshot_dir,
@@ -190,10 +197,11 @@ def _run_record_seal(
             )
             with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
                 with deterministic_mode(plan.request, device) as determinism:
-                    run = run_template(backend, ctx, loaded)
+                    run = run_template(backend, ctx, loaded, clock)
                 _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, run)
         except RunInterrupted as exc:  # after the stream opened, before the template's gate took over
             run = interrupted_before_running(recorder, exc.signal_name)
+            clock.enter("evidence")
             _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, run)
         if determinism is None:
             determinism = capture_determinism(plan.request, device, strict=False)
@@ -201,9 +209,11 @@ def _run_record_seal(
         for name, record in records.items():
             snapshot.write(name, record)
         snapshot.write(layout.STOP, GenerationStop(sequences=run.outcome.stops))
-        result = build_result(plan, identity, run, recorder.memory, time.monotonic() - origin, per_row=recorder.generated)
-        if approval_note is not None:
-            result = result.model_copy(update={"notes": (approval_note, *result.notes)})
+        log.close()  # complete before result.json, which is written after every other execution file
+        result = build_result(plan, identity, run, recorder.memory, clock.stop(), per_row=recorder.generated)
+        extra_notes = tuple(note for note in (approval_note, log.failure) if note is not None)
+        if extra_notes:
+            result = result.model_copy(update={"notes": (*extra_notes, *result.notes)})
         snapshot.write(layout.RESULT, result)
         result_written = True
         recorder.close()

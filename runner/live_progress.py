@@ -36,6 +36,9 @@ class LiveProgress:
             console=console or Console(stderr=True),
             auto_refresh=False,
             transient=False,
+            # library output is captured for the run's log (`run_log`): rich's proxy would redraw the bar into it
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
         self._task = self._progress.add_task("generate", total=planned_units, unit=unit, rate=0.0, memory=_memory(None))
 

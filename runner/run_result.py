@@ -4,7 +4,7 @@ and the note of signals that arrived after generation ended; and the terminal pr
 from collections import Counter
 from collections.abc import Sequence
 
-from genrun.schemas import ExecutionIdentity, PeakMemory, Result, RunStatus, SequenceStop, Timings
+from genrun.schemas import ExecutionIdentity, PeakMemory, Phases, Result, RunStatus, SequenceStop, Timings
 
 from .frozen_plan import FrozenPlan, VerifiedIdentity
 from .interrupts import EXIT_CODES, later_signals
@@ -25,9 +25,11 @@ def write_terminal_event(recorder: ProgressRecorder, record: RunRecord) -> None:
         recorder.end()
 
 
-def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord, memory: MemoryProbe, total_s: float,
+def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord, memory: MemoryProbe, elapsed: tuple[float, Phases],
                  per_row: int | None = None) -> Result:
     """`result.json` from the run: status and exit code, timings, rates (summed over rows and per row), peaks, identities.
+
+    `elapsed` is `(total_s, phases)` from execute's phase clock.
 
     `per_row` is the furthest row's unit count as progress.ndjson counts it.
     """
@@ -39,6 +41,7 @@ def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord
     else:
         status, exit_code = "succeeded", 0
     outcome = record.outcome
+    total_s, phases = elapsed
     rate = outcome.generated / outcome.decode_s if outcome.decode_s else None
     cuda = memory.cuda()
     units = plan.request.units
@@ -53,7 +56,8 @@ def build_result(plan: FrozenPlan, identity: VerifiedIdentity, record: RunRecord
         units_per_s_per_row=per_row / outcome.decode_s if outcome.decode_s and per_row is not None else None,
         produced_seconds=outcome.produced_seconds,
         requested_seconds=units.requested_seconds if outcome.unit == "frame" else None,
-        timings=Timings(load_s=record.load_s, first_token_s=outcome.first_unit_s, decode_s=outcome.decode_s, total_s=total_s),
+        timings=Timings(load_s=record.load_s, first_token_s=outcome.first_unit_s, decode_s=outcome.decode_s, total_s=total_s,
+                        phases=phases),
         peak_memory=PeakMemory(
             rss_bytes=memory.peak_rss_bytes(),
             cuda_allocated_bytes=cuda.peak_allocated if cuda else None,

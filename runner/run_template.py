@@ -13,6 +13,7 @@ from genrun.schemas import ExceptionInfo
 
 from .backends import Backend, BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, Run, exception_info
 from .interrupts import disarm, interrupt_gate
+from .phases import PhaseClock
 from .recorder import ProgressRecorder
 
 
@@ -31,9 +32,11 @@ class RunRecord(NamedTuple):
     """The core's remarks (a reused model), before the backend's own."""
 
 
-def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel | None = None) -> RunRecord:
+def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel | None = None, clock: PhaseClock | None = None) -> RunRecord:
     """Start the run, load (unless `preloaded`) and generate inside the signal gate; disarm; finish. Never raises for a
-    failure of the model, of user code or of the backend: each is recorded, and the caller seals the snapshot."""
+    failure of the model, of user code or of the backend: each is recorded, and the caller seals the snapshot.
+    `clock` (execute's) is told when loading, generating and writing the evidence begin."""
+    enter = clock.enter if clock is not None else (lambda phase: None)
     loaded, run, end = preloaded, None, GenerationEnd()
     notes = (preloaded.reuse_note,) if preloaded is not None else ()
     with interrupt_gate():  # nested in execute's gate: shares its handlers; a first signal raises where it lands
@@ -41,7 +44,9 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
             try:
                 run = backend.start(ctx)
                 if loaded is None:
+                    enter("load")
                     loaded = backend.load(ctx)
+                enter("generate")
                 run.generate(loaded)
             finally:
                 disarm()  # generation is over: from here a signal is counted, never acted on
@@ -50,6 +55,7 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
     load_s = loaded.load_s if loaded is not None else None
     if run is None:  # the backend could not even start a run: no stop records, the exception in result.json
         return _record(bare_outcome(ctx.recorder), end, None, load_s, notes)
+    enter("evidence")
     outcome, finish_failure = _finish(run, end, ctx.recorder)
     return _record(outcome, end, finish_failure, load_s, notes)
 

@@ -18,7 +18,8 @@ from .progress import (
     StartEvent,
 )
 from .request import BudgetSpec, ChatMessage, DeterminismSpec, EntrypointSpec, InputSpec, ModelSpec, PolicySpec, ProgressSpec, Request, UnitsSpec
-from .result import ExecutionIdentity, PeakMemory, Result, RunStatus, Timings
+from .result import ExecutionIdentity, PeakMemory, Phases, Result, RunStatus, Timings
+from .run_log import RunLogLine
 from .signoff import Decision, DigestKind, Signoff
 from .evidence import (
     DIFFUSION_EVIDENCE,
@@ -59,7 +60,7 @@ __all__ = [
     "Decision", "DigestKind", "DomainEstimate", "EVENT_ADAPTER", "EndEvent", "EntrypointSpec", "Environment",
     "ExceptionEvent", "ExceptionInfo", "ExecutionIdentity", "FileDigest", "FirstTokenEvent", "GeneratedTokenIds",
     "GenerationConfigBeforeGenerate", "GenerationStop", "GitState", "InputSpec", "InterruptedEvent", "LimitSource",
-    "ModelFile", "ModelIdentity", "ProcessorIdentity", "ModelSpec", "PeakMemory", "PipelineCallBeforeCall", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
-    "Result", "RunStatus", "SequenceStop", "Signoff", "StartEvent", "StopReason", "Timings", "TokenBudget",
+    "ModelFile", "ModelIdentity", "ProcessorIdentity", "ModelSpec", "PeakMemory", "Phases", "PipelineCallBeforeCall", "PolicySpec", "ProgressEvent", "ProgressSpec", "Request",
+    "Result", "RunLogLine", "RunStatus", "SequenceStop", "Signoff", "StartEvent", "StopReason", "Timings", "TokenBudget",
     "TokenSequenceSummary", "UnitsSpec",
 ]

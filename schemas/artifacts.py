@@ -30,6 +30,7 @@ from .pipeline_call import PipelineCallBeforeCall
 from .progress import AnyEvent
 from .request import Request
 from .result import Result
+from .run_log import RunLogLine
 from .signoff import Signoff
 from .stop import GenerationStop
 from .stages import AnyStageEvent, LoopCall, StageIds, Stages
@@ -200,6 +201,9 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     _json(layout.STAGE_IDS, "execute", StageIds, _STAGED, "The ids each stage emitted, one list per row."),
     _json(layout.STAGES, "execute", Stages, _STAGED,
           "Each stage as it ended: unit, rows, units and ids per row, units consumed from its source stage, seconds, memory."),
+    ArtifactSpec(layout.RUN_LOG, "execute", "Append-only: every line libraries wrote to stdout/stderr while the run executed "
+                 "(their progress bars, warnings and log records), and the user code's own output, which is also shown; absent "
+                 "when nothing was written.", _ALL, "ndjson", RunLogLine, schema="run-log-line"),
     _json(layout.DETERMINISM, "execute", Determinism, _ALL, "What bit-for-bit reproduction depends on, as it was during generation."),
     _json(layout.STOP, "execute", GenerationStop, _ALL, "Why each row stopped (the stop vocabulary), with evidence typed per reason."),
     _json(layout.RESULT, "execute", Result, _ALL, "How the run ended, timings, memory peaks; written after every other execution file."),

@@ -45,6 +45,7 @@ STAGES = "stages.json"  # `stages` evidence: each stage of a staged run (unit, r
 STAGE_IDS = "stage-ids.json"  # `stages` evidence: the ids each stage emitted, per row
 STAGE_PROGRESS = "stage-progress.ndjson"  # `stages` evidence: append-only start / progress / end per stage
 DETERMINISM = "determinism.json"  # what reproduction depends on, as it was during generation
+RUN_LOG = "run-log.ndjson"  # what libraries (and user code) wrote to stdout/stderr during execution; absent when nothing was
 OUTPUTS_DIR = "outputs"
 
 DISK_RESERVE = ".genrun-disk-reserve"

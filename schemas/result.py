@@ -10,6 +10,28 @@ from .stop import ExceptionInfo
 RunStatus = Literal["succeeded", "failed", "interrupted"]
 
 
+class Phases(Strict):
+    """Where `total_s` went: the execution's consecutive phases, seconds; the ones it reached sum to `total_s`.
+
+    `None`: the run never reached that phase (a refused or failed step before it), or, for `load_s`, reused a model
+    loaded before it (`Timings.load_s` then gives that earlier load's duration). Sealing (the manifest) comes after
+    `result.json` and is in no phase.
+    """
+
+    checks_s: float | None
+    """Re-verifying the frozen plan, genrun's code and the model's files (sha256, through the hash cache) and any approval."""
+    imports_s: float | None
+    """Importing the backend and its libraries (torch, transformers, diffusers, ...)."""
+    prepare_s: float | None
+    """Holding the sealing reserve, opening `progress.ndjson` and `outputs/`, deterministic mode, the backend's `start`."""
+    load_s: float | None
+    """Loading the model in this run (`None` when a loaded model was reused)."""
+    generate_s: float | None
+    """The backend's `generate`: preparing inputs, then generation itself (`first_token_s` + `decode_s` of it)."""
+    evidence_s: float | None
+    """Writing the evidence: the backend's ids and outputs, the terminal event, `determinism.json`, the stop records."""
+
+
 class Timings(Strict):
     """Wall-clock phases, seconds."""
 
@@ -20,7 +42,9 @@ class Timings(Strict):
     decode_s: float | None
     """From the first unit to the end of generation."""
     total_s: float
-    """The whole execution."""
+    """The whole execution, from `execute` being called to `result.json` (sealing follows)."""
+    phases: Phases | None = None
+    """The phases `total_s` is made of (`None` in files written before they were recorded)."""
 
 
 class PeakMemory(Strict):

@@ -27,7 +27,7 @@ def summary_of(stdout: str) -> tuple[int, ...]:
 def test_verify_prints_a_table_and_the_summary_line_and_exits_0(snapshots) -> None:
     proc = run_genrun("verify", snapshots.get("eos"), env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert summary_of(proc.stdout) == (27, 20, 0, 0, 7, 20, 13, 6)  # lineage, input_files, processor_files, stages skipped; + input-preparation.json, prompt-token-ids.safetensors, backend.json
+    assert summary_of(proc.stdout) == (27, 20, 0, 0, 7, 21, 13, 6)  # lineage, input_files, processor_files, stages skipped; + input-preparation.json, prompt-token-ids.safetensors, backend.json, run-log.ndjson (the load's bar)
     for spec in CHECKS:
         assert spec.name in proc.stdout
     assert "manifest_integrity" in proc.stdout and "PASS" in proc.stdout
@@ -94,7 +94,8 @@ def test_report_explains_a_finished_run(snapshots) -> None:
     assert "count down from 40 :" in out                       # request essentials
     assert re.search(r"max_new_tokens\s*│\s*8\s*│\s*request", out)  # limit and where it came from
     assert "8 of 8 requested (from request) = 100%" in out     # budget vs actual
-    assert "Timings: load" in out and "first token" in out and "decode" in out
+    timings = " ".join(out.split())
+    assert "Timings: checks" in timings and "load" in timings and "first token" in timings and "decode" in timings and "= total" in timings
     assert "decoded: '39 38 37 36 35 34 33 32'" in out          # last tokens decoded
     assert re.search(r"tokens generated\s+[▁▂▃▄▅▆▇█]+", out)   # terminal chart
 

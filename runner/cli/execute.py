@@ -8,7 +8,7 @@ from rich.markup import escape
 from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.result import describe_produced
 from genrun.schemas.stop import describe_stop
-from genrun.schemas.rendering import human_bytes
+from genrun.schemas.rendering import describe_timings, human_bytes
 from genrun.snapshot_dir import SnapshotDir
 
 from genrun.runner.interrupts import RunInterrupted
@@ -90,9 +90,7 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
     if (produced := describe_produced(result)) is not None:
         out.print(f"  {produced}", soft_wrap=True)
-    t = result.timings
-    phases = [("load", t.load_s), (f"first {result.unit}", t.first_token_s), ("decode", t.decode_s), ("total", t.total_s)]
-    out.print("  time: " + ", ".join(f"{name} {value:.2f} s" for name, value in phases if value is not None), soft_wrap=True)
+    out.print("  time: " + describe_timings(result.timings, f"first {result.unit}"), soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
     if result.exception is not None:

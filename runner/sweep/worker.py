@@ -63,7 +63,17 @@ def start_worker(name: str) -> None:
 
 
 def execute_item(snapshot: str | Path) -> ItemReport:
-    """Execute one planned item snapshot with full instrumentation; never raises for the item's own failure."""
+    """Execute one planned item snapshot with full instrumentation; never raises for the item's own failure.
+
+    What libraries print while the worker loads the model for the item goes to the item's `run-log.ndjson`, as what
+    they print while it runs does (`run_log`): a worker's terminal is the user's."""
+    from ..run_log import captured
+
+    with captured():
+        return _execute_item(snapshot)
+
+
+def _execute_item(snapshot: str | Path) -> ItemReport:
     global _interrupt_requested
     cache = active_cache()
     worker = cache.worker if cache is not None else "inline"
