@@ -4,7 +4,9 @@ Each worker is a `spawn`ed process talking to the driver over its own pipe, so a
 mid-item (SIGKILL, OOM) is noticed through its sentinel and costs only that item. Workers only
 note SIGINT between items (the driver decides what stops; `worker.start_worker`) and die with
 the driver (PR_SET_PDEATHSIG), so a killed driver never leaves workers running items nobody will
-record.
+record. A worker starts with SIGINT blocked (the mask survives exec) until `start_worker` can note
+it: a Ctrl-C or the driver's interrupt while the interpreter still starts is kept for the item
+(`not_run`) instead of a `KeyboardInterrupt` traceback out of `multiprocessing`'s bootstrap.
 """
 
 import ctypes
@@ -48,8 +50,8 @@ def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -
         import torch
 
         torch.set_num_threads(threads)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until start_worker notes it (the driver decides what stops)
     start_worker(name)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a SIGINT held since the spawn is noted now
     while True:
         try:
             snapshot = conn.recv()
@@ -64,7 +66,11 @@ class _Slot:
     def __init__(self, ctx: Any, name: str, threads: int | None) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main, args=(child, name, os.getpid(), threads), name=f"genrun-{name}", daemon=True)
-        self.process.start()
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the child inherits the mask; this thread gets
+        try:                                                              # a SIGINT that came meanwhile on unblocking
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         child.close()
         self.busy = False
 

@@ -22,6 +22,7 @@ from typing import Any
 from genrun.schemas.sweep import ExecutorSpec
 
 from ..errors import RequestError
+from .ownership import TOKEN_VAR
 from .pools import Died, Finished
 from .worker import ItemReport
 
@@ -72,11 +73,23 @@ class RayPool:
     def __init__(self, spec: ExecutorSpec) -> None:
         self._ray = ray = _import_ray()
         self.started_ray = False
+        try:
+            self._start(spec)
+        except BaseException:  # SIGTERM while starting (Ray's own handler raises SystemExit): stop what was started
+            if self.started_ray:
+                ray.shutdown()
+            raise
+
+    def _start(self, spec: ExecutorSpec) -> None:
+        ray = self._ray
         if not ray.is_initialized():
-            # A local instance when no address is given: the test suite and a laptop need no cluster.
-            ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}} if spec.address else None)
+            # A local instance when no address is given: the test suite and a laptop need no cluster. Its processes
+            # inherit the driver's environment (its ownership token); a cluster's actors get the token from the job's
+            # runtime environment, so that a later driver can find those on its own machine.
+            carried = {k: os.environ[k] for k in (TOKEN_VAR,) if k in os.environ}
             self.started_ray = True
+            ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", **carried}} if spec.address else None)
         options = {"num_cpus": 1 if spec.num_cpus is None else spec.num_cpus, "num_gpus": spec.num_gpus or 0, "max_restarts": 0}
         self._actor_class = ray.remote(**options)(SweepActor)
         self.slots = spec.workers
@@ -86,11 +99,11 @@ class RayPool:
         self._actors: list[Any] = []
         self._where: list[Any] = []
         """Per slot, the ref of the actor's `where()` (asked once when it starts; actor calls run in order)."""
-        for name in self._names:
-            self._start_actor(name)
         self._inflight: dict[Any, tuple[int, str]] = {}
         self._signals: list[Any] = []
         """Refs of the SIGINT tasks sent (kept so they are not dropped before they run)."""
+        for name in self._names:
+            self._start_actor(name)
 
     def _start_actor(self, name: str, slot: int | None = None) -> None:
         actor = self._actor_class.remote(name)
