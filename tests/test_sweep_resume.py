@@ -12,6 +12,7 @@ from pathlib import Path
 from _sweep_helpers import only_sweep, pid_alive, read, start_cli, wait_for, write_sweep
 from conftest import run_cli
 from genrun.runner.sweep.ownership import TOKEN_VAR, processes_carrying, stop_processes
+from genrun.runner.sweep.store import copy_plan
 
 BLOCKED = 2
 
@@ -161,3 +162,21 @@ def test_leftover_processes_are_found_by_their_token_and_stopped() -> None:
         for process in (leftover, other):
             process.kill()
             process.wait()
+
+
+def test_verify_fails_when_an_item_plan_ran_outside_the_sweeps_record(tmp_path: Path) -> None:
+    """A retry snapshot the record does not list (what a second driver, or a worker outliving its driver, leaves) that
+    ran an item's plan is a FAIL of `items_agree`; a second sweep of the same file in the same store is not."""
+    sweep_file = write_sweep(tmp_path / "in", rows=[{"input.prompt": "count down from 3 :"}, {"input.prompt": "count down from 4 :"}])
+    store = tmp_path / "store"
+    assert run_cli("sweep", sweep_file, "--store", store).returncode == 0
+    sweep = only_sweep(store)
+    assert run_cli("sweep", "plan", sweep_file, "--store", store).returncode == 0  # same names and plan digests, its own items
+    assert run_cli("verify", sweep).returncode == 0
+    item = store / read(sweep / "sweep-result.json")["items"][1]["snapshot_id"]
+    extra = copy_plan(store, item)  # the retry copy a driver makes, run outside the record
+    assert run_cli("execute", extra).returncode == 0
+    verdict = run_cli("verify", sweep, "--json")
+    agreement = next(f for f in json.loads(verdict.stdout)["findings"] if f["name"] == "items_agree")
+    assert verdict.returncode == 1 and agreement["status"] == "FAIL", agreement
+    assert f"item 1: snapshot {extra.name} ran its plan (sealed) but is not among the attempts the sweep records" in agreement["message"]
