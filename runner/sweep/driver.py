@@ -155,7 +155,8 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
     with _stop_on_signals() as signals:
         try:
             if pending:
-                pool = _start_pool(pool_factory, plan, signals)
+                pool = pool_factory(plan)
+                signals.reinstall()
             names = pool.names() if pool else []
             idle = list(range(pool.slots)) if pool else []
             interrupted_sent = False
@@ -216,21 +217,6 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
     else:
         code = 0 if counts.get("succeeded", 0) == len(outcomes) else 1
     return SweepRun(sweep_dir, result, code, signals.fired, takeover.stopped)
-
-
-def _start_pool(pool_factory: Callable[[SweepPlan], WorkerPool], plan: SweepPlan, signals: _Signals) -> WorkerPool | None:
-    """The pool, or `None` when SIGTERM came while it started: `ray.init` installs its own SIGTERM handler (exit at
-    once, `SystemExit(15)`) for its duration; the pool stops what it had started, and the sweep is sealed interrupted."""
-    try:
-        pool = pool_factory(plan)
-    except SystemExit as exc:
-        if not signals.installed or exc.code != signal.SIGTERM:
-            raise
-        signals.handler(signal.SIGTERM, None)
-        return None
-    finally:
-        signals.reinstall()
-    return pool
 
 
 def _started_snapshots(sweep_dir: Path, plan: SweepPlan) -> set[str]:

@@ -15,8 +15,10 @@ seals the item `interrupted`; one that lands while the actor still loads the mod
 leaves the item `not_run` (`worker.start_worker`), as with the local executor.
 """
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from genrun.schemas.sweep import ExecutorSpec
@@ -67,6 +69,24 @@ def send_sigint(pid: int) -> None:
     os.kill(pid, signal.SIGINT)
 
 
+@contextlib.contextmanager
+def _sigterm_handler_kept() -> Iterator[None]:
+    """`ray.init` replaces the SIGTERM handler with one raising `SystemExit`, which Python can swallow where it lands
+    (inside a logging lock's release it is only printed as "Exception ignored"): the signal would be lost and the sweep
+    run on. Its call is refused while `ray.init` runs, so the driver's own handler (note the signal, stop scheduling,
+    seal `interrupted`) sees a SIGTERM that comes while Ray starts."""
+    original = signal.signal
+
+    def keep_sigterm(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum) if signum == signal.SIGTERM else original(signum, handler)
+
+    signal.signal = keep_sigterm  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = original
+
+
 class RayPool:
     """`workers` actors; one in-flight item per actor."""
 
@@ -75,7 +95,7 @@ class RayPool:
         self.started_ray = False
         try:
             self._start(spec)
-        except BaseException:  # SIGTERM while starting (Ray's own handler raises SystemExit): stop what was started
+        except BaseException:  # a failed or interrupted start: stop what was started
             if self.started_ray:
                 ray.shutdown()
             raise
@@ -88,8 +108,9 @@ class RayPool:
             # runtime environment, so that a later driver can find those on its own machine.
             carried = {k: os.environ[k] for k in (TOKEN_VAR,) if k in os.environ}
             self.started_ray = True
-            ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", **carried}} if spec.address else None)
+            with _sigterm_handler_kept():
+                ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", **carried}} if spec.address else None)
         options = {"num_cpus": 1 if spec.num_cpus is None else spec.num_cpus, "num_gpus": spec.num_gpus or 0, "max_restarts": 0}
         self._actor_class = ray.remote(**options)(SweepActor)
         self.slots = spec.workers
