@@ -126,23 +126,27 @@ def test_resume_stops_a_worker_the_killed_driver_left_running_and_records_it(tmp
     token = {TOKEN_VAR: f"{sweep.name}/{driver.pid}/0123456789abcdef"}  # exec'd: /proc/PID/environ holds it
     leftover = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "execute", str(item3)], env={**os.environ, **token},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    leftover_pid = int(wait_for(leftover_marker))  # the leftover is executing item 3 (holding its execution lock)
+    try:
+        leftover_pid = int(wait_for(leftover_marker))  # the leftover is executing item 3 (holding its execution lock)
 
-    resumed = run_cli("sweep", "resume", sweep, timeout=900)
-    assert resumed.returncode == 0, resumed.stderr
-    assert leftover.wait(timeout=60) == -signal.SIGKILL  # stopped by the resuming driver, not left running
-    assert not pid_alive(worker_pid) and not pid_alive(leftover_pid)
-    assert "stopped 1 process" in resumed.stderr and str(leftover_pid) in resumed.stderr, resumed.stderr
-    result = read(sweep / "sweep-result.json")
-    assert result["status"] == "completed" and result["counts"] == {"succeeded": 4}
-    retried = result["items"][3]
-    assert retried["attempts"][0] == item3.name and len(retried["attempts"]) == 2
-    assert not (item3 / "manifest-sha256.txt").exists()  # the leftover's attempt never sealed: kept, incomplete
-    ended = [json.loads(line) for line in (sweep / "sweep-progress.ndjson").read_text().splitlines() if '"ended"' in line]
-    taken_over = next(e for e in ended if e["snapshot_id"] == item3.name)
-    assert taken_over["status"] == "lost" and f"its worker (PID {leftover_pid}) outlived that driver" in taken_over["message"]
-    verdict = json.loads(run_cli("verify", sweep, "--json").stdout)
-    assert [f["status"] for f in verdict["findings"] if f["name"] == "items_agree"] == ["PASS"]
+        resumed = run_cli("sweep", "resume", sweep, timeout=900)
+        assert resumed.returncode == 0, resumed.stderr
+        assert leftover.wait(timeout=60) == -signal.SIGKILL  # stopped by the resuming driver, not left running
+        assert not pid_alive(worker_pid) and not pid_alive(leftover_pid)
+        assert "stopped 1 process" in resumed.stderr and str(leftover_pid) in resumed.stderr, resumed.stderr
+        result = read(sweep / "sweep-result.json")
+        assert result["status"] == "completed" and result["counts"] == {"succeeded": 4}
+        retried = result["items"][3]
+        assert retried["attempts"][0] == item3.name and len(retried["attempts"]) == 2
+        assert not (item3 / "manifest-sha256.txt").exists()  # the leftover's attempt never sealed: kept, incomplete
+        ended = [json.loads(line) for line in (sweep / "sweep-progress.ndjson").read_text().splitlines() if '"ended"' in line]
+        taken_over = next(e for e in ended if e["snapshot_id"] == item3.name)
+        assert taken_over["status"] == "lost" and f"its worker (PID {leftover_pid}) outlived that driver" in taken_over["message"]
+        verdict = json.loads(run_cli("verify", sweep, "--json").stdout)
+        assert [f["status"] for f in verdict["findings"] if f["name"] == "items_agree"] == ["PASS"]
+    finally:
+        leftover.kill()  # a no-op once the resuming driver stopped it
+        leftover.wait()
     assert processes_carrying(sweep.name) == []  # no process of either driver remains
 
 
