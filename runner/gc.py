@@ -8,8 +8,8 @@ with it (a sweep is planned whole or not at all).
 """
 
 import os
-import re
 import shutil
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,9 +17,6 @@ from genrun.schemas import layout
 
 from .errors import GenrunError, StoreError
 from .store import is_sealed, list_unfinished_plans, planning_holder, remove_abandoned_plan
-
-
-_PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")  # a snapshot id as sweep files hold it: a name inside the store
 
 
 class LeftoverPlan(NamedTuple):
@@ -74,16 +71,27 @@ def collect_abandoned_plans(store: Path, *, remove: bool) -> GcReport:
 
 
 def _orphaned_items(store: Path, planning: Path) -> list[LeftoverPlan]:
-    """The item snapshots an abandoned sweep planner's journal lists that are still planned (never executed, not sealed)
-    and that no sweep of the store lists (the planner may have been killed after making the sweep)."""
+    """The item snapshots an abandoned sweep planner's journal lists (by inode and name) that are still planned (never
+    executed, not sealed) and that no sweep of the store lists (the planner may have been killed after making it)."""
+    from genrun.analysis._sweep_unlisted import item_name
+
     from .sweep.store import PLANNING_JOURNAL, is_sweep, open_sweep
 
     try:
-        listed = (planning / PLANNING_JOURNAL).read_text(encoding="ascii", errors="replace").split()
+        lines = (planning / PLANNING_JOURNAL).read_text(encoding="ascii", errors="replace").splitlines()
     except OSError:
         return []
-    candidates = [store / sid for sid in listed if _PLAIN_ID.fullmatch(sid) and (store / sid).is_dir() and not (store / sid).is_symlink()
-                  and not (store / sid / layout.PROGRESS).exists() and not is_sealed(store / sid)]
+    begun = {int(inode): name for inode, _, name in (line.partition(" ") for line in lines) if inode.isdigit()}
+    candidates = []
+    for entry in store.iterdir() if begun else ():
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        name = begun.get(info.st_ino)
+        if (name is not None and stat.S_ISDIR(info.st_mode) and item_name(entry.name) == name
+                and not (entry / layout.PROGRESS).exists() and not is_sealed(entry)):
+            candidates.append(entry)
     if not candidates:
         return []
     in_sweeps: set[str] = set()

@@ -31,7 +31,7 @@ from .spec import ItemSpec, SweepSource, dataset_digest, expand_items, load_swee
 
 
 PLANNING_JOURNAL = "sweep-items-planned.txt"
-"""In a sweep planner's `.tmp-*` directory: the item snapshots it has planned so far (`planning_journal`)."""
+"""In a sweep planner's `.tmp-*` directory: `<inode> <name>` of each item snapshot it has begun (`planning_journal`)."""
 
 
 def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force: bool = False, on_item=None) -> Path:
@@ -58,8 +58,7 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
     with planning_journal(root) as record:
         try:
             for plan in prepared:
-                planned.append(create_snapshot(root, plan.name, plan.freeze))
-                record(planned[-1].name)
+                planned.append(create_snapshot(root, plan.name, _journaled(plan, record)))
             sweep_items = tuple(
                 SweepItem(index=i.index, dataset_line=i.dataset_line, changes=i.changes, snapshot_id=p.name, plan_digest=plan_digest(p))
                 for i, p in zip(items, planned)
@@ -71,9 +70,19 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
             raise
 
 
+def _journaled(plan: PreparedPlan, record: Callable[[str], None]) -> Callable[[Path], None]:
+    """`plan.freeze`, recording first `<inode> <name>` of the directory being frozen: the rename that gives it its id
+    keeps the inode, so a planner killed at any moment leaves every item it made findable."""
+    def freeze(directory: Path) -> None:
+        record(f"{os.stat(directory).st_ino} {plan.name}")
+        plan.freeze(directory)
+
+    return freeze
+
+
 @contextlib.contextmanager
 def planning_journal(store: Path) -> Iterator[Callable[[str], None]]:
-    """A locked `.tmp-*` directory holding the ids of the item snapshots planned so far (one per line, fsynced), removed
+    """A locked `.tmp-*` directory recording the item snapshots planned so far (one line each, fsynced), removed
     when the sweep is planned (or refused). SIGKILL leaves it behind, abandoned: `genrun gc` then removes the items it
     lists that are still planned and that no sweep lists (`runner.gc`), as it removes any abandoned `.tmp-*` directory."""
     try:
@@ -83,8 +92,8 @@ def planning_journal(store: Path) -> Iterator[Callable[[str], None]]:
         raise StoreError(describe_os_error(exc, store)) from exc
     try:
         with open(journal / PLANNING_JOURNAL, "ab") as f:
-            def record(snapshot_id: str) -> None:
-                f.write(snapshot_id.encode() + b"\n")
+            def record(line: str) -> None:
+                f.write(line.encode() + b"\n")
                 f.flush()
                 os.fsync(f.fileno())
 
