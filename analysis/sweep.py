@@ -24,6 +24,7 @@ from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from ._check_signoffs import signoffs_finding
 from ._finding import Examined, Finding, Status
+from ._sweep_unlisted import unlisted_attempts
 from ._load import SnapshotNotFound
 
 PARALLEL_FROM = 4  # items; below this a process pool costs more than it saves
@@ -128,7 +129,7 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
         verified = [_verify_item_path(p, allowed_signers) for p in paths]
     items = tuple(_item(plan, result, index, v) for (index, _), v in zip(finals, verified))
     findings = (_check_sealed(root, result), _check_manifest(root), _check_plan_digests(plan, result, store), _check_item_digests(result, store),
-                signoffs_finding(root, allowed_signers, name="sweep_signoffs"), _check_item_agreement(result, store))
+                signoffs_finding(root, allowed_signers, name="sweep_signoffs"), _check_item_agreement(root, plan, result, store))
     own = Examined(files=sum(f.examined.files for f in findings))
     examined = Examined(files=own.files + sum(i.examined.files for i in items),
                         token_ids=sum(i.examined.token_ids for i in items),
@@ -297,10 +298,11 @@ def _check_item_digests(result: SweepResult | None, store: Path) -> Finding:
 _SEALED_OUTCOMES = ("succeeded", "failed", "interrupted")
 
 
-def _check_item_agreement(result: SweepResult | None, store: Path) -> Finding:
+def _check_item_agreement(root: Path, plan: SweepPlan, result: SweepResult | None, store: Path) -> Finding:
     """The sweep's record of each item agrees with the item's own snapshots: a final snapshot sealed with the status the
-    sweep records (none for `lost` / `not_run`), and no earlier attempt the sweep gave up on sealed `succeeded` (the item
-    ran twice: a worker outlived its driver, or two drivers ran the sweep)."""
+    sweep records (none for `lost` / `not_run`), no earlier attempt the sweep gave up on sealed `succeeded`, and no
+    snapshot of the store that ran an item's plan outside the recorded attempts (the item ran twice: a worker outlived
+    its driver, or two drivers ran the sweep)."""
     name = "items_agree"
     if result is None:
         return Finding(name=name, status="SKIP", message="the sweep is not sealed; nothing recorded to compare yet")
@@ -319,6 +321,7 @@ def _check_item_agreement(result: SweepResult | None, store: Path) -> Finding:
             status = _own_status(store / earlier)
             if status == "succeeded":
                 disagreements.append(f"item {outcome.index}: earlier attempt {earlier}, which the sweep gave up on, is sealed succeeded")
+    disagreements += unlisted_attempts(root, plan, result, store)
     if disagreements:
         shown = "; ".join(disagreements[:10]) + (f"; and {len(disagreements) - 10} more" if len(disagreements) > 10 else "")
         return Finding(name=name, status="FAIL", message=f"{len(disagreements)} item(s) disagree with the sweep's record: {shown}",

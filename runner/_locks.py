@@ -16,13 +16,20 @@ def try_exclusive(fd: int) -> bool:
 
 def lock_holder(fd: int) -> str:
     """`PID n` of the process holding a flock on `fd`'s inode, from /proc/locks (Linux); else `another process`."""
+    pid = holder_pid(fd)
+    return f"PID {pid}" if pid else "another process"
+
+
+def holder_pid(fd: int) -> int | None:
+    """The PID holding a flock on `fd`'s inode, from /proc/locks (Linux); `None` when this machine cannot name one (no
+    /proc, or a holder on another machine sharing the filesystem)."""
     inode = str(os.fstat(fd).st_ino)
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             for line in f:
                 fields = line.split()
-                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == inode:
-                    return f"PID {fields[4]}"
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == inode and fields[4].isdigit():
+                    return int(fields[4])
     except OSError:
         pass
-    return "another process"
+    return None

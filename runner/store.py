@@ -86,7 +86,7 @@ def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> P
     try:
         with deferred():  # a signal waits until `tmp` is known, so the cleanup below can remove it
             store.mkdir(parents=True, exist_ok=True)
-            tmp, lock = _locked_temporary(store)
+            tmp, lock = locked_temporary(store)
         freeze(tmp)
         write_frozen_manifest(tmp)
         final = _rename_into_place(tmp, store, name)
@@ -103,7 +103,7 @@ def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> P
             os.close(lock)  # releases the flock
 
 
-def _locked_temporary(store: Path) -> tuple[Path, int]:
+def locked_temporary(store: Path) -> tuple[Path, int]:
     """A new `.tmp-*` directory and a descriptor holding an exclusive flock on it.
 
     `genrun gc` removes a `.tmp-*` directory only while holding its lock; one it took between

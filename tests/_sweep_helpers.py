@@ -79,9 +79,10 @@ def write_sweep(directory: Path, *, name: str = "sw", rows: list[dict[str, Any]]
     return path
 
 
-def start_cli(*args: str | Path) -> ForkedProcess:
-    """The real CLI in its own process (tests signal or kill it)."""
-    return spawn_cli(*args)
+def start_cli(*args: str | Path, start_new_session: bool = False, env: dict[str, str] | None = None) -> ForkedProcess:
+    """The real CLI in its own process (tests signal or kill it); `start_new_session`: its own process group too; `env`:
+    variables set in its `os.environ` (what the processes it starts inherit)."""
+    return spawn_cli(*args, start_new_session=start_new_session, env=env)
 
 
 def wait_for(path: Path, timeout: float = 600) -> str:
@@ -111,3 +112,19 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def spawned_workers(parent: int) -> list[int]:
+    """PIDs of the `multiprocessing` spawn children of `parent` (local sweep workers, possibly still starting)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found

@@ -1,6 +1,7 @@
 """Sweep planning: grid x dataset expansion, every item validated like a request before anything is written."""
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,30 @@ def test_a_grid_over_the_item_limit_is_refused_before_it_is_expanded(tmp_path: P
                         grid={"generation.max_new_tokens": list(range(1, 1001)), "generation.top_k": list(range(1, 1001))})
     _refused(sweep, tmp_path, "the sweep has 2,000,000 items (2 dataset lines x 1,000 'generation.max_new_tokens' x 1,000 "
              f"'generation.top_k'); a sweep holds at most {MAX_SWEEP_ITEMS:,}", "split it into several sweeps")
+
+
+def test_gc_removes_the_items_of_a_sweep_plan_killed_before_the_sweep_existed(tmp_path: Path) -> None:
+    """SIGKILL of `sweep plan` once its first item snapshot is in the store: `genrun gc --yes` removes every item that no
+    sweep lists (a sweep is planned whole or not at all) and leaves an ordinary planned snapshot and any sweep alone."""
+    from _sweep_helpers import start_cli
+    from conftest import run_cli
+
+    store = tmp_path / "store"
+    rows = [{"input.prompt": f"count down from {k % 9 + 3} :"} for k in range(40)]
+    sweep_file = write_sweep(tmp_path / "in", rows=rows)
+    assert run_cli("plan", tmp_path / "in" / "base.toml", "--store", store).returncode == 0  # not a sweep's: never touched
+    (unrelated,) = [p for p in store.iterdir() if not p.name.startswith(".")]
+    planner = start_cli("sweep", "plan", sweep_file, "--store", store)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and planner.poll() is None and len([p for p in store.iterdir() if not p.name.startswith(".")]) < 2:
+        time.sleep(0.01)
+    planner.kill()
+    planner.wait(timeout=60)
+
+    done = run_cli("gc", "--store", store, "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    sweeps = [p for p in store.iterdir() if (p / "sweep-plan.json").is_file()]
+    listed = {item["snapshot_id"] for sweep in sweeps for item in read(sweep / "sweep-plan.json")["items"]}
+    left = {p.name for p in store.iterdir()} - {unrelated.name} - {s.name for s in sweeps}
+    assert left == listed  # nothing left but the items of a sweep that was made (none when the kill came first)
+    assert (unrelated / "frozen-sha256.txt").is_file()

@@ -158,3 +158,46 @@ def test_a_signal_to_the_driver_interrupts_the_running_actor_item(local_ray, tmp
     while pid_alive(actor_pid) and time.monotonic() < deadline:  # the driver's actors end with it
         time.sleep(0.2)
     assert not pid_alive(actor_pid)
+
+
+def _processes_with(variable: str, value: str) -> list[int]:
+    """PIDs whose environment (as started) has `variable=value`: every process a Ray instance started inherits it."""
+    wanted, found = f"{variable}={value}".encode(), []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_while_the_driver_starts_its_own_ray_seals_the_sweep_interrupted(tmp_path: Path) -> None:
+    """Without `address` the driver starts its own Ray instance; SIGTERM while it starts (its session directory exists)
+    seals the sweep `interrupted` (exit 143, no item run or lost) and no process of that instance stays behind.
+    `ray.init` swaps in Ray's own SIGTERM handler (exit at once) for its duration: the driver must not die of it."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="genrun-ray-"))  # its own instance: a directory of its own (AF_UNIX paths)
+    try:
+        sweep_file = write_sweep(tmp_path / "in", name="starting", rows=ROWS[:2], kind="ray", workers=1)
+        store = tmp_path / "store"
+        assert run_cli("sweep", "plan", sweep_file, "--store", store).returncode == 0
+        sweep = only_sweep(store)
+        (tmp_path / "home").mkdir()
+        driver = start_cli("sweep", "execute", sweep, env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(tmp_path / "home"),
+                                                           "RAY_worker_niceness": "0"})
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while not any((ray_tmp / "ray").glob("session_2*")) and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=PROCESS_TIMEOUT_S)
+        assert driver.returncode == 143, err
+        assert "Traceback" not in err and "sweep interrupted" in err, err
+        result = read(sweep / "sweep-result.json")
+        assert result["status"] == "interrupted" and set(result["counts"]) <= {"not_run", "interrupted"}, result
+        assert (sweep / "manifest-sha256.txt").exists()
+        deadline = time.monotonic() + 120
+        while _processes_with("RAY_TMPDIR", str(ray_tmp)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _processes_with("RAY_TMPDIR", str(ray_tmp)) == []  # the driver's Ray instance stopped with it
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

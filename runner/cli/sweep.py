@@ -75,6 +75,9 @@ def _execute(sweep_dir: Path, as_json: bool) -> int:
     progress = SweepProgress(live=not as_json and sys.stderr.isatty())
     with progress:
         run = execute_sweep(sweep_dir, make_pool, on_event=progress.event)
+    if run.leftovers:
+        stderr_console.print(f"stopped {len(run.leftovers)} process(es) an earlier driver of this sweep left running "
+                             f"(PIDs {', '.join(map(str, run.leftovers))}) before resuming", markup=False, highlight=False)
     if as_json:
         print_json({"sweep": str(run.sweep_dir), "exit_code": run.exit_code, "result": run.result.model_dump(mode="json")})
     else:

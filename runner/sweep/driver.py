@@ -27,6 +27,7 @@ from .._locks import lock_holder, try_exclusive
 from ..errors import SnapshotError
 from ..interrupts import EXIT_CODES
 from ..store import is_sealed
+from . import ownership
 from .pools import Died, Finished, WorkerPool
 from .store import AttemptLog, copy_plan, open_sweep, read_attempts, seal_sweep
 
@@ -46,8 +47,8 @@ class ItemState:
     """Set once the item is final."""
     lost: int = 0
     """Attempts lost so far."""
-    lost_with_driver: bool = False
-    """Its latest attempt was running when a previous driver died (logged as lost on resume)."""
+    taken_over: tuple[ItemStatus, str] | None = None
+    """Its latest attempt was running when a previous driver died: how it ended, logged when this driver takes over."""
 
 
 @dataclass
@@ -59,6 +60,8 @@ class SweepRun:
     exit_code: int
     """0 every item succeeded; 1 any failed or lost; 130/143 interrupted."""
     stopped_by: str | None = None
+    leftovers: tuple[int, ...] = ()
+    """PIDs of processes an earlier driver of this sweep left running, stopped when this one took over."""
 
 
 _STOPPING = (signal.SIGINT, signal.SIGTERM)
@@ -103,8 +106,9 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
 
     One driver at a time: a second `sweep execute`/`resume` of the same sweep is refused naming the first's PID."""
     sweep_dir, plan = open_sweep(sweep_dir)
-    with _driver_lock(sweep_dir):
-        return _execute_sweep_locked(sweep_dir, plan, pool_factory, on_event)
+    token = ownership.new_token(sweep_dir.name)
+    with _driver_lock(sweep_dir), ownership.carried(token):
+        return _execute_sweep_locked(sweep_dir, plan, pool_factory, on_event, token)
 
 
 @contextlib.contextmanager
@@ -126,19 +130,22 @@ def _driver_lock(sweep_dir: Path) -> Iterator[None]:
 
 
 def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callable[[SweepPlan], WorkerPool],
-                          on_event: Callable[[str, ItemOutcome | None, int, int], None] | None) -> SweepRun:
+                          on_event: Callable[[str, ItemOutcome | None, int, int], None] | None, token: str) -> SweepRun:
     if is_sealed(sweep_dir):
         raise SnapshotError(f"sweep {sweep_dir} is already sealed (see 'genrun verify {sweep_dir}'); plan a new sweep to run it again")
     store = Path(plan.store)
-    states = recover_states(sweep_dir, plan)
+    # Nothing of an earlier driver may still run an item while this one judges the items from disk: a worker that
+    # outlived it would seal an item this driver had logged lost and run again.
+    takeover = ownership.take_over(sweep_dir, store, _started_snapshots(sweep_dir, plan), token)
+    states = recover_states(sweep_dir, plan, takeover.notes)
     log = AttemptLog(sweep_dir)
     origin = time.monotonic()
     total = len(states)
     done = sum(1 for s in states if s.outcome is not None)
     notify = on_event or (lambda *_: None)
     for state in states:
-        if state.lost_with_driver:
-            _log_end(log, state, "lost", "the driver stopped while this item ran", origin, None)
+        if state.taken_over is not None:
+            _log_end(log, state, *state.taken_over, origin, None)
         if state.outcome is not None:
             notify("done", state.outcome, done, total)
     pending = [s for s in states if s.outcome is None]
@@ -190,6 +197,8 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
             if pool is not None:
                 pool.close()
             log.close()
+            # A Ray instance this driver started can leave its agents running after `ray.shutdown()`: stop them now.
+            ownership.stop_processes(ownership.processes_carrying(sweep_dir.name, own=token, only_own=True), token)
     outcomes: list[ItemOutcome] = []
     for state in states:
         if state.outcome is None:
@@ -207,11 +216,18 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
         code = EXIT_CODES.get(signals.fired, 130)
     else:
         code = 0 if counts.get("succeeded", 0) == len(outcomes) else 1
-    return SweepRun(sweep_dir, result, code, signals.fired)
+    return SweepRun(sweep_dir, result, code, signals.fired, takeover.stopped)
 
 
-def recover_states(sweep_dir: Path, plan: SweepPlan) -> list[ItemState]:
-    """Each item's attempts from the log and the state of its latest snapshot on disk."""
+def _started_snapshots(sweep_dir: Path, plan: SweepPlan) -> set[str]:
+    """Every item snapshot a driver of this sweep may have handed to a worker."""
+    return {item.snapshot_id for item in plan.items} | {r.snapshot_id for r in read_attempts(sweep_dir) if r.event == "started"}
+
+
+def recover_states(sweep_dir: Path, plan: SweepPlan, notes: dict[str, str] | None = None) -> list[ItemState]:
+    """Each item's attempts from the log and the state of its latest snapshot on disk. `notes`: per snapshot id, what
+    became of a process that was still executing it when this driver took over (`ownership.take_over`)."""
+    notes = notes or {}
     store = Path(plan.store)
     states = [ItemState(item.index, [item.snapshot_id]) for item in plan.items]
     ended: set[tuple[int, str]] = set()
@@ -228,12 +244,16 @@ def recover_states(sweep_dir: Path, plan: SweepPlan) -> list[ItemState]:
                 state.lost += 1
     for state in states:
         latest = store / state.attempts[-1]
+        note = notes.get(latest.name)
+        unrecorded = (state.index, latest.name) not in ended
         if is_sealed(latest):
             status, message = _sealed_status(latest)
             state.outcome = outcome_of(store, state, status, message)
-        elif (latest / layout.PROGRESS).exists() and (state.index, latest.name) not in ended:
+            if unrecorded and note:  # sealed by a process that outlived the driver: the log says who ended it
+                state.taken_over = (status, f"sealed after the driver stopped: {note}")
+        elif (latest / layout.PROGRESS).exists() and unrecorded:
             state.lost += 1  # the driver died with this item running; the incomplete snapshot stays as evidence
-            state.lost_with_driver = True
+            state.taken_over = ("lost", "the driver stopped while this item ran" + (f"; {note}" if note else ""))
             if state.lost > plan.sweep.retries:
                 state.outcome = outcome_of(store, state, "lost", "the driver stopped while this item ran; no retries left")
     return states

@@ -4,7 +4,10 @@ Each worker is a `spawn`ed process talking to the driver over its own pipe, so a
 mid-item (SIGKILL, OOM) is noticed through its sentinel and costs only that item. Workers only
 note SIGINT between items (the driver decides what stops; `worker.start_worker`) and die with
 the driver (PR_SET_PDEATHSIG), so a killed driver never leaves workers running items nobody will
-record.
+record. A worker starts with SIGINT ignored (an ignored signal stays ignored across exec) and says
+`READY` once `start_worker` notes it; the driver holds back its interrupt of a worker not yet
+ready and sends it then. So a Ctrl-C while workers start raises no `KeyboardInterrupt` out of
+`multiprocessing`'s bootstrap, and the item handed to such a worker ends `not_run`.
 """
 
 import ctypes
@@ -13,6 +16,7 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,13 @@ from .pools import Died, Finished
 from .worker import execute_item, start_worker
 
 _PR_SET_PDEATHSIG = 1
+READY = "ready"
+"""A worker's first message: from now on a SIGINT is noted, not fatal."""
+_NOTHING_YET = object()
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _die_with_parent() -> None:
@@ -58,6 +69,8 @@ def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -
     if not prepare_worker_process(parent, threads):
         return
     start_worker(name)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # the spawn may pass on the driver's mask (SIGINT held)
+    conn.send(READY)
     while True:
         try:
             snapshot = conn.recv()
@@ -72,9 +85,23 @@ class _Slot:
     def __init__(self, ctx: Any, name: str, threads: int | None) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main, args=(child, name, os.getpid(), threads), name=f"genrun-{name}", daemon=True)
-        self.process.start()
+        # The child is exec'd with SIGINT ignored (and, depending on how the spawn forks, blocked: `worker_main` unblocks
+        # it). Blocked here meanwhile, a SIGINT for the driver stays pending (a blocked signal is not discarded as
+        # ignored) and reaches the driver's own handler once both are restored.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if _on_main_thread() else None
+        try:
+            self.process.start()
+        finally:
+            if handler is not None:
+                signal.signal(signal.SIGINT, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         self.busy = False
+        self.ready = False
+        """The worker can note a SIGINT (it said `READY`)."""
+        self.interrupt_held = False
+        """An interrupt came before `ready`: sent when it is."""
 
 
 class LocalPool:
@@ -116,10 +143,9 @@ class LocalPool:
                 continue
             state = self._slots[slot]
             if kind == "conn":
-                try:
-                    report = state.conn.recv()
-                except (EOFError, OSError):
-                    report = None
+                report = self._next_report(slot)
+                if report is _NOTHING_YET:
+                    continue
                 if report is not None:
                     state.busy = False
                     events.append(Finished(slot, report))
@@ -131,6 +157,20 @@ class LocalPool:
             seen.add(slot)
         return events
 
+    def _next_report(self, slot: int) -> Any:
+        """The slot's next `ItemReport`; `_NOTHING_YET` when only `READY` came; `None` when the pipe broke."""
+        state = self._slots[slot]
+        try:
+            message = state.conn.recv()
+            if message == READY:
+                state.ready = True
+                if state.interrupt_held:
+                    self.interrupt(slot)
+                message = state.conn.recv() if state.conn.poll() else _NOTHING_YET
+        except (EOFError, OSError):
+            return None
+        return message
+
     def replace(self, slot: int) -> None:
         old = self._slots[slot]
         old.conn.close()
@@ -140,7 +180,9 @@ class LocalPool:
 
     def interrupt(self, slot: int) -> None:
         state = self._slots[slot]
-        if state.busy and state.process.pid is not None and state.process.is_alive():
+        if not state.ready:
+            state.interrupt_held = True
+        elif state.busy and state.process.pid is not None and state.process.is_alive():
             os.kill(state.process.pid, signal.SIGINT)
 
     def pid(self, slot: int) -> int | None:

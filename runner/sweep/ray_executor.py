@@ -15,13 +15,16 @@ seals the item `interrupted`; one that lands while the actor still loads the mod
 leaves the item `not_run` (`worker.start_worker`), as with the local executor.
 """
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from genrun.schemas.sweep import ExecutorSpec
 
 from ..errors import RequestError
+from .ownership import TOKEN_VAR
 from .pools import Died, Finished
 from .worker import ItemReport
 
@@ -66,17 +69,48 @@ def send_sigint(pid: int) -> None:
     os.kill(pid, signal.SIGINT)
 
 
+@contextlib.contextmanager
+def _sigterm_handler_kept() -> Iterator[None]:
+    """`ray.init` replaces the SIGTERM handler with one raising `SystemExit`, which Python can swallow where it lands
+    (inside a logging lock's release it is only printed as "Exception ignored"): the signal would be lost and the sweep
+    run on. Its call is refused while `ray.init` runs, so the driver's own handler (note the signal, stop scheduling,
+    seal `interrupted`) sees a SIGTERM that comes while Ray starts."""
+    original = signal.signal
+
+    def keep_sigterm(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum) if signum == signal.SIGTERM else original(signum, handler)
+
+    signal.signal = keep_sigterm  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = original
+
+
 class RayPool:
     """`workers` actors; one in-flight item per actor."""
 
     def __init__(self, spec: ExecutorSpec) -> None:
         self._ray = ray = _import_ray()
         self.started_ray = False
+        try:
+            self._start(spec)
+        except BaseException:  # a failed or interrupted start: stop what was started
+            if self.started_ray:
+                ray.shutdown()
+            raise
+
+    def _start(self, spec: ExecutorSpec) -> None:
+        ray = self._ray
         if not ray.is_initialized():
-            # A local instance when no address is given: the test suite and a laptop need no cluster.
-            ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}} if spec.address else None)
+            # A local instance when no address is given: the test suite and a laptop need no cluster. Its processes
+            # inherit the driver's environment (its ownership token); a cluster's actors get the token from the job's
+            # runtime environment, so that a later driver can find those on its own machine.
+            carried = {k: os.environ[k] for k in (TOKEN_VAR,) if k in os.environ}
             self.started_ray = True
+            with _sigterm_handler_kept():
+                ray.init(address=spec.address, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", **carried}} if spec.address else None)
         options = {"num_cpus": 1 if spec.num_cpus is None else spec.num_cpus, "num_gpus": spec.num_gpus or 0, "max_restarts": 0}
         self._actor_class = ray.remote(**options)(SweepActor)
         self.slots = spec.workers
@@ -86,11 +120,11 @@ class RayPool:
         self._actors: list[Any] = []
         self._where: list[Any] = []
         """Per slot, the ref of the actor's `where()` (asked once when it starts; actor calls run in order)."""
-        for name in self._names:
-            self._start_actor(name)
         self._inflight: dict[Any, tuple[int, str]] = {}
         self._signals: list[Any] = []
         """Refs of the SIGINT tasks sent (kept so they are not dropped before they run)."""
+        for name in self._names:
+            self._start_actor(name)
 
     def _start_actor(self, name: str, slot: int | None = None) -> None:
         actor = self._actor_class.remote(name)

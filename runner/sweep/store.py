@@ -7,8 +7,10 @@ running `sweep-progress.ndjson` (append-only); on completion `sweep-result.json`
 `manifest-sha256.txt`. Item snapshots are ordinary snapshots beside it in the same store.
 """
 
+import contextlib
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -21,11 +23,15 @@ from genrun.snapshot_dir import ArtifactMissing, SnapshotDir, describe_validatio
 
 from .. import _hash_cache
 from .._io import fsync_dir, write_bytes_atomic
-from ..errors import GenrunError, SnapshotError
+from ..errors import GenrunError, SnapshotError, StoreError
 from ..plan import PreparedPlan, prepare_plan
 from ..plan_context import PlanContext
-from ..store import create_snapshot, is_sealed, resolve_store, seal_snapshot
+from ..store import create_snapshot, describe_os_error, is_sealed, locked_temporary, resolve_store, seal_snapshot
 from .spec import ItemSpec, SweepSource, dataset_digest, expand_items, load_sweep
+
+
+PLANNING_JOURNAL = "sweep-items-planned.txt"
+"""In a sweep planner's `.tmp-*` directory: `<inode> <name>` of each item snapshot it has begun (`planning_journal`)."""
 
 
 def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force: bool = False, on_item=None) -> Path:
@@ -49,18 +55,52 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
             on_item(item.index + 1, len(items))
     root = resolve_store(store).absolute()
     planned: list[Path] = []
+    with planning_journal(root) as record:
+        try:
+            for plan in prepared:
+                planned.append(create_snapshot(root, plan.name, _journaled(plan, record)))
+            sweep_items = tuple(
+                SweepItem(index=i.index, dataset_line=i.dataset_line, changes=i.changes, snapshot_id=p.name, plan_digest=plan_digest(p))
+                for i, p in zip(items, planned)
+            )
+            return create_snapshot(root, sweep.body.name, lambda d: _freeze_sweep(d, sweep, root, sweep_items))
+        except BaseException:
+            for path in planned:  # plans, not evidence: a sweep is planned whole or not at all
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+
+
+def _journaled(plan: PreparedPlan, record: Callable[[str], None]) -> Callable[[Path], None]:
+    """`plan.freeze`, recording first `<inode> <name>` of the directory being frozen: the rename that gives it its id
+    keeps the inode, so a planner killed at any moment leaves every item it made findable."""
+    def freeze(directory: Path) -> None:
+        record(f"{os.stat(directory).st_ino} {plan.name}")
+        plan.freeze(directory)
+
+    return freeze
+
+
+@contextlib.contextmanager
+def planning_journal(store: Path) -> Iterator[Callable[[str], None]]:
+    """A locked `.tmp-*` directory recording the item snapshots planned so far (one line each, fsynced), removed
+    when the sweep is planned (or refused). SIGKILL leaves it behind, abandoned: `genrun gc` then removes the items it
+    lists that are still planned and that no sweep lists (`runner.gc`), as it removes any abandoned `.tmp-*` directory."""
     try:
-        for plan in prepared:
-            planned.append(create_snapshot(root, plan.name, plan.freeze))
-        sweep_items = tuple(
-            SweepItem(index=i.index, dataset_line=i.dataset_line, changes=i.changes, snapshot_id=p.name, plan_digest=plan_digest(p))
-            for i, p in zip(items, planned)
-        )
-        return create_snapshot(root, sweep.body.name, lambda d: _freeze_sweep(d, sweep, root, sweep_items))
-    except BaseException:
-        for path in planned:  # plans, not evidence: a sweep is planned whole or not at all
-            shutil.rmtree(path, ignore_errors=True)
-        raise
+        store.mkdir(parents=True, exist_ok=True)
+        journal, lock = locked_temporary(store)
+    except OSError as exc:
+        raise StoreError(describe_os_error(exc, store)) from exc
+    try:
+        with open(journal / PLANNING_JOURNAL, "ab") as f:
+            def record(line: str) -> None:
+                f.write(line.encode() + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+            yield record
+    finally:
+        shutil.rmtree(journal, ignore_errors=True)
+        os.close(lock)
 
 
 def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool, context: PlanContext | None = None) -> PreparedPlan:
