@@ -10,7 +10,9 @@ from ._load import Snapshot
 
 DERIVED = (layout.MANIFEST, layout.FROZEN_MANIFEST)
 """Digests of the other files: they differ exactly when those do, so they are not listed again."""
-VOLATILE_FILES = (layout.PROGRESS, layout.RESULT, layout.DETERMINISM, layout.ENVIRONMENT, layout.MODEL, layout.TOKEN_BUDGET)
+# run-log.ndjson: what libraries printed, with times (a cached hash or a warm import prints less)
+VOLATILE_FILES = (layout.PROGRESS, layout.RESULT, layout.DETERMINISM, layout.ENVIRONMENT, layout.MODEL, layout.TOKEN_BUDGET,
+                  layout.RUN_LOG)
 """Files that two faithful runs write differently (clock readings, free memory, how a hash was obtained);
 `diff` compares what matters in them field by field (result, environment, model digest)."""
 
