@@ -51,7 +51,13 @@ def open_beneath(root: Path, rel: str, flags: int = _NO_FOLLOW) -> int:
                 raise
             os.close(fd)
             fd = inner
-        return os.open(name, flags | os.O_NOFOLLOW, dir_fd=fd)
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:  # a folder asked for (O_DIRECTORY) that is a link: named like a linked folder on the way
+            if (flags & os.O_DIRECTORY and exc.errno in (errno.ELOOP, errno.ENOTDIR)
+                    and os.path.islink(os.path.join(f"/proc/self/fd/{fd}", name))):
+                raise UnsafeFile(f"is reached through {name}/, a symbolic link; a snapshot holds regular files only") from None
+            raise  # a file: the caller names it (`read_regular` says where the link points)
     finally:
         os.close(fd)
 

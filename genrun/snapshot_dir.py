@@ -15,6 +15,7 @@ stay torch-free and never write, the runner writes. Torch-free: stdlib, orjson, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -187,7 +188,8 @@ class SnapshotDir:
         from genrun.runner._io import write_model_atomic  # the writer's side (with the disk reserve) is the runner's
 
         path = self._target(name)
-        write_model_atomic(path, model)
+        with self._unsafe_as_unwritable(name):
+            write_model_atomic(path, model, beneath=self.path)
         return path
 
     def write_bytes(self, name: str, data: bytes) -> Path:
@@ -195,8 +197,17 @@ class SnapshotDir:
         from genrun.runner._io import write_bytes_atomic
 
         path = self._target(name)
-        write_bytes_atomic(path, data)
+        with self._unsafe_as_unwritable(name):
+            write_bytes_atomic(path, data, beneath=self.path)
         return path
+
+    @contextlib.contextmanager
+    def _unsafe_as_unwritable(self, name: str) -> Iterator[None]:
+        """A folder found to be a link while writing (swapped in after `_target`'s check) is the artifact's problem."""
+        try:
+            yield
+        except UnsafeFile as exc:
+            raise ArtifactUnreadable(self.path, name, f"cannot be written: {exc}") from None
 
     def _target(self, name: str) -> Path:
         """`name` inside the snapshot, refusing a read-only object, a path leaving the directory, or a linked folder."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel
 
+from genrun._safe_read import open_beneath
 from genrun.schemas import layout
 
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
@@ -55,24 +56,34 @@ def release_space(directory: Path) -> bool:
     return False
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes, *, beneath: Path | None = None) -> None:
     """Write to a temporary file beside `path`, fsync, then `os.replace`; the target is untouched on failure.
 
+    With `beneath` (a folder above `path`: the snapshot), the folders between it and `path` are opened one by one
+    without following a link (`open_beneath`), so a folder swapped for a link after a check never carries the write out.
     On a full disk, a space reserve held for this snapshot (`reserve_space`) is released and the write tried once more.
     """
     try:
-        _write_bytes_atomic(Path(path), data)
+        _write_bytes_atomic(Path(path), data, beneath)
     except OSError as exc:
         if exc.errno != errno.ENOSPC or not release_space(Path(path).parent):
             raise
-        _write_bytes_atomic(Path(path), data)
+        _write_bytes_atomic(Path(path), data, beneath)
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
+def _open_folder(path: Path, beneath: Path | None) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    if beneath is None or path.parent == beneath:
+        return os.open(path.parent, flags)
+    return open_beneath(beneath, path.parent.relative_to(beneath).as_posix(), flags)
+
+
+def _write_bytes_atomic(path: Path, data: bytes, beneath: Path | None = None) -> None:
     """Through a descriptor of `path`'s folder, resolved once: the temporary file is made, written and renamed inside
-    that folder even if the folder's name is swapped for a link meanwhile. (The folder's own path is followed: a store or
-    cache may be reached through a link, and `outputs/` is reached through the descriptor `OutputsDir` holds.)"""
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    that folder even if the folder's name is swapped for a link meanwhile. (The folder's own path is followed unless
+    `beneath` says where following stops: a store or cache may be reached through a link, and `outputs/` is reached
+    through the descriptor `OutputsDir` holds.)"""
+    folder = _open_folder(path, beneath)
     try:
         fd, tmp = _create_temporary(folder, path.name)
         try:
@@ -101,9 +112,10 @@ def _create_temporary(folder: int, name: str) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, f"no free temporary name for {name}")
 
 
-def write_model_atomic(path: Path, model: BaseModel) -> None:
-    """Serialise a schema model with orjson (sorted keys, indented) and write it atomically."""
-    write_bytes_atomic(path, orjson.dumps(model.model_dump(mode="json"), option=JSON_OPTIONS) + b"\n")
+def write_model_atomic(path: Path, model: BaseModel, *, beneath: Path | None = None) -> None:
+    """Serialise a schema model with orjson (sorted keys, indented) and write it atomically (`beneath`: as for
+    `write_bytes_atomic`)."""
+    write_bytes_atomic(path, orjson.dumps(model.model_dump(mode="json"), option=JSON_OPTIONS) + b"\n", beneath=beneath)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -237,6 +237,26 @@ def test_writes_need_a_writable_object_and_a_name_inside_the_snapshot(tmp_path: 
     assert not (tmp_path / "sequence_0.txt").exists()
 
 
+def test_a_folder_swapped_for_a_link_after_the_check_is_never_written_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the folder check cannot close: `outputs/` becomes a link between the check and the write (simulated by
+    letting the check see the folder it saw before). The write opens folders from the snapshot without following a
+    link, so it is refused and nothing lands outside."""
+    import genrun.snapshot_dir as snapshot_dir_module
+
+    copy = writable_copy(LM, tmp_path)
+    folder_stat = os.lstat(copy / layout.OUTPUTS_DIR)
+    shutil.rmtree(copy / layout.OUTPUTS_DIR)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, copy / layout.OUTPUTS_DIR)
+    real_lstat = os.lstat
+    monkeypatch.setattr(snapshot_dir_module.os, "lstat",
+                        lambda p, *a, **k: folder_stat if Path(p) == copy / layout.OUTPUTS_DIR else real_lstat(p, *a, **k))
+    with pytest.raises(ArtifactUnreadable, match="cannot be written: .*outputs/, a symbolic link"):
+        SnapshotDir(copy, writable=True).write_bytes(f"{layout.OUTPUTS_DIR}/sequence_0.txt", b"x")
+    assert list(outside.iterdir()) == []
+
+
 def test_reading_imports_neither_torch_nor_the_writer() -> None:
     """Analysis reads through `SnapshotDir` on a machine without torch, and never loads the atomic writer."""
     probe = ("import sys; from genrun.snapshot_dir import SnapshotDir; from genrun.schemas import Result, layout; "
