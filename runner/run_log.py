@@ -16,6 +16,7 @@ progress-bar setting is touched, and a failed write of the log never reaches the
 `result.json`). Not seen: writes straight to file descriptors 1/2 from C code.
 """
 
+import builtins
 import contextlib
 import logging
 import os
@@ -43,12 +44,23 @@ _LIBRARY_DIRS = tuple(sorted({path for key in ("stdlib", "platstdlib", "purelib"
 _INSTALLED = ("/site-packages/", "/dist-packages/")
 LIBRARY_LOGGERS = ("transformers", "diffusers", "accelerate", "huggingface_hub")
 """Libraries that add a stderr handler of their own when imported: it is captured whichever stream it holds."""
+_PRINT_DEPTH = 32
+"""How far above a write a replaced `print` is looked for."""
 HELD_LINES_LIMIT = 10_000
 """Lines kept in memory before the snapshot's log can be written (a model loaded before the run, planning)."""
 
 
 def writer_of(frame: FrameType | None) -> tuple[Writer, str]:
-    """`(kind, top-level module)` of the code that wrote: the first frame outside `_PLUMBING`."""
+    """`(kind, top-level module)` of the code that wrote: the first frame outside `_PLUMBING`, above a replacement of
+    `print` when the text came through one (Ray's `tqdm_ray` swaps `builtins.print` for its own, process-wide, once a
+    Ray progress bar appeared; a replacement may call an earlier one: all of it is the printing, not the writer)."""
+    print_code = getattr(builtins.print, "__code__", None)
+    probe, depth = frame, 0
+    while print_code is not None and probe is not None and depth < _PRINT_DEPTH:
+        if probe.f_code is print_code:
+            frame = probe.f_back
+            break
+        probe, depth = probe.f_back, depth + 1
     while frame is not None and _module(frame) in _PLUMBING:
         frame = frame.f_back
     if frame is None:  # only plumbing (a library thread of rich's): nobody's chatter

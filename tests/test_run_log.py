@@ -169,6 +169,24 @@ def test_the_writer_is_found_above_the_plumbing() -> None:
     assert writer_of(sys._getframe()) == ("user", "test_run_log")
 
 
+def test_a_print_a_library_replaced_still_belongs_to_its_caller(capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's tqdm_ray replaces `builtins.print` process-wide (once any Ray progress bar showed): a user's print then runs
+    through the library's function, and must still count as the user's (on the terminal), not as the library's."""
+    import builtins
+
+    from genrun.runner.cli._library_output import library_output_taken_over
+
+    namespace: dict = {"__name__": "somelib.printing", "original": builtins.print}
+    exec(compile("def safe_print(*args, **kwargs):\n    return original(*args, **kwargs)\n",
+                 "/venv/lib/site-packages/somelib/printing.py", "exec"), namespace)
+    monkeypatch.setattr(builtins, "print", namespace["safe_print"])
+    with library_output_taken_over(False):
+        print("the user's own line")
+    captured = capsys.readouterr()
+    assert "the user's own line" in captured.out and "somelib" not in captured.err
+
+
 def test_a_log_that_cannot_be_written_never_fails_the_writer_and_says_so(tmp_path: Path) -> None:
     from genrun.runner.run_log import HELD_LINES_LIMIT, RunLog
 
