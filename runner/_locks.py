@@ -1,8 +1,11 @@
 """Exclusive `flock`s that say who holds them: the kernel drops a lock when its holder dies (SIGKILL included), so a
 free lock means no live process owns the file or directory."""
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 def try_exclusive(fd: int) -> bool:
@@ -33,3 +36,21 @@ def holder_pid(fd: int) -> int | None:
     except OSError:
         pass
     return None
+
+
+@contextlib.contextmanager
+def held_exclusively(path: Path, *, extra_flags: int, unopenable: Callable[[str], Exception],
+                     busy: Callable[[str], Exception]) -> Iterator[None]:
+    """An exclusive `flock` on the regular file `path` for the block (the kernel drops it when the holder dies, SIGKILL
+    included). `unopenable(why)` is raised when `path` cannot be opened (never through a link, never blocking on a FIFO),
+    `busy(holder)` when another process holds the lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | extra_flags)
+    except OSError as exc:
+        raise unopenable(f"{exc.strerror or exc}") from None
+    try:
+        if not try_exclusive(fd):
+            raise busy(lock_holder(fd))
+        yield
+    finally:
+        os.close(fd)

@@ -26,7 +26,7 @@ from genrun.schemas.progress import Unit
 from genrun.snapshot_dir import SnapshotDir
 
 from ._io import release_space, reserve_space
-from ._locks import lock_holder, try_exclusive
+from ._locks import held_exclusively
 from .backends import Backend, ExecutionContext, LoadedModel, get_backend
 from .budget import resolve_device
 from .determinism import capture_determinism, deterministic_mode, with_sampling
@@ -84,18 +84,13 @@ def execute_snapshot(
 def execution_lock(snapshot_dir: Path) -> Iterator[None]:
     """An exclusive `flock` on `frozen-sha256.txt` for the whole execution: a second `execute` of the same plan is
     refused naming the holder's PID (the kernel drops the lock when the holder dies, SIGKILL included)."""
-    try:
-        fd = os.open(snapshot_dir / layout.FROZEN_MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} cannot be opened as a regular file ({exc.strerror or exc}); "
-                             "plan the request again") from None
-    try:
-        if not try_exclusive(fd):
-            raise SnapshotError(f"snapshot {snapshot_dir} is already being executed by {lock_holder(fd)}; a snapshot runs once: "
-                                "wait for it, or plan a new one with 'genrun plan REQUEST'")
+    with held_exclusively(
+        snapshot_dir / layout.FROZEN_MANIFEST, extra_flags=0,
+        unopenable=lambda why: FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} cannot be opened as a regular file ({why}); "
+                                              "plan the request again"),
+        busy=lambda holder: SnapshotError(f"snapshot {snapshot_dir} is already being executed by {holder}; a snapshot runs once: "
+                                          "wait for it, or plan a new one with 'genrun plan REQUEST'")):
         yield
-    finally:
-        os.close(fd)
 
 
 def _execute_locked(

@@ -23,7 +23,7 @@ from genrun.schemas.digests import snapshot_digest
 from genrun.schemas.sweep import ItemAttempt, ItemOutcome, ItemStatus, SweepPlan, SweepResult, SweepStatus
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
-from .._locks import lock_holder, try_exclusive
+from .._locks import held_exclusively
 from ..errors import SnapshotError
 from ..interrupts import EXIT_CODES
 from ..store import is_sealed
@@ -115,18 +115,13 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
 def _driver_lock(sweep_dir: Path) -> Iterator[None]:
     """An exclusive `flock` on `sweep-plan.json` while this driver runs (the kernel drops it when the driver dies, SIGKILL
     included): two drivers would run the same items twice and record outcomes their items contradict."""
-    try:
-        fd = os.open(sweep_dir / layout.SWEEP_PLAN, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SnapshotError(f"{sweep_dir / layout.SWEEP_PLAN} cannot be opened as a regular file ({exc.strerror or exc}); "
-                            "plan the sweep again") from None
-    try:
-        if not try_exclusive(fd):
-            raise SnapshotError(f"sweep {sweep_dir} is already being run by {lock_holder(fd)}; one driver runs a sweep at a time: "
-                                "wait for it to end (or stop it), then 'genrun sweep resume' it")
+    with held_exclusively(
+        sweep_dir / layout.SWEEP_PLAN, extra_flags=os.O_CLOEXEC,
+        unopenable=lambda why: SnapshotError(f"{sweep_dir / layout.SWEEP_PLAN} cannot be opened as a regular file ({why}); "
+                                             "plan the sweep again"),
+        busy=lambda holder: SnapshotError(f"sweep {sweep_dir} is already being run by {holder}; one driver runs a sweep at a time: "
+                                          "wait for it to end (or stop it), then 'genrun sweep resume' it")):
         yield
-    finally:
-        os.close(fd)
 
 
 def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callable[[SweepPlan], WorkerPool],
