@@ -69,9 +69,11 @@ def test_rerun_prints_paths_as_run_does_and_each_rows_text(capsys, tmp_path: Pat
     code, _, err = cli(capsys, "rerun", parent, "--quiet")
     assert code == 0, err
     assert err == ""  # --quiet: no plan summary, bar, library notice or summary
+    before = {p.name for p in parent.parent.iterdir()}
     code, out, err = cli(capsys, "rerun", parent)
     assert code == 0, err
-    child = sorted(p for p in parent.parent.iterdir() if p.name != parent.name and p.is_dir())[-1]
+    # Not the last by name: two reruns in one second differ only by their random suffix.
+    (child,) = [p for p in parent.parent.iterdir() if p.name not in before and p.is_dir()]
     shown = child.relative_to(tmp_path).as_posix()
     assert f"planned {shown} " in err and f"succeeded: {shown}" in err and str(tmp_path) not in err
     lineage = " ".join(out.split())
