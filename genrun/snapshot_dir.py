@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_regular, walk_entries
+from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_beneath, walk_entries
 from genrun.runner.errors import SnapshotError
 from genrun.schemas import EVENT_ADAPTER, AnyEvent, NewerFormat, layout
 from genrun.schemas.digests import parse_sha256sum, sha256_bytes
@@ -110,7 +110,7 @@ class SnapshotDir:
     def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
         """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
         try:
-            return read_regular(self.path / name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset, root=self.path)
+            return read_beneath(self.path, name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset)
         except FileNotFoundError:
             raise ArtifactMissing(self.path, name, "does not exist") from None
         except UnsafeFile as exc:
