@@ -15,6 +15,7 @@ from ._check_tokens import undeclared
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
+from ._produced_duration import judge_produced_duration
 
 
 def check_stages(snap: Snapshot, ctx: CheckContext) -> Finding:
@@ -109,7 +110,7 @@ def _claim_problem(stop: SequenceStop, row_ids: tuple[int, ...], declared_eos: A
     return None
 
 
-def stages_early_stop(snap: Snapshot, requested: float | None, fraction: float) -> Finding:
+def stages_early_stop(snap: Snapshot, requested: float | None) -> Finding:
     """`early_stop` for a staged frame run: the first timed frame stage's longest row against `[units] requested_seconds`."""
     name = "early_stop"
     if requested is None:
@@ -118,21 +119,15 @@ def stages_early_stop(snap: Snapshot, requested: float | None, fraction: float) 
     if stage is None or stage.per_second is None or snap.result is None:
         return skip(name, "no frame stage with a frame rate, or no result.json (the run did not finish)")
     longest = max(range(stage.rows), key=stage.units.__getitem__)
-    computed, recorded = stage.units[longest] / stage.per_second, snap.result.produced_seconds
-    evidence: dict[str, Any] = {"stage": stage.name, "requested_seconds": requested, "produced_seconds": recorded,
+    computed = stage.units[longest] / stage.per_second
+    evidence: dict[str, Any] = {"stage": stage.name, "requested_seconds": requested, "produced_seconds": snap.result.produced_seconds,
                                 "computed_seconds": computed, "frames": list(stage.units), "per_second": stage.per_second}
-    examined = Examined(files=3)
-    if recorded is None or abs(recorded - computed) > 1.0 / stage.per_second:
-        return Finding(name=name, status="FAIL", message=f"result.json produced_seconds {recorded} != {computed:.3f} s from stage "
-                       f"{stage.name!r} ({stage.units[longest]} frames at {stage.per_second}/s)", evidence=evidence, examined=examined)
-    share = recorded / requested
-    evidence["fraction"] = share
-    if share >= fraction:
-        return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested ({share:.0%})",
-                       evidence=evidence, examined=examined)
-    stop = next((s for s in snap.stop.sequences if s.index == longest and s.evidence.fact("stage") == stage.name), None) if snap.stop else None
-    cause = (f"stage {stage.name!r} stopped with {describe_stop(stop)} at frame {stage.units[longest]}" if stop is not None
-             else "the stop reason is not recorded")
-    evidence["cause"] = cause
-    return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "
-                   f"more than {1 - fraction:.0%} short); {cause}", evidence=evidence, examined=examined)
+
+    def cause() -> str:
+        stop = next((s for s in snap.stop.sequences if s.index == longest and s.evidence.fact("stage") == stage.name), None) if snap.stop else None
+        return (f"stage {stage.name!r} stopped with {describe_stop(stop)} at frame {stage.units[longest]}" if stop is not None
+                else "the stop reason is not recorded")
+
+    return judge_produced_duration(requested, snap.result.produced_seconds, computed, stage.per_second, cause=cause, evidence=evidence,
+                                   frames_from=f"stage {stage.name!r} ({stage.units[longest]} frames at {stage.per_second}/s)",
+                                   examined=Examined(files=3))
