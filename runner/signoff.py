@@ -50,19 +50,16 @@ from typing import NamedTuple
 
 from genrun.analysis.signoffs import (
     DIGEST_KIND_OF,
-    NO_ALLOWED_SIGNERS,
     SIGNATURE_SUFFIX,
-    SSH_KEYGEN,
-    SSH_KEYGEN_MISSING,
     SignoffStatus,
     evaluate_signoffs,
     git_config,
     namespace_for,
-    principals_for_key,
     record_files,
     resolve_allowed_signers,
     short,
 )
+from genrun.analysis.ssh_signatures import NO_ALLOWED_SIGNERS, SSH_KEYGEN, SSH_KEYGEN_MISSING, principals_for_key
 from genrun.schemas import layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Signoff

@@ -22,16 +22,8 @@ import pytest
 from _snapshot_factory import make_planned_snapshot, make_sealed_snapshot
 from conftest import PROCESS_TIMEOUT_S, CliRun, run_cli
 
-from genrun.analysis.signoffs import (
-    NO_ALLOWED_SIGNERS,
-    SSH_KEYGEN_MISSING,
-    UNVERIFIED,
-    SignoffStatus,
-    default_allowed_signers,
-    evaluate_signoffs,
-    read_sshsig,
-    summarize_signoffs,
-)
+from genrun.analysis.signoffs import UNVERIFIED, SignoffStatus, default_allowed_signers, evaluate_signoffs, summarize_signoffs
+from genrun.analysis.ssh_signatures import NO_ALLOWED_SIGNERS, SSH_KEYGEN_MISSING, read_sshsig
 from genrun.runner import __version__
 from genrun.runner.errors import ApprovalRequired, SignoffError
 from genrun.runner.signoff import _place_exclusive, check_approval, describe_approval, make_signoff

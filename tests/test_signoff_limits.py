@@ -13,7 +13,8 @@ import pytest
 from _snapshot_factory import make_sealed_snapshot
 from conftest import run_cli
 
-from genrun.analysis.signoffs import MAX_SIGNATURE_BYTES, evaluate_signoffs
+from genrun.analysis.signoffs import evaluate_signoffs
+from genrun.analysis.ssh_signatures import MAX_SIGNATURE_BYTES
 from genrun.runner.signoff import make_signoff
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
