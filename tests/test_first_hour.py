@@ -363,3 +363,12 @@ def test_readme_links_into_docs_resolve() -> None:
         if anchor:
             headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}
             assert anchor in headings, f"{path}#{anchor}"
+
+
+def test_readme_states_the_format_this_genrun_writes() -> None:
+    """The README said "writes format 2" after the format became 3: its sentence must name `layout.FORMAT_VERSION`."""
+    from genrun.schemas import layout
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    stated = re.findall(r"This genrun writes format (\d+) and reads every earlier format", readme)
+    assert stated == [str(layout.FORMAT_VERSION)], stated
