@@ -28,11 +28,13 @@ from ._load import Snapshot
 
 def check_signoffs(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Each sign-off record is valid for the snapshot's current plan/snapshot digest."""
-    return signoffs_finding(snap.path, ctx.allowed_signers)
+    start = next((e for e in (snap.progress.events if snap.progress else ()) if e.event == "start"), None)
+    return signoffs_finding(snap.path, ctx.allowed_signers, started_at=start.wall_time if start is not None else None)
 
 
-def signoffs_finding(path: Path, allowed_signers: Path | None, name: str = "signoffs") -> Finding:
-    """The sign-off check for any directory with `signoffs/` (a run snapshot, or a sweep's own records)."""
+def signoffs_finding(path: Path, allowed_signers: Path | None, name: str = "signoffs", *, started_at: str | None = None) -> Finding:
+    """The sign-off check for any directory with `signoffs/` (a run snapshot, or a sweep's own records); `started_at`: when
+    the run started (an approval dated later is named: it did not gate the run)."""
     directory = path / layout.SIGNOFFS_DIR
     foreign = foreign_entries(directory)
     if foreign:  # a sign-off directory holds records and their signatures; anything else was put there
@@ -42,18 +44,20 @@ def signoffs_finding(path: Path, allowed_signers: Path | None, name: str = "sign
     if not records:
         return skip(name, "no sign-offs")
     try:
-        from .signoffs import evaluate_signoffs
+        from .signoffs import approved_after_start, evaluate_signoffs
     except ImportError as exc:
         return Finding(name=name, status="WARN", message=f"{len(records)} sign-off record(s) present but cannot be evaluated: {exc}",
                        evidence={"records": records}, examined=Examined(files=len(records)))
     statuses = evaluate_signoffs(path, allowed_signers)
-    evidence = {"records": [s.model_dump() for s in statuses]}
+    evidence: dict[str, object] = {"records": [s.model_dump() for s in statuses]}
     examined = Examined(files=len(statuses))
     invalid = [s for s in statuses if s.state == "invalid"]
     unsigned = [s for s in statuses if s.state == "unsigned"]
     rejected = [s for s in statuses if s.state == "valid" and s.decision == "reject"]
     unverified = [s for s in statuses if s.state == "unverified"]
-    described = ", ".join(_describe(s) for s in statuses)
+    described = ", ".join(_describe(s, late=approved_after_start(s, started_at)) for s in statuses)
+    if any(approved_after_start(s, started_at) for s in statuses):
+        evidence["run_started_at"] = started_at
     if invalid:
         why = "; ".join(f"{s.file}: {s.reason}" for s in invalid)
         return Finding(name=name, status="FAIL", message=f"{len(invalid)} invalid sign-off(s): {why}", evidence=evidence, examined=examined)
@@ -106,10 +110,12 @@ def foreign_entries(directory: Path) -> list[str]:
     return foreign
 
 
-def _describe(status) -> str:  # noqa: ANN001 (SignoffStatus, imported lazily above)
-    """`approve valid (alice@x)`, `approve revoked (alice@x; revoked by bob@x in 2026…-revoke-….json)`."""
+def _describe(status, *, late: bool = False) -> str:  # noqa: ANN001 (SignoffStatus, imported lazily above)
+    """`approve valid (alice@x)`, `approve revoked (alice@x; revoked by bob@x in 2026…-revoke-….json)`, and for an approval
+    dated after the run started `approve valid (alice@x; signed 2026-…, after the run started: it did not gate the run)`."""
     if status.state == "revoked":
         return f"{status.decision} revoked ({status.by}; {status.reason.split(';')[0]})"
     if status.decision == "revoke":
         return f"revoke of {status.revokes} {status.state} ({status.by})"
-    return f"{status.decision or status.file} {status.state} ({status.by})"
+    when = f"; signed {status.at}, after the run started: it did not gate the run" if late else ""
+    return f"{status.decision or status.file} {status.state} ({status.by}{when})"

@@ -23,6 +23,7 @@ import hashlib
 import os
 import subprocess
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from genrun.schemas import layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
 from genrun.schemas.signoff import Decision, DigestKind, Signoff
-from genrun.snapshot_dir import ArtifactError, ArtifactNewer, SnapshotDir
+from genrun.snapshot_dir import ArtifactError, ArtifactNewer, SnapshotDir, parse_progress_lines
 
 from .ssh_signatures import (
     ALLOWED_SIGNERS_ENV,
@@ -217,6 +218,27 @@ def revocation_problems(record: Signoff, signoffs_dir: Path) -> list[str]:
     if actual != record.digest:
         return [f"digest no longer matches: record binds record digest {short(record.digest)} of {record.revokes}, current is {short(actual)}"]
     return []
+
+
+def execution_started_at(snapshot_dir: Path) -> str | None:
+    """When the run began generating (UTC, the `start` event of `progress.ndjson`); None if it never started or cannot
+    be read. An approval is checked when execution starts: one signed later did not gate that run."""
+    try:
+        first_line = SnapshotDir(snapshot_dir).read_bytes(layout.PROGRESS).split(b"\n", 1)[0]
+    except ArtifactError:
+        return None
+    events, _ = parse_progress_lines([first_line])
+    return events[0].wall_time if events and events[0].event == "start" else None
+
+
+def approved_after_start(status: SignoffStatus, started_at: str | None) -> bool:
+    """An `approve` record dated after the run started (it is recorded, and may be valid, but it did not gate the run)."""
+    if status.decision != "approve" or status.at is None or started_at is None:
+        return False
+    try:
+        return datetime.fromisoformat(status.at) > datetime.fromisoformat(started_at)
+    except ValueError:  # a record's `at` is its writer's word: an unreadable one proves nothing either way
+        return False
 
 
 def summarize_signoffs(statuses: Iterable[SignoffStatus]) -> str:

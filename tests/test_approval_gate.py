@@ -242,3 +242,26 @@ def test_plain_verify_warns_signed_not_verified(setup: Setup, tiny_lm: Path) -> 
     assert genrun(setup, "verify", snapshot, "--strict").returncode == 1
     proc = genrun(setup, "verify", snapshot, "--allowed-signers", setup.allowed, "--strict")
     assert proc.returncode == 0, proc.stdout
+
+
+def test_an_approval_signed_after_the_run_started_is_named_as_not_gating_it(setup: Setup, tiny_lm: Path) -> None:
+    """Approving a plan that already ran records the approval, and says (signoff and verify) that it gated nothing."""
+    before = _plan(setup, tiny_lm)
+    _sign(setup, before, "--decision", "approve", "--key", setup.key, "--allowed-signers", setup.allowed)
+    assert genrun(setup, "execute", before, "--require-approval", "--allowed-signers", setup.allowed).returncode == 0
+
+    after = _plan(setup, tiny_lm)
+    assert genrun(setup, "execute", after).returncode == 0
+    late = genrun(setup, "signoff", after, "--decision", "approve", "--key", setup.key, "--allowed-signers", setup.allowed)
+    assert late.returncode == 0, late.stderr
+    assert "this plan already ran" in _one_line(late.stderr) and "did not gate that run" in _one_line(late.stderr)
+
+    findings = {}
+    for snapshot in (before, after):
+        proc = genrun(setup, "verify", snapshot, "--allowed-signers", setup.allowed, "--json")
+        assert proc.returncode == 0, proc.stdout
+        findings[snapshot] = next(f for f in orjson.loads(proc.stdout)["findings"] if f["name"] == "signoffs")
+    assert findings[after]["status"] == "PASS" and "after the run started: it did not gate the run" in findings[after]["message"]
+    started = next(orjson.loads(line) for line in (after / layout.PROGRESS).read_bytes().splitlines())["wall_time"]
+    assert findings[after]["evidence"]["run_started_at"] == started
+    assert "did not gate" not in findings[before]["message"] and "run_started_at" not in findings[before]["evidence"]

@@ -58,6 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from genrun.analysis.signoffs import execution_started_at
     from genrun.runner.signoff import make_signoff
     from ._target import resolve_target
 
@@ -76,4 +77,7 @@ def handle(args: argparse.Namespace) -> int:
         bound = f"sweep {snapshot.name}, {bound}"
     stderr_console.print(f"{how} {record.decision} by {escape(record.by)}, {escape(bound)}")
     stderr_console.print(str(path), markup=False, soft_wrap=True)
+    if record.decision == "approve" and (started := execution_started_at(snapshot)) is not None:
+        stderr_console.print(f"note: this plan already ran (started {started}): the approval is recorded, but it did not gate that run "
+                             "('genrun verify' says so); approve before 'genrun execute' for the gate to hold", markup=False, soft_wrap=True)
     return 0
