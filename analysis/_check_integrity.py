@@ -118,7 +118,7 @@ def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:
     explained = {rel for line in altered for rel in line.covers}
     changed, missing, extra = ([rel for rel in group if rel not in explained] for group in (changed, missing, extra))
     evidence["altered_manifest_lines"] = [line.listed for line in altered]
-    problems = [line.message for line in altered]
+    problems = [_one_problem(altered)] if altered else []
     folders = {rel: why for rel, why in snap.problems.items() if rel.endswith("/")}  # empty or unlistable directories
     if folders:  # a listed file inside a folder that cannot be listed is unchecked, not missing
         missing = [rel for rel in missing if not any(rel.startswith(folder) for folder in folders)]
@@ -247,6 +247,19 @@ def shorten_list(names: list[str], shown: int = 10) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
+_ALTERED = f"{layout.MANIFEST} was altered: "
+_ALTERED_SHOWN = 5
+
+
+def _one_problem(altered: "list[AlteredLine]") -> str:
+    """Every edited manifest line in one problem, the file named once (15 edited lines said it 15 times)."""
+    if len(altered) == 1:
+        return altered[0].message
+    details = [line.message.removeprefix(_ALTERED) for line in altered]
+    more = f"; and {len(details) - _ALTERED_SHOWN} more" if len(details) > _ALTERED_SHOWN else ""
+    return f"{layout.MANIFEST} was altered in {len(altered)} lines: " + "; ".join(details[:_ALTERED_SHOWN]) + more
+
+
 class AlteredLine(NamedTuple):
     """A line of `manifest-sha256.txt` that was edited after sealing (not the file it names)."""
 
@@ -272,17 +285,17 @@ def altered_manifest_lines(manifest: Mapping[str, str], present: Mapping[str, Fi
         actual = present[rel].sha256 or ""
         digits = sum(a != b for a, b in zip(manifest[rel], actual))
         if digits <= _EDITED_DIGITS_AT_MOST:
-            found.append(AlteredLine(rel, f"{layout.MANIFEST} was altered: its sha256 for {rel} differs from the file's in {digits} of "
+            found.append(AlteredLine(rel, f"{_ALTERED}its sha256 for {rel} differs from the file's in {digits} of "
                                           "64 hex digits (a changed file would change about 60)", (rel,)))
     unlisted = {present[rel].sha256: rel for rel in extra}
     for rel in missing:
         twin = unlisted.get(manifest[rel])
         joined = _JOINED_LINE.search(rel)  # `<name>?<sha256>  <next name>`: the newline between two lines was overwritten
         if twin is not None and joined is not None and unlisted.get(joined.group(1)) == joined.group(2):
-            found.append(AlteredLine(rel, f"{layout.MANIFEST} was altered: its lines for {twin} and {joined.group(2)} run "
+            found.append(AlteredLine(rel, f"{_ALTERED}its lines for {twin} and {joined.group(2)} run "
                                           "together (the newline between them was overwritten)", (rel, twin, joined.group(2))))
         elif twin is not None:
-            found.append(AlteredLine(rel, f"{layout.MANIFEST} was altered: it lists {rel!r}, which is not in the snapshot, with the "
+            found.append(AlteredLine(rel, f"{_ALTERED}it lists {rel!r}, which is not in the snapshot, with the "
                                           f"sha256 of {twin}, which it does not list (a name edited in the manifest, or the file "
                                           "renamed after sealing)", (rel, twin)))
     return found

@@ -102,3 +102,16 @@ def test_a_frozen_manifest_with_reordered_lines_fails_the_plan_chain(snapshots, 
     verified = run_genrun("verify", snapshot, "--json")
     chain = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "plan_digest_chain")
     assert chain["status"] == "FAIL" and f"{layout.FROZEN_MANIFEST} was altered" in chain["message"], chain
+
+
+def test_many_edited_manifest_lines_are_one_problem_naming_the_manifest_once(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    """Every listed digest edited in one hex digit: one problem counting the lines, not the manifest named once per line."""
+    snapshot = copy_snapshot(snapshots.get("eos"), tmp_path / "store")
+    lines = (snapshot / layout.MANIFEST).read_bytes().splitlines(keepends=True)
+    edit_bytes(snapshot, layout.MANIFEST, lambda _: b"".join(bytes([_other_hex(line[5])]).join((line[:5], line[6:])) for line in lines))
+    verified = run_genrun("verify", snapshot, "--json")
+    integrity = next(f for f in json.loads(verified.stdout)["findings"] if f["name"] == "manifest_integrity")
+    message = integrity["message"]
+    assert integrity["status"] == "FAIL" and message.startswith(f"{layout.MANIFEST} was altered in {len(lines)} lines: its sha256 for "), message
+    assert message.count("was altered") == 1 and message.count("differs from the file's in 1 of 64 hex digits") == 5, message
+    assert f"; and {len(lines) - 5} more" in message and "changed since sealing" not in message, message
