@@ -151,6 +151,8 @@ def _describe_error(err: "ErrorDetails", root: type[BaseModel] = Request) -> str
         return f"missing {place}; add it ({_field_doc(loc, root) or 'required'})"
     value = err.get("input")
     message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch" and (doc := _field_doc(loc, root)):  # the field's words, not its regex
+        message = f"not of the allowed form: {doc}"
     if loc and loc[-1] in ("prompt", "prompts") or err["type"].startswith("string_too_short"):
         message = f"{message} (an empty value is refused: give some text)"
     shown = f" = {shorten(value)}" if not isinstance(value, dict) else ""

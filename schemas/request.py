@@ -202,7 +202,7 @@ class Request(Strict):
     """A whole request file, every default explicit once normalised."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    """Short run name; part of the snapshot id."""
+    """Short run name; part of the snapshot id: 1 to 64 letters, digits, `.`, `_` or `-`, the first a letter or digit."""
     seed: int = Field(default=0, ge=0, strict=True)
     """Seed for torch's generators."""
     model: ModelSpec

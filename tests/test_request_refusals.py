@@ -45,6 +45,10 @@ CASES = {
         dict(tables='[units]\nname = "frame"'),
         "needs 'per_second'",
     ),
+    "a name the snapshot id cannot hold (explained in words, not by its regular expression)": (
+        dict(name="my run!"),
+        "top-level key 'name' = 'my run!': not of the allowed form: Short run name; part of the snapshot id: 1 to 64 letters",
+    ),
 }
 
 
@@ -56,6 +60,7 @@ def test_refused_with_exit_2_and_store_untouched(case: str, tmp_path: Path, tiny
     proc = run_cli("plan", request, "--store", store)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr
+    assert "should match pattern" not in proc.stderr
     assert not store.exists()
 
 
