@@ -380,6 +380,6 @@ def _approval_refusal(snapshot_dir: Path, approvals: list[SignoffStatus], allowe
     return (
         f"{snapshot_dir.name} may not run without an approve sign-off for its current plan digest "
         f"{short(plan_digest(snapshot_dir))}; rule: {rule}; {found}. "
-        f"Review the plan, then run 'genrun signoff {snapshot_dir} --decision approve --key ~/.ssh/id_ed25519' "
-        "(and list the key in the allowed-signers file)"
+        f"The plan is kept, not executed: review it, run 'genrun signoff {snapshot_dir} --decision approve --key ~/.ssh/id_ed25519' "
+        f"(and list the key in the allowed-signers file), then 'genrun execute {snapshot_dir} --require-approval'"
     )

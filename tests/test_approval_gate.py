@@ -190,6 +190,8 @@ def test_run_require_approval_refuses_a_fresh_plan_and_keeps_it(setup: Setup, ti
     assert proc.returncode == 1 and "there is no approve record" in _one_line(proc.stderr)
     (snapshot,) = (setup.home / "store").iterdir()
     assert _not_executed(snapshot)
+    assert "The plan is kept, not executed" in _one_line(proc.stderr)  # and what to run once approved:
+    assert f"then 'genrun execute {snapshot} --require-approval'" in _one_line(proc.stderr)
 
 
 def test_revoked_approval_no_longer_opens_the_gate_and_verify_shows_it(setup: Setup, tiny_lm: Path) -> None:
