@@ -277,6 +277,9 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
                            message=f"incomplete: the writer is gone ({why}); inspect with 'genrun report {snapshot}'", **common)
     if ended:
         return WatchUpdate(state="running", stalled=False, writer=writer, message=f"'{last_event}' recorded; waiting for the seal", **common)
+    if stalled and not events and writer == "alive":  # the cadence counts from the start record: loading is not a stall
+        return WatchUpdate(state="waiting", stalled=False, writer=writer, message=f"loading: no start record yet after {quiet:.0f} s; "
+                           "the run's process is alive (progress records begin once the weights are loaded)", **common)
     if stalled:
         alive = {"alive": "its writer is still alive", "gone": "no process writes it any more"}.get(writer, "cannot tell whether its writer is alive")
         what = f"no progress record for {quiet:.0f} s" if events else f"no progress record yet after {quiet:.0f} s (loading weights?)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from genrun.analysis.watch import INCOMPLETE_EXIT, WatchUpdate, estimate_eta
+from genrun.analysis.watch import INCOMPLETE_EXIT, ProgressTail, WatchUpdate, assess, estimate_eta
 from genrun.runner.cli import main
 from genrun.schemas import FirstTokenEvent, ProgressEvent, StartEvent, layout
 
@@ -99,7 +99,7 @@ def test_sigkilled_run_warns_stall_then_reports_incomplete(tmp_path: Path) -> No
     states = [u.state for u in seen]
     assert "stalled" in states and states[-1] == "incomplete", states
     assert states.index("stalled") < len(states) - 1
-    stalled = [u for u in seen if u.state == "stalled"][-1]  # an earlier one may come while weights load (no record yet)
+    stalled = [u for u in seen if u.state == "stalled"][-1]
     assert stalled.stalled and "STALL" in stalled.message and stalled.seconds_since_last_record > 1
     assert "STALL" in err  # the warning also reaches a person reading stderr
     assert seen[-1].writer == "gone" and "incomplete" in seen[-1].message
@@ -234,3 +234,24 @@ def test_human_line_names_rates_per_row_memory_and_eta() -> None:
                          stalled=False, writer="alive")
     assert format_update(update) == ("running  4,096/65,536 tokens × 2 rows  window 2.9/s  recent 2.9/s  cum 3.1/s per row  "
                                      "RSS 7.00 GiB  last record 12 s ago  ETA 6 h 12 min")
+
+
+def test_a_live_run_still_loading_is_waiting_not_stalled(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    """Before the start record (weights loading) the progress cadence does not apply: a live writer is 'loading', never STALL;
+    once the writer is gone, the same silence is a stall."""
+    import fcntl
+
+    snapshot = copy_snapshot(snapshots.killed(), tmp_path)
+    (snapshot / layout.PROGRESS).write_bytes(b"")  # created, nothing recorded yet: the recorder is waiting for the weights
+    tail = ProgressTail(snapshot)
+    tail.poll()
+    fd = os.open(snapshot / layout.PROGRESS, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what the recorder holds while its run lives
+        loading = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
+    finally:
+        os.close(fd)
+    assert (loading.state, loading.stalled, loading.writer) == ("waiting", False, "alive"), loading
+    assert loading.message.startswith("loading: no start record yet after 30 s") and "STALL" not in loading.message
+    gone = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
+    assert (gone.state, gone.stalled, gone.writer) == ("stalled", True, "gone") and "STALL" in gone.message, gone
