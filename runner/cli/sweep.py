@@ -22,8 +22,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "genrun sweep [run] SWEEP.toml      validate every item, plan them all, run them, seal the sweep\n"
             "genrun sweep plan SWEEP.toml       validate and freeze only (nothing runs)\n"
-            "genrun sweep execute SWEEP_DIR     run a planned sweep\n"
-            "genrun sweep resume SWEEP_DIR      finish a sweep whose driver was killed (finished items are not re-run)"
+            "genrun sweep execute SWEEP         run a planned sweep\n"
+            "genrun sweep resume SWEEP          finish a sweep whose driver was killed (finished items are not re-run)\n"
+            "SWEEP is the sweep's directory, its id, or a unique id prefix in the store (--store)"
         ),
         epilog=(
             "example: genrun sweep examples/sweep/countdowns.toml\n"
@@ -36,8 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", nargs="+", metavar="[ACTION] PATH", help="SWEEP.toml, or one of plan/execute/resume/run and a path")
-    parser.add_argument("--store", help="snapshot store for the sweep and its items (default: $GENRUN_STORE or ./snapshots)")
+    parser.add_argument("target", nargs="+", metavar="[ACTION] PATH",
+                        help="SWEEP.toml, or run/plan and SWEEP.toml, or execute/resume and a sweep (directory, id or unique id prefix)")
+    parser.add_argument("--store", help="snapshot store for the sweep and its items (run, plan), or to look a sweep id up in "
+                                        "(execute, resume; its items stay in the store it was planned in); default: $GENRUN_STORE or ./snapshots")
     parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)
@@ -56,8 +59,16 @@ def handle(args: argparse.Namespace) -> int:
                 print_json({"sweep": str(sweep_dir)})
             return 0
     else:
-        sweep_dir = Path(path)
+        sweep_dir = _planned_sweep(path, args.store)
     return _execute(sweep_dir, args.json)
+
+
+def _planned_sweep(ref: str, store: str | None) -> Path:
+    """The sweep `execute`/`resume` was given, as a directory, an id or a unique id prefix, resolved as every command
+    resolves SNAPSHOT (`execute_sweep` then refuses a directory that is not a sweep)."""
+    from genrun.runner.store import find_snapshot
+
+    return find_snapshot(ref, store)
 
 
 def _action(target: list[str]) -> tuple[str, str]:

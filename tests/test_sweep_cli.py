@@ -1,0 +1,60 @@
+"""The sweep subcommands as a user types them, through the real CLI on one small local sweep (2 items, 1 worker).
+
+A planned sweep is named as every other command names a snapshot: a directory, an id or a unique id
+prefix in the store; run-only commands given a sweep name the command that lists its items.
+"""
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from _sweep_helpers import only_sweep, read, write_sweep
+from conftest import CliRun, run_cli
+
+ROWS = [{"input.prompt": "count down from 3 :"}, {"input.prompt": "count down from 4 :"}]
+
+
+class Executed(NamedTuple):
+    """A sweep planned into `root/store` and executed by its id, both from `root` as the current directory."""
+
+    root: Path
+    sweep: Path
+    planned: CliRun
+    executed: CliRun
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Executed:
+    root = tmp_path_factory.mktemp("sweep-cli")
+    sweep_file = write_sweep(root / "in", rows=ROWS, workers=1, max_new_tokens=8)
+    planned = run_cli("sweep", "plan", sweep_file, "--store", "store", cwd=root)
+    assert planned.returncode == 0, planned.stderr
+    sweep = only_sweep(root / "store")
+    executed = run_cli("sweep", "execute", sweep.name, "--store", "store", cwd=root)
+    return Executed(root, sweep, planned, executed)
+
+
+def store_names(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "store").iterdir())
+
+
+# -- naming a sweep ---------------------------------------------------------------------------------------------------
+
+
+def test_execute_takes_the_sweep_by_its_id_in_the_store(executed: Executed) -> None:
+    assert executed.executed.returncode == 0, executed.executed.stderr
+    result = read(executed.sweep / "sweep-result.json")
+    assert result["status"] == "completed" and result["counts"] == {"succeeded": 2}
+
+
+@pytest.mark.parametrize("action", ["execute", "resume"])
+def test_an_ambiguous_or_unknown_sweep_id_is_refused_naming_the_store(executed: Executed, action: str) -> None:
+    before = store_names(executed.root)
+    prefix = executed.sweep.name[:4]  # the timestamp every id of this store starts with: the sweep's and its items'
+    ambiguous = run_cli("sweep", action, prefix, "--store", "store", cwd=executed.root)
+    assert ambiguous.returncode == 1 and f"snapshot '{prefix}' is ambiguous in store store: 3 ids start with it" in ambiguous.stderr
+    unknown = run_cli("sweep", action, "no-such-sweep", "--store", "store", cwd=executed.root)
+    assert unknown.returncode == 1, unknown.stderr
+    assert "'no-such-sweep' is neither a directory nor the id (or id prefix) of a snapshot in store store" in unknown.stderr
+    assert store_names(executed.root) == before
