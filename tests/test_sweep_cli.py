@@ -4,6 +4,7 @@ A planned sweep is named as every other command names a snapshot: a directory, a
 prefix in the store; run-only commands given a sweep name the command that lists its items.
 """
 
+import shlex
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,3 +59,16 @@ def test_an_ambiguous_or_unknown_sweep_id_is_refused_naming_the_store(executed: 
     assert unknown.returncode == 1, unknown.stderr
     assert "'no-such-sweep' is neither a directory nor the id (or id prefix) of a snapshot in store store" in unknown.stderr
     assert store_names(executed.root) == before
+
+
+@pytest.mark.parametrize("argv", [["diff", "{sweep}", "{sweep}"], ["rerun", "{sweep}"], ["export", "{sweep}", "--mlflow"]])
+def test_run_only_commands_given_a_sweep_name_the_command_that_lists_its_items(executed: Executed, argv: list[str]) -> None:
+    """`verify SWEEP` shows only the items needing attention; `ls --sweep` in the sweep's store lists every item id."""
+    before = store_names(executed.root)
+    refused = run_cli(*(a.format(sweep=f"store/{executed.sweep.name}") for a in argv), cwd=executed.root)
+    listing = f"genrun ls --store store --sweep {executed.sweep.name}"
+    assert refused.returncode == 1 and f"('{listing}' lists them)" in refused.stderr, refused.stderr
+    assert "genrun verify" not in refused.stderr and store_names(executed.root) == before
+    listed = run_cli(*shlex.split(listing)[1:], cwd=executed.root)
+    item_ids = [item["snapshot_id"] for item in read(executed.sweep / "sweep-result.json")["items"]]
+    assert listed.returncode == 0 and len(item_ids) == 2 and all(i in listed.stdout for i in item_ids), listed.stdout
