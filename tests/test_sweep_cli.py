@@ -1,4 +1,5 @@
-"""The sweep subcommands as a user types them, through the real CLI on one small local sweep (2 items, 1 worker).
+"""The sweep subcommands as a user types them, through the real CLI on one small local sweep (2 items, 1 worker; item 1
+raises in its entry point, so the sweep has a failed item to show).
 
 A planned sweep is named as every other command names a snapshot: a directory, an id or a unique id
 prefix in the store; run-only commands given a sweep name the command that lists its items.
@@ -13,7 +14,8 @@ import pytest
 from _sweep_helpers import only_sweep, read, write_sweep
 from conftest import CliRun, run_cli
 
-ROWS = [{"input.prompt": "count down from 3 :"}, {"input.prompt": "count down from 4 :"}]
+ROWS = [{"input.prompt": "count down from 3 :"}, {"input.prompt": "count down from 4 :", "entrypoint.callable": "sweep_entries:raise_now"}]
+FAILED = 1
 
 
 class Executed(NamedTuple):
@@ -44,9 +46,9 @@ def store_names(root: Path) -> list[str]:
 
 
 def test_execute_takes_the_sweep_by_its_id_in_the_store(executed: Executed) -> None:
-    assert executed.executed.returncode == 0, executed.executed.stderr
+    assert executed.executed.returncode == 1, executed.executed.stderr  # an item failed
     result = read(executed.sweep / "sweep-result.json")
-    assert result["status"] == "completed" and result["counts"] == {"succeeded": 2}
+    assert result["status"] == "completed" and result["counts"] == {"failed": 1, "succeeded": 1}
 
 
 @pytest.mark.parametrize("action", ["execute", "resume"])
@@ -72,3 +74,20 @@ def test_run_only_commands_given_a_sweep_name_the_command_that_lists_its_items(e
     listed = run_cli(*shlex.split(listing)[1:], cwd=executed.root)
     item_ids = [item["snapshot_id"] for item in read(executed.sweep / "sweep-result.json")["items"]]
     assert listed.returncode == 0 and len(item_ids) == 2 and all(i in listed.stdout for i in item_ids), listed.stdout
+
+
+# -- what the sweep commands print ------------------------------------------------------------------------------------
+
+
+def test_paths_are_shown_relative_to_the_current_directory_as_run_shows_them(executed: Executed) -> None:
+    shown = f"store/{executed.sweep.name}"
+    assert f"planned 2 items in {shown}\n" in executed.planned.stderr
+    assert f"sweep completed: 1 failed, 1 succeeded  ({shown})" in executed.executed.stderr
+    assert str(executed.root) not in executed.planned.stderr + executed.executed.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "report"])
+def test_failed_and_lost_items_are_listed_as_words_not_python_lists(executed: Executed, command: str) -> None:
+    shown = run_cli(command, executed.sweep, env={"COLUMNS": "200"})
+    assert f"lost attempts (kept as incomplete snapshots): 0; failed items: {FAILED}; lost items: none" in shown.stdout, shown.stdout
+    assert "[]" not in shown.stdout

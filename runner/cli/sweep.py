@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
-from ._output import print_json, stderr_console
+from ._output import print_json, shown_path, stderr_console
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
     from rich.progress import TaskID
@@ -53,7 +53,7 @@ def handle(args: argparse.Namespace) -> int:
     if action in ("run", "plan"):
         sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else _checking)
         if not args.json:
-            stderr_console.print(f"planned {_item_count(sweep_dir)} items in {sweep_dir}", markup=False, highlight=False)
+            stderr_console.print(f"planned {_item_count(sweep_dir)} items in {shown_path(sweep_dir)}", markup=False, highlight=False)
         if action == "plan":
             if args.json:
                 print_json({"sweep": str(sweep_dir)})
@@ -93,7 +93,7 @@ def _execute(sweep_dir: Path, as_json: bool) -> int:
         print_json({"sweep": str(run.sweep_dir), "exit_code": run.exit_code, "result": run.result.model_dump(mode="json")})
     else:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(run.result.counts.items()))
-        stderr_console.print(f"sweep {run.result.status}: {counts}  ({run.sweep_dir})", markup=False, highlight=False)
+        stderr_console.print(f"sweep {run.result.status}: {counts}  ({shown_path(run.sweep_dir)})", markup=False, highlight=False)
     return run.exit_code
 
 
