@@ -34,6 +34,24 @@ def unverified_files(snap: Snapshot) -> tuple[str, ...]:
     return (*sorted(changed), *sorted(added), *sorted(missing))
 
 
-def only_volatile_differ(added: tuple[str, ...], removed: tuple[str, ...], changed: tuple[str, ...]) -> bool:
-    """Two snapshots whose file sets differ only in `VOLATILE_FILES`."""
-    return not added and not removed and all(rel in VOLATILE_FILES for rel in changed)
+PROVENANCE_FILES = (layout.LINEAGE,)
+"""How a snapshot came about rather than what it ran, with the request source (`request.source.<ext>`): a rerun child
+holds a lineage (`diff` shows it as the Lineage verdict) and a JSON source written from its parent's request, where the
+parent may hold the user's TOML; the request both describe is compared as `request.json` (the normalized request)."""
+
+VOLATILE_REASON = "written differently by every run (compared field by field above)"
+PROVENANCE_REASON = "recording how each snapshot was made (the request itself is compared as request.json, a rerun by its verdict)"
+"""Why a file is set aside, worded to follow "Files " (`diff` prints `Files <reason>: <paths>`)."""
+
+
+def set_aside(added: tuple[str, ...], removed: tuple[str, ...], changed: tuple[str, ...]) -> dict[str, str]:
+    """Differing files that do not make two snapshots differ -> why: provenance (on one side only or changed), and
+    `VOLATILE_FILES` changed on both sides (on one side only they still count: one snapshot lacks what the other wrote)."""
+    found = {rel: PROVENANCE_REASON for rel in (*added, *removed, *changed) if is_provenance(rel)}
+    found.update({rel: VOLATILE_REASON for rel in changed if rel in VOLATILE_FILES})
+    return dict(sorted(found.items()))
+
+
+def is_provenance(rel: str) -> bool:
+    """A `PROVENANCE_FILES` file or the request source."""
+    return rel in PROVENANCE_FILES or layout.is_request_source(rel)

@@ -32,7 +32,7 @@ def render_diff(diff: SnapshotDiff, console: Console) -> None:
     if diff.outputs is not None:
         _fileset(console, "Outputs", diff.outputs)
     if diff.files is not None:
-        _fileset(console, "Files (bytes on disk)", diff.files)
+        _files(console, diff.files, diff.files_set_aside)
     for side, found in diff.unverified.items():
         console.print(Text(f"{side.upper()} does not match its own manifest: {', '.join(found)}", style="bold red"))
     if diff.lineage is not None:
@@ -60,6 +60,17 @@ def _fileset(console: Console, title: str, change: FileSetChange) -> None:
         if paths:
             shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
             console.print(Text(f"  {label}: {shown}"))
+
+
+def _files(console: Console, files: FileSetChange, set_aside: dict[str, str]) -> None:
+    """The files that make the snapshots differ, then (dim) those that differ as faithful reruns do, by reason."""
+    counted = files.counted(set_aside)
+    if counted is not None:
+        _fileset(console, "Files (bytes on disk)", counted)
+    side = {**dict.fromkeys(files.removed, " (only in A)"), **dict.fromkeys(files.added, " (only in B)")}
+    for reason in dict.fromkeys(set_aside.values()):
+        shown = ", ".join(rel + side.get(rel, "") for rel, why in set_aside.items() if why == reason)
+        console.print(Text(f"Files {reason}: {shown}", style="dim"))
 
 
 def _sequences(console: Console, diff: SnapshotDiff) -> None:

@@ -2,7 +2,7 @@
 model identities, stop reasons, counts, and the first diverging token of each sequence."""
 
 from array import array
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from genrun.schemas import CodeIdentity, CodeSet, GenerationConfigBeforeGenerate, Result, Versioned, layout
 
-from ._diff_files import actual_digests, only_volatile_differ, unverified_files
+from ._diff_files import actual_digests, set_aside, unverified_files
 from ._diffing import Change, diff_values
 from ._load import Snapshot, read_snapshot
 from ._verdict import LineageVerdict
@@ -62,6 +62,12 @@ class FileSetChange(_Model):
         """Any difference at all."""
         return self.digest_a != self.digest_b or bool(self.added or self.removed or self.changed)
 
+    def counted(self, set_aside: Collection[str]) -> "FileSetChange | None":
+        """This change without the `set_aside` paths (digests dropped); `None` when nothing else differs."""
+        keep = lambda paths: tuple(p for p in paths if p not in set_aside)  # noqa: E731
+        rest = FileSetChange(digest_a=None, digest_b=None, added=keep(self.added), removed=keep(self.removed), changed=keep(self.changed))
+        return rest if rest.differs else None
+
 
 class SequenceDiff(_Model):
     """One row compared across the two snapshots."""
@@ -98,6 +104,9 @@ class SnapshotDiff(_Model):
     """Files under `outputs/` (digests from each manifest); `None` when identical or unsealed."""
     files: FileSetChange | None = None
     """Every file by the sha256 of its bytes on disk (manifests aside); `None` when all are the same."""
+    files_set_aside: dict[str, str] = {}
+    """Files in `files` whose difference does not make the snapshots differ -> why (written differently by every run
+    and compared field by field, or provenance such as a rerun's lineage and request source)."""
     unverified: dict[str, tuple[str, ...]] = {}
     """`a` / `b` -> files that no longer match that snapshot's own manifest (changed, added, missing)."""
     lineage: LineageVerdict | None = None
@@ -108,7 +117,7 @@ class SnapshotDiff(_Model):
     @property
     def identical(self) -> bool:
         """Nothing differs in any section (timings are not compared)."""
-        files_differ = self.files is not None and not only_volatile_differ(self.files.added, self.files.removed, self.files.changed)
+        files_differ = bool(self.files and self.files.counted(self.files_set_aside))
         return not (self.request or self.effective_config or self.environment or self.code or self.model or self.result
                     or self.outputs or files_differ or self.unverified
                     or any(not s.identical or s.reason_a != s.reason_b for s in self.sequences))
@@ -138,7 +147,8 @@ def diff_loaded(a: Snapshot, b: Snapshot) -> SnapshotDiff:
         sequences=tuple(sequences[:SEQUENCES_LISTED]),
         sequences_not_listed=max(0, len(sequences) - SEQUENCES_LISTED),
         outputs=_outputs(a, b),
-        files=_fileset(None, None, actual_digests(a), actual_digests(b)),
+        files=(files := _fileset(None, None, actual_digests(a), actual_digests(b))),
+        files_set_aside=set_aside(files.added, files.removed, files.changed) if files else {},
         unverified={side: found for side, snap in (("a", a), ("b", b)) if (found := unverified_files(snap))},
         lineage=_lineage(a, b),
     )

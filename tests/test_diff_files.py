@@ -7,9 +7,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from genrun.analysis._diff_files import PROVENANCE_REASON, VOLATILE_REASON
 from genrun.schemas import layout
 
-from _cli_helpers import cli, run_request, sealed_run
+from _cli_helpers import cli, run_json, run_request, sealed_run
 from _lm_helpers import request_text
 
 
@@ -68,3 +69,44 @@ def test_two_runs_of_one_request_are_identical_timings_aside(capsys, tmp_path: P
     assert document["identical"] is True, document
     assert {layout.PROGRESS, layout.RESULT} <= set(document["files"]["changed"])  # clock readings differ, and are named
     assert document["lineage"] is None
+
+
+# -- what a rerun necessarily writes differently ----------------------------------------------------------------------
+
+
+def test_faithful_rerun_is_identical_and_shows_its_lineage_and_request_source_as_provenance(capsys, tmp_path: Path, sealed: Path) -> None:
+    """The child holds a lineage and a JSON request source where the parent holds the user's TOML: how each was made, not what ran."""
+    child = Path(run_json(capsys, "rerun", sealed, "--store", tmp_path / "store")["child"])
+    code, out, _ = cli(capsys, "diff", sealed, child, "--json")
+    document = orjson.loads(out)
+    assert code == 0 and document["identical"] is True, document
+    source_toml, source_json = layout.request_source_name("toml"), layout.request_source_name("json")
+    assert document["files"]["added"] == sorted([layout.LINEAGE, source_json]) and document["files"]["removed"] == [source_toml]
+    assert {rel: document["files_set_aside"][rel] for rel in (layout.LINEAGE, source_json, source_toml)} == dict.fromkeys(
+        (layout.LINEAGE, source_json, source_toml), PROVENANCE_REASON)
+    assert document["files_set_aside"][layout.PROGRESS] == VOLATILE_REASON
+
+    code, out, _ = cli(capsys, "diff", sealed, child)
+    out = " ".join(out.split())
+    assert code == 0 and out.endswith("identical (timings aside)") and "Files (bytes on disk) differs" not in out
+    assert (f"Files {PROVENANCE_REASON}: {layout.LINEAGE} (only in B), {source_json} (only in B), {source_toml} (only in A)") in out
+    assert f"Files {VOLATILE_REASON}: " in out and "Verdict: reproduced" in out
+
+
+def test_rerun_with_a_change_differs(capsys, tmp_path: Path, sealed: Path) -> None:
+    child = Path(run_json(capsys, "rerun", sealed, "--set", "generation.max_new_tokens=4", "--store", tmp_path / "store")["child"])
+    document = orjson.loads(cli(capsys, "diff", sealed, child, "--json")[1])
+    assert document["identical"] is False
+    assert [c["path"] for c in document["request"]] == ["generation.max_new_tokens"]
+    assert layout.LINEAGE in document["files_set_aside"]  # still provenance: the change itself is what differs
+    assert cli(capsys, "diff", sealed, child)[1].rstrip().endswith("the snapshots differ")
+
+
+def test_requests_differing_only_in_their_source_text_are_identical(capsys, tmp_path: Path, sealed: Path, tiny_lm: Path) -> None:
+    """The source is the bytes as given (here a comment); what ran is the normalized `request.json`, compared key by key."""
+    text = "# the same request, annotated\n" + request_text(tiny_lm, generation={"max_new_tokens": 8})
+    again = run_request(capsys, tmp_path, text, "r.toml")
+    document = orjson.loads(cli(capsys, "diff", sealed, again, "--json")[1])
+    source = layout.request_source_name("toml")
+    assert source in document["files"]["changed"] and document["files_set_aside"][source] == PROVENANCE_REASON
+    assert document["identical"] is True, document

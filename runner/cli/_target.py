@@ -4,8 +4,11 @@ Every command resolves the argument first and only then asks whether it is a swe
 given by the id `genrun ls` shows is treated exactly like the same sweep given by its path.
 """
 
+import shlex
 from pathlib import Path
 from typing import NoReturn
+
+from ._output import shown_path
 
 
 def resolve_target(ref: str | Path, store: str | Path | None) -> tuple[Path, bool]:
@@ -22,3 +25,9 @@ def refuse_sweep(path: Path, command: str, instead: str) -> NoReturn:
     from genrun.runner.errors import SnapshotError
 
     raise SnapshotError(f"{path} is a sweep, not a run snapshot: 'genrun {command}' works on one run at a time. {instead}")
+
+
+def list_items_command(sweep: Path) -> str:
+    """The command that lists a sweep's item ids: `genrun ls --sweep` in the store that holds it (`verify` shows only
+    the items needing attention)."""
+    return f"genrun ls --store {shlex.quote(str(shown_path(sweep.parent)))} --sweep {sweep.name}"

@@ -29,12 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import SnapshotNotFound, diff_snapshots, render_diff
     from genrun.runner.errors import SnapshotError
-    from ._target import refuse_sweep, resolve_target
+    from ._target import list_items_command, refuse_sweep, resolve_target
 
     (a, a_sweep), (b, b_sweep) = resolve_target(args.a, args.store), resolve_target(args.b, args.store)
     for path, is_sweep in ((a, a_sweep), (b, b_sweep)):
         if is_sweep:
-            refuse_sweep(path, "diff", f"Compare two of its items ('genrun verify {path}' lists them): genrun diff ITEM_A ITEM_B")
+            refuse_sweep(path, "diff", f"Compare two of its items ('{list_items_command(path)}' lists them): genrun diff ITEM_A ITEM_B")
     try:
         diff = diff_snapshots(a, b)
     except SnapshotNotFound as exc:

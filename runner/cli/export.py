@@ -36,11 +36,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.mlflow_export import export_to_mlflow
-    from ._target import refuse_sweep, resolve_target
+    from ._target import list_items_command, refuse_sweep, resolve_target
 
     snapshot, is_sweep = resolve_target(args.snapshot, args.store)
     if is_sweep:
-        refuse_sweep(snapshot, "export", f"Export its items one by one ('genrun verify {snapshot}' lists them): genrun export ITEM --mlflow")
+        refuse_sweep(snapshot, "export", f"Export its items one by one ('{list_items_command(snapshot)}' lists them): genrun export ITEM --mlflow")
     exported = export_to_mlflow(snapshot, args.tracking_uri, args.experiment, again=args.again, artifact_location=args.artifact_location)
     if args.json:
         print_json(exported._asdict())

@@ -60,11 +60,11 @@ def handle(args: argparse.Namespace) -> int:
         if not args.json:
             print_plan_summary(shown_path(child), SnapshotDir(child).read(layout.TOKEN_BUDGET, TokenBudget))
 
-    from ._target import refuse_sweep, resolve_target
+    from ._target import list_items_command, refuse_sweep, resolve_target
 
     parent, is_sweep = resolve_target(args.snapshot, None)
     if is_sweep:
-        refuse_sweep(parent, "rerun", f"Rerun one of its items ('genrun verify {parent}' lists them): genrun rerun ITEM --set KEY=VALUE, "
+        refuse_sweep(parent, "rerun", f"Rerun one of its items ('{list_items_command(parent)}' lists them): genrun rerun ITEM --set KEY=VALUE, "
                                       "or run the sweep file again: genrun sweep SWEEP.toml")
     outcome = rerun_snapshot(
         parent, args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,

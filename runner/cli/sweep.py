@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
-from ._output import print_json, stderr_console
+from ._output import print_json, shown_path, stderr_console
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
     from rich.progress import TaskID
@@ -22,8 +22,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "genrun sweep [run] SWEEP.toml      validate every item, plan them all, run them, seal the sweep\n"
             "genrun sweep plan SWEEP.toml       validate and freeze only (nothing runs)\n"
-            "genrun sweep execute SWEEP_DIR     run a planned sweep\n"
-            "genrun sweep resume SWEEP_DIR      finish a sweep whose driver was killed (finished items are not re-run)"
+            "genrun sweep execute SWEEP         run a planned sweep\n"
+            "genrun sweep resume SWEEP          finish a sweep whose driver was killed (finished items are not re-run)\n"
+            "SWEEP is the sweep's directory, its id, or a unique id prefix in the store (--store)"
         ),
         epilog=(
             "example: genrun sweep examples/sweep/countdowns.toml\n"
@@ -36,8 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", nargs="+", metavar="[ACTION] PATH", help="SWEEP.toml, or one of plan/execute/resume/run and a path")
-    parser.add_argument("--store", help="snapshot store for the sweep and its items (default: $GENRUN_STORE or ./snapshots)")
+    parser.add_argument("target", nargs="+", metavar="[ACTION] PATH",
+                        help="SWEEP.toml, or run/plan and SWEEP.toml, or execute/resume and a sweep (directory, id or unique id prefix)")
+    parser.add_argument("--store", help="snapshot store for the sweep and its items (run, plan), or to look a sweep id up in "
+                                        "(execute, resume; its items stay in the store it was planned in); default: $GENRUN_STORE or ./snapshots")
     parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)
@@ -50,14 +53,22 @@ def handle(args: argparse.Namespace) -> int:
     if action in ("run", "plan"):
         sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else _checking)
         if not args.json:
-            stderr_console.print(f"planned {_item_count(sweep_dir)} items in {sweep_dir}", markup=False, highlight=False)
+            stderr_console.print(f"planned {_item_count(sweep_dir)} items in {shown_path(sweep_dir)}", markup=False, highlight=False)
         if action == "plan":
             if args.json:
                 print_json({"sweep": str(sweep_dir)})
             return 0
     else:
-        sweep_dir = Path(path)
+        sweep_dir = _planned_sweep(path, args.store)
     return _execute(sweep_dir, args.json)
+
+
+def _planned_sweep(ref: str, store: str | None) -> Path:
+    """The sweep `execute`/`resume` was given, as a directory, an id or a unique id prefix, resolved as every command
+    resolves SNAPSHOT (`execute_sweep` then refuses a directory that is not a sweep)."""
+    from genrun.runner.store import find_snapshot
+
+    return find_snapshot(ref, store)
 
 
 def _action(target: list[str]) -> tuple[str, str]:
@@ -82,7 +93,7 @@ def _execute(sweep_dir: Path, as_json: bool) -> int:
         print_json({"sweep": str(run.sweep_dir), "exit_code": run.exit_code, "result": run.result.model_dump(mode="json")})
     else:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(run.result.counts.items()))
-        stderr_console.print(f"sweep {run.result.status}: {counts}  ({run.sweep_dir})", markup=False, highlight=False)
+        stderr_console.print(f"sweep {run.result.status}: {counts}  ({shown_path(run.sweep_dir)})", markup=False, highlight=False)
     return run.exit_code
 
 

@@ -73,8 +73,8 @@ def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, 
     stdout_console.print(counts)
     if d.units_min is not None:
         stdout_console.print(f"units per item: min {d.units_min}, median {d.units_median:g}, max {d.units_max}", markup=False, highlight=False)
-    stdout_console.print(f"lost attempts (kept as incomplete snapshots): {d.lost_attempts}; failed items: {list(d.failed_items)}; "
-                         f"lost items: {list(d.lost_items)}", markup=False, highlight=False)
+    stdout_console.print(f"lost attempts (kept as incomplete snapshots): {d.lost_attempts}; failed items: {_indices(d.failed_items)}; "
+                         f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False)
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
     if attention:
         table = Table(title="items needing attention", title_justify="left")
@@ -88,3 +88,8 @@ def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, 
         stdout_console.print(table)
     stdout_console.print(sweep_summary_line(v), markup=False, highlight=False, soft_wrap=True)
 
+
+
+def _indices(items: tuple[int, ...]) -> str:
+    """Item indices as a reader writes them: `2, 5`, or `none`."""
+    return ", ".join(map(str, items)) or "none"

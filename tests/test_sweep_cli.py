@@ -1,0 +1,93 @@
+"""The sweep subcommands as a user types them, through the real CLI on one small local sweep (2 items, 1 worker; item 1
+raises in its entry point, so the sweep has a failed item to show).
+
+A planned sweep is named as every other command names a snapshot: a directory, an id or a unique id
+prefix in the store; run-only commands given a sweep name the command that lists its items.
+"""
+
+import shlex
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from _sweep_helpers import only_sweep, read, write_sweep
+from conftest import CliRun, run_cli
+
+ROWS = [{"input.prompt": "count down from 3 :"}, {"input.prompt": "count down from 4 :", "entrypoint.callable": "sweep_entries:raise_now"}]
+FAILED = 1
+
+
+class Executed(NamedTuple):
+    """A sweep planned into `root/store` and executed by its id, both from `root` as the current directory."""
+
+    root: Path
+    sweep: Path
+    planned: CliRun
+    executed: CliRun
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Executed:
+    root = tmp_path_factory.mktemp("sweep-cli")
+    sweep_file = write_sweep(root / "in", rows=ROWS, workers=1, max_new_tokens=8)
+    planned = run_cli("sweep", "plan", sweep_file, "--store", "store", cwd=root)
+    assert planned.returncode == 0, planned.stderr
+    sweep = only_sweep(root / "store")
+    executed = run_cli("sweep", "execute", sweep.name, "--store", "store", cwd=root)
+    return Executed(root, sweep, planned, executed)
+
+
+def store_names(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "store").iterdir())
+
+
+# -- naming a sweep ---------------------------------------------------------------------------------------------------
+
+
+def test_execute_takes_the_sweep_by_its_id_in_the_store(executed: Executed) -> None:
+    assert executed.executed.returncode == 1, executed.executed.stderr  # an item failed
+    result = read(executed.sweep / "sweep-result.json")
+    assert result["status"] == "completed" and result["counts"] == {"failed": 1, "succeeded": 1}
+
+
+@pytest.mark.parametrize("action", ["execute", "resume"])
+def test_an_ambiguous_or_unknown_sweep_id_is_refused_naming_the_store(executed: Executed, action: str) -> None:
+    before = store_names(executed.root)
+    prefix = executed.sweep.name[:4]  # the timestamp every id of this store starts with: the sweep's and its items'
+    ambiguous = run_cli("sweep", action, prefix, "--store", "store", cwd=executed.root)
+    assert ambiguous.returncode == 1 and f"snapshot '{prefix}' is ambiguous in store store: 3 ids start with it" in ambiguous.stderr
+    unknown = run_cli("sweep", action, "no-such-sweep", "--store", "store", cwd=executed.root)
+    assert unknown.returncode == 1, unknown.stderr
+    assert "'no-such-sweep' is neither a directory nor the id (or id prefix) of a snapshot in store store" in unknown.stderr
+    assert store_names(executed.root) == before
+
+
+@pytest.mark.parametrize("argv", [["diff", "{sweep}", "{sweep}"], ["rerun", "{sweep}"], ["export", "{sweep}", "--mlflow"]])
+def test_run_only_commands_given_a_sweep_name_the_command_that_lists_its_items(executed: Executed, argv: list[str]) -> None:
+    """`verify SWEEP` shows only the items needing attention; `ls --sweep` in the sweep's store lists every item id."""
+    before = store_names(executed.root)
+    refused = run_cli(*(a.format(sweep=f"store/{executed.sweep.name}") for a in argv), cwd=executed.root)
+    listing = f"genrun ls --store store --sweep {executed.sweep.name}"
+    assert refused.returncode == 1 and f"('{listing}' lists them)" in refused.stderr, refused.stderr
+    assert "genrun verify" not in refused.stderr and store_names(executed.root) == before
+    listed = run_cli(*shlex.split(listing)[1:], cwd=executed.root)
+    item_ids = [item["snapshot_id"] for item in read(executed.sweep / "sweep-result.json")["items"]]
+    assert listed.returncode == 0 and len(item_ids) == 2 and all(i in listed.stdout for i in item_ids), listed.stdout
+
+
+# -- what the sweep commands print ------------------------------------------------------------------------------------
+
+
+def test_paths_are_shown_relative_to_the_current_directory_as_run_shows_them(executed: Executed) -> None:
+    shown = f"store/{executed.sweep.name}"
+    assert f"planned 2 items in {shown}\n" in executed.planned.stderr
+    assert f"sweep completed: 1 failed, 1 succeeded  ({shown})" in executed.executed.stderr
+    assert str(executed.root) not in executed.planned.stderr + executed.executed.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "report"])
+def test_failed_and_lost_items_are_listed_as_words_not_python_lists(executed: Executed, command: str) -> None:
+    shown = run_cli(command, executed.sweep, env={"COLUMNS": "200"})
+    assert f"lost attempts (kept as incomplete snapshots): 0; failed items: {FAILED}; lost items: none" in shown.stdout, shown.stdout
+    assert "[]" not in shown.stdout
