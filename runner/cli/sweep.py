@@ -53,7 +53,8 @@ def handle(args: argparse.Namespace) -> int:
     if action in ("run", "plan"):
         sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else _checking)
         if not args.json:
-            stderr_console.print(f"planned {_item_count(sweep_dir)} items in {shown_path(sweep_dir)}", markup=False, highlight=False)
+            count = _item_count(sweep_dir)
+            stderr_console.print(f"planned {count} item{'' if count == 1 else 's'} in {shown_path(sweep_dir)}", markup=False, highlight=False)
         if action == "plan":
             if args.json:
                 print_json({"sweep": str(sweep_dir)})
