@@ -6,7 +6,7 @@ from rich.markup import escape
 
 from genrun.schemas.rendering import human_bytes
 
-from ._output import print_json, stdout_console
+from ._output import print_json, stderr_console, stdout_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,9 +27,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.gc import collect_abandoned_plans
-    from genrun.runner.store import resolve_store
+    from genrun.runner.store import locate_store, missing_store
 
-    report = collect_abandoned_plans(resolve_store(args.store), remove=args.yes)
+    location = locate_store(args.store)
+    absent = missing_store(location)
+    if absent:  # nothing to collect, but a mistyped --store must not look like a clean store
+        stderr_console.print(f"note: {absent}", markup=False, highlight=False, soft_wrap=True)
+    report = collect_abandoned_plans(location.path, remove=args.yes)
     if args.json:
         print_json({
             "store": str(report.store), "dry_run": report.dry_run, "removed_bytes": report.removed_bytes,

@@ -79,13 +79,15 @@ def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
 def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
     from genrun.analysis.html_report import HtmlReportError
     from genrun.runner.errors import GenrunError, StoreError
-    from genrun.runner.store import resolve_store
+    from genrun.runner.store import locate_store, missing_store
 
     from ._store_page import write_store_pages
 
-    root = resolve_store(store)
-    if not root.is_dir():
-        raise StoreError(f"--store {root} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
+    location = locate_store(store)
+    root = location.path
+    absent = missing_store(location)
+    if absent:
+        raise StoreError(absent)
     try:
         written = write_store_pages(root, html, allowed_signers, reviews=reviews)
     except HtmlReportError as exc:

@@ -74,14 +74,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
-    from genrun.runner.store import resolve_store
+    from genrun.runner.store import locate_store, missing_store
 
     if args.limit is not None and args.limit < 0:
         raise GenrunError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
     since, until = _when("--since", args.since), _when("--until", args.until)
-    store = resolve_store(args.store)
+    location = locate_store(args.store)
+    store = location.path
     listing = list_store(store, args.allowed_signers, use_index=not args.no_index)
-    notes = [f"note: {note}" for note in listing.notes]
+    notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
     selected = select(listing, args, since, until)
     rows = selected.rows
     notes += [f"note: {note}" for note in selected.notes]
