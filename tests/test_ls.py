@@ -140,7 +140,7 @@ def test_a_terminal_gets_the_newest_rows_and_a_line_saying_how_to_see_all(store:
 ])
 def test_bad_filter_values_are_refused_naming_the_fix(store: Path, args: list[str], message: str) -> None:
     refused = run_cli("ls", "--store", store, *args)
-    assert refused.returncode == 1 and message in " ".join(refused.stderr.split()), refused.stderr
+    assert refused.returncode == 2 and message in " ".join(refused.stderr.split()), refused.stderr  # a usage error, as argparse's
 
 
 # -- columns --------------------------------------------------------------------------------------------------------

@@ -25,14 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.runner.errors import GenrunError
+    from genrun.runner.errors import UsageError
 
     from ._target import resolve_target
 
     if args.json or args.plot is not None:
-        raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
+        raise UsageError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
     if args.snapshot is None and args.store is None:
-        raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
+        raise UsageError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
         path, is_sweep = resolve_target(args.snapshot, args.store)
         if is_sweep:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from genrun.runner.errors import GenrunError
+from genrun.runner.errors import UsageError
 from genrun.runner.listing import ROW_STATES, SWEEP_STATE, Listing, SnapshotRow, describe, group_sweeps
 
 from ._columns import fit, output_width, render
@@ -77,7 +77,7 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.store import locate_store, missing_store
 
     if args.limit is not None and args.limit < 0:
-        raise GenrunError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
+        raise UsageError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
     since, until = _when("--since", args.since), _when("--until", args.until)
     location = locate_store(args.store)
     store = location.path
@@ -177,8 +177,8 @@ def _find_sweep(rows: list[SnapshotRow], ref: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise GenrunError(f"--sweep {ref!r} is ambiguous: {len(matches)} sweep ids start with it ({', '.join(matches[:3])}); type more of the id")
-    raise GenrunError(f"--sweep {ref!r} is not the id (or id prefix) of a sweep in this store; list sweeps with 'genrun ls --state sweep'")
+        raise UsageError(f"--sweep {ref!r} is ambiguous: {len(matches)} sweep ids start with it ({', '.join(matches[:3])}); type more of the id")
+    raise UsageError(f"--sweep {ref!r} is not the id (or id prefix) of a sweep in this store; list sweeps with 'genrun ls --state sweep'")
 
 
 _AGO = re.compile(r"^(\d+)([dhm])$")
@@ -195,7 +195,7 @@ def _when(flag: str, value: str | None) -> datetime | None:
     try:
         return _parsed(value)
     except ValueError:
-        raise GenrunError(f"{flag} {value!r} is not a time; give a date (2026-11-29), a time (2026-11-29T10:15) or an age (7d, 12h, 30m)") from None
+        raise UsageError(f"{flag} {value!r} is not a time; give a date (2026-11-29), a time (2026-11-29T10:15) or an age (7d, 12h, 30m)") from None
 
 
 def _parsed(text: str) -> datetime:

@@ -39,10 +39,10 @@ def handle(args: argparse.Namespace) -> int:
     if args.html is not None:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
-    from genrun.runner.errors import GenrunError, SnapshotError
+    from genrun.runner.errors import GenrunError, SnapshotError, UsageError
 
     if args.snapshot is None:
-        raise GenrunError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
+        raise UsageError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
                           "for an index page of the store use --store DIR --html FILE")
 
     from ._target import resolve_target
