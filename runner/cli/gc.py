@@ -6,6 +6,7 @@ from rich.markup import escape
 
 from genrun.schemas.rendering import human_bytes
 
+from ._options import add_store
 from ._output import print_json, stderr_console, stdout_console
 
 
@@ -19,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                 "  removed 1 abandoned planning directory (3.1 kB) from snapshots: .tmp-k2v9x0ab"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    add_store(parser)
     parser.add_argument("--yes", action="store_true", help="remove them (default: only say what would be removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)

@@ -7,6 +7,7 @@ whenever `--html` or `--store` is given.
 import argparse
 from pathlib import Path
 
+from ._options import add_allowed_signers, add_store
 from ._output import stderr_console
 
 
@@ -14,11 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--html`, `--store` and `--allowed-signers` on `genrun report`."""
     parser.add_argument("--html", type=Path, metavar="FILE",
                         help="write one self-contained HTML page (inline CSS and SVG, no scripts, no network) for review before signoff")
-    parser.add_argument("--store", metavar="DIR",
-                        help="the store a snapshot id is looked up in (default: $GENRUN_STORE or ./snapshots); "
-                             "with --html and no SNAPSHOT: an index page of every snapshot in DIR")
-    parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
-                        help="allowed-signers file for judging signed sign-offs (default: git's gpg.ssh.allowedSignersFile)")
+    add_store(parser, "the store a snapshot id is looked up in; with --html and no SNAPSHOT: an index page of every snapshot in DIR")
+    add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.add_argument("--pages", action="store_true",
                         help="with --store: also write every snapshot's review page (verifying each: slow on a big store) "
                              "into FILE's <stem>.pages/ and show WARN/FAIL counts on the index")

@@ -1,7 +1,8 @@
 """`genrun index --rebuild`: rebuild the store index (a cache of what `ls` shows) from the snapshots' files alone."""
 
 import argparse
-from pathlib import Path
+
+from ._options import add_allowed_signers, add_store
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,9 +17,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    add_store(parser)
     parser.add_argument("--rebuild", action="store_true", required=True, help="replace the index with one read from the files")
-    parser.add_argument("--allowed-signers", type=Path, help="allowed-signers file for judging sign-offs")
+    add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.set_defaults(handler=handle)
 
 

@@ -17,6 +17,7 @@ from genrun.runner.errors import UsageError
 from genrun.runner.listing import ROW_STATES, SWEEP_STATE, Listing, SnapshotRow, describe, group_sweeps
 
 from ._columns import fit, output_width, render
+from ._options import add_allowed_signers, add_store
 
 __all__ = ["COLUMNS", "Selection", "SnapshotRow", "describe", "group_sweeps", "handle", "limited", "select"]
 
@@ -46,8 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
-    parser.add_argument("--allowed-signers", type=Path, help="allowed-signers file for checking signatures")
+    add_store(parser)
+    add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--state", action="append", metavar="STATE", choices=ROW_STATES,
                         help=f"only this state ({', '.join(ROW_STATES)}); repeatable")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
+from ._options import add_store
 from ._output import print_json, stderr_console
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
@@ -37,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("target", nargs="+", metavar="[ACTION] PATH", help="SWEEP.toml, or one of plan/execute/resume/run and a path")
-    parser.add_argument("--store", help="snapshot store for the sweep and its items (default: $GENRUN_STORE or ./snapshots)")
+    add_store(parser, "snapshot store for the sweep and its items")
     parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)
