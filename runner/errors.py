@@ -13,6 +13,13 @@ class RequestError(GenrunError):
     exit_code = 2
 
 
+class UsageError(GenrunError):
+    """A command-line option (or `$GENRUN_STORE`) has a value genrun refuses before reading any snapshot; exit 2 like
+    argparse's own usage errors."""
+
+    exit_code = 2
+
+
 class BudgetRefused(GenrunError):
     """The pre-flight estimate does not fit the context or the device memory."""
 

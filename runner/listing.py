@@ -10,13 +10,22 @@ import os
 import re
 from collections.abc import Collection
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 from genrun.schemas import layout
+from genrun.schemas.result import RunStatus
 from genrun.schemas.digests import sha256_bytes
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
 from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
+
+
+UNREADABLE = "unreadable"
+"""The state of a row whose snapshot cannot be described at all."""
+SWEEP_STATE = "sweep"
+"""A sweep's row shows `sweep <status>` (`sweep completed`, `sweep (unsealed)`)."""
+ROW_STATES = (*get_args(RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
+"""Every state a row can show (a sweep's as `sweep`): the vocabulary `genrun ls --state` accepts."""
 
 
 class SnapshotRow(NamedTuple):
@@ -24,7 +33,8 @@ class SnapshotRow(NamedTuple):
 
     id: str
     state: str
-    """Sealed: the result status (succeeded, failed, interrupted); else the `SnapshotState` (planned, running, incomplete)."""
+    """Sealed: the result status (succeeded, failed, interrupted); else the `SnapshotState` (planned, running, incomplete);
+    `sweep <status>` for a sweep; `unreadable` (one of `ROW_STATES`, a sweep's as `sweep`)."""
     sealed: bool
     generated: int | None
     stop_reasons: str
@@ -165,7 +175,7 @@ def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
 def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
     """The row of a snapshot that cannot be described: its id, and why (verify names the damage)."""
     why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-    return SnapshotRow(id=name, state="unreadable", sealed=False, generated=None, stop_reasons="-", signoffs="-", **_named(name),
+    return SnapshotRow(id=name, state=UNREADABLE, sealed=False, generated=None, stop_reasons="-", signoffs="-", **_named(name),
                        problem=f"cannot be read ({why[:200]}): run 'genrun verify {name}'")
 
 
@@ -264,7 +274,7 @@ def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None, se
     summary, signers = _signoffs(snapshot, allowed_signers)
     return SnapshotRow(
         id=snapshot.name,
-        state=f"sweep {result['status']}" if result else "sweep (unsealed)",
+        state=f"{SWEEP_STATE} {result['status']}" if result else f"{SWEEP_STATE} (unsealed)",
         sealed=sealed,
         generated=None,
         stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",

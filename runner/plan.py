@@ -50,9 +50,10 @@ def plan_request(
     Raises RequestError (exit 2) for a bad request (an unknown backend included) and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written (no hash cache entry either).
     """
+    root = resolve_store(store)  # a store that is a file is refused before the request is read
     with _hash_cache.held_until_planned():  # a refused plan leaves no cache entry either
         prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen)
-        return create_snapshot(resolve_store(store), prepared.name, prepared.freeze)
+        return create_snapshot(root, prepared.name, prepared.freeze)
 
 
 def prepare_plan(

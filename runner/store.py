@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from genrun._safe_read import UnsafeFile, open_beneath
 from genrun.schemas import layout
@@ -23,7 +24,7 @@ from genrun.snapshot_dir import SnapshotDir
 
 from ._io import DIR_MODE, fsync_dir
 from ._locks import lock_holder, try_exclusive
-from .errors import SnapshotError, StoreError
+from .errors import SnapshotError, StoreError, UsageError
 from .interrupts import deferred
 
 DEFAULT_STORE = Path("snapshots")
@@ -31,13 +32,41 @@ STORE_ENV = "GENRUN_STORE"
 READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH  # 0o444
 
 
-def resolve_store(store: str | Path | None) -> Path:
-    """`--store` wins, then `$GENRUN_STORE`, then `./snapshots`."""
+class StoreLocation(NamedTuple):
+    """Where the store is, and which setting said so (for messages: the user sees where genrun looked)."""
+
+    path: Path
+    origin: str
+    """`--store`, `$GENRUN_STORE`, or the default (neither set)."""
+
+
+def locate_store(store: str | Path | None) -> StoreLocation:
+    """`--store` wins, then `$GENRUN_STORE`, then `./snapshots`; one that exists but is not a directory is refused
+    (`UsageError`, exit 2) for every command alike, before anything is read or written."""
     if store is not None:
-        return Path(store)
-    if os.environ.get(STORE_ENV):
-        return Path(os.environ[STORE_ENV])
-    return DEFAULT_STORE
+        location = StoreLocation(Path(store), "--store")
+    elif os.environ.get(STORE_ENV):
+        location = StoreLocation(Path(os.environ[STORE_ENV]), f"${STORE_ENV}")
+    else:
+        location = StoreLocation(DEFAULT_STORE, f"the default: neither --store nor ${STORE_ENV} is set")
+    if location.path.exists() and not location.path.is_dir():
+        raise UsageError(f"store {location.path} ({location.origin}) is a file, not a directory; "
+                         f"pass --store DIR or set {STORE_ENV} to the folder that holds the snapshots")
+    return location
+
+
+def resolve_store(store: str | Path | None) -> Path:
+    """The store's directory (`locate_store`)."""
+    return locate_store(store).path
+
+
+def missing_store(location: StoreLocation) -> str | None:
+    """`store X does not exist yet (...)` when it does not; `None` when it does. Reading commands say it instead of
+    listing an empty store as if it were one (a mistyped --store would otherwise look like a store with nothing in it)."""
+    if location.path.is_dir():
+        return None
+    return (f"store {location.path} does not exist yet ({location.origin}); the first 'genrun run' or 'genrun plan' with it "
+            f"creates it. Another store: --store DIR or {STORE_ENV}")
 
 
 def new_snapshot_id(name: str, now: datetime | None = None) -> str:
@@ -286,7 +315,8 @@ def find_snapshot(ref: str | Path, store: str | Path | None = None) -> Path:
     path = Path(ref)
     if path.is_dir() or len(path.parts) != 1:
         return path
-    root = resolve_store(store)
+    location = locate_store(store)
+    root = location.path
     ids = [p.name for p in list_snapshots(root)]
     matches = [name for name in ids if name == path.name] or [name for name in ids if name.startswith(path.name)]
     if len(matches) == 1:
@@ -294,7 +324,8 @@ def find_snapshot(ref: str | Path, store: str | Path | None = None) -> Path:
     if matches:
         shown = ", ".join(matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
         raise SnapshotError(f"snapshot {str(ref)!r} is ambiguous in store {root}: {len(matches)} ids start with it ({shown}); type more of the id")
+    absent = missing_store(location)
     raise SnapshotError(
         f"snapshot {str(ref)!r} is neither a directory nor the id (or id prefix) of a snapshot in store {root}; "
-        "list them with 'genrun ls' (pick the store with --store or GENRUN_STORE)"
+        + (f"{absent}" if absent else "list them with 'genrun ls' (pick the store with --store or GENRUN_STORE)")
     )

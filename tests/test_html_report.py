@@ -309,16 +309,16 @@ def test_refuses_to_write_inside_the_snapshot(snapshots, tmp_path: Path, capsys)
     assert not (snapshot / "review.html").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--store", "{store}"], "for an index page of the store use --store DIR --html FILE"),
-    (["--html", "{out}"], "--html needs SNAPSHOT"),
-    (["no-such-id", "--store", "{store}", "--html", "{out}"], "is neither a directory nor the id"),  # --store: where ids are looked up
-    (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined"),
-    (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first"),
+@pytest.mark.parametrize("argv, message, code", [  # 2: a usage error, found before any snapshot is read; 1: about the snapshot or the file
+    (["--store", "{store}"], "for an index page of the store use --store DIR --html FILE", 2),
+    (["--html", "{out}"], "--html needs SNAPSHOT", 2),
+    (["no-such-id", "--store", "{store}", "--html", "{out}"], "is neither a directory nor the id", 1),  # --store: where ids are looked up
+    (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined", 2),
+    (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first", 1),
 ])
-def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, argv, message) -> None:  # noqa: F811
+def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, argv, message, code) -> None:  # noqa: F811
     values = {"store": str(tmp_path), "out": str(tmp_path / "o.html"), "snapshot": str(snapshots.get("eos")),
               "missing": str(tmp_path / "nope")}
-    assert main(["report", *(a.format(**values) for a in argv)]) == 1
+    assert main(["report", *(a.format(**values) for a in argv)]) == code
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o.html").exists()

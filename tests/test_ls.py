@@ -72,11 +72,36 @@ def test_time_filters_sort_and_limit(store: Path) -> None:
     every = _ids(store)
     assert _ids(store, "--since", "1d") == every  # all made just now
     assert _ids(store, "--until", "2000-01-01") == []
-    assert _ids(store, "--since", "2000-01-01T00:00", "--limit", "2") == every[:2]
+    assert _ids(store, "--since", "2000-01-01T00:00", "--limit", "2") == every[-2:]  # the newest, as a terminal's default
     assert _ids(store, "--sort", "generated", "--reverse", "--limit", "1") == _named(store, "eval-a")
     assert _ids(store, "--reverse", "--limit", "1") == every[-1:]
     assert _ids(store, "--limit", "0") == every  # 0: no limit
 
+
+def test_an_unknown_state_is_a_usage_error_naming_the_states(store: Path) -> None:
+    refused = run_cli("ls", "--store", store, "--state", "bogus")
+    message = " ".join(refused.stderr.split())
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert "genrun ls: error: argument --state: invalid choice: 'bogus'" in message
+    assert all(f"'{state}'" in message for state in ("succeeded", "failed", "incomplete", "sweep")), message
+
+
+def test_a_stop_reason_no_snapshot_has_names_the_reasons_there_are(store: Path) -> None:
+    typo = run_cli("ls", "--store", store, "--stop-reason", "eso")
+    assert typo.returncode == 0 and typo.stdout.startswith("0 of 8 snapshot(s)"), typo.stderr
+    assert "note: no snapshot stopped by 'eso'; reasons here: eos, exception, max_length, stop_string" in typo.stderr
+    among_failed = run_cli("ls", "--store", store, "--state", "failed", "--stop-reason", "eos")  # the reasons of the rows the other filters keep
+    assert "note: no snapshot stopped by 'eos'; reasons here: exception" in among_failed.stderr
+    found = run_cli("ls", "--store", store, "--stop-reason", "stop_string")
+    assert found.returncode == 0 and "note:" not in found.stderr
+
+
+def test_an_explicit_limit_keeps_the_rows_the_default_keeps(store: Path) -> None:
+    every = _ids(store)
+    assert _ids(store, "--limit", "3") == every[-3:]  # the newest, still in time order
+    assert _ids(store, "--reverse", "--limit", "3") == every[::-1][:3]
+    by_name = _ids(store, "--sort", "name")
+    assert _ids(store, "--sort", "name", "--limit", "3") == by_name[:3]  # the first of a --sort
 
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
@@ -115,7 +140,7 @@ def test_a_terminal_gets_the_newest_rows_and_a_line_saying_how_to_see_all(store:
 ])
 def test_bad_filter_values_are_refused_naming_the_fix(store: Path, args: list[str], message: str) -> None:
     refused = run_cli("ls", "--store", store, *args)
-    assert refused.returncode == 1 and message in " ".join(refused.stderr.split()), refused.stderr
+    assert refused.returncode == 2 and message in " ".join(refused.stderr.split()), refused.stderr  # a usage error, as argparse's
 
 
 # -- columns --------------------------------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def test_ls_while_runs_seal_and_two_ls_at_once_agree_with_the_files(tmp_path: Pa
 
 def test_index_rebuild_of_a_missing_store_is_refused_naming_the_fix(tmp_path: Path) -> None:
     refused = run_cli("index", "--rebuild", "--store", tmp_path / "nowhere")
-    assert refused.returncode == 1 and "is not a directory; pass the folder that holds the snapshots" in " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and f"store {tmp_path / 'nowhere'} does not exist yet (--store)" in " ".join(refused.stderr.split())
     assert not (tmp_path / "nowhere").exists()
 
 

@@ -188,14 +188,14 @@ def test_watch_never_imports_torch(snapshots) -> None:  # noqa: F811
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["{tmp}"], "is not a genrun snapshot"),
-    (["{snapshot}", "--interval", "0"], "--interval 0 must be a positive number"),
-    (["{snapshot}", "--stall-after", "-1"], "--stall-after -1 must be a positive number"),
+@pytest.mark.parametrize("argv, message, code", [  # 2: a usage error, found before the snapshot is read
+    (["{tmp}"], "is not a genrun snapshot", 1),
+    (["{snapshot}", "--interval", "0"], "--interval 0 must be a positive number", 2),
+    (["{snapshot}", "--stall-after", "-1"], "--stall-after -1 must be a positive number", 2),
 ])
-def test_refusals(snapshots, tmp_path: Path, capsys, argv, message) -> None:  # noqa: F811
+def test_refusals(snapshots, tmp_path: Path, capsys, argv, message, code) -> None:  # noqa: F811
     values = {"tmp": str(tmp_path), "snapshot": str(snapshots.get("eos"))}
-    assert main(["watch", *(a.format(**values) for a in argv)]) == 1
+    assert main(["watch", *(a.format(**values) for a in argv)]) == code
     assert message in capsys.readouterr().err
 
 

@@ -296,9 +296,8 @@ def get_backend(name: str) -> Backend:
     installed = installed_backends()
     entry = installed.get(name)
     if entry is None:
-        names = ", ".join(sorted(installed)) or "none (is genrun installed, e.g. `pip install -e .`?)"
         raise RequestError(
-            f"[model] backend = {name!r} is not an installed backend; installed: {names}. "
+            f"[model] backend = {name!r} is not an installed backend; {_inventory(installed)}. "
             f"A backend is added by a distribution declaring it in the {ENTRY_POINT_GROUP!r} entry-point group"
         )
     missing = missing_extra_requirements(entry)
@@ -318,6 +317,30 @@ def get_backend(name: str) -> Backend:
         lacking = f": it lacks {', '.join(absent)} (see genrun.backends)" if absent else ""
         raise RequestError(f"backend entry point {entry.name} = {entry.value!r} does not provide a genrun Backend named {name!r}{lacking}")
     return backend
+
+
+def _inventory(installed: dict[str, EntryPoint]) -> str:
+    """`available: loop, transformers; known, not installed: vllm (pip install ...)`: only what can run here is available."""
+    if not installed:
+        return "available: none (is genrun installed, e.g. `pip install -e .`?)"
+    missing = {name: _not_installed(entry) for name, entry in sorted(installed.items())}
+    available = ", ".join(name for name, why in missing.items() if why is None) or "none"
+    absent = "; ".join(f"{name} ({why})" for name, why in missing.items() if why is not None)
+    return f"available: {available}" + (f"; known, not installed: {absent}" if absent else "")
+
+
+def _not_installed(entry: EntryPoint) -> str | None:
+    """What a backend lacks here, as the line that installs it; `None` when it can run. A backend's declared extras decide
+    without importing it (transformers' would import torch); one without extras is asked (an optional `not_installed()`:
+    vLLM comes from one of two extras, so its entry point cannot name one)."""
+    if entry.extras:
+        return install_line(entry) if missing_extra_requirements(entry) else None
+    try:
+        backend = entry.load()()
+    except Exception as exc:  # a broken third-party install: not available, and why
+        return f"cannot be loaded: {type(exc).__name__}: {exc}"
+    check = getattr(backend, "not_installed", None)
+    return check() if callable(check) else None
 
 
 _BACKEND_MEMBERS = frozenset(Backend.__annotations__) | {n for n in vars(Backend) if not n.startswith("_")}

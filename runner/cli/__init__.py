@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import sys
 
@@ -31,6 +32,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, given: list[str]) -> argparse.Namespace:
+    """`parse_args`, except that an unknown argument is reported by its subcommand's parser (its usage, not the top level's),
+    with the closest option of that subcommand when one is close: `unrecognized arguments: --stirct (did you mean --strict?)`."""
+    args, unknown = parser.parse_known_args(given)
+    if unknown:
+        subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        subcommand = subcommands[args.command] if given[0] == args.command else parser  # `genrun --x ls`: the top level's
+        options = [option for action in subcommand._actions for option in action.option_strings]
+        named = []
+        for token in unknown:
+            close = difflib.get_close_matches(token.split("=", 1)[0], options, n=1) if token.startswith("--") else []
+            named.append(f"{token} (did you mean {close[0]}?)" if close else token)
+        subcommand.error(f"unrecognized arguments: {' '.join(named)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `genrun` console script; returns the process exit code."""
     if argv is not None:  # called in-process: the caller owns its signal handlers
@@ -52,7 +69,7 @@ def _main(argv: list[str] | None) -> int:
     with interrupt_gate():
         try:
             given = sys.argv[1:] if argv is None else argv
-            args = build_parser(given[0] if given else None).parse_args(given)
+            args = _parse(build_parser(given[0] if given else None), given)
             command = args.command
             quiet = getattr(args, "quiet", False)
             set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over

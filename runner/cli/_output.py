@@ -61,12 +61,11 @@ def print_json(document: Any) -> None:
     sys.stdout.flush()
 
 
-STORE_LOOKUP_HELP = "store to look a snapshot id up in (default: $GENRUN_STORE or ./snapshots)"
-
-
 def add_store_lookup(parser: Any) -> None:
-    """`--store`, for the commands that take SNAPSHOT as a path, an id or a unique id prefix (`store.find_snapshot`)."""
-    parser.add_argument("--store", help=STORE_LOOKUP_HELP)
+    """`--store DIR`, for the commands that take SNAPSHOT as a path, an id or a unique id prefix (`store.find_snapshot`)."""
+    from ._options import add_store
+
+    add_store(parser, "store to look a snapshot id up in")
 
 
 def shown_path(path: Path) -> Path:

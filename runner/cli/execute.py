@@ -15,6 +15,7 @@ from genrun.runner.interrupts import RunInterrupted
 
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
+from ._options import add_allowed_signers
 from ._output import add_store_lookup, print_json, stderr_console
 
 
@@ -48,10 +49,7 @@ def add_approval_arguments(parser: argparse.ArgumentParser) -> None:
         "--require-approval", action="store_true",
         help="refuse to run without a signed approve sign-off that verifies (unsigned ones count only with [policy] require_approval = \"any\")",
     )
-    parser.add_argument(
-        "--allowed-signers", type=Path, metavar="FILE",
-        help="allowed-signers file for checking approve signatures (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)",
-    )
+    add_allowed_signers(parser, "allowed-signers file for checking approve signatures")
 
 
 def handle(args: argparse.Namespace) -> int:

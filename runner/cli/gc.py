@@ -6,7 +6,8 @@ from rich.markup import escape
 
 from genrun.schemas.rendering import human_bytes
 
-from ._output import print_json, stdout_console
+from ._options import add_store
+from ._output import print_json, stderr_console, stdout_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                 "  removed 1 abandoned planning directory (3.1 kB) from snapshots: .tmp-k2v9x0ab"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    add_store(parser)
     parser.add_argument("--yes", action="store_true", help="remove them (default: only say what would be removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)
@@ -27,9 +28,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.gc import collect_abandoned_plans
-    from genrun.runner.store import resolve_store
+    from genrun.runner.store import locate_store, missing_store
 
-    report = collect_abandoned_plans(resolve_store(args.store), remove=args.yes)
+    location = locate_store(args.store)
+    absent = missing_store(location)
+    if absent:  # nothing to collect, but a mistyped --store must not look like a clean store
+        stderr_console.print(f"note: {absent}", markup=False, highlight=False, soft_wrap=True)
+    report = collect_abandoned_plans(location.path, remove=args.yes)
     if args.json:
         print_json({
             "store": str(report.store), "dry_run": report.dry_run, "removed_bytes": report.removed_bytes,

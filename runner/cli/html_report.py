@@ -7,6 +7,7 @@ whenever `--html` or `--store` is given.
 import argparse
 from pathlib import Path
 
+from ._options import add_allowed_signers, add_store
 from ._output import stderr_console
 
 
@@ -14,25 +15,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--html`, `--store` and `--allowed-signers` on `genrun report`."""
     parser.add_argument("--html", type=Path, metavar="FILE",
                         help="write one self-contained HTML page (inline CSS and SVG, no scripts, no network) for review before signoff")
-    parser.add_argument("--store", metavar="DIR",
-                        help="the store a snapshot id is looked up in (default: $GENRUN_STORE or ./snapshots); "
-                             "with --html and no SNAPSHOT: an index page of every snapshot in DIR")
-    parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
-                        help="allowed-signers file for judging signed sign-offs (default: git's gpg.ssh.allowedSignersFile)")
+    add_store(parser, "the store a snapshot id is looked up in; with --html and no SNAPSHOT: an index page of every snapshot in DIR")
+    add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.add_argument("--pages", action="store_true",
                         help="with --store: also write every snapshot's review page (verifying each: slow on a big store) "
                              "into FILE's <stem>.pages/ and show WARN/FAIL counts on the index")
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.runner.errors import GenrunError
+    from genrun.runner.errors import UsageError
 
     from ._target import resolve_target
 
     if args.json or args.plot is not None:
-        raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
+        raise UsageError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
     if args.snapshot is None and args.store is None:
-        raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
+        raise UsageError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
         path, is_sweep = resolve_target(args.snapshot, args.store)
         if is_sweep:
@@ -79,13 +77,15 @@ def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
 def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
     from genrun.analysis.html_report import HtmlReportError
     from genrun.runner.errors import GenrunError, StoreError
-    from genrun.runner.store import resolve_store
+    from genrun.runner.store import locate_store, missing_store
 
     from ._store_page import write_store_pages
 
-    root = resolve_store(store)
-    if not root.is_dir():
-        raise StoreError(f"--store {root} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
+    location = locate_store(store)
+    root = location.path
+    absent = missing_store(location)
+    if absent:
+        raise StoreError(absent)
     try:
         written = write_store_pages(root, html, allowed_signers, reviews=reviews)
     except HtmlReportError as exc:

@@ -1,7 +1,8 @@
 """`genrun index --rebuild`: rebuild the store index (a cache of what `ls` shows) from the snapshots' files alone."""
 
 import argparse
-from pathlib import Path
+
+from ._options import add_allowed_signers, add_store
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,23 +17,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    add_store(parser)
     parser.add_argument("--rebuild", action="store_true", required=True, help="replace the index with one read from the files")
-    parser.add_argument("--allowed-signers", type=Path, help="allowed-signers file for judging sign-offs")
+    add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import StoreError
     from genrun.runner.listing import rebuild_index
-    from genrun.runner.store import describe_os_error, resolve_store
+    from genrun.runner.store import describe_os_error, locate_store, missing_store
     from genrun.runner.store_index import INDEX_DIR, INDEX_FILE
 
     from ._output import stderr_console
 
-    store = resolve_store(args.store)
-    if not store.is_dir():
-        raise StoreError(f"--store {store} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
+    location = locate_store(args.store)
+    store = location.path
+    absent = missing_store(location)
+    if absent:
+        raise StoreError(absent)
     try:
         count = rebuild_index(store, args.allowed_signers)
     except OSError as exc:

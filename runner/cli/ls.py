@@ -11,13 +11,15 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import NamedTuple
 
-from genrun.runner.errors import GenrunError
-from genrun.runner.listing import Listing, SnapshotRow, describe, group_sweeps
+from genrun.runner.errors import UsageError
+from genrun.runner.listing import ROW_STATES, SWEEP_STATE, Listing, SnapshotRow, describe, group_sweeps
 
 from ._columns import fit, output_width, render
+from ._options import add_allowed_signers, add_store
 
-__all__ = ["COLUMNS", "SnapshotRow", "describe", "group_sweeps", "handle", "select"]
+__all__ = ["COLUMNS", "Selection", "SnapshotRow", "describe", "group_sweeps", "handle", "limited", "select"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
@@ -45,16 +47,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
-    parser.add_argument("--allowed-signers", type=Path, help="allowed-signers file for checking signatures")
+    add_store(parser)
+    add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    parser.add_argument("--state", action="append", metavar="STATE",
-                        help="only this state (succeeded, failed, interrupted, planned, running, incomplete, sweep); repeatable")
+    parser.add_argument("--state", action="append", metavar="STATE", choices=ROW_STATES,
+                        help=f"only this state ({', '.join(ROW_STATES)}); repeatable")
     parser.add_argument("--since", metavar="WHEN", help="planned at or after WHEN: 2026-11-29, 2026-11-29T10:15, or 7d / 12h / 30m ago")
     parser.add_argument("--until", metavar="WHEN", help="planned before WHEN (same forms as --since)")
     parser.add_argument("--name", metavar="PATTERN", help="the request name matches PATTERN (shell wildcards: 'eval-*')")
     parser.add_argument("--sweep", metavar="SWEEP", help="only the items of this sweep (its id or a unique id prefix)")
-    parser.add_argument("--stop-reason", action="append", metavar="REASON", help="some row stopped by REASON (eos, max_new_tokens, stop_string, ...); repeatable")
+    parser.add_argument("--stop-reason", action="append", metavar="REASON", help="some row stopped by REASON (eos, max_new_tokens, stop_string, ...; a loop's own reasons too); "
+                             "repeatable. A REASON no listed snapshot has is named on stderr with the reasons they do have")
     parser.add_argument("--backend", metavar="NAME", help="only snapshots run with this backend")
     signed = parser.add_mutually_exclusive_group()
     signed.add_argument("--unsigned", action="store_true", help="only snapshots with no sign-off that holds (none, or only invalid/revoked)")
@@ -63,24 +66,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"order by KEY ({', '.join(SORT_KEYS)}); default: time, each sweep's items under their sweep")
     parser.add_argument("--reverse", action="store_true", help="the opposite order (newest first by default)")
     parser.add_argument("--limit", type=int, metavar="N",
-                        help=f"at most N rows (after filtering and sorting); 0: every row. Default: every row when piped or with --json; "
-                             f"on a terminal the newest {TERMINAL_ROWS} (the last in time order, the first with --reverse; the first "
-                             f"of a --sort), with a line saying how many are left out")
+                        help=f"the newest N rows (after filtering and sorting: the last N in time order, the first N with --reverse; "
+                             f"the first N of a --sort); 0: every row. Default: every row when piped or with --json; on a terminal "
+                             f"the newest {TERMINAL_ROWS} the same way, with a line saying how many are left out")
     parser.add_argument("--no-index", action="store_true", help="read every snapshot from its files (ignore the store index)")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
-    from genrun.runner.store import resolve_store
+    from genrun.runner.store import locate_store, missing_store
 
     if args.limit is not None and args.limit < 0:
-        raise GenrunError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
+        raise UsageError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
     since, until = _when("--since", args.since), _when("--until", args.until)
-    store = resolve_store(args.store)
+    location = locate_store(args.store)
+    store = location.path
     listing = list_store(store, args.allowed_signers, use_index=not args.no_index)
-    notes = [f"note: {note}" for note in listing.notes]
-    rows = select(listing, args, since, until)
+    notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
+    selected = select(listing, args, since, until)
+    rows = selected.rows
+    notes += [f"note: {note}" for note in selected.notes]
     if args.json:
         _notes(notes)
         from ._output import print_json
@@ -89,10 +95,8 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     more = ""
     if args.limit is None and sys.stdout.isatty() and len(rows) > TERMINAL_ROWS:
-        # the newest: the last rows in time order (the default), the first with --reverse; the first of any --sort
-        newest_last = not args.reverse and not args.sort
-        hidden = f"{len(rows) - TERMINAL_ROWS:,} {'earlier' if newest_last else 'later'}"
-        rows = rows[-TERMINAL_ROWS:] if newest_last else rows[:TERMINAL_ROWS]
+        hidden = f"{len(rows) - TERMINAL_ROWS:,} {'earlier' if _newest_last(args) else 'later'}"
+        rows = limited(rows, TERMINAL_ROWS, args)
         more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
     _notes(notes + [f"note: {row.id}: {row.changed or row.problem}" for row in rows if row.changed or row.problem])
     _print_table(rows, len(listing.rows), store, more)
@@ -108,36 +112,64 @@ def _notes(lines: list[str]) -> None:
             stderr_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def select(listing: Listing, args: argparse.Namespace, since: datetime | None, until: datetime | None) -> list[SnapshotRow]:
-    """The rows the filters keep, sorted and limited."""
+class Selection(NamedTuple):
+    """The rows `ls` lists, and what to say on stderr about the filters."""
+
+    rows: list[SnapshotRow]
+    notes: list[str]
+    """A `--stop-reason` no row of the other filters has: the reasons they do have (a typo shows, not just an empty table)."""
+
+
+def select(listing: Listing, args: argparse.Namespace, since: datetime | None, until: datetime | None) -> Selection:
+    """The rows the filters keep, sorted and limited (`limited`)."""
     rows = listing.rows
     if args.sweep:
         sweep = _find_sweep(rows, args.sweep)
         rows = [r for r in rows if r.sweep == sweep]
     # each filter narrows the rows in turn (one pass each, no per-row closure chain)
     if args.state:
-        states = {*args.state, *(f"sweep {s}" for s in args.state)}
-        rows = [r for r in rows if r.state in states or ("sweep" in args.state and r.state.startswith("sweep"))]
+        states = {*args.state, *(f"{SWEEP_STATE} {s}" for s in args.state)}
+        rows = [r for r in rows if r.state in states or (SWEEP_STATE in args.state and r.state.startswith(SWEEP_STATE))]
     if since is not None:
         rows = [r for r in rows if r.created is not None and _parsed(r.created) >= since]
     if until is not None:
         rows = [r for r in rows if r.created is not None and _parsed(r.created) < until]
     if args.name:
         rows = [r for r in rows if r.name is not None and fnmatch.fnmatchcase(r.name, args.name)]
-    if args.stop_reason:
-        wanted = set(args.stop_reason)
-        rows = [r for r in rows if not wanted.isdisjoint(r.stop_reasons.split(", "))]
     if args.backend:
         rows = [r for r in rows if r.backend == args.backend]
     if args.unsigned:
         rows = [r for r in rows if not r.signers]
     if args.signed_by:
         rows = [r for r in rows if args.signed_by in r.signers]
+    notes: list[str] = []
+    if args.stop_reason:  # last: the reasons the other filters' rows have are what a typo is told
+        notes = _reasons_not_found(rows, args.stop_reason)
+        wanted = set(args.stop_reason)
+        rows = [r for r in rows if not wanted.isdisjoint(r.stop_reasons.split(", "))]
     if args.sort:
         rows = sorted(rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
     elif args.reverse:
         rows = rows[::-1]
-    return rows[: args.limit] if args.limit else rows
+    return Selection(limited(rows, args.limit, args) if args.limit else rows, notes)
+
+
+def limited(rows: list[SnapshotRow], limit: int, args: argparse.Namespace) -> list[SnapshotRow]:
+    """The `limit` newest rows, `--limit N` and a terminal's default alike: the last in time order (the default), the
+    first with --reverse; the first of a --sort."""
+    return rows[-limit:] if _newest_last(args) else rows[:limit]
+
+
+def _newest_last(args: argparse.Namespace) -> bool:
+    return not args.reverse and not args.sort
+
+
+def _reasons_not_found(rows: list[SnapshotRow], wanted: list[str]) -> list[str]:
+    """`no snapshot stopped by 'eso'; reasons here: eos, max_new_tokens` for each wanted reason no run row has (stop reasons
+    are open: loops define their own, so an unknown one is told, not refused)."""
+    present = sorted({reason for r in rows if r.members is None for reason in r.stop_reasons.split(", ") if reason != "-"})
+    here = ", ".join(present) or "none"
+    return [f"no snapshot stopped by {reason!r}; reasons here: {here}" for reason in dict.fromkeys(wanted) if reason not in present]
 
 
 def _find_sweep(rows: list[SnapshotRow], ref: str) -> str:
@@ -146,8 +178,8 @@ def _find_sweep(rows: list[SnapshotRow], ref: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise GenrunError(f"--sweep {ref!r} is ambiguous: {len(matches)} sweep ids start with it ({', '.join(matches[:3])}); type more of the id")
-    raise GenrunError(f"--sweep {ref!r} is not the id (or id prefix) of a sweep in this store; list sweeps with 'genrun ls --state sweep'")
+        raise UsageError(f"--sweep {ref!r} is ambiguous: {len(matches)} sweep ids start with it ({', '.join(matches[:3])}); type more of the id")
+    raise UsageError(f"--sweep {ref!r} is not the id (or id prefix) of a sweep in this store; list sweeps with 'genrun ls --state sweep'")
 
 
 _AGO = re.compile(r"^(\d+)([dhm])$")
@@ -164,7 +196,7 @@ def _when(flag: str, value: str | None) -> datetime | None:
     try:
         return _parsed(value)
     except ValueError:
-        raise GenrunError(f"{flag} {value!r} is not a time; give a date (2026-11-29), a time (2026-11-29T10:15) or an age (7d, 12h, 30m)") from None
+        raise UsageError(f"{flag} {value!r} is not a time; give a date (2026-11-29), a time (2026-11-29T10:15) or an age (7d, 12h, 30m)") from None
 
 
 def _parsed(text: str) -> datetime:

@@ -11,6 +11,7 @@ from genrun.schemas.rendering import human_bytes
 from genrun.snapshot_dir import SnapshotDir
 
 from ._library_output import add_quiet_argument
+from ._options import add_store
 from ._output import print_json, stderr_console
 
 
@@ -29,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by `plan` and `run`."""
     parser.add_argument("request", help="request file (.toml or .json)")
-    parser.add_argument("--store", help="snapshot store directory (default: $GENRUN_STORE or ./snapshots)")
+    add_store(parser)
     parser.add_argument("--force", action="store_true", help="plan even if the pre-flight budget does not fit (recorded)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     add_quiet_argument(parser)

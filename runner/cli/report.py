@@ -19,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "  ...\n"
             "  wrote /tmp/tiny.png\n\n"
             "example: genrun report snapshots/20261129T101500Z-tiny-3fa2c1 --html /tmp/review.html\n"
-            "  wrote /tmp/review.html (succeeded: 13 tokens in 0.41 s; stopped by eos; 19 checks: 0 failed, 1 warnings)\n"
+            "  wrote /tmp/review.html (succeeded: 13 tokens in 0.41 s; stopped by eos; N checks: 0 failed, 1 warnings)\n"
             "example: genrun report --store snapshots --html /tmp/index.html\n"
             "  wrote /tmp/index.html (12 snapshots)"
         ),
@@ -39,10 +39,10 @@ def handle(args: argparse.Namespace) -> int:
     if args.html is not None:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
-    from genrun.runner.errors import GenrunError, SnapshotError
+    from genrun.runner.errors import GenrunError, SnapshotError, UsageError
 
     if args.snapshot is None:
-        raise GenrunError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
+        raise UsageError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
                           "for an index page of the store use --store DIR --html FILE")
 
     from ._target import resolve_target

@@ -7,6 +7,7 @@ from genrun.schemas import TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
 
 from ._library_output import add_quiet_argument
+from ._options import add_store
 from ._output import print_json, shown_path, stdout_console
 
 
@@ -24,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "example: genrun rerun snapshots/…-tiny-budget-9b0e11 --set generation.max_new_tokens=64 --note 'EOS or cap?'\n"
             "  planned snapshots/…-tiny-budget-41c2d7 ...\n"
             "  verdict: row 0 went past the parent's stop: the parent was cut by max_new_tokens = 8 (parent 8 tokens,\n"
-            "           child 40, stopped by eos)\n"
+            "           child N, stopped by eos)\n"
             "VALUE is read as TOML (64, true, [1, 2], \"text\"), else as a plain string.\n"
             "exit codes: as 'genrun run' (the child's), 1 also when the parent is unsealed, damaged or its model/code changed"
         ),
@@ -40,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--note", help="why this rerun is made (recorded in lineage.json)")
     parser.add_argument("--allow-changed", action="store_true",
                         help="rerun even though the model files or code differ from the parent's (recorded in lineage.json)")
-    parser.add_argument("--store", help="store for the child (default: the parent's store directory)")
+    add_store(parser, "store for the child", default="the parent's store directory")
     parser.add_argument("--force", action="store_true", help="plan even if the pre-flight budget does not fit (recorded)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (child, result, lineage, verdict)")
     add_quiet_argument(parser)  # and with it, as for run: the libraries' bars off and their notices through genrun

@@ -10,7 +10,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "schema",
         help="write schemas/json/*.schema.json (and, without --out, docs/snapshot-format.md) from the pydantic models",
-        epilog="example: genrun schema\n  wrote 22 schema files to schemas/json and the format doc to docs/snapshot-format.md",
+        epilog="example: genrun schema\n  wrote N schema files to schemas/json and the format doc to docs/snapshot-format.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", type=Path, help="directory to write the JSON schemas to (default: the package's schemas/json); "

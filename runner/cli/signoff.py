@@ -9,6 +9,7 @@ from genrun.runner.signoff import DECISIONS
 from genrun.schemas import Signoff, layout
 from genrun.snapshot_dir import SnapshotDir
 
+from ._options import add_allowed_signers
 from ._output import add_store_lookup, print_json, stderr_console
 
 EPILOG = """\
@@ -43,10 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--by", metavar="NAME",
         help="who decides (default: the principal the allowed-signers file lists for --key, then git's user.email)",
     )
-    parser.add_argument(
-        "--allowed-signers", type=Path, metavar="FILE",
-        help="where --by is looked up for the key (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)",
-    )
+    add_allowed_signers(parser, "where --by is looked up for the key")
     add_store_lookup(parser)
     parser.add_argument("--key", type=Path, metavar="PATH", help="SSH private key to sign with (default: git's user.signingkey when gpg.format = ssh)")
     parser.add_argument("--note", metavar="TEXT", help="free text kept in the record")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
+from ._options import add_store
 from ._output import print_json, shown_path, stderr_console
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
@@ -39,8 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("target", nargs="+", metavar="[ACTION] PATH",
                         help="SWEEP.toml, or run/plan and SWEEP.toml, or execute/resume and a sweep (directory, id or unique id prefix)")
-    parser.add_argument("--store", help="snapshot store for the sweep and its items (run, plan), or to look a sweep id up in "
-                                        "(execute, resume; its items stay in the store it was planned in); default: $GENRUN_STORE or ./snapshots")
+    add_store(parser, "snapshot store for the sweep and its items (run, plan), or to look a sweep id up in "
+                      "(execute, resume; its items stay in the store it was planned in)")
     parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)

@@ -1,10 +1,10 @@
 """`genrun verify SNAPSHOT`: named read-only checks; exit 1 on any FAIL (and on any WARN with --strict)."""
 
 import argparse
-from pathlib import Path
 
 from genrun.analysis.checks import CHECKS
 
+from ._options import add_allowed_signers
 from ._output import add_store_lookup, print_json, stdout_console
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -29,8 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_store_lookup(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (findings + summary) on stdout")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
-                        help="SSH allowed-signers file for sign-off signatures (default: $GENRUN_ALLOWED_SIGNERS, then git's gpg.ssh.allowedSignersFile)")
+    add_allowed_signers(parser, "SSH allowed-signers file for sign-off signatures")
     parser.set_defaults(handler=handle)
 
 

@@ -41,18 +41,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from genrun.runner.errors import GenrunError, SnapshotError
+    from genrun.runner.errors import SnapshotError, UsageError
     from genrun.runner.interrupts import EXIT_CODES, RunInterrupted
     from genrun.schemas import layout
 
     from ._target import resolve_target
 
+    for flag, value in (("--interval", args.interval), ("--heartbeat", args.heartbeat), ("--stall-after", args.stall_after)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} {value:g} must be a positive number of seconds")
     snapshot, is_sweep = resolve_target(args.snapshot, args.store)
     if not is_sweep and not (snapshot / layout.FROZEN_MANIFEST).is_file():
         raise SnapshotError(f"{snapshot} is not a genrun snapshot (no {layout.FROZEN_MANIFEST}); pass a directory made by 'genrun run'")
-    for flag, value in (("--interval", args.interval), ("--heartbeat", args.heartbeat), ("--stall-after", args.stall_after)):
-        if value is not None and value <= 0:
-            raise GenrunError(f"{flag} {value:g} must be a positive number of seconds")
     try:
         return _watch_sweep(snapshot, args) if is_sweep else _watch(snapshot, args)
     except RunInterrupted as exc:  # the watcher's own Ctrl-C: nothing it watches is touched

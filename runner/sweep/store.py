@@ -45,6 +45,7 @@ def plan_sweep(sweep_path: str | Path, store: str | Path | None = None, *, force
 
 
 def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, on_item) -> Path:
+    root = resolve_store(store).absolute()  # a store that is a file is refused before the items are planned
     sweep = load_sweep(sweep_path)
     items = expand_items(sweep)
     prepared = []
@@ -53,7 +54,6 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
         prepared.append(prepare_item(sweep, item, force, context))
         if on_item is not None:
             on_item(item.index + 1, len(items))
-    root = resolve_store(store).absolute()
     planned: list[Path] = []
     with planning_journal(root) as record:
         try:

