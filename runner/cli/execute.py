@@ -8,10 +8,11 @@ from rich.markup import escape
 from genrun.schemas import GenerationStop, Result, layout
 from genrun.schemas.result import describe_produced
 from genrun.schemas.stop import describe_stop
-from genrun.schemas.rendering import describe_timings, human_bytes
+from genrun.schemas.rendering import describe_phases, describe_timings, human_bytes
 from genrun.snapshot_dir import SnapshotDir
 
 from genrun.runner.interrupts import RunInterrupted
+from genrun.runner.phases import PlanPhases
 
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
@@ -79,8 +80,9 @@ def handle(args: argparse.Namespace) -> int:
 _STATUS_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
 
 
-def render_summary(snapshot_dir: Path, result: Result) -> None:
-    """Human summary on stderr: status, per-sequence stop reasons, counts, timings."""
+def render_summary(snapshot_dir: Path, result: Result, planned: PlanPhases | None = None) -> None:
+    """Human summary on stderr: status, per-sequence stop reasons, counts, timings (`planned`: the plan made in the same
+    command, whose share comes first, so the times shown add up to what the command took)."""
     style = _STATUS_STYLE.get(result.status, "white")
     out = stderr_console
     out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}", soft_wrap=True)
@@ -90,7 +92,8 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
     out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
     if (produced := describe_produced(result)) is not None:
         out.print(f"  {produced}", soft_wrap=True)
-    out.print("  time: " + describe_timings(result.timings, f"first {result.unit}"), soft_wrap=True)
+    for line in describe_time(result, planned):
+        out.print(line, soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
     if result.exception is not None:
@@ -100,6 +103,20 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
         out.print(f"  [yellow]interrupted by {result.signal}[/]; {kept} and progress are kept", soft_wrap=True)
     for note in result.notes:
         out.print(f"  note: {escape(note)}", soft_wrap=True)
+
+
+def describe_time(result: Result, planned: PlanPhases | None) -> list[str]:
+    """`  time: checks 0.04 s, …, evidence 0.03 s = total 2.03 s`; after a plan in the same command, three lines:
+    `  time: plan 7.30 s + execute 2.03 s = total 9.33 s`, then each one's phases (which sum to it)."""
+    first = f"first {result.unit}"
+    if planned is None:
+        return ["  time: " + describe_timings(result.timings, first)]
+    executed = result.timings.total_s
+    return [
+        f"  time: plan {planned.total_s:.2f} s + execute {executed:.2f} s = total {planned.total_s + executed:.2f} s",
+        "    plan: " + ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in planned.parts()),
+        "    execute: " + describe_phases(result.timings, first),
+    ]
 
 
 EXCERPT_CHARS = 60
