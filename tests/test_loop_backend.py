@@ -147,3 +147,14 @@ def test_a_loop_without_a_limit_in_the_request_says_it_sets_its_own(tmp_path: Pa
     report = run_cli("report", snapshot)
     assert f"17; {NO_LENGTH_LIMIT}" in " ".join(report.stdout.split())
     assert "None" not in done.stderr + report.stdout
+
+
+def test_a_staged_summary_names_each_stage_and_counts_in_its_unit(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    done = run_cli("run", EXAMPLES / "tiny-song-loop.toml", "--store", tmp_path / "store")
+    assert done.returncode == 0, done.stderr
+    summary = " ".join(done.stderr.split())
+    assert "stage ar, row 0: eos (id 0) after 17 frames" in summary
+    assert "stage acoustic, row 0: completed after 4 windows" in summary  # advance() units, which carry no ids
+    assert "sequence 0:" not in summary and "tokens" not in summary

@@ -125,6 +125,8 @@ def test_bundled_example_reports_frames_and_a_short_song(capsys: pytest.CaptureF
     assert code == 0, err
     summary = " ".join(err.split())
     assert "generated 20 frames" in summary and "(1 row)" in summary and "summed over" not in summary
+    # each codebook stream counts its tokens (21 steps, one of them the delay pattern's), never called frames
+    assert "sequence 0: max_new_tokens (limit 21, request) after 21 tokens" in summary
     assert "produced 0.40 s of 1 s requested" in summary
     (snapshot,) = (tmp_path / "store").iterdir()
     result = read_json(snapshot, "result.json")
