@@ -60,4 +60,4 @@ def print_plan_summary(snapshot, budget: TokenBudget) -> None:
     stderr_console.print("  " + ", ".join(parts), soft_wrap=True)
     stderr_console.print(f"  memory: needs {describe_memory(budget)}", soft_wrap=True, markup=False)
     for refusal in budget.refusals:
-        stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}")
+        stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}", soft_wrap=True)

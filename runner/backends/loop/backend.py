@@ -144,7 +144,7 @@ def budget_refusals(request: Request, model_dir: Path, inputs: dict[str, Any]) -
             raise RequestError(f"[loop] budget {reference!r}: {name!r} is {pair!r}; each limit is {{'needed': n, 'limit': m}}")
         if pair["needed"] > pair["limit"]:
             refusals.append(f"[loop] budget {reference!r}: {name} needs {pair['needed']:,} but the limit is {pair['limit']:,}; ask the loop for "
-                            f"less ([generation] or [loop] kwargs) so that {name} <= {pair['limit']:,}, or pass --force to run anyway")
+                            f"less ([generation] or [loop] kwargs) so that {name} <= {pair['limit']:,}")
     return tuple(refusals)
 
 
