@@ -18,7 +18,7 @@ Phase = Literal["checks", "imports", "prepare", "load", "generate", "evidence"]
 
 assert [f"{p}_s" for p in get_args(Phase)] == list(Phases.model_fields), "Phase and Phases name the same phases, in order"
 
-PlanPhase = Literal["startup", "checks", "imports", "hashing", "budget", "freeze"]
+PlanPhase = Literal["startup", "checks", "imports", "hashing", "budget", "environment", "freeze"]
 """Planning's phases, in the order shown; each is a `PlanPhases` field (`<phase>_s`), whose docstring says what it covers."""
 
 P = TypeVar("P", bound=str)
@@ -68,9 +68,11 @@ class PlanPhases(NamedTuple):
     imports_s: float | None
     """Importing the backend and its libraries (torch, transformers, diffusers, ...)."""
     hashing_s: float | None
-    """Identifying what the run depends on: sha256 of input files, code and weights (through the hash cache), the environment."""
+    """Identifying what the run depends on: sha256 of input files, code and weights (through the hash cache)."""
     budget_s: float | None
     """The pre-flight token and memory budget."""
+    environment_s: float | None
+    """Recording the environment: package versions, git state, the accelerator (which imports torch where nothing had)."""
     freeze_s: float | None
     """Writing the snapshot's frozen files and its frozen manifest."""
 

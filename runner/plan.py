@@ -67,7 +67,7 @@ def prepare_plan(
     """Every check of `plan_request` and the identities to freeze, without touching the store (sweeps check all items first).
 
     `context` holds the reads several plans share (a sweep passes one for all its items); a new one by default.
-    `clock` is told when each phase begins (checks, imports, hashing, budget); an unread one by default.
+    `clock` is told when each phase begins (checks, imports, hashing, budget, environment); an unread one by default.
     """
     context = context if context is not None else PlanContext()
     clock = clock if clock is not None else PlanClock()
@@ -101,7 +101,7 @@ def prepare_plan(
         budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
     declaration = declaration_of(backend, request)
-    clock.enter("hashing")  # the environment is identified once the budget fits (a refusal stays cheap)
+    clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment()
 
     def freeze(directory: Path) -> None:

@@ -158,3 +158,17 @@ def test_a_staged_summary_names_each_stage_and_counts_in_its_unit(tmp_path: Path
     assert "stage ar, row 0: eos (id 0) after 17 frames" in summary
     assert "stage acoustic, row 0: completed after 4 windows" in summary  # advance() units, which carry no ids
     assert "sequence 0:" not in summary and "tokens" not in summary
+
+
+def test_a_loop_run_never_imports_torchs_compiler(tmp_path: Path) -> None:
+    """A fresh interpreter runs the ONNX loop end to end: restoring the deterministic switches only when they changed keeps
+    torch._dynamo / torch._inductor (seconds of imports, once paid while writing the evidence) out of the process."""
+    script = f"""
+import sys
+from genrun.runner.cli import main
+code = main(["run", {str(EXAMPLES / "tiny-onnx-loop.toml")!r}, "--store", {str(tmp_path / "store")!r}, "--quiet"])
+print(code, sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []"

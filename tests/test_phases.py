@@ -88,7 +88,7 @@ def test_run_shows_the_plans_share_and_the_parts_add_up_to_the_whole_command(tmp
     _, stderr = proc.communicate(timeout=PROCESS_TIMEOUT_S)
     assert proc.returncode == 0, stderr
     printed = _printed_time(stderr)
-    assert list(printed["plan"]) == ["startup", "checks", "imports", "hashing", "budget", "freeze"]
+    assert list(printed["plan"]) == ["startup", "checks", "imports", "hashing", "budget", "environment", "freeze"]
     assert list(printed["execute"])[0] == "checks" and "evidence" in printed["execute"]
     _assert_adds_up(printed)
     result = json.loads((next((tmp_path / "store").iterdir()) / layout.RESULT).read_text())
@@ -97,7 +97,7 @@ def test_run_shows_the_plans_share_and_the_parts_add_up_to_the_whole_command(tmp
 
 def test_run_in_process_shows_planning_and_json_gives_its_phases(tmp_path: Path) -> None:
     printed = _printed_time(run_cli("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "a").stderr)
-    assert list(printed["plan"]) == ["checks", "imports", "hashing", "budget", "freeze"]  # no process start of its own
+    assert list(printed["plan"]) == ["checks", "imports", "hashing", "budget", "environment", "freeze"]  # no process start of its own
     _assert_adds_up(printed)
     document = json.loads(run_cli("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "b", "--json").stdout)
     planned = document["plan_timings"]
