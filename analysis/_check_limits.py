@@ -3,6 +3,7 @@
 from typing import Any
 
 from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop, layout
+from genrun.schemas.budget import describe_requested
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
@@ -202,8 +203,9 @@ def _estimate_needs_more(budget: Any) -> str | None:
 def _describe_estimate(budget: Any) -> str:
     if budget is None:
         return "No token-budget.json estimate to compare."
-    text = (f"Plan estimate: {budget.requested_units} {budget.units}s requested (from {budget.requested_units_source}), "
-            f"max length {budget.effective_max_length}, context {budget.context_limit}")
+    parts = [describe_requested(budget)] + [f"{name} {value}" for name, value in (
+        ("max length", budget.effective_max_length), ("context", budget.context_limit)) if value is not None]
+    text = "Plan estimate: " + ", ".join(parts)
     domain = budget.domain
     if domain is not None and (domain.observed_units or domain.conservative_units):
         text += f"; domain estimate {domain.observed_units} observed / {domain.conservative_units} conservative units"

@@ -26,8 +26,9 @@ def judge_produced_duration(requested: float, recorded: float | None, computed: 
     share = recorded / requested
     evidence["fraction"] = share
     if share >= fraction:
-        return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested ({share:.0%})",
+        return Finding(name=name, status="PASS", message=f"produced {recorded:.2f} s of {requested:g} s requested, {share:.0%} of it",
                        evidence=evidence, examined=examined)
     evidence["cause"] = why = cause()
-    return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested ({share:.1%}, "
-                   f"more than {(1 - fraction) * 100:g} % short); {why}", evidence=evidence, examined=examined)
+    # the percentage is the produced share, said so, beside the threshold it fell under (never a bare "(40%, 5 % short)")
+    return Finding(name=name, status="WARN", message=f"early_stop: produced {recorded:.2f} s of {requested:g} s requested, only "
+                   f"{share:.1%} of it (early_stop warns below {fraction:.0%}); {why}", evidence=evidence, examined=examined)

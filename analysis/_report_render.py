@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from genrun.schemas import PipelineCallBeforeCall, StopEvidence
+from genrun.schemas.budget import NO_LENGTH_LIMIT
 from genrun.schemas.rendering import describe_timings, human_bytes
 
 from .report import Report
@@ -165,8 +166,12 @@ def _budget_table(report: Report) -> Table:
     rows: list[tuple[str, Any]] = []
     if plan is not None:
         generated = "—" if b.generated_max is None else b.generated_max
-        rows.append((f"{plan.units}s", f"{generated} of {plan.requested_units} requested (from {plan.requested_units_source})"
-                     + (f" = {b.used_fraction:.0%}" if b.used_fraction is not None else "")))
+        if plan.requested_units is None:
+            rows.append((f"{plan.units}s", f"{generated}; {NO_LENGTH_LIMIT}"))
+        else:
+            source = f" (from {plan.requested_units_source})" if plan.requested_units_source is not None else ""
+            rows.append((f"{plan.units}s", f"{generated} of {plan.requested_units} requested{source}"
+                         + (f" = {b.used_fraction:.0%}" if b.used_fraction is not None else "")))
         if plan.effective_max_length is not None:
             rows.append(("length", f"max {plan.effective_max_length} of context {plan.context_limit} (fits: {plan.fits_context})"))
         rows.append(("memory", f"needs {b.memory_breakdown}; free at plan {_bytes(plan.device_memory_free_bytes)} "

@@ -92,7 +92,8 @@ def resolve_device(device: str) -> str:
 
 
 def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tuple[str, ...]:
-    """Human reasons the plan must not run; empty when it fits."""
+    """Human reasons the plan must not run, each with its fix; empty when it fits. `--force` is never among the fixes: a
+    forced plan records these as what it went past, and `enforce` offers it once (`FORCE_ADVICE`)."""
     reasons = []
     limit = budget.context_limit  # set whenever fits_context is (None: no context limit known)
     if budget.fits_context is False and limit is not None and (budget.prompt_tokens or 0) >= limit:
@@ -107,21 +108,24 @@ def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tupl
         allowed = limit - (budget.prompt_tokens or 0)
         reasons.append(
             f"prompt ({budget.prompt_tokens:,} tokens) + budget ({budget.requested_units:,}) = {budget.effective_max_length:,} "
-            f"exceeds the model's context limit {limit:,}; lower [generation] {unit_word} to at most {max(allowed, 0):,}, "
-            "or pass --force to run anyway"
+            f"exceeds the model's context limit {limit:,}; lower [generation] {unit_word} to at most {max(allowed, 0):,}"
         )
     if budget.fits_memory is False:
         reasons.append(
             f"needs ~{human_bytes(budget.required_bytes)} (weights {human_bytes(budget.weight_bytes)} + KV {human_bytes(budget.kv_bytes_at_budget or 0)} "
             f"for {budget.rows_per_request} row(s) x {budget.effective_max_length or 0:,} tokens + activations {human_bytes(budget.activation_bytes_estimate)} "
             f"+ margin {human_bytes(budget.margin_bytes)}) but {budget.device} has {human_bytes(budget.device_memory_free_bytes or 0)} free; "
-            "lower the budget or the batch, use a smaller dtype, free memory, or pass --force"
+            "lower the budget or the batch, use a smaller dtype, or free memory"
         )
     return tuple(reasons)
 
 
+FORCE_ADVICE = "or pass --force to run anyway (recorded in token-budget.json as forced)"
+"""The last line of a budget refusal: the one place `--force` is offered (a forced plan's recorded refusals never say it)."""
+
+
 def enforce(budget: TokenBudget) -> None:
-    """Raise BudgetRefused (exit 3) naming the numbers, unless the plan was forced."""
+    """Raise BudgetRefused (exit 3) naming the numbers and each fix, then `--force`, unless the plan was forced."""
     if budget.refusals and not budget.forced:
-        raise BudgetRefused("pre-flight refused the plan:" + "".join(f"\n  - {r}" for r in budget.refusals))
+        raise BudgetRefused("pre-flight refused the plan:" + "".join(f"\n  - {r}" for r in budget.refusals) + f"\n  {FORCE_ADVICE}")
 

@@ -40,7 +40,10 @@ def deterministic_mode(request: Request, device: str) -> Iterator[Determinism]:
                 torch.backends.cudnn.deterministic = True
         yield capture_determinism(request, device, strict)
     finally:
-        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        # Only a change is undone: `use_deterministic_algorithms` imports torch._inductor and torch._dynamo (seconds),
+        # which a run that never loaded them (a loop on another engine) would otherwise pay while writing its evidence.
+        if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) != saved:
+            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
         torch.backends.cudnn.deterministic = saved_cudnn
         if saved_env is None:
             os.environ.pop(CUBLAS_WORKSPACE_ENV, None)

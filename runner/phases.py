@@ -1,11 +1,15 @@
-"""The execution's phase clock: which phase the run is in, so that `result.json` says where `total_s` went.
+"""Phase clocks: which phase a command is in, so that its summary says where the time went.
 
-Phases are consecutive: entering one ends the one before, and the last one ends when `result.json`
-is built, so the phases reached sum to `total_s` by construction (one clock, no gaps, no overlap).
+Phases are consecutive: entering one ends the one before, and the last one ends when the clock
+stops, so the phases reached sum to the total by construction (one clock, no gaps, no overlap); a
+phase entered again adds to its earlier seconds. `PhaseClock` times an execution (`result.json`'s
+`timings.phases`); `PlanClock` times planning, which `genrun run` does in the same process first.
 """
 
+import os
 import time
-from typing import Literal, get_args
+from pathlib import Path
+from typing import Generic, Literal, NamedTuple, TypeVar, get_args
 
 from genrun.schemas import Phases
 
@@ -14,23 +18,93 @@ Phase = Literal["checks", "imports", "prepare", "load", "generate", "evidence"]
 
 assert [f"{p}_s" for p in get_args(Phase)] == list(Phases.model_fields), "Phase and Phases name the same phases, in order"
 
+PlanPhase = Literal["startup", "checks", "imports", "hashing", "budget", "environment", "freeze"]
+"""Planning's phases, in the order shown; each is a `PlanPhases` field (`<phase>_s`), whose docstring says what it covers."""
 
-class PhaseClock:
-    """Started when `execute` is called (in `checks`); `enter` the next phase at each boundary."""
+P = TypeVar("P", bound=str)
 
-    def __init__(self, origin: float) -> None:
+
+class _Clock(Generic[P]):
+    def __init__(self, origin: float, first: P) -> None:
         self.origin = origin
-        """`time.monotonic()` when execution began: the same origin as `progress.ndjson`'s `t`."""
-        self._entered: list[tuple[Phase, float]] = [("checks", origin)]
+        """`time.monotonic()` when the clock started."""
+        self._entered: list[tuple[P, float]] = [(first, origin)]
 
-    def enter(self, phase: Phase) -> None:
+    def enter(self, phase: P) -> None:
         """End the current phase now and begin `phase`."""
         self._entered.append((phase, time.monotonic()))
 
-    def stop(self) -> tuple[float, Phases]:
-        """`(total_s, phases)`, both ending now."""
+    def _stop(self) -> tuple[float, dict[str, float]]:
+        """`(total_s, {"<phase>_s": seconds})`, both ending now; phases never entered are absent."""
         until = time.monotonic()
         seconds: dict[str, float] = {}
-        for (phase, began), (_, ended) in zip(self._entered, [*self._entered[1:], ("evidence", until)]):
+        for (phase, began), ended in zip(self._entered, [*(t for _, t in self._entered[1:]), until]):
             seconds[f"{phase}_s"] = seconds.get(f"{phase}_s", 0.0) + ended - began
-        return until - self.origin, Phases(**{field: seconds.get(field) for field in Phases.model_fields})
+        return until - self.origin, seconds
+
+
+class PhaseClock(_Clock[Phase]):
+    """Started when `execute` is called (in `checks`); `enter` the next phase at each boundary."""
+
+    def __init__(self, origin: float) -> None:
+        super().__init__(origin, "checks")
+
+    def stop(self) -> tuple[float, Phases]:
+        """`(total_s, phases)`, both ending now."""
+        total, seconds = self._stop()
+        return total, Phases(**{field: seconds.get(field) for field in Phases.model_fields})
+
+
+class PlanPhases(NamedTuple):
+    """Where planning's `total_s` went, seconds; the phases reached sum to it. `None`: planning never reached that phase."""
+
+    total_s: float
+    """From the start of planning (of the process, with `startup_s`) to the end of freezing."""
+    startup_s: float | None
+    """From the process's start to planning: Python's start, genrun's imports, reading the command line."""
+    checks_s: float | None
+    """Reading the request and checking it: the backend's own validation (which reads the checkpoint's config, importing
+    what that needs), the model path, the device, user code's references."""
+    imports_s: float | None
+    """Importing the backend and its libraries (torch, transformers, diffusers, ...)."""
+    hashing_s: float | None
+    """Identifying what the run depends on: sha256 of input files, code and weights (through the hash cache)."""
+    budget_s: float | None
+    """The pre-flight token and memory budget."""
+    environment_s: float | None
+    """Recording the environment: package versions, git state, the accelerator (which imports torch where nothing had)."""
+    freeze_s: float | None
+    """Writing the snapshot's frozen files and its frozen manifest."""
+
+    def parts(self) -> list[tuple[str, float]]:
+        """`[(phase, seconds)]` for the phases reached, in order."""
+        return [(phase, seconds) for phase in get_args(PlanPhase) if (seconds := getattr(self, f"{phase}_s")) is not None]
+
+
+class PlanClock(_Clock[PlanPhase]):
+    """Started in `checks` now, or in `startup` at `started` (`process_start()`); `enter` the next phase at each boundary."""
+
+    def __init__(self, started: float | None = None) -> None:
+        if started is None:
+            super().__init__(time.monotonic(), "checks")
+        else:
+            super().__init__(started, "startup")
+
+    def stop(self) -> PlanPhases:
+        """Planning's phases, ending now."""
+        total, seconds = self._stop()
+        return PlanPhases(total_s=total, **{f"{phase}_s": seconds.get(f"{phase}_s") for phase in get_args(PlanPhase)})
+
+
+assert [f"{p}_s" for p in get_args(PlanPhase)] == list(PlanPhases._fields[1:]), "PlanPhase and PlanPhases name the same phases, in order"
+
+
+def process_start() -> float | None:
+    """This process's start on the `time.monotonic()` clock (Linux: `/proc/self/stat`, 10 ms ticks); `None` where unknown."""
+    try:  # the fields after "pid (command)": starttime, in clock ticks after boot, is the 20th of them
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        after_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        running_for = time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot
+    except (OSError, ValueError, IndexError, AttributeError):  # no /proc, no CLOCK_BOOTTIME (not Linux)
+        return None
+    return time.monotonic() - running_for if running_for >= 0 else None

@@ -23,6 +23,7 @@ from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, refuse_a_directory_too_large_for_a_model, resolve_model_dir
+from .phases import PlanClock
 from .plan_context import PlanContext
 from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
@@ -40,37 +41,46 @@ class PreparedPlan(NamedTuple):
 
 def plan_request(
     request_path: str | Path | Request, store: str | Path | None = None, force: bool = False,
-    *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None,
+    *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None, clock: PlanClock | None = None,
 ) -> Path:
     """Freeze a request (a file, or a `Request` built in Python) into a new snapshot directory and return its path.
 
     A `Request` resolves relative paths against `base_dir` (default: the current directory);
-    `extra_frozen` adds files (layout name -> model) frozen with the plan, e.g. a rerun's lineage.
+    `extra_frozen` adds files (layout name -> model) frozen with the plan, e.g. a rerun's lineage. `clock` is told
+    when each planning phase begins (`genrun run` prints where its time went); it is left running in `freeze`.
 
     Raises RequestError (exit 2) for a bad request (an unknown backend included) and BudgetRefused (exit 3) when the
     pre-flight does not fit and `force` is false; in both cases nothing is written (no hash cache entry either).
     """
     root = resolve_store(store)  # a store that is a file is refused before the request is read
+    clock = clock if clock is not None else PlanClock()
     with _hash_cache.held_until_planned():  # a refused plan leaves no cache entry either
-        prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen)
+        prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen, clock=clock)
+        clock.enter("freeze")
         return create_snapshot(root, prepared.name, prepared.freeze)
 
 
 def prepare_plan(
     request_path: str | Path | Request, force: bool = False,
     *, base_dir: Path | None = None, extra_frozen: Mapping[str, BaseModel] | None = None, context: PlanContext | None = None,
+    clock: PlanClock | None = None,
 ) -> PreparedPlan:
     """Every check of `plan_request` and the identities to freeze, without touching the store (sweeps check all items first).
 
     `context` holds the reads several plans share (a sweep passes one for all its items); a new one by default.
+    `clock` is told when each phase begins (checks, imports, hashing, budget, environment); an unread one by default.
     """
     context = context if context is not None else PlanContext()
+    clock = clock if clock is not None else PlanClock()
+    clock.enter("checks")
     if isinstance(request_path, Request):
         loaded = request_from_model(request_path, base_dir if base_dir is not None else Path.cwd())
     else:
         loaded = load_request(request_path)
     request, base_dir = loaded.request, loaded.path.parent
+    clock.enter("imports")
     backend = get_backend(request.model.backend)
+    clock.enter("checks")
     refuse_undeclared_tables(request, backend)
     require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
@@ -82,14 +92,17 @@ def prepare_plan(
         backend.validate_request(with_processor_path(request, processor), resolved.path, context)
         for ref in user_code:  # each must be a function its module defines (`resolve_callable`): a typo fails the plan
             resolve_callable(ref.value, ref.field)
+    clock.enter("hashing")
     input_files = identify_input_files(request.input, base_dir)
     code = identify_code(user_code, [base_dir], resolved.path, genrun_code=context.genrun_code())
     model = identify_model(request.model, base_dir).model_copy(update={"processor": processor})
+    clock.enter("budget")
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
     with user_import_paths([base_dir]):
         budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
     declaration = declaration_of(backend, request)
+    clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment()
 
     def freeze(directory: Path) -> None:

@@ -36,10 +36,10 @@ class LoadedRequest(NamedTuple):
 
 def load_request(path: str | Path) -> LoadedRequest:
     """Read, decode, parse and validate a request file; raise RequestError on any problem."""
-    path = Path(path).absolute()
+    given, path = path, Path(path).absolute()
     fmt = _format_of(path)
     source = _read_source(path)
-    return LoadedRequest(parse_request(source, fmt, str(path)), source, fmt, path)
+    return LoadedRequest(parse_request(source, fmt, str(path), given=str(given)), source, fmt, path)
 
 
 def request_from_model(request: Request, base_dir: Path) -> LoadedRequest:
@@ -51,12 +51,18 @@ def request_from_model(request: Request, base_dir: Path) -> LoadedRequest:
     return LoadedRequest(parse_request(source, "json", "request"), source, "json", Path(base_dir).absolute() / "request.json")
 
 
-def parse_request(source: bytes, fmt: str, where: str = "request") -> Request:
-    """Decode (the format module's `decode_request_source`) and validate strictly, every error rewritten for people."""
+def parse_request(source: bytes, fmt: str, where: str = "request", *, given: str | None = None) -> Request:
+    """Decode (the format module's `decode_request_source`) and validate strictly, every error rewritten for people.
+
+    A sweep file is refused in one line naming the command for it (`given`: the file as the user named it)."""
     try:
         data = layout.decode_request_source(source, fmt, where)
     except layout.RequestSourceError as exc:
         raise RequestError(str(exc)) from None
+    if isinstance(data, dict) and isinstance(data.get("sweep"), dict):  # before validation: one line, not one per unknown key
+        shown = given if given is not None else where
+        raise RequestError(f"{where} is a sweep file (it has a top-level [sweep] table), not a request: run it with "
+                           f"'genrun sweep {shown}' (or 'genrun sweep plan {shown}' to plan it only)")
     try:
         request = Request.model_validate(data)
     except ValidationError as exc:

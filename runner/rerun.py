@@ -18,6 +18,7 @@ from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
 from .errors import FrozenMismatch, RequestError, SnapshotError
 from .execute import FrozenPlan, load_frozen, verify_code, verify_model
+from .phases import PlanClock, PlanPhases
 from .request_loading import _inner_model, format_validation_error, unknown_key_message
 from .store import is_sealed, open_snapshot
 
@@ -43,6 +44,8 @@ class RerunOutcome(NamedTuple):
     parent: Path
     child: Path
     result: Result
+    planned: PlanPhases
+    """Where the time before execution went (reading the parent and planning the child)."""
 
 
 def plan_rerun(
@@ -81,19 +84,23 @@ def plan_rerun(
 def rerun_snapshot(
     parent_dir: str | Path, sets: Sequence[str] = (), unsets: Sequence[str] = (), *, suppress_eos: bool = False,
     note: str | None = None, allow_changed: bool = False, store: str | Path | None = None, force: bool = False,
-    live: bool | None = None, on_planned: Callable[[Path], None] | None = None,
+    live: bool | None = None, on_planned: Callable[[Path], None] | None = None, clock: PlanClock | None = None,
 ) -> RerunOutcome:
-    """Plan the child (store default: the parent's store), execute it and seal it; `on_planned(child)` runs in between."""
+    """Plan the child (store default: the parent's store), execute it and seal it; `on_planned(child)` runs in between.
+    `clock` is told when each planning phase begins (reading the parent is in `checks`) and stopped before execution."""
     from .execute import execute_snapshot
     from .plan import plan_request
 
+    clock = clock if clock is not None else PlanClock()
+    clock.enter("checks")
     rerun = plan_rerun(parent_dir, sets, unsets, suppress_eos=suppress_eos, note=note, allow_changed=allow_changed)
     parent = Path(rerun.lineage.parent_path)
     child = plan_request(rerun.request, store if store is not None else parent.parent, force,
-                         base_dir=rerun.base_dir, extra_frozen={layout.LINEAGE: rerun.lineage})
+                         base_dir=rerun.base_dir, extra_frozen={layout.LINEAGE: rerun.lineage}, clock=clock)
     if on_planned is not None:
         on_planned(child)
-    return RerunOutcome(parent, child, execute_snapshot(child, live=live))
+    planned = clock.stop()
+    return RerunOutcome(parent, child, execute_snapshot(child, live=live), planned)
 
 
 # -- the parent -----------------------------------------------------------------------------------

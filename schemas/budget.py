@@ -83,3 +83,15 @@ class TokenBudget(Versioned):
     """Why the pre-flight refused (empty when it fits)."""
     forced: bool
     """The plan went ahead despite refusals (`--force`)."""
+
+
+NO_LENGTH_LIMIT = "no length limit in the request (the code that generates sets its own)"
+"""What a plan without `requested_units` says: a loop or pipeline that stops where its own code decides."""
+
+
+def describe_requested(budget: TokenBudget) -> str:
+    """`64 tokens (request)`, `30 steps` (source unknown), or `NO_LENGTH_LIMIT` when the plan knows no limit."""
+    if budget.requested_units is None:
+        return NO_LENGTH_LIMIT
+    source = f" ({budget.requested_units_source})" if budget.requested_units_source is not None else ""
+    return f"{budget.requested_units:,} {budget.units}s{source}"

@@ -45,6 +45,13 @@ def describe_timings(timings: Any, first: str = "first token") -> str:
     `timings` is a `Timings` (or the report's summary of one). With `phases` the parts sum to the total; generation's
     own parts are inside `generate`. Without (snapshots written before phases were recorded): load, first, decode, total.
     """
+    if getattr(timings, "phases", None) is None:
+        return describe_phases(timings, first)
+    return describe_phases(timings, first) + f" = total {timings.total_s:.2f} s"
+
+
+def describe_phases(timings: Any, first: str = "first token") -> str:
+    """`describe_timings` without ` = total …` when `timings` has phases (what `genrun run` prints under the plan's share)."""
     phases = getattr(timings, "phases", None)
     inner = [(first, timings.first_token_s), ("decode", timings.decode_s)]
     if phases is None:
@@ -58,4 +65,4 @@ def describe_timings(timings: Any, first: str = "first token") -> str:
         if field == "generate_s" and any(v is not None for _, v in inner):
             text += " (" + ", ".join(f"{name} {v:.2f} s" for name, v in inner if v is not None) + ")"
         shown.append(text)
-    return ", ".join(shown) + f" = total {timings.total_s:.2f} s"
+    return ", ".join(shown)

@@ -37,6 +37,18 @@ def test_force_goes_ahead_and_is_recorded(tmp_path: Path, tiny_lm: Path) -> None
     assert len(budget.refusals) == 1 and "context limit 256" in budget.refusals[0]
 
 
+def test_a_forced_run_says_what_it_went_past_without_offering_force(tmp_path: Path, tiny_lm: Path) -> None:
+    request = write_request(tmp_path, tiny_request(tiny_lm, generation="max_new_tokens = 300"))
+    proc = run_cli("run", request, "--store", tmp_path / "store", "--force")
+    assert proc.returncode == 0, proc.stderr
+    message = " ".join(proc.stderr.split())
+    assert ("forced past: prompt (6 tokens) + budget (300) = 306 exceeds the model's context limit 256; "
+            "lower [generation] max_new_tokens to at most 250") in message
+    assert "--force" not in message  # the advice is for a refused plan; this one was forced
+    (snapshot,) = (tmp_path / "store").iterdir()
+    assert not any("--force" in refusal for refusal in _budget(snapshot).refusals)
+
+
 def test_memory_beyond_the_free_memory_is_refused(tmp_path: Path, tiny_lm: Path) -> None:
     # A real condition, not a mock: keep 99.99 % of the machine's memory as margin, so nothing fits.
     text = tiny_request(tiny_lm, tables="[budget]\nmemory_margin_fraction = 0.9999")

@@ -42,6 +42,16 @@ def test_result_speaks_in_frames_and_seconds(frames_run: Path) -> None:
     assert stream[-1].event == "end" and stream[-1].generated == FRAMES_PRODUCED
 
 
+def test_the_summary_counts_the_row_in_the_runs_unit(frames_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from genrun.runner.cli.execute import render_summary
+    from genrun.schemas import Result
+
+    render_summary(frames_run, Result.model_validate_json((frames_run / layout.RESULT).read_bytes()))
+    summary = " ".join(capsys.readouterr().err.split())
+    assert f"sequence 0: eos (id 2) after {FRAMES_PRODUCED} frames" in summary  # one token is one frame here
+    assert f"generated {FRAMES_PRODUCED} frames" in summary and "tokens" not in summary
+
+
 def test_verify_flags_the_short_output_as_early_stop_caused_by_eos(frames_run: Path) -> None:
     proc = run_cli("verify", frames_run, "--json")
     report = orjson.loads(proc.stdout)

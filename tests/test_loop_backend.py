@@ -118,3 +118,57 @@ def test_loop_runs_sweep_and_rerun_as_ordinary_snapshots(tmp_path: Path) -> None
     assert rerun.returncode == 0, rerun.stderr
     child = Path(orjson.loads(rerun.stdout)["child"])
     assert verify(child)[0] == 0 and read(child, "stage-ids.json") == read(items[1], "stage-ids.json")
+
+
+# -- what the summaries say ------------------------------------------------------------------------
+
+
+def test_the_limit_the_request_gives_a_token_loop_is_its_budget_and_report_row(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    done = run_cli("run", EXAMPLES / "tiny-onnx-loop.toml", "--store", tmp_path / "store")
+    assert done.returncode == 0, done.stderr
+    assert "budget: 64 tokens (request)" in done.stderr  # [generation] max_new_tokens, passed to the loop
+    (snapshot,) = (tmp_path / "store").iterdir()
+    assert (read(snapshot, "token-budget.json")["requested_units"], read(snapshot, "token-budget.json")["requested_units_source"]) == (64, "request")
+    report = run_cli("report", snapshot)
+    assert "13 of 64 requested (from request) = 20%" in report.stdout
+    assert "None" not in done.stderr + report.stdout
+
+
+def test_a_loop_without_a_limit_in_the_request_says_it_sets_its_own(tmp_path: Path) -> None:
+    from conftest import run_cli
+    from genrun.schemas.budget import NO_LENGTH_LIMIT
+
+    done = run_cli("run", EXAMPLES / "tiny-song-loop.toml", "--store", tmp_path / "store")  # frames; its limit is [loop] kwargs max_frames
+    assert done.returncode == 0, done.stderr
+    assert f"budget: {NO_LENGTH_LIMIT}" in done.stderr
+    (snapshot,) = (tmp_path / "store").iterdir()
+    report = run_cli("report", snapshot)
+    assert f"17; {NO_LENGTH_LIMIT}" in " ".join(report.stdout.split())
+    assert "None" not in done.stderr + report.stdout
+
+
+def test_a_staged_summary_names_each_stage_and_counts_in_its_unit(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    done = run_cli("run", EXAMPLES / "tiny-song-loop.toml", "--store", tmp_path / "store")
+    assert done.returncode == 0, done.stderr
+    summary = " ".join(done.stderr.split())
+    assert "stage ar, row 0: eos (id 0) after 17 frames" in summary
+    assert "stage acoustic, row 0: completed after 4 windows" in summary  # advance() units, which carry no ids
+    assert "sequence 0:" not in summary and "tokens" not in summary
+
+
+def test_a_loop_run_never_imports_torchs_compiler(tmp_path: Path) -> None:
+    """A fresh interpreter runs the ONNX loop end to end: restoring the deterministic switches only when they changed keeps
+    torch._dynamo / torch._inductor (seconds of imports, once paid while writing the evidence) out of the process."""
+    script = f"""
+import sys
+from genrun.runner.cli import main
+code = main(["run", {str(EXAMPLES / "tiny-onnx-loop.toml")!r}, "--store", {str(tmp_path / "store")!r}, "--quiet"])
+print(code, sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []"

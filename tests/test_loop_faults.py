@@ -180,6 +180,7 @@ def test_budget_callable_refuses_with_exit_3_and_the_fix(tmp_path: Path) -> None
     assert not (tmp_path / "store").exists() or not [p for p in (tmp_path / "store").iterdir() if not p.name.startswith(".")]
     forced = run_cli("plan", request, "--store", tmp_path / "store", "--force")
     assert forced.returncode == 0, forced.stderr
+    assert "forced past: [loop] budget 'myloop:budget': frames needs 750" in forced.stderr and "--force" not in forced.stderr
 
 
 @pytest.mark.parametrize(("change", "expected"), [

@@ -125,6 +125,8 @@ def test_bundled_example_reports_frames_and_a_short_song(capsys: pytest.CaptureF
     assert code == 0, err
     summary = " ".join(err.split())
     assert "generated 20 frames" in summary and "(1 row)" in summary and "summed over" not in summary
+    # each codebook stream counts its tokens (21 steps, one of them the delay pattern's), never called frames
+    assert "sequence 0: max_new_tokens (limit 21, request) after 21 tokens" in summary
     assert "produced 0.40 s of 1 s requested" in summary
     (snapshot,) = (tmp_path / "store").iterdir()
     result = read_json(snapshot, "result.json")
@@ -137,7 +139,7 @@ def test_bundled_example_reports_frames_and_a_short_song(capsys: pytest.CaptureF
     findings = {f["name"]: f for f in json.loads(out)["findings"]}
     assert code == 0 and not [f["name"] for f in findings.values() if f["status"] == "FAIL"], err
     assert [f["name"] for f in findings.values() if f["status"] == "WARN"] == ["early_stop"]
-    assert findings["early_stop"]["message"] == ("early_stop: produced 0.40 s of 1 s requested (40.0%, more than 5 % short); "
+    assert findings["early_stop"]["message"] == ("early_stop: produced 0.40 s of 1 s requested, only 40.0% of it (early_stop warns below 95%); "
                                                  "the max_new_tokens limit (21) was reached after 20 frames")
 
 

@@ -1,4 +1,5 @@
-"""Timings that add up: result.json names every phase of the execution and they sum to `total_s`; the review page's
+"""Timings that add up: result.json names every phase of the execution and they sum to `total_s`; `genrun run` shows
+planning's share (the process's start included) beside it, so its parts add up to the whole command; the review page's
 charts run over the recorded span, never past the run's end."""
 
 import json
@@ -7,13 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, tiny_request, write_request
+from _forked import spawn_cli
+from conftest import EXAMPLES, PROCESS_TIMEOUT_S, run_cli, tiny_request, write_request
 
 from genrun.analysis._svg import Chart, Series, render_chart
 from genrun.schemas import Phases, Timings, layout
-from genrun.schemas.rendering import describe_timings
+from genrun.schemas.rendering import describe_phases, describe_timings
 
 X_TICK = re.compile(r'text-anchor="middle" class="tick">([^<]+)</text>')
+SECONDS = re.compile(r"([a-z]+(?: [a-z]+)?) (\d+\.\d\d) s")
+"""`checks 0.04 s`, `first token 0.03 s`: a named part of a printed time line."""
 
 
 def _x_ticks(svg: str) -> list[float]:
@@ -36,8 +40,11 @@ def test_phases_of_a_real_run_sum_to_the_total_and_the_charts_stay_in_the_record
     assert phases["load_s"] == pytest.approx(timings["load_s"], abs=0.05)  # the backend's own load measure, inside the phase
     assert phases["generate_s"] >= timings["first_token_s"] + timings["decode_s"] - 1e-6
     line = describe_timings(Timings.model_validate(timings))
-    assert line in " ".join(proc.stderr.split()) and line.endswith(f"= total {timings['total_s']:.2f} s")
+    assert line.endswith(f"= total {timings['total_s']:.2f} s")
     assert "checks" in line and "imports" in line and "evidence" in line
+    # `run` planned first in the same process: the execution's phases are its second part (see the next test)
+    assert f"execute {timings['total_s']:.2f} s" in proc.stderr
+    assert "execute: " + describe_phases(Timings.model_validate(timings)) in " ".join(proc.stderr.split())
     report = run_cli("report", snapshot)
     assert line.split(" (")[0] in " ".join(report.stdout.split())
 
@@ -53,6 +60,49 @@ def test_phases_of_a_real_run_sum_to_the_total_and_the_charts_stay_in_the_record
         ticks = _x_ticks(svg)
         assert ticks, svg
         assert all(first - 1e-5 * last <= t <= last * (1 + 1e-5) for t in ticks), (first, last, ticks)
+
+
+def _printed_time(stderr: str) -> dict[str, dict[str, float]]:
+    """`run`'s time lines: {"time": {"plan": ..., "execute": ..., "total": ...}, "plan": {phase: s}, "execute": {phase: s}}."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("time: "))
+    parsed = {}
+    for line in lines[start:start + 3]:
+        label, _, rest = line.partition(": ")
+        parsed[label] = {name: float(value) for name, value in SECONDS.findall(rest)}
+    return parsed
+
+
+def _assert_adds_up(printed: dict[str, dict[str, float]]) -> None:
+    time = printed["time"]
+    assert set(time) == {"plan", "execute", "total"}, printed
+    assert time["plan"] + time["execute"] == pytest.approx(time["total"], abs=0.011)
+    assert sum(printed["plan"].values()) == pytest.approx(time["plan"], abs=0.006 * len(printed["plan"]))
+    executed = {k: v for k, v in printed["execute"].items() if k not in ("first token", "decode")}  # inside generate
+    assert sum(executed.values()) == pytest.approx(time["execute"], abs=0.006 * len(executed))
+
+
+def test_run_shows_the_plans_share_and_the_parts_add_up_to_the_whole_command(tmp_path: Path) -> None:
+    # a real process: the time before planning (the interpreter's start, genrun's imports) is its first part
+    proc = spawn_cli("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "store")
+    _, stderr = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert proc.returncode == 0, stderr
+    printed = _printed_time(stderr)
+    assert list(printed["plan"]) == ["startup", "checks", "imports", "hashing", "budget", "environment", "freeze"]
+    assert list(printed["execute"])[0] == "checks" and "evidence" in printed["execute"]
+    _assert_adds_up(printed)
+    result = json.loads((next((tmp_path / "store").iterdir()) / layout.RESULT).read_text())
+    assert printed["time"]["execute"] == round(result["timings"]["total_s"], 2)  # result.json keeps the execution's own
+
+
+def test_run_in_process_shows_planning_and_json_gives_its_phases(tmp_path: Path) -> None:
+    printed = _printed_time(run_cli("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "a").stderr)
+    assert list(printed["plan"]) == ["checks", "imports", "hashing", "budget", "environment", "freeze"]  # no process start of its own
+    _assert_adds_up(printed)
+    document = json.loads(run_cli("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "b", "--json").stdout)
+    planned = document["plan_timings"]
+    assert planned["startup_s"] is None
+    assert sum(v for k, v in planned.items() if k != "total_s" and v is not None) == pytest.approx(planned["total_s"], abs=1e-6)
 
 
 def test_a_single_point_chart_runs_over_the_given_span_only() -> None:

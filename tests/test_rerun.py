@@ -5,6 +5,7 @@ lineage integrity (the parent is never touched), request-change refusals.
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -60,6 +61,10 @@ def test_human_output_says_the_verdict_in_one_sentence(capsys, tmp_path: Path, t
     assert code == 0, err
     assert "Verdict: reproduced: every token id equal (1 row, 4 tokens)" in " ".join(out.split())
     assert "succeeded" in err and "planned" in err
+    # reading the parent and planning the child happen in this command too: their share comes before execution's
+    time, plan = re.search(r"time: plan (\d+\.\d\d) s \+ execute (\d+\.\d\d) s = total (\d+\.\d\d) s\n\s+plan: (.*)", err).group(1, 4)
+    assert [name for name, _ in re.findall(r"([a-z]+) (\d+\.\d\d) s", plan)] == ["checks", "imports", "hashing", "budget", "environment", "freeze"]
+    assert sum(float(v) for _, v in re.findall(r"([a-z]+) (\d+\.\d\d) s", plan)) == pytest.approx(float(time), abs=0.03)
 
 
 def test_rerun_prints_paths_as_run_does_and_each_rows_text(capsys, tmp_path: Path, tiny_lm: Path, monkeypatch) -> None:

@@ -263,3 +263,21 @@ def test_gc_removes_the_items_of_a_sweep_plan_killed_before_the_sweep_existed(tm
     left = {p.name for p in store.iterdir()} - {unrelated.name} - {s.name for s in sweeps}
     assert left == listed  # nothing left but the items of a sweep that was made (none when the kill came first)
     assert (unrelated / "frozen-sha256.txt").is_file()
+
+
+@pytest.mark.parametrize(("argv", "named", "instead"), [
+    (["run", "examples/sweep/countdowns.toml"], "is a sweep file (it has a top-level [sweep] table), not a request",
+     "'genrun sweep examples/sweep/countdowns.toml'"),
+    (["plan", "examples/sweep/countdowns.toml"], "is a sweep file", "'genrun sweep plan examples/sweep/countdowns.toml'"),
+    (["sweep", "examples/tiny.toml"], "is a request (it has a [model] table and no [sweep]), not a sweep file",
+     "'genrun run examples/tiny.toml'"),
+    (["sweep", "plan", "examples/tiny.toml"], "is a request", "'genrun plan examples/tiny.toml'"),
+])
+def test_a_file_of_the_other_kind_is_refused_in_one_line_naming_the_command(argv: list[str], named: str, instead: str,
+                                                                             tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    done = run_cli(*argv, "--store", tmp_path / "store")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and named in done.stderr and instead in done.stderr, done.stderr  # one line
+    assert not (tmp_path / "store").exists()

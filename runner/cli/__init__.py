@@ -10,6 +10,7 @@ from genrun import offline_hub
 from genrun.runner import __version__
 from genrun.runner.errors import GenrunError
 from genrun.runner.interrupts import EXIT_CODES, RunInterrupted, interrupt_gate
+from genrun.runner.phases import process_start
 
 from ._interrupt import SIGINT_EXIT, exit_with_on_late_signal, stopped_message
 from ._output import print_error, set_quiet
@@ -70,6 +71,7 @@ def _main(argv: list[str] | None) -> int:
         try:
             given = sys.argv[1:] if argv is None else argv
             args = _parse(build_parser(given[0] if given else None), given)
+            args.started = process_start() if argv is None else None  # the console script's start (`run` shows its share)
             command = args.command
             quiet = getattr(args, "quiet", False)
             set_quiet(quiet)  # every call: an earlier in-process call's --quiet must not carry over

@@ -2,16 +2,19 @@
 
 import argparse
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.markup import escape
 
-from genrun.schemas import GenerationStop, Result, layout
+from genrun.schemas import GenerationStop, Result, SequenceStop, layout
+from genrun.schemas.stages import Stages
 from genrun.schemas.result import describe_produced
 from genrun.schemas.stop import describe_stop
-from genrun.schemas.rendering import describe_timings, human_bytes
+from genrun.schemas.rendering import describe_phases, describe_timings, human_bytes
 from genrun.snapshot_dir import SnapshotDir
 
 from genrun.runner.interrupts import RunInterrupted
+from genrun.runner.phases import PlanPhases
 
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
@@ -77,18 +80,23 @@ def handle(args: argparse.Namespace) -> int:
 _STATUS_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
 
 
-def render_summary(snapshot_dir: Path, result: Result) -> None:
-    """Human summary on stderr: status, per-sequence stop reasons, counts, timings."""
+def render_summary(snapshot_dir: Path, result: Result, planned: PlanPhases | None = None) -> None:
+    """Human summary on stderr: status, per-sequence stop reasons, counts, timings (`planned`: the plan made in the same
+    command, whose share comes first, so the times shown add up to what the command took)."""
     style = _STATUS_STYLE.get(result.status, "white")
     out = stderr_console
     out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}", soft_wrap=True)
+    counted = RowCounts.of(snapshot_dir, result)
+    excerpted: set[int] = set()
     for seq in _stops(snapshot_dir):
-        excerpt = text_excerpt(snapshot_dir, seq.index)
-        out.print(f"  {escape(_describe_row(seq))}" + (f"  [dim]{escape(excerpt)}[/]" if excerpt else ""), soft_wrap=True)
+        excerpt = text_excerpt(snapshot_dir, seq.index) if seq.index not in excerpted else None  # once per row, not per stage
+        excerpted.add(seq.index)
+        out.print(f"  {escape(counted.describe(seq))}" + (f"  [dim]{escape(excerpt)}[/]" if excerpt else ""), soft_wrap=True)
     out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
     if (produced := describe_produced(result)) is not None:
         out.print(f"  {produced}", soft_wrap=True)
-    out.print("  time: " + describe_timings(result.timings, f"first {result.unit}"), soft_wrap=True)
+    for line in describe_time(result, planned):
+        out.print(line, soft_wrap=True)
     if result.peak_memory.rss_bytes is not None:
         out.print(f"  peak rss {human_bytes(result.peak_memory.rss_bytes)}", soft_wrap=True)
     if result.exception is not None:
@@ -98,6 +106,20 @@ def render_summary(snapshot_dir: Path, result: Result) -> None:
         out.print(f"  [yellow]interrupted by {result.signal}[/]; {kept} and progress are kept", soft_wrap=True)
     for note in result.notes:
         out.print(f"  note: {escape(note)}", soft_wrap=True)
+
+
+def describe_time(result: Result, planned: PlanPhases | None) -> list[str]:
+    """`  time: checks 0.04 s, …, evidence 0.03 s = total 2.03 s`; after a plan in the same command, three lines:
+    `  time: plan 7.30 s + execute 2.03 s = total 9.33 s`, then each one's phases (which sum to it)."""
+    first = f"first {result.unit}"
+    if planned is None:
+        return ["  time: " + describe_timings(result.timings, first)]
+    executed = result.timings.total_s
+    return [
+        f"  time: plan {planned.total_s:.2f} s + execute {executed:.2f} s = total {planned.total_s + executed:.2f} s",
+        "    plan: " + ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in planned.parts()),
+        "    execute: " + describe_phases(result.timings, first),
+    ]
 
 
 EXCERPT_CHARS = 60
@@ -120,14 +142,39 @@ def _stops(snapshot_dir: Path) -> tuple:
     return stop.sequences if stop is not None else ()
 
 
-def _describe_row(seq) -> str:
-    """`sequence 0: eos (id 2) after 13 tokens`, or when the evidence records steps (a diffusion pipeline's)
-    `pipeline call 0: completed after 10 of 10 steps`."""
-    steps = seq.evidence.fact("steps")
-    planned = steps.get("steps_planned") if isinstance(steps, dict) else None
-    if planned is not None:
-        return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {planned:,} steps"
-    return f"sequence {seq.index}: {describe_stop(seq)} after {seq.generated:,} tokens"
+class RowCounts(NamedTuple):
+    """How the summary counts each stop record's units: a stage's own unit, or the run's where it counts tokens."""
+
+    stage_units: dict[str, tuple[str, tuple[int, ...]]]
+    """Stage name -> (unit, units per row), from `stages.json` (empty for a run without stages)."""
+    row_unit: str
+    """The unit a row's `generated` is in: the run's unit where its units are its tokens (a frame of one token), else
+    `token` (MusicGen's codebook streams: 42 tokens make 20 frames)."""
+
+    @classmethod
+    def of(cls, snapshot_dir: Path, result: Result) -> "RowCounts":
+        stages = SnapshotDir(snapshot_dir).read_optional(layout.STAGES, Stages)
+        return cls({s.name: (s.unit, s.units) for s in stages.stages} if stages is not None else {},
+                   result.unit if result.generated == result.generated_tokens else "token")
+
+    def describe(self, seq: SequenceStop) -> str:
+        """`sequence 0: eos (id 2) after 13 tokens`; a stage's record `stage ar, row 0: eos (id 0) after 17 frames`; when the
+        evidence records steps (a diffusion pipeline's) `pipeline call 0: completed after 10 of 10 steps`."""
+        steps = seq.evidence.fact("steps")
+        planned = steps.get("steps_planned") if isinstance(steps, dict) else None
+        if planned is not None:
+            return f"pipeline call {seq.index}: {describe_stop(seq)} after {seq.generated:,} of {planned:,} steps"
+        stage = seq.evidence.fact("stage")
+        if isinstance(stage, str) and stage in self.stage_units:  # counted in the stage's unit, `advance` units included
+            unit, per_row = self.stage_units[stage]
+            count = per_row[seq.index] if seq.index < len(per_row) else seq.generated
+            return f"stage {stage}, row {seq.index}: {describe_stop(seq)} after {_counted(count, unit)}"
+        return f"sequence {seq.index}: {describe_stop(seq)} after {_counted(seq.generated, self.row_unit)}"
+
+
+def _counted(count: int, unit: str) -> str:
+    """`17 frames`, `1 window`."""
+    return f"{count:,} {unit}{'' if count == 1 else 's'}"
 
 
 def describe_rates(result: Result) -> str:

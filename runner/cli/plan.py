@@ -6,6 +6,7 @@ from rich.markup import escape
 
 from genrun.analysis import describe_memory
 from genrun.schemas import TokenBudget, layout
+from genrun.schemas.budget import describe_requested
 from genrun.schemas.digests import plan_digest
 from genrun.schemas.rendering import human_bytes
 from genrun.snapshot_dir import SnapshotDir
@@ -51,8 +52,7 @@ def handle(args: argparse.Namespace) -> int:
 def print_plan_summary(snapshot, budget: TokenBudget) -> None:
     """Where the plan is, the budget in one line, and the memory estimate by part in another."""
     stderr_console.print(f"planned [bold]{escape(str(snapshot))}[/] (plan digest {plan_digest(snapshot)[:12]}…)", soft_wrap=True)
-    limit = f"{budget.requested_units:,} {budget.units}s" if budget.requested_units is not None else "no length limit"
-    parts = [f"budget: {limit} ({budget.requested_units_source})"]
+    parts = [f"budget: {describe_requested(budget)}"]
     if budget.prompt_tokens is not None:
         parts.append(f"prompt {budget.prompt_tokens:,} tokens")
     if budget.context_limit is not None:
@@ -61,4 +61,4 @@ def print_plan_summary(snapshot, budget: TokenBudget) -> None:
     stderr_console.print("  " + ", ".join(parts), soft_wrap=True)
     stderr_console.print(f"  memory: needs {describe_memory(budget)}", soft_wrap=True, markup=False)
     for refusal in budget.refusals:
-        stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}")
+        stderr_console.print(f"  [yellow]forced past:[/] {escape(refusal)}", soft_wrap=True)

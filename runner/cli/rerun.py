@@ -52,6 +52,7 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import read_snapshot
     from genrun.analysis import render_verdict
     from genrun.analysis.lineage import lineage_verdict, read_lineage
+    from genrun.runner.phases import PlanClock
     from genrun.runner.rerun import rerun_snapshot
 
     from .execute import render_summary
@@ -70,6 +71,7 @@ def handle(args: argparse.Namespace) -> int:
     outcome = rerun_snapshot(
         parent, args.sets, args.unsets, suppress_eos=args.suppress_eos, note=args.note, allow_changed=args.allow_changed,
         store=args.store, force=args.force, live=False if args.json or args.quiet else None, on_planned=planned,
+        clock=PlanClock(args.started),
     )
     child = read_snapshot(outcome.child)
     lineage = read_lineage(child)
@@ -77,11 +79,12 @@ def handle(args: argparse.Namespace) -> int:
     verdict = lineage_verdict(read_snapshot(outcome.parent), child, lineage)
     if args.json:
         print_json({
-            "parent": str(outcome.parent), "child": str(outcome.child), "result": outcome.result.model_dump(mode="json"),
+            "parent": str(outcome.parent), "child": str(outcome.child), "plan_timings": outcome.planned._asdict(),
+            "result": outcome.result.model_dump(mode="json"),
             "lineage": lineage.model_dump(mode="json"), "verdict": verdict.model_dump(mode="json"),
         })
     else:
-        render_summary(shown_path(outcome.child), outcome.result)
+        render_summary(shown_path(outcome.child), outcome.result, outcome.planned)
         shown = {side: str(shown_path(Path(getattr(verdict, side)))) for side in ("parent", "child")}  # as `run` prints paths
         render_verdict(verdict.model_copy(update=shown), stdout_console)
     return outcome.result.exit_code

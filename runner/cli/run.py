@@ -38,22 +38,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.execute import execute_snapshot
+    from genrun.runner.phases import PlanClock
     from genrun.runner.plan import plan_request
 
     from .execute import render_summary
 
     snapshot = None
+    clock = PlanClock(args.started)  # the process's start and planning come first: their share is shown beside execution's
     try:
-        snapshot = plan_request(args.request, store=args.store, force=args.force)
+        snapshot = plan_request(args.request, store=args.store, force=args.force, clock=clock)
         if not args.json:
             print_plan_summary(snapshot, SnapshotDir(snapshot).read(layout.TOKEN_BUDGET, TokenBudget))
+        planned = clock.stop()
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
         return report_interrupt(snapshot)
     except RunInterrupted as exc:  # genrun's own handlers (installed by main) before execution started
         return report_interrupt(snapshot, exc.signal_name)
     if args.json:
-        print_json({"snapshot": str(snapshot), "result": result.model_dump(mode="json")})
+        print_json({"snapshot": str(snapshot), "plan_timings": planned._asdict(), "result": result.model_dump(mode="json")})
     else:
-        render_summary(snapshot, result)
+        render_summary(snapshot, result, planned)
     return result.exit_code

@@ -68,7 +68,7 @@ class ItemSpec(NamedTuple):
 
 def load_sweep(path: str | Path) -> SweepSource:
     """Read and validate the sweep file, the base request and the dataset bytes; RequestError names what is wrong."""
-    path = Path(path).absolute()
+    given, path = path, Path(path).absolute()
     fmt = layout.REQUEST_SOURCE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise RequestError(f"sweep file {path} has extension {path.suffix!r}; use a .toml or .json file")
@@ -78,6 +78,9 @@ def load_sweep(path: str | Path) -> SweepSource:
         data = layout.decode_request_source(source, fmt, f"sweep file {shorten(path, quoted=False, limit=MAX_SHOWN_PATH_CHARS)}")
     except layout.RequestSourceError as exc:
         raise RequestError(str(exc)) from None
+    if isinstance(data, dict) and "sweep" not in data and isinstance(data.get("model"), dict):  # one line, not one per key
+        raise RequestError(f"{path} is a request (it has a [model] table and no [sweep]), not a sweep file: run it with "
+                           f"'genrun run {given}' (or 'genrun plan {given}' to plan it only)")
     try:
         body = SweepFile.model_validate(data).sweep
     except ValidationError as exc:

@@ -214,7 +214,7 @@ def memory_refusals(budget: TokenBudget, latents: int, activations: int, margin_
         f"for {budget.rows_per_request} row(s) + activations {human_bytes(activations)} + margin {human_bytes(budget.margin_bytes)}, "
         f"i.e. [budget] memory_margin_fraction {margin_fraction:g} x total {human_bytes(budget.device_memory_total_bytes or 0)}) "
         f"but {budget.device} has {human_bytes(budget.device_memory_free_bytes or 0)} free; lower the batch or the image size, "
-        "use a smaller [model] dtype, lower memory_margin_fraction, free memory, or pass --force",
+        "use a smaller [model] dtype, lower memory_margin_fraction, or free memory",
     )
 
 

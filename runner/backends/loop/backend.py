@@ -88,10 +88,13 @@ class LoopBackend:
         return spec
 
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
-        """The files' size against free memory, and the limits `[loop] budget` reports (each `needed` <= its `limit`)."""
+        """The files' size against free memory, and the limits `[loop] budget` reports (each `needed` <= its `limit`); the
+        requested length is `[generation] max_new_tokens` for a token loop, and unknown otherwise (the loop sets its own)."""
         memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes)
+        unit = self.progress_unit(request)[0]
+        limit = requested_tokens(request) if unit == "token" else None
         draft = TokenBudget(
-            units=self.progress_unit(request)[0], prompt_tokens=None, batch_size=1, requested_units=None, requested_units_source=None,
+            units=unit, prompt_tokens=None, batch_size=1, requested_units=limit, requested_units_source=None if limit is None else "request",
             effective_max_length=None, context_limit=None, fits_context=None, kv_bytes_per_token=None, rows_per_request=1,
             kv_bytes_at_budget=None, weight_bytes=weight_bytes, activation_bytes_estimate=0, **memory._asdict(),
             domain=None, refusals=(), forced=False,
@@ -111,6 +114,13 @@ class LoopBackend:
     def start(self, ctx: ExecutionContext) -> "LoopRun":
         """A run that will call the loop."""
         return LoopRun(ctx, self.prepare_inputs(ctx.request, None))
+
+
+def requested_tokens(request: Request) -> int | None:
+    """`[generation] max_new_tokens`, which the loop receives in `generation`: the limit the request asks it for, in tokens
+    (`None` when unset: the loop sets its own, e.g. from `[loop] kwargs`)."""
+    limit = request.generation.get("max_new_tokens")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 def loop_table(request: Request) -> dict[str, Any]:
@@ -134,7 +144,7 @@ def budget_refusals(request: Request, model_dir: Path, inputs: dict[str, Any]) -
             raise RequestError(f"[loop] budget {reference!r}: {name!r} is {pair!r}; each limit is {{'needed': n, 'limit': m}}")
         if pair["needed"] > pair["limit"]:
             refusals.append(f"[loop] budget {reference!r}: {name} needs {pair['needed']:,} but the limit is {pair['limit']:,}; ask the loop for "
-                            f"less ([generation] or [loop] kwargs) so that {name} <= {pair['limit']:,}, or pass --force to run anyway")
+                            f"less ([generation] or [loop] kwargs) so that {name} <= {pair['limit']:,}")
     return tuple(refusals)
 
 

@@ -54,9 +54,9 @@ def estimate_vllm_budget(context: Any, request: Request, model_dir: Path, weight
     refusals = list(refusals_for(draft, "max_tokens"))
     if rows > engine.max_num_seqs:
         refusals.append(f"{rows} rows (n x prompts) exceed the engine's max_num_seqs {engine.max_num_seqs}: the extra rows would wait "
-                        "for others to finish; raise [engine] max_num_seqs, run fewer prompts, or pass --force")
+                        "for others to finish; raise [engine] max_num_seqs, or run fewer prompts")
     if kv_at_budget is not None and engine.kv_cache_bytes is not None and kv_at_budget > engine.kv_cache_bytes:
         refusals.append(f"KV for {rows} row(s) x {min(longest, engine.max_model_len):,} tokens is {kv_at_budget:,} bytes, more than the "
                         f"engine's KV cache of {engine.kv_cache_bytes:,} bytes (VLLM_CPU_KVCACHE_SPACE on CPU); enlarge the cache, "
-                        "lower max_tokens or the rows, or pass --force")
+                        "or lower max_tokens or the rows")
     return with_refusals(draft, tuple(refusals), force)
