@@ -67,7 +67,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 {% for l in r.limits %}<tr><td>{{ l.call_index }}</td><td class="mono">{{ l.name }}</td><td class="mono">{{ fmt(l.value) }}</td>
 <td class="{{ 'WARN' if l.source == 'library_default' else '' }}">{{ l.source }}</td></tr>{% endfor %}</table>
 <p>prompt {{ fmt(r.prompt_length) }} tokens · context {{ fmt(r.context_limit) }} · EOS {{ fmt(r.eos_token_ids|list) }} · pad {{ fmt(r.pad_token_id) }}</p>{% endif %}
-{% if r.pipeline %}<h2 id="pipeline">Pipeline call (as made)</h2><table>{% for key, value in r.pipeline.items() %}
+{% if r.pipeline %}<h2 id="pipeline">Pipeline call (as made)</h2><table>{% for key, value in record_rows(r.pipeline) %}
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
 {% if r.call_config %}<h2 id="call-config">Call config (as made, {{ r.call_config_name }})</h2><table>{% for key, value in r.call_config.items() %}
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
@@ -199,7 +199,13 @@ def _evidence_items(evidence: Any) -> list[tuple[str, Any]]:
     return list(evidence.model_dump(mode="json", exclude_none=True, exclude={"reason"}).items())
 
 
+def _record_rows(record: Any) -> list[tuple[str, Any]]:
+    """A recorded artifact (a pydantic model) as key/value rows, without its `schema_version`."""
+    return list(record.model_dump(mode="json", exclude_none=True, exclude={"schema_version"}).items())
+
+
 _HELPERS = {
+    "record_rows": _record_rows,
     "describe_timings": describe_timings,
     "budget_rows": _budget_rows,
     "evidence_items": _evidence_items,

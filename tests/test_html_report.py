@@ -194,6 +194,26 @@ def test_batch_names_per_row_and_summed_rates(snapshots, browser, tmp_path: Path
         opened.close()
 
 
+def test_diffusers_snapshot_shows_its_pipeline_call(browser, tmp_path: Path) -> None:
+    """A diffusers snapshot's page: the pipeline call (a typed record, not a dict) as a table, the step count as the unit."""
+    from _diffusion_helpers import TINY_DDIM, diffusion_request, only_snapshot
+
+    request = tmp_path / "ddim.toml"
+    request.write_text(diffusion_request(TINY_DDIM, name="ddim", steps=2))
+    assert main(["run", str(request), "--store", str(tmp_path / "store")]) == 0
+    html = write_page(only_snapshot(tmp_path / "store"), tmp_path / "ddim.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        assert visible_text(opened, ".stop-reason") == ["completed"]
+        pipeline = opened.page.locator("#pipeline").locator("xpath=following-sibling::table[1]").inner_text()
+        assert re.search(r"pipeline_class\s+DDIMPipeline", pipeline) and re.search(r"num_inference_steps\s+2", pipeline), pipeline
+        assert "schema_version" not in pipeline
+        assert "2 steps" in opened.page.locator("#headline").inner_text()
+    finally:
+        opened.close()
+
+
 # -- escaping -----------------------------------------------------------------------------------------------------
 
 
