@@ -157,9 +157,16 @@ def _index_rows(lines: Sequence[IndexLine]) -> Markup:
         state = escape(s.state)
         shown = f'<td class="sweep {state}">sweep {state} ({escape(s.sweep_items)})</td>' if s.sweep_items else f'<td class="{state}">{state}</td>'
         out.append(f'<tr class="snapshot"><td class="mono">{"└ " if s.sweep else ""}{linked}</td>\n{shown}<td>{"yes" if s.sealed else "no"}</td>\n'
-                   f'<td>{escape(", ".join(s.stop_reasons)) or "—"}</td><td class="{"WARN" if s.warnings else ""}">{"—" if s.warnings is None else s.warnings}</td>\n'
-                   f'<td class="{"FAIL" if s.failed else ""}">{"—" if s.failed is None else s.failed}</td><td>{escape(s.signoffs)}</td></tr>')
+                   f'<td>{escape(", ".join(s.stop_reasons)) or "—"}</td>{_verify_cells(s)}<td>{escape(s.signoffs)}</td></tr>')
     return Markup("".join(out))
+
+
+def _verify_cells(s: IndexLine) -> str:
+    """The WARN and FAIL cells; one FAIL cell saying why, and the fix, when the snapshot's review page could not be made."""
+    if s.page_error is not None:
+        return f'<td colspan="2" class="FAIL page-error">{escape(s.page_error)}</td>\n'
+    return (f'<td class="{"WARN" if s.warnings else ""}">{"—" if s.warnings is None else s.warnings}</td>\n'
+            f'<td class="{"FAIL" if s.failed else ""}">{"—" if s.failed is None else s.failed}</td>')
 
 
 def _fmt(value: Any, key: str = "") -> str:

@@ -92,6 +92,8 @@ class IndexLine(_Model):
     """The sweep this item belongs to (listed right under it)."""
     sweep_items: str | None = None
     """For a sweep: its items per status (`6 items: 5 succeeded, 1 failed`); None for a run snapshot."""
+    page_error: str | None = None
+    """Why this snapshot's review page could not be made, with the fix; None when it was (or none was asked for)."""
 
 
 class StoreIndex(_Model):
@@ -240,10 +242,7 @@ def _sweep_line(path: Path, allowed_signers: Path | None) -> IndexLine:
 def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) -> Path:
     """Write atomically (temporary sibling + rename); refuse a target inside a snapshot (analysis never writes there)."""
     target = Path(target)
-    resolved = target.resolve()
-    for root in forbidden_roots:
-        if resolved.is_relative_to(Path(root).resolve()):
-            raise HtmlReportError(f"--html {target} is inside the snapshot {root}; analysis never writes into a snapshot: choose a path outside it")
+    refuse_inside(target, forbidden_roots)
     if target.is_dir():
         raise HtmlReportError(f"--html {target} is a directory; give a file name such as {target / 'report.html'}")
     if not target.parent.is_dir():
@@ -260,6 +259,14 @@ def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) ->
     return target
 
 
+def refuse_inside(target: Path, snapshots: Sequence[Path]) -> None:
+    """`HtmlReportError` when `target` lies inside one of `snapshots` (analysis never writes into a snapshot)."""
+    resolved = Path(target).resolve()
+    for root in snapshots:
+        if resolved.is_relative_to(Path(root).resolve()):
+            raise HtmlReportError(f"--html {target} is inside the snapshot {root}; analysis never writes into a snapshot: choose a path outside it")
+
+
 def _inputs(snap: Snapshot) -> tuple[str, ...]:
     request = snap.request
     if request is None:
@@ -273,5 +280,5 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["CoverageLine", "HtmlReportError", "IndexLine", "ReviewPage", "StoreIndex", "charts", "input_coverage", "review_snapshot",
-           "signoff_commands", "store_index", "write_html"]
+__all__ = ["CoverageLine", "HtmlReportError", "IndexLine", "ReviewPage", "StoreIndex", "charts", "input_coverage", "refuse_inside",
+           "review_snapshot", "signoff_commands", "store_index", "write_html"]

@@ -92,5 +92,7 @@ def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: b
         raise GenrunError(str(exc)) from None
     pages = f"{len(written.index_pages)} index pages: {written.index_pages[0]} …" if len(written.index_pages) > 1 else str(written.index_pages[0])
     reviewed = f", {written.review_pages} review pages" if reviews else ""
+    if written.page_errors:
+        reviewed += f", {written.page_errors} could not be made (marked on the index; 'genrun verify ID' says why)"
     stderr_console.print(f"wrote {pages} ({written.snapshots} snapshots{reviewed})", markup=False, highlight=False, soft_wrap=True)
     return 0
