@@ -275,6 +275,21 @@ def test_store_index_one_line_per_snapshot(snapshots, browser, tmp_path: Path) -
         opened.close()
 
 
+def test_store_index_defaults_to_the_store_every_command_uses(snapshots, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
+    """`report --html FILE` without SNAPSHOT or --store: the index of $GENRUN_STORE, else of ./snapshots."""
+    from genrun.runner.store import STORE_ENV
+
+    from_env = copy_snapshot(snapshots.get("eos"), tmp_path / "env-store")
+    in_cwd = copy_snapshot(snapshots.get("budget"), tmp_path / "work" / "snapshots")
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "env-store"))
+    assert main(["report", "--html", str(tmp_path / "env.html")]) == 0
+    monkeypatch.delenv(STORE_ENV)
+    assert main(["report", "--html", str(tmp_path / "cwd.html")]) == 0
+    assert from_env.name in (tmp_path / "env.html").read_text() and in_cwd.name not in (tmp_path / "env.html").read_text()
+    assert in_cwd.name in (tmp_path / "cwd.html").read_text() and from_env.name not in (tmp_path / "cwd.html").read_text()
+
+
 def test_store_index_of_a_big_store_is_paged_and_links_every_snapshot(browser, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
     from _store_helpers import make_run
 
@@ -405,13 +420,15 @@ def test_refuses_to_write_inside_the_snapshot(snapshots, tmp_path: Path, capsys)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--store", "{store}"], "for an index page of the store use --store DIR --html FILE"),
-    (["--html", "{out}"], "--html needs SNAPSHOT"),
+    (["--store", "{store}"], "for an index page of the store use --html FILE"),
+    (["--html", "{out}"], "the store snapshots (no --store: $GENRUN_STORE, else ./snapshots) is not a directory"),  # cwd: tmp_path
     (["no-such-id", "--store", "{store}", "--html", "{out}"], "is neither a directory nor the id"),  # --store: where ids are looked up
     (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined"),
     (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first"),
 ])
-def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, argv, message) -> None:  # noqa: F811
+def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, monkeypatch, argv, message) -> None:  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENRUN_STORE", raising=False)
     values = {"store": str(tmp_path), "out": str(tmp_path / "o.html"), "snapshot": str(snapshots.get("eos")),
               "missing": str(tmp_path / "nope")}
     assert main(["report", *(a.format(**values) for a in argv)]) == 1

@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write one self-contained HTML page (inline CSS and SVG, no scripts, no network) for review before signoff")
     parser.add_argument("--store", metavar="DIR",
                         help="the store a snapshot id is looked up in (default: $GENRUN_STORE or ./snapshots); "
-                             "with --html and no SNAPSHOT: an index page of every snapshot in DIR")
+                             "with --html and no SNAPSHOT: an index page of every snapshot in the store")
     parser.add_argument("--allowed-signers", type=Path, metavar="FILE",
                         help="allowed-signers file for judging signed sign-offs (default: git's gpg.ssh.allowedSignersFile)")
     parser.add_argument("--pages", action="store_true",
@@ -31,8 +31,6 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.json or args.plot is not None:
         raise GenrunError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
-    if args.snapshot is None and args.store is None:
-        raise GenrunError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
         path, is_sweep = resolve_target(args.snapshot, args.store)
         if is_sweep:
@@ -76,7 +74,7 @@ def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
     return 0
 
 
-def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
+def _index_page(store: str | None, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
     from genrun.analysis.html_report import HtmlReportError
     from genrun.runner.errors import GenrunError, StoreError
     from genrun.runner.store import resolve_store
@@ -85,7 +83,8 @@ def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: b
 
     root = resolve_store(store)
     if not root.is_dir():
-        raise StoreError(f"--store {root} is not a directory; pass the folder that holds the snapshots (default ./snapshots)")
+        given = f"--store {root}" if store is not None else f"the store {root} (no --store: $GENRUN_STORE, else ./snapshots)"
+        raise StoreError(f"{given} is not a directory; pass the folder that holds the snapshots with --store DIR")
     try:
         written = write_store_pages(root, html, allowed_signers, reviews=reviews)
     except HtmlReportError as exc:
