@@ -39,6 +39,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.html is not None:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
+    from genrun.analysis.signoffs import evaluate_signoffs, summarize_signoffs
     from genrun.runner.errors import GenrunError, SnapshotError
 
     if args.snapshot is None:
@@ -66,7 +67,7 @@ def handle(args: argparse.Namespace) -> int:
             document["plot"] = str(written)
         print_json(document)
     else:
-        render_report(report, stdout_console)
+        render_report(report, stdout_console, signoffs=summarize_signoffs(evaluate_signoffs(path, args.allowed_signers)))
     if args.plot is not None:
         stderr_console.print(f"wrote {written}", markup=False, highlight=False)
     return 0
