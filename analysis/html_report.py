@@ -141,7 +141,7 @@ def signoff_commands(snap: Snapshot) -> tuple[tuple[str, ...], str]:
 
     if snap.is_sealed:
         return (command("accept"), command("reject")), (
-            f"sealed: accept and reject bind the {DIGEST_KIND_OF['accept']} digest below; add --key PATH to sign with SSH")
+            f"sealed: accept and reject bind the {DIGEST_KIND_OF['accept']} digest shown above; add --key PATH to sign with SSH")
     if snap.result is None and snap.progress is None:
         return (command("approve"),), "planned, not executed: approve binds the plan digest; add --key PATH to sign with SSH"
     return (), "not sealed (the run is still going, or its writer was killed): nothing can be accepted until it is sealed"

@@ -103,6 +103,8 @@ def test_succeeded_snapshot_reads_well(snapshots, browser, tmp_path: Path) -> No
         assert visible_text(opened, "tr.finding-FAIL") == []
         commands = visible_text(opened, "pre.command")
         assert commands[0] == f"genrun signoff {snapshots.get('eos')} --decision accept"
+        note = opened.page.locator("#signoff ~ p").first.inner_text()  # under the digest table, so it points up
+        assert "digest shown above" in note and "below" not in note, note
         body = opened.page.locator("body").inner_text()
         for words in ("max_new_tokens", "request", "tokens/s per row", "MiB", "time since the run started (s)", "Budget vs actual",
                       "Timings", "plan digest", "snapshot digest"):
