@@ -71,6 +71,8 @@ def test_a_planned_sweep_verifies_as_planned_not_executed(tmp_path: Path, capsys
     assert f"'genrun sweep execute {sweep_dir}'" in sealed["message"]
     assert main(["verify", str(sweep_dir)]) == 0
     assert "(planned)" in capsys.readouterr().out
+    assert main(["report", str(sweep_dir), "--html", str(tmp_path / "sweep.html")]) == 0  # its page names the same next step
+    assert f"planned, not executed: run it with &#39;genrun sweep execute {sweep_dir}&#39;" in (tmp_path / "sweep.html").read_text()
 
     with open(sweep_dir / "sweep-plan.json", "rb") as plan:  # what a starting `genrun sweep execute` holds
         fcntl.flock(plan, fcntl.LOCK_EX)
