@@ -242,11 +242,7 @@ def _sweep_line(path: Path, allowed_signers: Path | None) -> IndexLine:
 def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) -> Path:
     """Write atomically (temporary sibling + rename); refuse a target inside a snapshot (analysis never writes there)."""
     target = Path(target)
-    refuse_inside(target, forbidden_roots)
-    if target.is_dir():
-        raise HtmlReportError(f"--html {target} is a directory; give a file name such as {target / 'report.html'}")
-    if not target.parent.is_dir():
-        raise HtmlReportError(f"--html {target}: directory {target.parent} does not exist; create it first")
+    check_target(target, forbidden_roots)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -259,12 +255,17 @@ def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) ->
     return target
 
 
-def refuse_inside(target: Path, snapshots: Sequence[Path]) -> None:
-    """`HtmlReportError` when `target` lies inside one of `snapshots` (analysis never writes into a snapshot)."""
+def check_target(target: Path, snapshots: Sequence[Path] = ()) -> None:
+    """`HtmlReportError` when a page cannot be written at `target`: inside one of `snapshots` (analysis never writes into a
+    snapshot), a directory, or in a directory that does not exist."""
     resolved = Path(target).resolve()
     for root in snapshots:
         if resolved.is_relative_to(Path(root).resolve()):
             raise HtmlReportError(f"--html {target} is inside the snapshot {root}; analysis never writes into a snapshot: choose a path outside it")
+    if target.is_dir():
+        raise HtmlReportError(f"--html {target} is a directory; give a file name such as {target / 'report.html'}")
+    if not target.parent.is_dir():
+        raise HtmlReportError(f"--html {target}: directory {target.parent} does not exist; create it first")
 
 
 def _inputs(snap: Snapshot) -> tuple[str, ...]:
@@ -280,5 +281,5 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["CoverageLine", "HtmlReportError", "IndexLine", "ReviewPage", "StoreIndex", "charts", "input_coverage", "refuse_inside",
+__all__ = ["CoverageLine", "HtmlReportError", "IndexLine", "ReviewPage", "StoreIndex", "charts", "input_coverage", "check_target",
            "review_snapshot", "signoff_commands", "store_index", "write_html"]

@@ -427,6 +427,7 @@ def test_refuses_to_write_inside_the_snapshot(snapshots, tmp_path: Path, capsys)
     (["no-such-id", "--store", "{store}", "--html", "{out}"], "is neither a directory nor the id"),  # --store: where ids are looked up
     (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined"),
     (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first"),
+    (["--store", "{store}", "--html", "{store}", "--pages"], "is a directory; give a file name"),  # refused before any page
 ])
 def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, monkeypatch, argv, message) -> None:  # noqa: F811
     monkeypatch.chdir(tmp_path)
@@ -435,4 +436,4 @@ def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, monkeypat
               "missing": str(tmp_path / "nope")}
     assert main(["report", *(a.format(**values) for a in argv)]) == 1
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "o.html").exists()
+    assert not (tmp_path / "o.html").exists() and not [p for p in tmp_path.parent.iterdir() if p.name.endswith(".pages")]

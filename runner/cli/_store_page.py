@@ -28,6 +28,13 @@ class Written(NamedTuple):
     """Snapshots whose review page could not be made (each an entry on the index saying why)."""
 
 
+class _Reviews(NamedTuple):
+    counts: dict[str, tuple[int, int]]
+    """(warnings, failed) of each snapshot whose review page was written, by id."""
+    errors: dict[str, str]
+    """Why a snapshot's review page could not be made, and the fix, by id."""
+
+
 def page_file(html: Path, number: int) -> Path:
     """Page 1 is FILE itself; page n is `<stem>-n<suffix>` beside it."""
     return html if number == 1 else html.with_name(f"{html.stem}-{number}{html.suffix or '.html'}")
@@ -44,40 +51,21 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     is written, and the index pages are rendered before any is written: an interrupted or failed run leaves the previous
     site (or none), never a half-written one. A snapshot whose page fails is an entry saying why, never the end of the site.
     """
-    from genrun.analysis import render_index_html
-    from genrun.analysis.html_report import HtmlReportError, IndexLine, StoreIndex, refuse_inside, write_html
+    from genrun.analysis.html_report import check_target, write_html
 
-    if not html.parent.is_dir():  # before listing 100,000 snapshots, not after (write_html says the same)
-        raise HtmlReportError(f"--html {html}: directory {html.parent} does not exist; create it first")
+    check_target(html)  # before listing 100,000 snapshots, not after
     listing = list_store(store, allowed_signers)
     for note in listing.notes:
         stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     snapshot_dirs = _snapshot_holding(html, store, {row.id for row in listing.rows})
-    refuse_inside(html, snapshot_dirs)  # before the review pages are written beside FILE
+    check_target(html, snapshot_dirs)  # before the review pages are written beside FILE
     pages_dir = review_dir(html)
     staged = Path(tempfile.mkdtemp(prefix=f".{pages_dir.name}.", dir=html.parent)) if reviews else None
     try:
         outcome = _write_reviews(listing.rows, store, staged, allowed_signers) if staged is not None else _Reviews({}, {})
-        here = html.parent.resolve()
-        to_store, to_pages = os.path.relpath(store.resolve(), here), os.path.relpath(pages_dir.resolve(), here)
         # with --pages: the pages just written; without: whatever an earlier --pages left (one listing, not 100,000 stats)
         reviewed = {f"{i}.html" for i in outcome.counts} if reviews else set(os.listdir(pages_dir)) if pages_dir.is_dir() else set()
-        lines = []
-        for row in listing.rows:
-            href = f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/"
-            warnings, failed = outcome.counts.get(row.id, (None, None))
-            items = _sweep_items(row)
-            lines.append(IndexLine(id=row.id, state=row.state.removeprefix("sweep ") if items else row.state, sealed=row.sealed,
-                                   stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
-                                   signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs", href=href, sweep=row.sweep,
-                                   sweep_items=items, page_error=outcome.errors.get(row.id)))
-        chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
-        labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
-        unverified_note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
-        rendered = [render_index_html(StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
-                                                 first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number,
-                                                 note=unverified_note))
-                    for number, chunk in enumerate(chunks, start=1)]
+        rendered = _render_index(listing.rows, store, html, reviewed, outcome, verified=reviews)
         if staged is not None:
             _publish(staged, pages_dir)
             staged = None
@@ -87,7 +75,33 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     written = [write_html(text, page_file(html, number), forbidden_roots=snapshot_dirs) for number, text in enumerate(rendered, start=1)]
     for ident, error in outcome.errors.items():
         stderr_console.print(f"note: {ident}: {error}", markup=False, highlight=False, soft_wrap=True)
-    return Written(written, len(outcome.counts), len(lines), len(outcome.errors))
+    return Written(written, len(outcome.counts), len(listing.rows), len(outcome.errors))
+
+
+def _render_index(rows: list[SnapshotRow], store: Path, html: Path, reviewed: set[str], outcome: _Reviews, *,
+                  verified: bool) -> list[str]:
+    """Every index page, rendered (nothing written yet); rows link to their review page when `reviewed` holds it."""
+    from genrun.analysis import render_index_html
+    from genrun.analysis.html_report import IndexLine, StoreIndex
+
+    here = html.parent.resolve()
+    to_store, to_pages = os.path.relpath(store.resolve(), here), os.path.relpath(review_dir(html).resolve(), here)
+    lines = []
+    for row in rows:
+        href = f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/"
+        warnings, failed = outcome.counts.get(row.id, (None, None))
+        items = _sweep_items(row)
+        lines.append(IndexLine(id=row.id, state=row.state.removeprefix("sweep ") if items else row.state, sealed=row.sealed,
+                               stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
+                               signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs", href=href, sweep=row.sweep,
+                               sweep_items=items, page_error=outcome.errors.get(row.id)))
+    chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
+    labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
+    unverified_note = None if verified else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
+    return [render_index_html(StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
+                                         first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number,
+                                         note=unverified_note))
+            for number, chunk in enumerate(chunks, start=1)]
 
 
 def _snapshot_holding(html: Path, store: Path, ids: set[str]) -> list[Path]:
@@ -111,13 +125,6 @@ def _sweep_items(row: SnapshotRow) -> str | None:
 
 def _reasons(row: SnapshotRow) -> tuple[str, ...]:
     return () if row.stop_reasons == "-" else tuple(row.stop_reasons.split(", "))
-
-
-class _Reviews(NamedTuple):
-    counts: dict[str, tuple[int, int]]
-    """(warnings, failed) of each snapshot whose review page was written, by id."""
-    errors: dict[str, str]
-    """Why a snapshot's review page could not be made, and the fix, by id."""
 
 
 def _write_reviews(rows: list[SnapshotRow], store: Path, pages_dir: Path, allowed_signers: Path | None) -> _Reviews:
