@@ -67,7 +67,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 {% for l in r.limits %}<tr><td>{{ l.call_index }}</td><td class="mono">{{ l.name }}</td><td class="mono">{{ fmt(l.value) }}</td>
 <td class="{{ 'WARN' if l.source == 'library_default' else '' }}">{{ l.source }}</td></tr>{% endfor %}</table>
 <p>prompt {{ fmt(r.prompt_length) }} tokens · context {{ fmt(r.context_limit) }} · EOS {{ fmt(r.eos_token_ids|list) }} · pad {{ fmt(r.pad_token_id) }}</p>{% endif %}
-{% if r.pipeline %}<h2 id="pipeline">Pipeline call (as made)</h2><table>{% for key, value in r.pipeline.items() %}
+{% if r.pipeline %}<h2 id="pipeline">Pipeline call (as made)</h2><table>{% for key, value in record_rows(r.pipeline) %}
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
 {% if r.call_config %}<h2 id="call-config">Call config (as made, {{ r.call_config_name }})</h2><table>{% for key, value in r.call_config.items() %}
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
@@ -157,9 +157,16 @@ def _index_rows(lines: Sequence[IndexLine]) -> Markup:
         state = escape(s.state)
         shown = f'<td class="sweep {state}">sweep {state} ({escape(s.sweep_items)})</td>' if s.sweep_items else f'<td class="{state}">{state}</td>'
         out.append(f'<tr class="snapshot"><td class="mono">{"└ " if s.sweep else ""}{linked}</td>\n{shown}<td>{"yes" if s.sealed else "no"}</td>\n'
-                   f'<td>{escape(", ".join(s.stop_reasons)) or "—"}</td><td class="{"WARN" if s.warnings else ""}">{"—" if s.warnings is None else s.warnings}</td>\n'
-                   f'<td class="{"FAIL" if s.failed else ""}">{"—" if s.failed is None else s.failed}</td><td>{escape(s.signoffs)}</td></tr>')
+                   f'<td>{escape(", ".join(s.stop_reasons)) or "—"}</td>{_verify_cells(s)}<td>{escape(s.signoffs)}</td></tr>')
     return Markup("".join(out))
+
+
+def _verify_cells(s: IndexLine) -> str:
+    """The WARN and FAIL cells; one FAIL cell saying why, and the fix, when the snapshot's review page could not be made."""
+    if s.page_error is not None:
+        return f'<td colspan="2" class="FAIL page-error">{escape(s.page_error)}</td>\n'
+    return (f'<td class="{"WARN" if s.warnings else ""}">{"—" if s.warnings is None else s.warnings}</td>\n'
+            f'<td class="{"FAIL" if s.failed else ""}">{"—" if s.failed is None else s.failed}</td>')
 
 
 def _fmt(value: Any, key: str = "") -> str:
@@ -199,7 +206,13 @@ def _evidence_items(evidence: Any) -> list[tuple[str, Any]]:
     return list(evidence.model_dump(mode="json", exclude_none=True, exclude={"reason"}).items())
 
 
+def _record_rows(record: Any) -> list[tuple[str, Any]]:
+    """A recorded artifact (a pydantic model) as key/value rows, without its `schema_version`."""
+    return list(record.model_dump(mode="json", exclude_none=True, exclude={"schema_version"}).items())
+
+
 _HELPERS = {
+    "record_rows": _record_rows,
     "describe_timings": describe_timings,
     "budget_rows": _budget_rows,
     "evidence_items": _evidence_items,

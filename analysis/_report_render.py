@@ -18,10 +18,15 @@ SPARK_WIDTH = 48
 _STATUS_STYLE = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow", None: "bold red"}
 
 
-def render_report(report: Report, console: Console) -> None:
-    """Print the post-mortem, most important first: how it ended, why, limits, time, budget, last tokens, charts."""
+def render_report(report: Report, console: Console, signoffs: str | None = None) -> None:
+    """Print the post-mortem, most important first: how it ended, why, limits, time, budget, last tokens, charts.
+    `signoffs`: the one-line `summarize_signoffs` of the snapshot's records, shown under the headline."""
     console.rule(Text(f"genrun report · {report.snapshot_id}"))
     console.print(Text(report.headline, style=_STATUS_STYLE.get(report.status, "bold")))
+    if report.complete:  # report reads, never hashes (that is verify's slow part): say so, so "succeeded" is not read as "intact"
+        console.print(Text(f"files not checked against the seal: run 'genrun verify {report.snapshot_id}'", style="dim"))
+    if signoffs is not None:
+        console.print(Text(f"sign-offs: {signoffs}"))
     for note in report.notes:
         console.print(Text(f"! {note}", style="yellow"))
     console.print(_request_table(report))

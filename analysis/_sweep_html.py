@@ -14,6 +14,7 @@ from markupsafe import Markup
 
 from genrun.schemas import layout
 
+from ._check_integrity import PLANNED
 from ._html_template import CSS
 from .signoffs import SignoffStatus, evaluate_signoffs
 from .sweep import SweepVerification, sweep_summary_line
@@ -61,7 +62,7 @@ def render_sweep_html(v: SweepVerification, allowed_signers: Path | None = None)
     d = v.distribution
     failed = any(f.status == "FAIL" for f in v.findings) or any(i.failures for i in v.items)
     warned = any(f.status == "WARN" for f in v.findings) or any(i.warnings for i in v.items) or d.statuses.keys() - {"succeeded"}
-    commands, note = sweep_signoff_commands(Path(v.sweep))
+    commands, note = sweep_signoff_commands(Path(v.sweep), planned=v.status == "planned")
     groups = [(label, sorted(mapping.items(), key=lambda kv: (-kv[1], kv[0])))
               for label, mapping in (("status", d.statuses), ("stop reason", d.stop_reasons), ("WARN check", d.warn_checks),
                                      ("FAIL check", d.fail_checks))]
@@ -72,8 +73,10 @@ def render_sweep_html(v: SweepVerification, allowed_signers: Path | None = None)
         groups=groups, attention=[i for i in v.items if i.failures or i.warnings or i.status != "succeeded"])
 
 
-def sweep_signoff_commands(sweep: Path) -> tuple[tuple[str, ...], str]:
+def sweep_signoff_commands(sweep: Path, *, planned: bool = False) -> tuple[tuple[str, ...], str]:
     """accept/reject once the sweep is sealed (they bind its manifest); nothing before."""
+    if planned:
+        return (), f"{PLANNED}: run it with 'genrun sweep execute {sweep}'; once sealed, accept and reject apply"
     if not (sweep / layout.MANIFEST).is_file():
         return (), "not sealed (the sweep is still running, or its driver was killed): finish it with 'genrun sweep resume' first"
     commands = tuple(shlex.join(["genrun", "signoff", str(sweep), "--decision", d]) for d in ("accept", "reject"))

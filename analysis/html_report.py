@@ -92,6 +92,8 @@ class IndexLine(_Model):
     """The sweep this item belongs to (listed right under it)."""
     sweep_items: str | None = None
     """For a sweep: its items per status (`6 items: 5 succeeded, 1 failed`); None for a run snapshot."""
+    page_error: str | None = None
+    """Why this snapshot's review page could not be made, with the fix; None when it was (or none was asked for)."""
 
 
 class StoreIndex(_Model):
@@ -139,7 +141,7 @@ def signoff_commands(snap: Snapshot) -> tuple[tuple[str, ...], str]:
 
     if snap.is_sealed:
         return (command("accept"), command("reject")), (
-            f"sealed: accept and reject bind the {DIGEST_KIND_OF['accept']} digest below; add --key PATH to sign with SSH")
+            f"sealed: accept and reject bind the {DIGEST_KIND_OF['accept']} digest shown above; add --key PATH to sign with SSH")
     if snap.result is None and snap.progress is None:
         return (command("approve"),), "planned, not executed: approve binds the plan digest; add --key PATH to sign with SSH"
     return (), "not sealed (the run is still going, or its writer was killed): nothing can be accepted until it is sealed"
@@ -240,14 +242,7 @@ def _sweep_line(path: Path, allowed_signers: Path | None) -> IndexLine:
 def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) -> Path:
     """Write atomically (temporary sibling + rename); refuse a target inside a snapshot (analysis never writes there)."""
     target = Path(target)
-    resolved = target.resolve()
-    for root in forbidden_roots:
-        if resolved.is_relative_to(Path(root).resolve()):
-            raise HtmlReportError(f"--html {target} is inside the snapshot {root}; analysis never writes into a snapshot: choose a path outside it")
-    if target.is_dir():
-        raise HtmlReportError(f"--html {target} is a directory; give a file name such as {target / 'report.html'}")
-    if not target.parent.is_dir():
-        raise HtmlReportError(f"--html {target}: directory {target.parent} does not exist; create it first")
+    check_target(target, forbidden_roots)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -258,6 +253,19 @@ def write_html(html: str, target: Path, forbidden_roots: Sequence[Path] = ()) ->
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def check_target(target: Path, snapshots: Sequence[Path] = ()) -> None:
+    """`HtmlReportError` when a page cannot be written at `target`: inside one of `snapshots` (analysis never writes into a
+    snapshot), a directory, or in a directory that does not exist."""
+    resolved = Path(target).resolve()
+    for root in snapshots:
+        if resolved.is_relative_to(Path(root).resolve()):
+            raise HtmlReportError(f"--html {target} is inside the snapshot {root}; analysis never writes into a snapshot: choose a path outside it")
+    if target.is_dir():
+        raise HtmlReportError(f"--html {target} is a directory; give a file name such as {target / 'report.html'}")
+    if not target.parent.is_dir():
+        raise HtmlReportError(f"--html {target}: directory {target.parent} does not exist; create it first")
 
 
 def _inputs(snap: Snapshot) -> tuple[str, ...]:
@@ -273,5 +281,5 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["CoverageLine", "HtmlReportError", "IndexLine", "ReviewPage", "StoreIndex", "charts", "input_coverage", "review_snapshot",
-           "signoff_commands", "store_index", "write_html"]
+__all__ = ["CoverageLine", "HtmlReportError", "IndexLine", "ReviewPage", "StoreIndex", "charts", "input_coverage", "check_target",
+           "review_snapshot", "signoff_commands", "store_index", "write_html"]

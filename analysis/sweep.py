@@ -22,6 +22,7 @@ from genrun.schemas.result import Result
 from genrun.schemas.sweep import SweepPlan, SweepResult
 from genrun.snapshot_dir import ArtifactError, SnapshotDir
 
+from ._check_integrity import PLANNED
 from ._check_signoffs import signoffs_finding
 from ._finding import Examined, Finding, Status
 from ._sweep_unlisted import unlisted_attempts
@@ -90,7 +91,8 @@ class SweepVerification(_Model):
     """The sweep directory as given."""
     sweep_id: str
     status: str
-    """`completed`, `interrupted`, or `unsealed` (still running, or its driver was killed: `genrun sweep resume`)."""
+    """`completed`, `interrupted`, `planned` (its driver never started: `genrun sweep execute`), or `unsealed` (still
+    running, or its driver was killed: `genrun sweep resume`)."""
     findings: tuple[Finding, ...]
     """Sweep-level checks."""
     items: tuple[ItemVerification, ...]
@@ -128,13 +130,15 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
     else:
         verified = [_verify_item_path(p, allowed_signers) for p in paths]
     items = tuple(_item(plan, result, index, v) for (index, _), v in zip(finals, verified))
-    findings = (_check_sealed(root, result), _check_manifest(root), _check_plan_digests(plan, result, store), _check_item_digests(result, store),
+    planned = result is None and _never_started(root, items)
+    findings = (_check_sealed(root, result, planned), _check_manifest(root, planned), _check_plan_digests(plan, result, store), _check_item_digests(result, store),
                 signoffs_finding(root, allowed_signers, name="sweep_signoffs"), _check_item_agreement(root, plan, result, store))
     own = Examined(files=sum(f.examined.files for f in findings))
     examined = Examined(files=own.files + sum(i.examined.files for i in items),
                         token_ids=sum(i.examined.token_ids for i in items),
                         progress_records=sum(i.examined.progress_records for i in items))
-    return SweepVerification(sweep=str(root), sweep_id=root.name, status=result.status if result else "unsealed", findings=findings,
+    return SweepVerification(sweep=str(root), sweep_id=root.name, status=result.status if result else "planned" if planned else "unsealed",
+                             findings=findings,
                              items=items, distribution=_distribution(items, result, plan), examined=examined)
 
 
@@ -228,20 +232,33 @@ def _read_result(root: Path) -> SweepResult | None:
     return SnapshotDir(root).read_optional(layout.SWEEP_RESULT, SweepResult)
 
 
-def _check_sealed(root: Path, result: SweepResult | None) -> Finding:
+def _never_started(root: Path, items: tuple[ItemVerification, ...]) -> bool:
+    """A planned sweep no driver has run: no attempt log, no driver holding its lock, no item run (not even by hand)."""
+    from .watch import flock_held
+
+    return (not (root / layout.SWEEP_PROGRESS).exists() and not (root / layout.MANIFEST).exists()
+            and flock_held(root / layout.SWEEP_PLAN) is False and all(i.status == "not_run" for i in items))
+
+
+def _check_sealed(root: Path, result: SweepResult | None, planned: bool) -> Finding:
     name = "sweep_sealed"
     sealed = (root / layout.MANIFEST).is_file()
     if sealed and result is not None:
         status: Status = "PASS" if result.status == "completed" else "WARN"
         return Finding(name=name, status=status, message=f"sealed; the sweep {result.status}", evidence={"status": result.status},
                        examined=Examined(files=2))
+    if planned:  # as a planned snapshot: not a failure, its frozen part (the item plans) is checked below
+        return Finding(name=name, status="PASS", message=f"{PLANNED}: the item plans are checked below; run it with "
+                       f"'genrun sweep execute {root}'", evidence={"planned": True}, examined=Examined(files=2))
     return Finding(name=name, status="FAIL", message="not sealed: the sweep is still running or its driver was killed; "
                    f"finish it with 'genrun sweep resume {root}'", evidence={"sealed": sealed}, examined=Examined(files=2))
 
 
-def _check_manifest(root: Path) -> Finding:
+def _check_manifest(root: Path, planned: bool) -> Finding:
     name = "sweep_manifest"
     manifest = root / layout.MANIFEST
+    if planned:
+        return Finding(name=name, status="SKIP", message=f"{PLANNED}: the sweep is sealed when its items have run")
     if not manifest.is_file():
         return Finding(name=name, status="FAIL", message=f"no {layout.MANIFEST}: the sweep's files are not protected")
     try:

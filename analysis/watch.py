@@ -159,14 +159,19 @@ def writer_liveness(progress: Path) -> Liveness:
 
 
 def execution_lock_held(snapshot: Path) -> bool | None:
-    """Whether a process holds the executor's flock on `frozen-sha256.txt` (taken before the weights load).
+    """Whether a process holds the executor's flock on `frozen-sha256.txt` (taken before the weights load)."""
+    return flock_held(snapshot / layout.FROZEN_MANIFEST)
+
+
+def flock_held(path: Path) -> bool | None:
+    """Whether any process holds a flock on `path` (the executor's on `frozen-sha256.txt`, a sweep driver's on `sweep-plan.json`).
 
     Read from /proc/locks rather than probed with a lock of our own: a probe, however short, could
-    make a starting `genrun execute` refuse as "already being executed". None where /proc/locks is absent.
+    make a starting `genrun execute` (or `sweep execute`) refuse as "already being executed". None where /proc/locks is absent.
     """
     try:
-        inode = str(os.stat(snapshot / layout.FROZEN_MANIFEST).st_ino)
-        device = os.stat(snapshot / layout.FROZEN_MANIFEST).st_dev
+        stat = os.stat(path)
+        inode, device = str(stat.st_ino), stat.st_dev
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:

@@ -100,6 +100,23 @@ def test_report_explains_a_finished_run(snapshots) -> None:
     assert re.search(r"tokens generated\s+[▁▂▃▄▅▆▇█]+", out)   # terminal chart
 
 
+def test_report_says_it_did_not_check_the_seal_and_shows_the_signoffs(snapshots, tmp_path: Path) -> None:
+    """report never hashes (verify does): an output edited after the seal still reads `succeeded`, so the summary says the
+    files were not checked and names `genrun verify`; the sign-offs are one line under it, as `ls` shows them."""
+    copy = copy_snapshot(snapshots.get("eos"), tmp_path)
+    assert run_genrun("signoff", copy, "--decision", "accept", "--by", "owner@example.com").returncode == 0
+    edit_bytes(copy, "outputs/sequence_0.txt", lambda b: b + b" edited after sealing")
+    proc = run_genrun("report", copy, env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("succeeded")
+    assert lines[2] == f"files not checked against the seal: run 'genrun verify {copy.name}'"
+    assert re.fullmatch(r"sign-offs: accept \S+ \(owner@example\.com\)", lines[3]), lines[3]
+    assert run_genrun("verify", copy).returncode == 1  # what the line points to does catch it
+    fresh = run_genrun("report", snapshots.killed(), env={"COLUMNS": "200"}).stdout.splitlines()
+    assert "files not checked against the seal" not in " ".join(fresh) and fresh[2] == "sign-offs: no sign-offs"  # unsealed: no seal
+
+
 def test_report_of_a_killed_run_says_how_far_it_got(snapshots) -> None:
     proc = run_genrun("report", snapshots.killed(), env={"COLUMNS": "160"})
     assert proc.returncode == 0, proc.stderr

@@ -103,6 +103,8 @@ def test_succeeded_snapshot_reads_well(snapshots, browser, tmp_path: Path) -> No
         assert visible_text(opened, "tr.finding-FAIL") == []
         commands = visible_text(opened, "pre.command")
         assert commands[0] == f"genrun signoff {snapshots.get('eos')} --decision accept"
+        note = opened.page.locator("#signoff ~ p").first.inner_text()  # under the digest table, so it points up
+        assert "digest shown above" in note and "below" not in note, note
         body = opened.page.locator("body").inner_text()
         for words in ("max_new_tokens", "request", "tokens/s per row", "MiB", "time since the run started (s)", "Budget vs actual",
                       "Timings", "plan digest", "snapshot digest"):
@@ -194,6 +196,33 @@ def test_batch_names_per_row_and_summed_rates(snapshots, browser, tmp_path: Path
         opened.close()
 
 
+@pytest.fixture(scope="module")
+def ddim_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real diffusers snapshot: the bundled tiny DDIM pipeline, 2 steps, through `genrun run`."""
+    from _diffusion_helpers import TINY_DDIM, diffusion_request, only_snapshot
+
+    work = tmp_path_factory.mktemp("ddim")
+    request = work / "ddim.toml"
+    request.write_text(diffusion_request(TINY_DDIM, name="ddim", steps=2))
+    assert main(["run", str(request), "--store", str(work / "store")]) == 0
+    return only_snapshot(work / "store")
+
+
+def test_diffusers_snapshot_shows_its_pipeline_call(ddim_snapshot: Path, browser, tmp_path: Path) -> None:
+    """A diffusers snapshot's page: the pipeline call (a typed record, not a dict) as a table, the step count as the unit."""
+    html = write_page(ddim_snapshot, tmp_path / "ddim.html")
+    opened = Opened(browser, html)
+    try:
+        assert_renders(opened, html)
+        assert visible_text(opened, ".stop-reason") == ["completed"]
+        pipeline = opened.page.locator("#pipeline").locator("xpath=following-sibling::table[1]").inner_text()
+        assert re.search(r"pipeline_class\s+DDIMPipeline", pipeline) and re.search(r"num_inference_steps\s+2", pipeline), pipeline
+        assert "schema_version" not in pipeline
+        assert "2 steps" in opened.page.locator("#headline").inner_text()
+    finally:
+        opened.close()
+
+
 # -- escaping -----------------------------------------------------------------------------------------------------
 
 
@@ -248,6 +277,21 @@ def test_store_index_one_line_per_snapshot(snapshots, browser, tmp_path: Path) -
         opened.close()
 
 
+def test_store_index_defaults_to_the_store_every_command_uses(snapshots, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
+    """`report --html FILE` without SNAPSHOT or --store: the index of $GENRUN_STORE, else of ./snapshots."""
+    from genrun.runner.store import STORE_ENV
+
+    from_env = copy_snapshot(snapshots.get("eos"), tmp_path / "env-store")
+    in_cwd = copy_snapshot(snapshots.get("budget"), tmp_path / "work" / "snapshots")
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "env-store"))
+    assert main(["report", "--html", str(tmp_path / "env.html")]) == 0
+    monkeypatch.delenv(STORE_ENV)
+    assert main(["report", "--html", str(tmp_path / "cwd.html")]) == 0
+    assert from_env.name in (tmp_path / "env.html").read_text() and in_cwd.name not in (tmp_path / "env.html").read_text()
+    assert in_cwd.name in (tmp_path / "cwd.html").read_text() and from_env.name not in (tmp_path / "cwd.html").read_text()
+
+
 def test_store_index_of_a_big_store_is_paged_and_links_every_snapshot(browser, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
     from _store_helpers import make_run
 
@@ -277,6 +321,74 @@ def test_store_index_of_a_big_store_is_paged_and_links_every_snapshot(browser, t
         opened.close()
     assert set(seen) == {p.name for p in made}  # every snapshot, once, linked to its directory (no review pages written)
     assert all((html.parent / href).resolve() == (store / name).resolve() and href.endswith("/") for name, href in seen.items())
+
+
+def test_store_pages_mark_a_snapshot_whose_page_cannot_be_made(snapshots, ddim_snapshot: Path, browser, tmp_path: Path,  # noqa: F811
+                                                                  monkeypatch, capsys) -> None:
+    """A renderer bug that trips on one kind of snapshot (as the diffusers page once did) costs that snapshot's page only:
+    its line says why and names `genrun verify ID`; every other page and the index are written."""
+    from genrun.analysis import _html_template
+
+    monkeypatch.setitem(_html_template._HELPERS, "record_rows", lambda record: record.items())  # the bug the diffusers page had
+    store = tmp_path / "store"
+    good, broken = copy_snapshot(snapshots.get("eos"), store), copy_snapshot(ddim_snapshot, store)
+    html = tmp_path / "site" / "index.html"
+    html.parent.mkdir()
+    assert main(["report", "--store", str(store), "--html", str(html), "--pages"]) == 0
+    assert "1 could not be made" in capsys.readouterr().err
+    assert sorted(p.name for p in html.parent.iterdir()) == ["index.html", "index.pages"]  # no temporary folder left behind
+    assert sorted(p.name for p in (html.parent / "index.pages").iterdir()) == [f"{good.name}.html"]
+    opened = Opened(browser, html)
+    try:
+        assert opened.errors == []
+        rows = {r.split()[0]: r for r in visible_text(opened, "tr.snapshot")}
+        assert set(rows) == {good.name, broken.name}
+        assert "review page not written (AttributeError" in rows[broken.name]
+        assert f"run 'genrun verify {broken.name}'" in rows[broken.name]
+        assert opened.page.locator(f"a:text-is('{broken.name}')").get_attribute("href").endswith(f"store/{broken.name}/")
+        assert re.search(r"succeeded\s+yes\s+eos\s+\d+\s+0\s+no sign-offs", rows[good.name]), rows[good.name]
+    finally:
+        opened.close()
+
+
+def test_store_site_is_replaced_whole_or_left_as_it_was(snapshots, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
+    """A site that fails part-way (here: the disk fills on the second review page) leaves what was there before: no site
+    at all the first time, the previous site unchanged later; never a half-filled `index.pages/` or a temporary folder."""
+    import errno
+
+    from genrun.analysis import html_report
+
+    store = tmp_path / "store"
+    first = copy_snapshot(snapshots.get("eos"), store)
+    copy_snapshot(snapshots.get("budget"), store)
+    html = tmp_path / "site" / "index.html"
+    html.parent.mkdir()
+    real_write, writes = html_report.write_html, []
+
+    def filling_disk(text: str, target: Path, forbidden_roots=()) -> Path:
+        writes.append(target)
+        if len(writes) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        return real_write(text, target, forbidden_roots)
+
+    def site() -> dict[Path, bytes]:
+        return {p.relative_to(html.parent): p.read_bytes() for p in html.parent.rglob("*") if p.is_file()}
+
+    monkeypatch.setattr(html_report, "write_html", filling_disk)
+    with pytest.raises(OSError, match="No space left"):
+        main(["report", "--store", str(store), "--html", str(html), "--pages"])
+    assert list(html.parent.iterdir()) == []
+
+    monkeypatch.setattr(html_report, "write_html", real_write)
+    assert main(["report", "--store", str(store), "--html", str(html), "--pages"]) == 0
+    before = site()
+    assert main(["signoff", str(first), "--decision", "accept", "--by", "owner@example.com"]) == 0  # its page would change
+    writes.clear()
+    monkeypatch.setattr(html_report, "write_html", filling_disk)
+    with pytest.raises(OSError, match="No space left"):
+        main(["report", "--store", str(store), "--html", str(html), "--pages"])
+    assert site() == before
+    assert sorted(p.name for p in html.parent.iterdir()) == ["index.html", "index.pages"]
 
 
 def test_pages_leave_snapshots_untouched_and_never_import_torch(snapshots, tmp_path: Path) -> None:  # noqa: F811
@@ -310,15 +422,18 @@ def test_refuses_to_write_inside_the_snapshot(snapshots, tmp_path: Path, capsys)
 
 
 @pytest.mark.parametrize("argv, message, code", [  # 2: a usage error, found before any snapshot is read; 1: about the snapshot or the file
-    (["--store", "{store}"], "for an index page of the store use --store DIR --html FILE", 2),
-    (["--html", "{out}"], "--html needs SNAPSHOT", 2),
+    (["--store", "{store}"], "for an index page of the store use --html FILE", 2),
+    (["--html", "{out}"], "store snapshots does not exist yet (the default: neither --store nor $GENRUN_STORE is set)", 1),  # cwd: tmp_path
     (["no-such-id", "--store", "{store}", "--html", "{out}"], "is neither a directory nor the id", 1),  # --store: where ids are looked up
     (["{snapshot}", "--html", "{out}", "--json"], "cannot be combined", 2),
     (["{snapshot}", "--html", "{missing}/x.html"], "does not exist; create it first", 1),
+    (["--store", "{store}", "--html", "{store}", "--pages"], "is a directory; give a file name", 1),  # refused before any page
 ])
-def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, argv, message, code) -> None:  # noqa: F811
+def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, monkeypatch, argv, message, code) -> None:  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENRUN_STORE", raising=False)
     values = {"store": str(tmp_path), "out": str(tmp_path / "o.html"), "snapshot": str(snapshots.get("eos")),
               "missing": str(tmp_path / "nope")}
     assert main(["report", *(a.format(**values) for a in argv)]) == code
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "o.html").exists()
+    assert not (tmp_path / "o.html").exists() and not [p for p in tmp_path.parent.iterdir() if p.name.endswith(".pages")]

@@ -53,6 +53,35 @@ def test_plan_freezes_every_item_and_the_sweep(tmp_path: Path) -> None:
     assert not (sweep_dir / "manifest-sha256.txt").exists()  # planned, not run
 
 
+def test_a_planned_sweep_verifies_as_planned_not_executed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Like a planned snapshot: exit 0, 'planned, not executed', `genrun sweep execute` as the next step. A driver holding
+    the sweep's lock (started, nothing logged yet) makes it a sweep in progress again: FAIL, with the resume hint."""
+    import fcntl
+    import json
+
+    store = tmp_path / "store"
+    assert main(["sweep", "plan", str(write_sweep(tmp_path, rows=ROWS)), "--store", str(store)]) == 0
+    sweep_dir = only_sweep(store)
+    capsys.readouterr()
+    assert main(["verify", str(sweep_dir), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    sealed = next(f for f in document["findings"] if f["name"] == "sweep_sealed")
+    assert document["status"] == "planned" and document["exit_code"] == 0
+    assert sealed["status"] == "PASS" and sealed["message"].startswith("planned, not executed")
+    assert f"'genrun sweep execute {sweep_dir}'" in sealed["message"]
+    assert main(["verify", str(sweep_dir)]) == 0
+    assert "(planned)" in capsys.readouterr().out
+    assert main(["report", str(sweep_dir), "--html", str(tmp_path / "sweep.html")]) == 0  # its page names the same next step
+    assert f"planned, not executed: run it with &#39;genrun sweep execute {sweep_dir}&#39;" in (tmp_path / "sweep.html").read_text()
+
+    with open(sweep_dir / "sweep-plan.json", "rb") as plan:  # what a starting `genrun sweep execute` holds
+        fcntl.flock(plan, fcntl.LOCK_EX)
+        assert main(["verify", str(sweep_dir), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    sealed = next(f for f in document["findings"] if f["name"] == "sweep_sealed")
+    assert document["status"] == "unsealed" and sealed["status"] == "FAIL" and "genrun sweep resume" in sealed["message"]
+
+
 def test_bad_dataset_line_refuses_the_whole_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = [{"input.prompt": f"count down from {n} :"} for n in range(1, 12)]
     rows[8] = {"input.prompt": "count down from 9 :", "generation.max_new_tokens": "many"}

@@ -7,6 +7,8 @@ snapshot); `--pages` writes each snapshot's review page, which verifies it, and 
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +24,15 @@ class Written(NamedTuple):
     index_pages: list[Path]
     review_pages: int
     snapshots: int
+    page_errors: int
+    """Snapshots whose review page could not be made (each an entry on the index saying why)."""
+
+
+class _Reviews(NamedTuple):
+    counts: dict[str, tuple[int, int]]
+    """(warnings, failed) of each snapshot whose review page was written, by id."""
+    errors: dict[str, str]
+    """Why a snapshot's review page could not be made, and the fix, by id."""
 
 
 def page_file(html: Path, number: int) -> Path:
@@ -34,39 +45,63 @@ def review_dir(html: Path) -> Path:
 
 
 def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, reviews: bool) -> Written:
-    """Write the index pages (and with `reviews`, every snapshot's review page first); `HtmlReportError` where it cannot."""
-    from genrun.analysis import render_index_html
-    from genrun.analysis.html_report import HtmlReportError, IndexLine, StoreIndex, write_html
+    """Write the index pages (and with `reviews`, every snapshot's review page first); `HtmlReportError` where it cannot.
 
-    if not html.parent.is_dir():  # before listing 100,000 snapshots, not after (write_html says the same)
-        raise HtmlReportError(f"--html {html}: directory {html.parent} does not exist; create it first")
+    The review pages are written into a temporary folder beside FILE and renamed to `<stem>.pages/` only once every one
+    is written, and the index pages are rendered before any is written: an interrupted or failed run leaves the previous
+    site (or none), never a half-written one. A snapshot whose page fails is an entry saying why, never the end of the site.
+    """
+    from genrun.analysis.html_report import check_target, write_html
+
+    check_target(html)  # before listing 100,000 snapshots, not after
     listing = list_store(store, allowed_signers)
     for note in listing.notes:
         stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     snapshot_dirs = _snapshot_holding(html, store, {row.id for row in listing.rows})
-    counts = _write_reviews(listing.rows, store, html, allowed_signers, snapshot_dirs) if reviews else {}
+    check_target(html, snapshot_dirs)  # before the review pages are written beside FILE
     pages_dir = review_dir(html)
+    staged = Path(tempfile.mkdtemp(prefix=f".{pages_dir.name}.", dir=html.parent)) if reviews else None
+    try:
+        outcome = _write_reviews(listing.rows, store, staged, allowed_signers) if staged is not None else _Reviews({}, {})
+        # with --pages: the pages just written; without: whatever an earlier --pages left (one listing, not 100,000 stats)
+        reviewed = {f"{i}.html" for i in outcome.counts} if reviews else set(os.listdir(pages_dir)) if pages_dir.is_dir() else set()
+        rendered = _render_index(listing.rows, store, html, reviewed, outcome, verified=reviews)
+        if staged is not None:
+            _publish(staged, pages_dir)
+            staged = None
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+    written = [write_html(text, page_file(html, number), forbidden_roots=snapshot_dirs) for number, text in enumerate(rendered, start=1)]
+    for ident, error in outcome.errors.items():
+        stderr_console.print(f"note: {ident}: {error}", markup=False, highlight=False, soft_wrap=True)
+    return Written(written, len(outcome.counts), len(listing.rows), len(outcome.errors))
+
+
+def _render_index(rows: list[SnapshotRow], store: Path, html: Path, reviewed: set[str], outcome: _Reviews, *,
+                  verified: bool) -> list[str]:
+    """Every index page, rendered (nothing written yet); rows link to their review page when `reviewed` holds it."""
+    from genrun.analysis import render_index_html
+    from genrun.analysis.html_report import IndexLine, StoreIndex
+
     here = html.parent.resolve()
-    to_store, to_pages = os.path.relpath(store.resolve(), here), os.path.relpath(pages_dir.resolve(), here)
-    reviewed = set(os.listdir(pages_dir)) if pages_dir.is_dir() else set()  # one listing, not 100,000 stats
+    to_store, to_pages = os.path.relpath(store.resolve(), here), os.path.relpath(review_dir(html).resolve(), here)
     lines = []
-    for row in listing.rows:
+    for row in rows:
         href = f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/"
-        warnings, failed = counts.get(row.id, (None, None))
+        warnings, failed = outcome.counts.get(row.id, (None, None))
         items = _sweep_items(row)
         lines.append(IndexLine(id=row.id, state=row.state.removeprefix("sweep ") if items else row.state, sealed=row.sealed,
                                stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
                                signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs", href=href, sweep=row.sweep,
-                               sweep_items=items))
+                               sweep_items=items, page_error=outcome.errors.get(row.id)))
     chunks = [lines[i:i + PAGE_SIZE] for i in range(0, len(lines), PAGE_SIZE)] or [[]]
     labels = tuple((f"{i * PAGE_SIZE + 1}–{i * PAGE_SIZE + len(chunk)}", page_file(html, i + 1).name) for i, chunk in enumerate(chunks))
-    unverified_note = None if reviews else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
-    written = []
-    for number, chunk in enumerate(chunks, start=1):
-        page = StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
-                          first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number, note=unverified_note)
-        written.append(write_html(render_index_html(page), page_file(html, number), forbidden_roots=snapshot_dirs))
-    return Written(written, len(counts), len(lines))
+    unverified_note = None if verified else "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
+    return [render_index_html(StoreIndex(store=str(store), snapshots=tuple(chunk), total=len(lines) if len(chunks) > 1 else None,
+                                         first=(number - 1) * PAGE_SIZE + 1, pages=labels if len(chunks) > 1 else (), page=number,
+                                         note=unverified_note))
+            for number, chunk in enumerate(chunks, start=1)]
 
 
 def _snapshot_holding(html: Path, store: Path, ids: set[str]) -> list[Path]:
@@ -92,24 +127,36 @@ def _reasons(row: SnapshotRow) -> tuple[str, ...]:
     return () if row.stop_reasons == "-" else tuple(row.stop_reasons.split(", "))
 
 
-def _write_reviews(rows: list[SnapshotRow], store: Path, html: Path, allowed_signers: Path | None,
-                   snapshot_dirs: list[Path]) -> dict[str, tuple[int, int]]:
-    """Each snapshot's review page (verifying it) into `<stem>.pages/`; (warnings, failed) by id."""
+def _write_reviews(rows: list[SnapshotRow], store: Path, pages_dir: Path, allowed_signers: Path | None) -> _Reviews:
+    """Each snapshot's review page (verifying it) into `pages_dir` (a fresh folder, never inside a snapshot)."""
     from genrun.analysis import SnapshotNotFound, render_review_html
     from genrun.analysis.html_report import review_snapshot, write_html
 
-    pages_dir = review_dir(html)
-    pages_dir.mkdir(exist_ok=True)
-    counts = {}
+    outcome = _Reviews({}, {})
     for row in rows:
         if row.members is not None:  # a sweep: `genrun verify SWEEP` judges its items
             continue
         try:
             page = review_snapshot(store / row.id, allowed_signers)
+            text = render_review_html(page)
         except SnapshotNotFound:  # removed while the pages were written
             continue
-        except Exception:  # noqa: BLE001 - one hostile snapshot costs its own page (its row links to its folder), never the others'
+        except Exception as exc:  # noqa: BLE001 - one snapshot that cannot be shown costs its own page, never the others'
+            outcome.errors[row.id] = (f"review page not written ({type(exc).__name__}: {exc}); "
+                                      f"run 'genrun verify {row.id}' to see what is wrong with it")
             continue
-        write_html(render_review_html(page), pages_dir / f"{row.id}.html", forbidden_roots=snapshot_dirs)
-        counts[row.id] = (page.verification.summary.warnings, page.verification.summary.failed)
-    return counts
+        write_html(text, pages_dir / f"{row.id}.html")  # a failed write (disk full) stops the site: nothing is published
+        outcome.counts[row.id] = (page.verification.summary.warnings, page.verification.summary.failed)
+    return outcome
+
+
+def _publish(staged: Path, pages_dir: Path) -> None:
+    """Put the complete new review pages where the index links them, replacing the previous ones by renames."""
+    staged.chmod(0o755)  # mkdtemp makes it private; the pages are for readers of the site
+    if not pages_dir.exists():
+        os.rename(staged, pages_dir)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{pages_dir.name}.old.", dir=pages_dir.parent))
+    os.rename(pages_dir, retired / pages_dir.name)
+    os.rename(staged, pages_dir)
+    shutil.rmtree(retired, ignore_errors=True)

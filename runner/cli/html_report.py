@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--html`, `--store` and `--allowed-signers` on `genrun report`."""
     parser.add_argument("--html", type=Path, metavar="FILE",
                         help="write one self-contained HTML page (inline CSS and SVG, no scripts, no network) for review before signoff")
-    add_store(parser, "the store a snapshot id is looked up in; with --html and no SNAPSHOT: an index page of every snapshot in DIR")
+    add_store(parser, "the store a snapshot id is looked up in; with --html and no SNAPSHOT: an index page of every snapshot in it")
     add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.add_argument("--pages", action="store_true",
                         help="with --store: also write every snapshot's review page (verifying each: slow on a big store) "
@@ -29,8 +29,6 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.json or args.plot is not None:
         raise UsageError("--html cannot be combined with --json or --plot; run 'genrun report' once per output")
-    if args.snapshot is None and args.store is None:
-        raise UsageError("--html needs SNAPSHOT (a review page) or --store DIR (an index page)")
     if args.snapshot is not None:
         path, is_sweep = resolve_target(args.snapshot, args.store)
         if is_sweep:
@@ -74,7 +72,7 @@ def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
     return 0
 
 
-def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
+def _index_page(store: str | None, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
     from genrun.analysis.html_report import HtmlReportError
     from genrun.runner.errors import GenrunError, StoreError
     from genrun.runner.store import locate_store, missing_store
@@ -92,5 +90,7 @@ def _index_page(store: str, html: Path, allowed_signers: Path | None, reviews: b
         raise GenrunError(str(exc)) from None
     pages = f"{len(written.index_pages)} index pages: {written.index_pages[0]} …" if len(written.index_pages) > 1 else str(written.index_pages[0])
     reviewed = f", {written.review_pages} review pages" if reviews else ""
+    if written.page_errors:
+        reviewed += f", {written.page_errors} could not be made (marked on the index; 'genrun verify ID' says why)"
     stderr_console.print(f"wrote {pages} ({written.snapshots} snapshots{reviewed})", markup=False, highlight=False, soft_wrap=True)
     return 0

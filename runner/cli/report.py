@@ -20,14 +20,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "  wrote /tmp/tiny.png\n\n"
             "example: genrun report snapshots/20261129T101500Z-tiny-3fa2c1 --html /tmp/review.html\n"
             "  wrote /tmp/review.html (succeeded: 13 tokens in 0.41 s; stopped by eos; N checks: 0 failed, 1 warnings)\n"
-            "example: genrun report --store snapshots --html /tmp/index.html\n"
+            "example: genrun report --html /tmp/index.html        (the store: --store DIR, else $GENRUN_STORE, else ./snapshots)\n"
             "  wrote /tmp/index.html (12 snapshots)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT", nargs="?",
                         help="snapshot directory, id, or unique id prefix in the store; a sweep (by path or id) is reported as a sweep "
-                             "(omit with --store DIR --html FILE: an index page)")
+                             "(omit it with --html FILE: an index page of the store)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also write throughput and memory over time as a PNG (needs matplotlib: pip install 'genrun[plot]', or pip install -e '.[plot]' in a checkout)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document on stdout")
@@ -39,11 +39,12 @@ def handle(args: argparse.Namespace) -> int:
     if args.html is not None:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
+    from genrun.analysis.signoffs import evaluate_signoffs, summarize_signoffs
     from genrun.runner.errors import GenrunError, SnapshotError, UsageError
 
     if args.snapshot is None:
         raise UsageError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
-                          "for an index page of the store use --store DIR --html FILE")
+                         "for an index page of the store use --html FILE (with --store DIR for another store)")
 
     from ._target import resolve_target
     from .sweep_verify import handle_sweep_report
@@ -66,7 +67,7 @@ def handle(args: argparse.Namespace) -> int:
             document["plot"] = str(written)
         print_json(document)
     else:
-        render_report(report, stdout_console)
+        render_report(report, stdout_console, signoffs=summarize_signoffs(evaluate_signoffs(path, args.allowed_signers)))
     if args.plot is not None:
         stderr_console.print(f"wrote {written}", markup=False, highlight=False)
     return 0
