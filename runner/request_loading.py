@@ -99,6 +99,10 @@ def length_limit_problems(generation: dict[str, Any]) -> list[str]:
 
 def _format_of(path: Path) -> str:
     fmt = layout.REQUEST_SOURCE_FORMATS.get(path.suffix.lower())
+    if fmt is None and path.is_dir():  # `genrun run examples`: a folder, whatever its name
+        toml = sorted(p.name for p in path.glob("*.toml"))[:3]
+        hint = f" (it holds {', '.join(toml)}{', ...' if len(toml) == 3 else ''})" if toml else ""
+        raise RequestError(f"request file {path} is a directory{hint}; give one .toml or .json request file in it")
     if fmt is None:
         raise RequestError(f"request file {path} has extension {path.suffix!r}; use a .toml or .json file")
     return fmt

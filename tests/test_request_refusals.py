@@ -288,3 +288,16 @@ def test_a_model_directory_too_large_for_a_model_is_refused_before_it_is_walked(
     assert f"[model] path '/' is the directory /, which holds more than {MAX_MODEL_ENTRIES:,} files and folders" in message, message
     assert walked == [], walked
     assert store_content(store) == before
+
+
+def test_a_folder_given_as_the_request_is_named_as_a_folder(tmp_path: Path, tiny_lm: Path) -> None:
+    """`genrun plan examples`: "is a directory", with the requests it holds, not "has extension ''"."""
+    folder = tmp_path / "requests"
+    folder.mkdir()
+    write_request(folder, tiny_request(tiny_lm))
+    (request,) = folder.iterdir()
+    store = tmp_path / "store"
+    proc = run_cli("plan", folder, "--store", store)
+    assert proc.returncode == 2, proc.stderr
+    assert f"request file {folder} is a directory (it holds {request.name}); give one .toml or .json request file in it" in proc.stderr
+    assert "has extension" not in proc.stderr and not store.exists()
