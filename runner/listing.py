@@ -23,7 +23,7 @@ from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, r
 UNREADABLE = "unreadable"
 """The state of a row whose snapshot cannot be described at all."""
 SWEEP_STATE = "sweep"
-"""A sweep's row shows `sweep <status>` (`sweep completed`, `sweep (unsealed)`)."""
+"""A sweep's row shows `sweep <status>` (`sweep completed`, `sweep planned`, `sweep (unsealed)`)."""
 ROW_STATES = (*get_args(RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
 """Every state a row can show (a sweep's as `sweep`): the vocabulary `genrun ls --state` accepts."""
 
@@ -274,12 +274,18 @@ def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None, se
     summary, signers = _signoffs(snapshot, allowed_signers)
     return SnapshotRow(
         id=snapshot.name,
-        state=f"{SWEEP_STATE} {result['status']}" if result else f"{SWEEP_STATE} (unsealed)",
+        state=f"{SWEEP_STATE} {result['status']}" if result else f"{SWEEP_STATE} {_unsealed_sweep_state(snapshot)}",
         sealed=sealed,
         generated=None,
         stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",
         signoffs=summary, signers=signers, members=tuple(dict.fromkeys(ids)),
     )
+
+
+def _unsealed_sweep_state(sweep: Path) -> str:
+    """`planned` while no driver has started it (a driver's first write is the attempt log; verify also asks the lock and
+    the items), else `(unsealed)`: running, or its driver was killed."""
+    return "(unsealed)" if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else layout.SnapshotState.PLANNED.value
 
 
 def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:

@@ -73,6 +73,11 @@ def test_a_planned_sweep_verifies_as_planned_not_executed(tmp_path: Path, capsys
     assert "(planned)" in capsys.readouterr().out
     assert main(["report", str(sweep_dir), "--html", str(tmp_path / "sweep.html")]) == 0  # its page names the same next step
     assert f"planned, not executed: run it with &#39;genrun sweep execute {sweep_dir}&#39;" in (tmp_path / "sweep.html").read_text()
+    assert main(["ls", "--store", str(store), "--json"]) == 0  # and ls lists it as planned, found by --state planned
+    rows = {row["id"]: row["state"] for row in json.loads(capsys.readouterr().out)["snapshots"]}
+    assert rows[sweep_dir.name] == "sweep planned"
+    assert main(["ls", "--store", str(store), "--state", "planned", "--json"]) == 0
+    assert sweep_dir.name in {row["id"] for row in json.loads(capsys.readouterr().out)["snapshots"]}
 
     with open(sweep_dir / "sweep-plan.json", "rb") as plan:  # what a starting `genrun sweep execute` holds
         fcntl.flock(plan, fcntl.LOCK_EX)
