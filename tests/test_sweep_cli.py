@@ -5,6 +5,7 @@ A planned sweep is named as every other command names a snapshot: a directory, a
 prefix in the store; run-only commands given a sweep name the command that lists its items.
 """
 
+import json
 import shlex
 from pathlib import Path
 from typing import NamedTuple
@@ -91,3 +92,14 @@ def test_failed_and_lost_items_are_listed_as_words_not_python_lists(executed: Ex
     shown = run_cli(command, executed.sweep, env={"COLUMNS": "200"})
     assert f"lost attempts (kept as incomplete snapshots): 0; failed items: {FAILED}; lost items: none" in shown.stdout, shown.stdout
     assert "[]" not in shown.stdout
+
+
+def test_report_plot_of_a_sweep_is_written_and_said_as_a_runs_is(executed: Executed, tmp_path: Path) -> None:
+    """`report SWEEP --plot FILE`: a real PNG, `wrote FILE` on stderr as for one run, and its path in the JSON."""
+    plot = tmp_path / "sweep.png"
+    shown = run_cli("report", executed.sweep, "--plot", plot)
+    assert shown.returncode == 0, shown.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG") and f"wrote {plot}" in shown.stderr and "plot written to" not in shown.stdout
+    plot.unlink()
+    as_json = run_cli("report", executed.sweep, "--plot", plot, "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["plot"] == str(plot) and plot.is_file(), as_json.stderr

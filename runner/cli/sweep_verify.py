@@ -6,7 +6,7 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from ._output import print_json, stdout_console
+from ._output import print_json, stderr_console, stdout_console
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
@@ -44,11 +44,13 @@ def handle_sweep_report(args: argparse.Namespace, sweep: Path) -> int:
     if args.json:
         document = verification.model_dump(mode="json")
         document["summary_line"] = sweep_summary_line(verification)
+        if args.plot is not None:
+            document["plot"] = str(written)
         print_json(document)
     else:
         render_sweep(verification)
-        if args.plot is not None:
-            stdout_console.print(f"plot written to {written}", markup=False, highlight=False)
+    if args.plot is not None:  # as a run's report says it: on stderr, stdout stays the report (or the JSON)
+        stderr_console.print(f"wrote {written}", markup=False, highlight=False)
     return 0
 
 
