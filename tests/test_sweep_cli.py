@@ -103,3 +103,15 @@ def test_report_plot_of_a_sweep_is_written_and_said_as_a_runs_is(executed: Execu
     plot.unlink()
     as_json = run_cli("report", executed.sweep, "--plot", plot, "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["plot"] == str(plot) and plot.is_file(), as_json.stderr
+
+
+def test_items_needing_attention_keep_their_words_whole_at_80_columns(executed: Executed) -> None:
+    """At 80 columns the id stays whole and so do the status, the index and the headers (they were folded to 'FAI/L')."""
+    shown = run_cli("verify", executed.sweep, env={"COLUMNS": "80"})
+    table = shown.stdout.split("items needing attention", 1)[1]
+    failed = next(i for i in read(executed.sweep / "sweep-result.json")["items"] if i["status"] == "failed")
+    row = next(line for line in table.splitlines() if failed["attempts"][-1] in line)
+    assert "│ failed " in row, table
+    header = next(line for line in table.splitlines() if "item" in line and "status" in line)
+    assert all(f" {word} " in header for word in ("item", "status", "stop", "units", "WARN", "FAIL", "snapshot")), table
+    assert max(len(line) for line in table.splitlines() if line[:1] in "┏┃┡│└") <= 80, table  # the table fits; long lines of prose wrap

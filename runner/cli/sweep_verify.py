@@ -80,13 +80,16 @@ def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, 
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
     if attention:
         table = Table(title="items needing attention", title_justify="left")
-        for column in ("item", "status", "stop", "units", "WARN", "FAIL"):
-            table.add_column(column, overflow="fold")
-        # an id is what the user copies into the next command: never folded in half
-        table.add_column("snapshot", no_wrap=True, min_width=max(len(i.snapshot_id or "-") for i in attention))
-        for i in attention:
-            table.add_row(str(i.index), i.status, ",".join(i.stop_reasons) or "-", "-" if i.generated is None else str(i.generated),
-                          ",".join(i.warnings) or "-", ",".join(i.failures) or "-", i.snapshot_id or "-")
+        rows = [(str(i.index), i.status, ",".join(i.stop_reasons) or "-", "-" if i.generated is None else str(i.generated),
+                 ",".join(i.warnings) or "-", ",".join(i.failures) or "-", i.snapshot_id or "-") for i in attention]
+        # short words (index, status, count) and the id the user copies into the next command are never folded; the lists
+        # of stop reasons and check names fold, but never narrower than their header (at 80 columns "FAIL" became "FAI/L")
+        for n, column in enumerate(("item", "status", "stop", "units", "WARN", "FAIL", "snapshot")):
+            whole = column in ("item", "status", "units", "snapshot")
+            widest = max(len(row[n]) for row in rows) if whole else len(column)
+            table.add_column(column, no_wrap=whole, overflow="ellipsis" if whole else "fold", min_width=max(widest, len(column)))
+        for row in rows:
+            table.add_row(*row)
         stdout_console.print(table)
     stdout_console.print(sweep_summary_line(v), markup=False, highlight=False, soft_wrap=True)
 
