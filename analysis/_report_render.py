@@ -223,9 +223,10 @@ def _print_charts(report: Report, console: Console) -> None:
         "RSS MiB": [s.rss_bytes / 2**20 for s in samples if s.rss_bytes is not None],
         "CUDA alloc MiB": [s.cuda_allocated_bytes / 2**20 for s in samples if s.cuda_allocated_bytes is not None],
     }
+    width = max(len(label) for label in series)  # "frames/s per row (window)" is longer than any fixed pad: labels never touch the chart
     for label, values in series.items():
         if values:
-            console.print(Text(f"  {label:<22}") + Text(sparkline(values), style="cyan") + Text(f"  {min(values):,.1f} … {max(values):,.1f}"))
+            console.print(Text(f"  {label:<{width}}  ") + Text(sparkline(values), style="cyan") + Text(f"  {min(values):,.1f} … {max(values):,.1f}"))
 
 
 def sparkline(values: Sequence[float], width: int = SPARK_WIDTH) -> str:

@@ -98,6 +98,9 @@ def test_report_explains_a_finished_run(snapshots) -> None:
     assert "Timings: checks" in timings and "load" in timings and "first token" in timings and "decode" in timings and "= total" in timings
     assert "decoded: '39 38 37 36 35 34 33 32'" in out          # last tokens decoded
     assert re.search(r"tokens generated\s+[▁▂▃▄▅▆▇█]+", out)   # terminal chart
+    charts = [line for line in out.splitlines() if re.search(r"[▁▂▃▄▅▆▇█]{2}", line)]
+    assert charts and all(re.match(r"^  \S.*?\S {2,}[▁▂▃▄▅▆▇█]", line) for line in charts), charts  # a label never touches its chart
+    assert len({line.index(next(c for c in line if c in "▁▂▃▄▅▆▇█")) for line in charts}) == 1, charts  # the charts start in one column
 
 
 def test_report_says_it_did_not_check_the_seal_and_shows_the_signoffs(snapshots, tmp_path: Path) -> None:
