@@ -30,7 +30,7 @@ def render_diff(diff: SnapshotDiff, console: Console) -> None:
     _changes(console, "Result", diff.result)
     _sequences(console, diff)
     if diff.outputs is not None:
-        _fileset(console, "Outputs", diff.outputs)
+        _fileset(console, "Outputs", diff.outputs, plural=True)
     if diff.files is not None:
         _files(console, diff.files, diff.files_set_aside)
     for side, found in diff.unverified.items():
@@ -53,9 +53,9 @@ def _changes(console: Console, title: str, changes: Sequence[FieldChange]) -> No
     console.print(table)
 
 
-def _fileset(console: Console, title: str, change: FileSetChange) -> None:
+def _fileset(console: Console, title: str, change: FileSetChange, *, plural: bool = False) -> None:
     digests = f" {(change.digest_a or '—')[:12]}… → {(change.digest_b or '—')[:12]}…" if change.digest_a or change.digest_b else ""
-    console.print(Text(f"{title} differs:{digests}", style="bold yellow"))
+    console.print(Text(f"{title} {'differ' if plural else 'differs'}:{digests}", style="bold yellow"))
     for label, paths in (("changed", change.changed), ("only in A", change.removed), ("only in B", change.added)):
         if paths:
             shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
@@ -66,7 +66,7 @@ def _files(console: Console, files: FileSetChange, set_aside: dict[str, str]) ->
     """The files that make the snapshots differ, then (dim) those that differ as faithful reruns do, by reason."""
     counted = files.counted(set_aside)
     if counted is not None:
-        _fileset(console, "Files (bytes on disk)", counted)
+        _fileset(console, "Files (bytes on disk)", counted, plural=True)
     side = {**dict.fromkeys(files.removed, " (only in A)"), **dict.fromkeys(files.added, " (only in B)")}
     for reason in dict.fromkeys(set_aside.values()):
         shown = ", ".join(rel + side.get(rel, "") for rel, why in set_aside.items() if why == reason)

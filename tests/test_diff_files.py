@@ -88,7 +88,7 @@ def test_faithful_rerun_is_identical_and_shows_its_lineage_and_request_source_as
 
     code, out, _ = cli(capsys, "diff", sealed, child)
     out = " ".join(out.split())
-    assert code == 0 and out.endswith("identical (timings aside)") and "Files (bytes on disk) differs" not in out
+    assert code == 0 and out.endswith("identical (timings aside)") and "Files (bytes on disk) differ" not in out
     assert (f"Files {PROVENANCE_REASON}: {layout.LINEAGE} (only in B), {source_json} (only in B), {source_toml} (only in A)") in out
     assert f"Files {VOLATILE_REASON}: " in out and "Verdict: reproduced" in out
 
@@ -99,7 +99,9 @@ def test_rerun_with_a_change_differs(capsys, tmp_path: Path, sealed: Path) -> No
     assert document["identical"] is False
     assert [c["path"] for c in document["request"]] == ["generation.max_new_tokens"]
     assert layout.LINEAGE in document["files_set_aside"]  # still provenance: the change itself is what differs
-    assert cli(capsys, "diff", sealed, child)[1].rstrip().endswith("the snapshots differ")
+    shown = cli(capsys, "diff", sealed, child)[1]
+    assert shown.rstrip().endswith("the snapshots differ")
+    assert "Files (bytes on disk) differ:" in shown and "Files (bytes on disk) differs" not in shown, shown  # plural titles, plural verb
 
 
 def test_requests_differing_only_in_their_source_text_are_identical(capsys, tmp_path: Path, sealed: Path, tiny_lm: Path) -> None:
