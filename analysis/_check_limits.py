@@ -3,6 +3,7 @@
 from typing import Any
 
 from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop, layout
+from genrun.schemas.stop import ENDED_BY_EVENT
 from genrun.schemas.budget import describe_requested
 
 from ._context import CheckContext
@@ -33,7 +34,8 @@ def _config_of(snap: Snapshot, stop: SequenceStop) -> GenerationConfigBeforeGene
 def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
     """No EOS evidence and a count that is a power of two or a common default budget: WARN, unless the request's own limit explains it.
 
-    Explained means: the recorded reason is `max_new_tokens`/`max_length`, the count equals that
+    A row ended by a signal or an exception (`ENDED_BY_EVENT`) is explained by that event. Otherwise explained means:
+    the recorded reason is `max_new_tokens`/`max_length`, the count equals that
     limit as the call's effective config has it, and the user set it: its source (`limit_sources`)
     is the request, or an entry point that passed the request's own value through. A limit from the
     model's generation_config, a library default, an entry point's own number, `unknown` or any
@@ -53,8 +55,11 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
         has_eos = stop.reason == "eos" or (row.ids is not None and bool(eos_positions(row.ids, token_facts(stop).eos_token_ids)))
         if has_eos or not is_suspicious_count(count):
             continue
-        explanation = _request_limit_explains(snap, stop, count)
-        evidence[layout.sequence_name(row.index)] = {"count": count, "reason": stop.reason, "explained_by_request": explanation is not None}
+        by_event = stop.reason in ENDED_BY_EVENT
+        explanation = (f"where the run was {'interrupted' if stop.reason == 'interrupted' else 'ended by an exception'}, not a limit"
+                       if by_event else _request_limit_explains(snap, stop, count))
+        evidence[layout.sequence_name(row.index)] = {"count": count, "reason": stop.reason, "explained_by_event": by_event,
+                                                     "explained_by_request": explanation is not None and not by_event}
         if explanation is not None:
             notes.append(f"sequence {row.index}: {count} tokens is {_kind(count)} without EOS, but it is {explanation}")
         else:

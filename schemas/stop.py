@@ -51,6 +51,9 @@ STOP_REASON_MEANING: Mapping[str, str] = MappingProxyType({
 
 TERMINAL_REASONS: tuple[StopReason, ...] = ("completed", "interrupted", "exception")
 """Reasons that must agree with `result.json`'s status, whatever the backend."""
+ENDED_BY_EVENT: tuple[StopReason, ...] = ("interrupted", "exception")
+"""Reasons whose count is wherever a signal or a raise found the row: no limit is behind it (16 tokens when a signal
+lands is not a hidden cap)."""
 
 
 class ExceptionInfo(Strict):

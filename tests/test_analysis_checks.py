@@ -294,6 +294,26 @@ def test_power_of_two_or_common_budget_without_eos_warns(snapshots, variant: str
     assert f"suspected hidden cap: sequence 0 stopped at {count} tokens" in found.message and origin in found.message
 
 
+@pytest.mark.parametrize("ended_by", ["interrupted", "exception"])
+def test_a_row_a_signal_or_a_raise_ended_at_a_power_of_two_is_no_hidden_cap(snapshots, tmp_path: Path, ended_by: str) -> None:
+    """16 tokens is where the signal (or the engine's death) found the row: the event explains the count, no limit does."""
+    copy = copy_snapshot(snapshots.get("model_cap"), tmp_path)  # 16 tokens without EOS: a WARN as recorded
+    evidence = {"reason": "interrupted", "signal": "SIGINT"} if ended_by == "interrupted" else {"reason": "exception", "type": "EngineDeadError"}
+
+    def ended(stop: dict) -> None:
+        stop["sequences"][0].update(reason=ended_by, evidence=evidence)
+        if ended_by == "exception":
+            stop["sequences"][0]["exception"] = {"type": "vllm.v1.engine.exceptions.EngineDeadError", "message": "engine core died",
+                                                 "traceback": ""}
+
+    edit_json(copy, layout.STOP, ended)
+    found = check(copy, "hidden_cap")
+    assert found.status == "PASS", found.message
+    word = "interrupted" if ended_by == "interrupted" else "ended by an exception"
+    assert f"16 tokens is a power of two without EOS, but it is where the run was {word}, not a limit" in found.message
+    assert found.evidence["sequence_0"] == {"count": 16, "reason": ended_by, "explained_by_event": True, "explained_by_request": False}
+
+
 def test_eos_at_any_count_is_no_hidden_cap(snapshots) -> None:
     assert check(snapshots.get("eos"), "hidden_cap").status == "PASS"
 
