@@ -69,5 +69,5 @@ def handle(args: argparse.Namespace) -> int:
     else:
         render_report(report, stdout_console, signoffs=summarize_signoffs(evaluate_signoffs(path, args.allowed_signers)))
     if args.plot is not None:
-        stderr_console.print(f"wrote {written}", markup=False, highlight=False)
+        stderr_console.print(f"wrote {written}", markup=False, highlight=False, soft_wrap=True)
     return 0

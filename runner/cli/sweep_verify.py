@@ -50,7 +50,7 @@ def handle_sweep_report(args: argparse.Namespace, sweep: Path) -> int:
     else:
         render_sweep(verification)
     if args.plot is not None:  # as a run's report says it: on stderr, stdout stays the report (or the JSON)
-        stderr_console.print(f"wrote {written}", markup=False, highlight=False)
+        stderr_console.print(f"wrote {written}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -79,18 +79,22 @@ def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, 
                          f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False)
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
     if attention:
-        table = Table(title="items needing attention", title_justify="left")
+        columns = ("item", "status", "stop", "units", "WARN", "FAIL", "snapshot")
         rows = [(str(i.index), i.status, ",".join(i.stop_reasons) or "-", "-" if i.generated is None else str(i.generated),
                  ",".join(i.warnings) or "-", ",".join(i.failures) or "-", i.snapshot_id or "-") for i in attention]
-        # short words (index, status, count) and the id the user copies into the next command are never folded; the lists
-        # of stop reasons and check names fold, but never narrower than their header (at 80 columns "FAIL" became "FAI/L")
-        for n, column in enumerate(("item", "status", "stop", "units", "WARN", "FAIL", "snapshot")):
-            whole = column in ("item", "status", "units", "snapshot")
-            widest = max(len(row[n]) for row in rows) if whole else len(column)
-            table.add_column(column, no_wrap=whole, overflow="ellipsis" if whole else "fold", min_width=max(widest, len(column)))
-        for row in rows:
-            table.add_row(*row)
-        stdout_console.print(table)
+        widths = [max(len(column), *(len(row[n]) for row in rows)) for n, column in enumerate(columns)]
+        if sum(widths) + 3 * len(columns) + 1 <= stdout_console.width:  # the table, when every cell fits whole
+            table = Table(title="items needing attention", title_justify="left")
+            for column in columns:
+                table.add_column(column, no_wrap=True)
+            for row in rows:
+                table.add_row(*row)
+            stdout_console.print(table)
+        else:  # narrower: one item per line, nothing folded (a table this narrow cut ids and words in half)
+            stdout_console.print("items needing attention:", markup=False, highlight=False)
+            for index, status, stop, units, warns, fails, snapshot in rows:
+                stdout_console.print(f"  item {index}: {status}, stop {stop}, {units} units, WARN {warns}, FAIL {fails}\n    {snapshot}",
+                                     markup=False, highlight=False, soft_wrap=True)
     stdout_console.print(sweep_summary_line(v), markup=False, highlight=False, soft_wrap=True)
 
 
