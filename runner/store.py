@@ -69,6 +69,15 @@ def missing_store(location: StoreLocation) -> str | None:
             f"creates it. Another store: --store DIR or {STORE_ENV}")
 
 
+def existing_store(store: str | Path | None) -> Path:
+    """The store's directory for a command that needs one to exist (`index --rebuild`, the store page): `StoreError`
+    (exit 1) with `missing_store`'s sentence when it does not."""
+    location = locate_store(store)
+    if (absent := missing_store(location)) is not None:
+        raise StoreError(absent)
+    return location.path
+
+
 def new_snapshot_id(name: str, now: datetime | None = None) -> str:
     """`YYYYMMDDTHHMMSSZ-<name>-<6 hex>`; the random suffix keeps concurrent runs apart."""
     now = now or datetime.now(timezone.utc)

@@ -74,16 +74,12 @@ def _sweep_page(sweep: Path, html: Path, allowed_signers: Path | None) -> int:
 
 def _index_page(store: str | None, html: Path, allowed_signers: Path | None, reviews: bool) -> int:
     from genrun.analysis.html_report import HtmlReportError
-    from genrun.runner.errors import GenrunError, StoreError
-    from genrun.runner.store import locate_store, missing_store
+    from genrun.runner.errors import GenrunError
+    from genrun.runner.store import existing_store
 
     from ._store_page import write_store_pages
 
-    location = locate_store(store)
-    root = location.path
-    absent = missing_store(location)
-    if absent:
-        raise StoreError(absent)
+    root = existing_store(store)
     try:
         written = write_store_pages(root, html, allowed_signers, reviews=reviews)
     except HtmlReportError as exc:

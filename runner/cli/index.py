@@ -26,16 +26,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.errors import StoreError
     from genrun.runner.listing import rebuild_index
-    from genrun.runner.store import describe_os_error, locate_store, missing_store
+    from genrun.runner.store import describe_os_error, existing_store
     from genrun.runner.store_index import INDEX_DIR, INDEX_FILE
 
     from ._output import stderr_console
 
-    location = locate_store(args.store)
-    store = location.path
-    absent = missing_store(location)
-    if absent:
-        raise StoreError(absent)
+    store = existing_store(args.store)
     try:
         count = rebuild_index(store, args.allowed_signers)
     except OSError as exc:
