@@ -92,6 +92,11 @@ class ProgressRecorder:
         if self.steps >= self._due_steps or time.monotonic() >= self._due_t:
             self._on_due()
 
+    def due(self) -> tuple[int, float]:
+        """(steps, `time.monotonic()`) at which `step` next has work to do: a caller that counts units itself (the
+        loop recorder) calls `step` only then, with the units since its last call, and writes the same records."""
+        return self._due_steps, self._due_t
+
     # -- events ---------------------------------------------------------------------------------
 
     def start(self, planned_units: int | None, rows: int | None) -> None:

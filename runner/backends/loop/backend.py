@@ -190,13 +190,15 @@ class LoopRun:
             write_model_atomic(ctx.snapshot_dir / STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
         unit = ctx.recorder.unit
         counted = [s for s in stages if s.unit == unit]
+        generated = sum(sum(s.units()) for s in counted)
+        ctx.recorder.sync_steps(generated)  # a signal can land between a row's ids and their count
         stops = tuple(stop for index, stage in enumerate(stages) for stop in _stage_stops(index, stage, end, stage in counted))
         first_unit_s, decode_s = generation_timings(ctx.recorder, self._started, None)
         outputs = tuple(sorted(str(p.relative_to(ctx.outputs_dir)) for p in ctx.outputs_dir.rglob("*") if p.is_file())) \
             if ctx.outputs_dir.is_dir() else ()
         timed = next((s for s in counted if s.per_second is not None), None)
         produced = max(timed.units(), default=0) / timed.per_second if timed is not None and unit == "frame" and timed.per_second else None
-        return BackendOutcome(unit=unit, generated=sum(sum(s.units()) for s in counted), generated_tokens=sum(len(i) for s in counted for i in s.ids),
+        return BackendOutcome(unit=unit, generated=generated, generated_tokens=sum(len(i) for s in counted for i in s.ids),
                               first_unit_s=first_unit_s, decode_s=decode_s, stops=stops, outputs=outputs, produced_seconds=produced,
                               notes=(stage_timings(stages),) if stages else ())
 

@@ -12,22 +12,25 @@ The contract (these names are public; the README and `genrun.backends` document 
 Stages run in sequence. Each keeps its own counts per row (ids `emit`ted plus units `advance`d),
 clock and memory, and writes `start` / `progress` / `end` records to `stage-progress.ndjson`; the
 ids, the summary and the stop records are written when the run finishes, whatever ended it. The
-hot path (`emit`) is a list extend, two additions and a comparison; a record is written only when
-the request's progress cadence is due. Nothing here imports torch.
+hot path (`emit`) is a conversion of the ids in C, a list extend, an addition and two comparisons;
+the run's ProgressRecorder is told the count, and a record written, only when the request's progress
+cadence is due. Nothing here imports torch.
 """
 
+import operator
 import os
-import resource
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
 from genrun.backends import ProgressRecorder, StageEndEvent, StageProgressEvent, StageRecord, StageStartEvent, StageUnit, StopReason
+
+_index = operator.index  # int -> itself, numpy integer -> int, in C; a float or a string raises TypeError
+_monotonic = time.monotonic
 
 STAGE_UNITS: tuple[str, ...] = ("token", "frame", "window", "step", "sample")
 VOCABULARY_FACTS: Mapping[str, tuple[str, ...]] = {
@@ -67,10 +70,15 @@ class Stage:
         self.seconds = 0.0
         self.rss_peak_bytes: int | None = None
         self._open = False
-        self._due_units = rec.every_units
-        self._due_t = float("inf")
-        self._counted = 0
         self._counts_core = rec.counts_in_core(unit)
+        self._counted = 0
+        """Units counted, all rows."""
+        self._synced = 0
+        """Of those, units the run's ProgressRecorder has been told (it is told only when it has a record due)."""
+        self._record_units, self._record_t = rec.every_units, float("inf")
+        """When this stage's next `stage-progress.ndjson` record is due (count, monotonic time)."""
+        self._due_units, self._due_t = 0, float("inf")
+        """The nearest of that and the ProgressRecorder's next record: the only thresholds the hot path compares."""
 
     # -- the loop's calls (hot path first) ------------------------------------------------------
 
@@ -78,11 +86,17 @@ class Stage:
         """Append token/code ids to `row` (a list, a tuple, a numpy array); each id is one unit."""
         if not (self._open and row.__class__ is int and 0 <= row < self.rows and row not in self.stops):
             self._check(row, "emit")  # raises, naming what is wrong
-        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)  # numpy -> python ints in C
-        if not all(type(v) is int for v in values):
-            values = [_as_id(v, self.name, row) for v in values]
+        given = ids.tolist() if hasattr(ids, "tolist") else ids  # a numpy array -> python numbers, in C
+        try:
+            values = [*map(_index, given)]
+        except TypeError as exc:
+            _invalid_ids(ids, self.name, row, exc)  # raises, naming the value
+        if bool in map(type, given):  # operator.index turns True into 1
+            _invalid_ids(given, self.name, row, None)
         self.ids[row].extend(values)
-        self._count(len(values))
+        self._counted += len(values)
+        if self._counted >= self._due_units or _monotonic() >= self._due_t:
+            self._on_due()
 
     def advance(self, row: int, n: int = 1, *, consumed: int | None = None) -> None:
         """Count `n` units of `row` that have no ids (windows decoded, samples written); `consumed`: source units read."""
@@ -92,7 +106,9 @@ class Stage:
         if consumed is not None:
             self.consume(consumed)
         self.advanced[row] += n
-        self._count(n)
+        self._counted += n
+        if self._counted >= self._due_units or _monotonic() >= self._due_t:
+            self._on_due()
 
     def consume(self, n: int) -> None:
         """Record that this stage read `n` more units of the stage it `consumes`."""
@@ -136,27 +152,43 @@ class Stage:
             raise RecorderMisuse(f"stage {self.name!r}: {call}(row {row}) after stop(row {row}, {self.stops[row].reason!r}); "
                                  "a stopped row takes no more units")
 
-    def _count(self, n: int) -> None:
-        self._counted += n
-        if self._counts_core:
-            self._rec.core.step(n)
-        if self._counted >= self._due_units or time.monotonic() >= self._due_t:
-            self._due_units = self._counted + self._rec.every_units
-            self._due_t = time.monotonic() + self._rec.every_seconds
+    def _on_due(self) -> None:
+        """A threshold was crossed: the ProgressRecorder is told the units since it was last told (it writes its record),
+        this stage writes its own when its cadence is due, and the next thresholds are set. Records are written at the
+        same counts as if every unit were passed on, for a fraction of the hot path's cost."""
+        self._sync_core()
+        now = _monotonic()
+        if self._counted >= self._record_units or now >= self._record_t:
+            self._record_units, self._record_t = self._counted + self._rec.every_units, now + self._rec.every_seconds
             self._rec.write_event(StageProgressEvent, self)
+        self._set_thresholds()
+
+    def _sync_core(self) -> None:
+        if self._counts_core and self._counted > self._synced:
+            self._rec.core.step(self._counted - self._synced)
+            self._synced = self._counted
+
+    def _set_thresholds(self) -> None:
+        self._due_units, self._due_t = self._record_units, self._record_t
+        if self._counts_core:
+            core_steps, core_t = self._rec.core.due()
+            self._due_units = min(self._due_units, self._counted + max(1, core_steps - self._rec.core.steps))
+            self._due_t = min(self._due_t, core_t)
 
     def __enter__(self) -> "Stage":
         self._rec.enter(self)
         self._open = True
         self.started_t = time.monotonic() - self._rec.origin
-        self._due_t = time.monotonic() + self._rec.every_seconds
+        self._record_t = time.monotonic() + self._rec.every_seconds
+        self._set_thresholds()
         self._rec.write_event(StageStartEvent, self, unit=self.unit)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._open = False
+        self._sync_core()
         self.seconds = time.monotonic() - self._rec.origin - self.started_t
-        self.rss_peak_bytes = peak_rss_bytes()
+        self.rss_peak_bytes = self._rec.core.memory.peak_rss_bytes()
         self._rec.write_event(StageEndEvent, self, consumed=self.consumed)
 
     def record(self) -> StageRecord:
@@ -229,7 +261,7 @@ class LoopRecorder:
     def write_event(self, event: type, stage: Stage, **extra: Any) -> None:
         """Append one `stage-progress.ndjson` record (one `os.write` on an O_APPEND descriptor)."""
         record = event(seq=self._seq, t=time.monotonic() - self.origin, stage=stage.name, units=stage.units(),
-                       ids=tuple(len(i) for i in stage.ids), rss_bytes=current_rss_bytes(), **extra)
+                       ids=tuple(len(i) for i in stage.ids), rss_bytes=self.core.memory.rss_bytes(), **extra)
         self._seq += 1
         os.write(self._fd, record.model_dump_json().encode() + b"\n")
 
@@ -238,22 +270,16 @@ class LoopRecorder:
         self._on_config(config)
 
 
-def _as_id(value: Any, stage: str, row: int) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): {value!r} is not an integer id; emit token/code ids only")
-    return int(value.__index__())
-
-
-def peak_rss_bytes() -> int | None:
-    """The process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def current_rss_bytes() -> int | None:
-    """Resident set size now, from /proc (`None` elsewhere)."""
+def _invalid_ids(ids: Any, stage: str, row: int, error: TypeError | None) -> NoReturn:
+    """Raise naming what `emit` was given that is not a sequence of integer ids (the hot path's checks failed)."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+        values = list(ids.tolist() if hasattr(ids, "tolist") else ids)
+    except TypeError:
+        raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, {ids!r}): ids is a {type(ids).__name__}; pass a sequence of ids "
+                             "(a list, a tuple, a numpy array), e.g. emit(row, [token_id])") from None
+    for value in values:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): {value!r} is not an integer id; emit token/code ids only")
+    raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): the ids could not be read as integers ({error}); "
+                         "pass a list, a tuple or a numpy array of ids")
+
