@@ -22,6 +22,8 @@ from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, r
 
 UNREADABLE = "unreadable"
 """The state of a row whose snapshot cannot be described at all."""
+SEALED = layout.SnapshotState.SEALED.value
+"""`ls --state sealed`: every sealed row (a sealed row's state shows the result's status instead)."""
 SWEEP_STATE = "sweep"
 """A sweep's row shows `sweep <status>` (`sweep completed`, `sweep planned`, `sweep (unsealed)`)."""
 ROW_STATES = (*get_args(RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)

@@ -53,6 +53,8 @@ def test_filters_by_state_stop_reason_backend_and_name(store: Path) -> None:
     assert _ids(store, "--state", "failed") == _named(store, "eval-b")
     assert _ids(store, "--state", "incomplete") == _named(store, "draft")
     assert _ids(store, "--state", "sweep") == _named(store, "nightly")
+    sealed = sorted(p.name for p in store.iterdir() if (p / layout.MANIFEST).is_file())  # from the files, not through ls
+    assert sorted(_ids(store, "--state", "sealed")) == sealed and len(sealed) == 7  # every status, the sweep too; not the draft
     assert sorted(_ids(store, "--stop-reason", "max_length")) == _stopped_by(store, "max_length") and len(_stopped_by(store, "max_length")) == 2
     assert _ids(store, "--backend", "diffusers") == _named(store, "eval-b")
     assert sorted(_ids(store, "--name", "eval-*")) == sorted(_named(store, "eval-a") + _named(store, "eval-b"))

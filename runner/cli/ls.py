@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from genrun.runner.errors import UsageError
-from genrun.runner.listing import ROW_STATES, SWEEP_STATE, Listing, SnapshotRow, describe, group_sweeps
+from genrun.runner.listing import ROW_STATES, SEALED, SWEEP_STATE, Listing, SnapshotRow, describe, group_sweeps
 
 from ._columns import fit, output_width, render
 from ._options import add_allowed_signers, add_store
@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_allowed_signers(parser, "allowed-signers file for judging signed sign-offs")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--state", action="append", metavar="STATE", choices=ROW_STATES,
-                        help=f"only this state ({', '.join(ROW_STATES)}); repeatable")
+                        help=f"only this state ({', '.join(ROW_STATES)}; {SEALED}: every sealed snapshot, whatever its status); repeatable")
     parser.add_argument("--since", metavar="WHEN", help="planned at or after WHEN: 2026-11-29, 2026-11-29T10:15, or 7d / 12h / 30m ago")
     parser.add_argument("--until", metavar="WHEN", help="planned before WHEN (same forms as --since)")
     parser.add_argument("--name", metavar="PATTERN", help="the request name matches PATTERN (shell wildcards: 'eval-*')")
@@ -129,7 +129,8 @@ def select(listing: Listing, args: argparse.Namespace, since: datetime | None, u
     # each filter narrows the rows in turn (one pass each, no per-row closure chain)
     if args.state:
         states = {*args.state, *(f"{SWEEP_STATE} {s}" for s in args.state)}
-        rows = [r for r in rows if r.state in states or (SWEEP_STATE in args.state and r.state.startswith(SWEEP_STATE))]
+        any_sweep, any_sealed = SWEEP_STATE in args.state, SEALED in args.state  # a sealed row shows its status, not "sealed"
+        rows = [r for r in rows if r.state in states or (any_sweep and r.state.startswith(SWEEP_STATE)) or (any_sealed and r.sealed)]
     if since is not None:
         rows = [r for r in rows if r.created is not None and _parsed(r.created) >= since]
     if until is not None:

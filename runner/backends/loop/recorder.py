@@ -70,6 +70,9 @@ class Stage:
         self.seconds = 0.0
         self.rss_peak_bytes: int | None = None
         self._open = False
+        self._taking: dict[int, list[int]] = {}
+        """Row -> its id list, for the rows that take units now (the stage is open, the row not stopped): one lookup checks
+        all three on the hot path."""
         self._counts_core = rec.counts_in_core(unit)
         self._counted = 0
         """Units counted, all rows."""
@@ -84,16 +87,18 @@ class Stage:
 
     def emit(self, row: int, ids: Iterable[int]) -> None:
         """Append token/code ids to `row` (a list, a tuple, a numpy array); each id is one unit."""
-        if not (self._open and row.__class__ is int and 0 <= row < self.rows and row not in self.stops):
+        kept = self._taking.get(row) if row.__class__ is int else None  # (True would find row 1)
+        if kept is None:
             self._check(row, "emit")  # raises, naming what is wrong
-        given = ids.tolist() if hasattr(ids, "tolist") else ids  # a numpy array -> python numbers, in C
+            kept = self._taking[int(row)]  # it did not: a subclass of int (an IntEnum row)
+        given = ids if ids.__class__ is list else ids.tolist() if hasattr(ids, "tolist") else ids  # numpy -> python numbers, in C
         try:
             values = [*map(_index, given)]
         except TypeError as exc:
             _invalid_ids(ids, self.name, row, exc)  # raises, naming the value
         if bool in map(type, given):  # operator.index turns True into 1
             _invalid_ids(given, self.name, row, None)
-        self.ids[row].extend(values)
+        kept.extend(values)
         self._counted += len(values)
         if self._counted >= self._due_units or _monotonic() >= self._due_t:
             self._on_due()
@@ -136,6 +141,7 @@ class Stage:
             self.stops[row] = RowStop(reason, facts)  # type: ignore[arg-type]
         else:
             self.stops[row] = RowStop("custom", {"loop_reason": reason, **facts})
+        del self._taking[row]
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -178,6 +184,7 @@ class Stage:
     def __enter__(self) -> "Stage":
         self._rec.enter(self)
         self._open = True
+        self._taking = dict(enumerate(self.ids))
         self.started_t = time.monotonic() - self._rec.origin
         self._record_t = time.monotonic() + self._rec.every_seconds
         self._set_thresholds()
@@ -186,6 +193,7 @@ class Stage:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._open = False
+        self._taking = {}
         self._sync_core()
         self.seconds = time.monotonic() - self._rec.origin - self.started_t
         self.rss_peak_bytes = self._rec.core.memory.peak_rss_bytes()
