@@ -46,15 +46,17 @@ def genrun_code_set() -> CodeSet:
     """Every `*.py` of genrun's packages plus `schemas/json/*.json`, relative to their common parent.
 
     Cheap on purpose (a few hundred small files, hashed once per process and file state, nothing cached across
-    processes): it runs at plan time and again at execute time to detect code that changed in between.
+    processes): it runs at plan time and again at execute time to detect code that changed in between. Paths stay
+    strings here: a sweep worker calls this once per item, and pathlib objects for every file were most of its cost.
     """
     package_dirs = [_package_dir(name) for name in GENRUN_PACKAGES]
-    files: set[Path] = set()  # a set: in a wheel the subpackages lie inside genrun/ as well
+    files: set[str] = set()  # a set: in a wheel the subpackages lie inside genrun/ as well
     for directory in package_dirs:
-        files.update(_python_files(directory))
-        if directory.name == "schemas":
-            files.update((directory / "json").glob("*.json"))
-    return code_set(Path(os.path.commonpath([d.parent for d in package_dirs])), sorted(files))
+        files.update(_python_file_paths(directory))
+        if os.path.basename(directory) == "schemas":
+            json_dir = os.path.join(directory, "json")
+            files.update(os.path.join(json_dir, n) for n in os.listdir(json_dir) if n.endswith(".json") and not n.startswith("."))
+    return code_set(os.path.commonpath([os.path.dirname(d) for d in package_dirs]), sorted(files))
 
 
 def identify_code(
@@ -123,27 +125,39 @@ def module_source(ref: CodeRef, search_path: Sequence[Path]) -> _ModuleSource:
     return _ModuleSource(Path("/"), [])  # built-in or frozen module: no source file to hash
 
 
-# (path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) -> sha256, for this process only. A sweep worker checks
-# genrun's ~250 source files once per item; re-reading them for every item cost more than the item's own evidence.
-# ctime is in the key because nothing but the kernel sets it: a file rewritten in place (even with its mtime
-# restored) gets a new one, so the memo never answers for content it did not hash.
-_digests_seen: dict[tuple[str, int, int, int, int, int], str] = {}
+FileState = tuple[str, int, int, int, int, int]
+"""(path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns): what the memos below are keyed by. ctime is in it because
+nothing but the kernel sets it: a file rewritten in place (even with its mtime restored) gets a new one, so a memo never
+answers for content it did not hash."""
+# For this process only. A sweep worker checks genrun's ~250 source files once per item; re-reading them, and then
+# rebuilding the same code set, for every item cost more than the item's own evidence.
+_digests_seen: dict[FileState, str] = {}
+_code_sets_seen: dict[tuple[str, tuple[FileState, ...]], CodeSet] = {}
 
 
-def _file_digest(path: str, root: Path) -> FileDigest:
+def _file_state(path: str) -> FileState:
     st = os.stat(path)
-    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    sha256 = _digests_seen.get(key)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _file_digest(state: FileState, root: str) -> FileDigest:
+    sha256 = _digests_seen.get(state)
     if sha256 is None:
-        sha256 = _digests_seen[key] = sha256_file(Path(path))
-    return FileDigest(path=Path(path).relative_to(root).as_posix(), size=st.st_size, sha256=sha256)
+        sha256 = _digests_seen[state] = sha256_file(Path(state[0]))
+    return FileDigest(path=Path(state[0]).relative_to(root).as_posix(), size=state[3], sha256=sha256)
 
 
-def code_set(root: Path, files: Iterable[Path]) -> CodeSet:
-    """Hash `files` (all under `root`) into a `CodeSet`: paths relative to `root`, sorted, one aggregate digest."""
-    root = Path(os.path.abspath(root))
-    digests = sorted((_file_digest(os.path.abspath(f), root) for f in files), key=lambda d: d.path)
-    return CodeSet(root=str(root), files=tuple(digests), digest=sha256_bytes(render_sha256sum((d.path, d.sha256) for d in digests)))
+def code_set(root: str | Path, files: Iterable[str | Path]) -> CodeSet:
+    """Hash `files` (all under `root`) into a `CodeSet`: paths relative to `root`, sorted, one aggregate digest.
+    Every file is stat'ed on every call; a set whose files all have the states of an earlier call is that call's."""
+    top = os.path.abspath(root)
+    states = tuple(_file_state(os.path.abspath(f)) for f in files)
+    known = _code_sets_seen.get((top, states))
+    if known is None:
+        digests = sorted((_file_digest(state, top) for state in states), key=lambda d: d.path)
+        known = _code_sets_seen[(top, states)] = CodeSet(
+            root=top, files=tuple(digests), digest=sha256_bytes(render_sha256sum((d.path, d.sha256) for d in digests)))
+    return known
 
 
 def _find_spec_without_import(module: str, search_path: list[str]) -> importlib.machinery.ModuleSpec | None:
@@ -163,15 +177,20 @@ def _find_spec_without_import(module: str, search_path: list[str]) -> importlib.
     return spec
 
 
-def _package_dir(name: str) -> Path:
+def _package_dir(name: str) -> str:
     """Directory of one of genrun's own (already imported) packages."""
-    return Path(os.path.abspath(sys.modules[name].__path__[0]))
+    return os.path.abspath(sys.modules[name].__path__[0])
 
 
 def _python_files(directory: Path) -> list[Path]:
     """Every `*.py` under `directory` (symlinked files included), skipping dot-directories and `__pycache__`, sorted."""
-    found: list[Path] = []
+    return [Path(p) for p in _python_file_paths(str(directory))]
+
+
+def _python_file_paths(directory: str) -> list[str]:
+    """`_python_files` as strings."""
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(directory):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        found.extend(Path(dirpath) / n for n in sorted(filenames) if n.endswith(".py"))
+        found.extend(os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
     return found

@@ -83,6 +83,9 @@ class VllmBackend:
         llm = LLM(**arguments)
         llm._genrun_vllm_environment = environment  # what the snapshot records as the user's settings
         llm._genrun_engine_arguments = arguments  # a run reusing this engine must have planned the same engine
+        # what generation_config="auto" merges, read from the checkpoint once (vLLM re-reads the file on every call; each
+        # run checks the checkpoint's files against its frozen hashes before it runs)
+        llm._genrun_checkpoint_sampling = dict(llm.llm_engine.model_config.get_diff_sampling_param())
         watch_engine_core(llm)  # an engine-core process that dies fails the run instead of hanging it
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,

@@ -51,7 +51,7 @@ class VllmRun:
         self.tokenizer = loaded.processor
         engine = llm.llm_engine
         prompts = prompts_of(ctx.request)
-        checkpoint = dict(engine.model_config.get_diff_sampling_param())
+        checkpoint = checkpoint_sampling(llm)
         # the request's seed seeds its own sampling, so a reused engine (seeded by an earlier request) samples the same
         generation = {"seed": ctx.request.seed, **ctx.request.generation}
         sampling, params, sources = build_sampling(generation, checkpoint, output_kind=RequestOutputKind.DELTA)
@@ -190,6 +190,12 @@ def check_same_engine(llm: Any, planned: dict[str, Any]) -> None:
         shown = "; ".join(f"{k}: engine {a!r}, planned {b!r}" for k, (a, b) in sorted(differ.items()))
         raise RuntimeError(f"the reused vLLM engine was started with other arguments than this snapshot planned ({shown}); "
                            "execute it with its own engine")
+
+
+def checkpoint_sampling(llm: Any) -> dict[str, Any]:
+    """The sampling defaults the checkpoint's generation_config.json gives the engine (read when genrun started it)."""
+    kept = getattr(llm, "_genrun_checkpoint_sampling", None)
+    return dict(kept if kept is not None else llm.llm_engine.model_config.get_diff_sampling_param())
 
 
 def _row_eos_set(eos: tuple[int, ...], params: dict[str, Any]) -> tuple[int, ...]:
