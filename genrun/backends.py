@@ -59,7 +59,8 @@ did-you-mean), and leaves the content to your `validate_request`.
 **4. The run** (genrun's core owns the template; you fill its steps)::
 
     run = backend.start(ctx)                   # ExecutionContext -> your Run; loads and writes nothing
-    loaded = backend.load(ctx)                 # LoadContext -> LoadedModel (skipped when a sweep reuses one)
+    loaded = backend.load(ctx)                 # LoadContext -> LoadedModel (skipped when a sweep reuses one;
+                                               # give it `release=` if dropping it is not enough, e.g. a child process)
     run.generate(loaded)                       # may raise anything; RunInterrupted on SIGINT/SIGTERM
     outcome = run.finish(end)                  # GenerationEnd -> BackendOutcome, once, signals already disarmed
 

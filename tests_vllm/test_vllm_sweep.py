@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _snapshot import ids, problems, stops
 from conftest import MODEL, SMALL_ENGINE, toml_value
 
@@ -66,6 +67,51 @@ def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: P
         assert call["requests"][0]["params"]["seed"] == 0 and call["vllm_version"] == "0.32.0"
     verification = verify_sweep(run.sweep_dir, jobs=1)
     assert verification.exit_code() == 0, [(f.name, f.status, f.message) for f in verification.findings]
+
+
+@pytest.mark.parametrize("engine_extra", ["", "max_num_seqs = 1\n"], ids=["batching worker", "one item at a time"])
+def test_at_vllms_default_the_worker_starts_the_engine_core_process_and_the_items_run(tmp_path: Path, monkeypatch: Any,
+                                                                                       engine_extra: str) -> None:
+    """vLLM's default (VLLM_ENABLE_V1_MULTIPROCESSING=1, which this suite turns off elsewhere) starts the engine core as a
+    process of the worker's own; a daemonic worker may not start one, and every item failed ("daemonic processes are not
+    allowed to have children"). Both local pools: the batching one, and the one-item one `max_num_seqs = 1` gives."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the spawned worker inherits it
+    from genrun.runner.sweep.driver import execute_sweep
+    from genrun.runner.sweep.executors import make_pool
+    from genrun.runner.sweep.store import plan_sweep
+
+    pools: list[Any] = []
+
+    def kept_pool(plan: Any) -> Any:
+        pools.append(make_pool(plan))
+        return pools[-1]
+
+    before = _engine_core_processes()
+    store = tmp_path / "store"
+    sweep_file = _sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS[:2]], {"max_tokens": 12, "temperature": 0}, engine_extra)
+    run = execute_sweep(plan_sweep(sweep_file, store), kept_pool)
+    assert [o.status for o in run.result.items] == ["succeeded", "succeeded"], run.result
+    for item in _items(run, store):
+        assert problems(item) == [], item
+        call = json.loads((item / "vllm-config.before-generate.json").read_text())
+        assert call["vllm_environment"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1", call["vllm_environment"]
+    # the worker stopped its engine core and ended by itself: unstopped, the worker's exit waited for its engine core
+    # until the driver gave up and killed it (exit code -9; the pool is read through its private list, test only)
+    workers = getattr(pools[0], "_workers", None) or pools[0]._slots  # BatchPool / LocalPool
+    assert [worker.process.exitcode for worker in workers] == [0]
+    assert _engine_core_processes() - before == set()  # and no engine core outlived it
+
+
+def _engine_core_processes() -> set[int]:
+    """Pids of vLLM engine-core processes now (vLLM names them `VLLM::EngineCore`)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(b"VLLM::EngineCore"):
+                found.add(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
 
 
 def test_an_item_refused_at_execution_fails_alone(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ as `backend.json`, and analysis picks its checks by the evidence kinds recorded 
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
@@ -223,6 +224,10 @@ class LoadedModel:
     """Seconds the load took."""
     processor_digest: str | None = None
     """`model.json` `processor.digest` of the `[model] processor` it was loaded with, `None` for the checkpoint's own."""
+    release: Callable[[], None] | None = field(default=None, compare=False)
+    """Frees what the load holds beyond Python objects (vLLM: its engine-core process), `None` where dropping the object
+    is enough. A sweep worker calls it when it drops the model and before it exits: a worker process ends through
+    `multiprocessing`, which waits for the worker's own child processes before the libraries' exit hooks could stop them."""
 
     @property
     def reuse_note(self) -> str:

@@ -114,3 +114,4 @@ def batch_worker_main(conn: Any, name: str, parent: int, threads: int | None = N
         for thread in running:
             thread.join()
         worker.close()
+        worker.cache.release()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .pools import Died, Finished
-from .worker import execute_item, start_worker
+from .worker import execute_item, release_kept_model, start_worker
 
 _PR_SET_PDEATHSIG = 1
 READY = "ready"
@@ -56,6 +56,10 @@ def prepare_worker_process(parent: int, threads: int | None) -> bool:
     _die_with_parent()
     if os.getppid() != parent:  # the driver died before prctl took effect
         return False
+    # A worker may start processes of its own (vLLM's engine core, at vLLM's default VLLM_ENABLE_V1_MULTIPROCESSING=1);
+    # multiprocessing refuses that to a daemonic process, and every item failed. The driver's handle keeps the daemon
+    # flag (it ends its workers at exit); the worker itself dies with the driver through PR_SET_PDEATHSIG above.
+    multiprocessing.current_process().daemon = False
     if threads is not None:
         import torch
 
@@ -71,14 +75,17 @@ def worker_main(conn: Any, name: str, parent: int, threads: int | None = None) -
     start_worker(name)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # the spawn may pass on the driver's mask (SIGINT held)
     conn.send(READY)
-    while True:
-        try:
-            snapshot = conn.recv()
-        except EOFError:
-            return
-        if snapshot is None:
-            return
-        conn.send(execute_item(Path(snapshot)))
+    try:
+        while True:
+            try:
+                snapshot = conn.recv()
+            except EOFError:
+                return
+            if snapshot is None:
+                return
+            conn.send(execute_item(Path(snapshot)))
+    finally:
+        release_kept_model()
 
 
 class _Slot:

@@ -49,7 +49,7 @@ class LoadedModelCache:
         key = plan_key(plan)
         reused = self.loaded is not None and self.key == key
         if not reused:
-            self.loaded = self.key = None  # drop the old model before loading another
+            self.release()  # drop the old model before loading another
             try:
                 self.loaded = load_for_snapshot(snapshot)
             except Exception:  # noqa: BLE001 (execute loads it again inside the run and records the failure)
@@ -62,6 +62,12 @@ class LoadedModelCache:
         self.items += 1
         return self.loaded, {layout.WORKER_MODEL: record}
 
+    def release(self) -> None:
+        """Drop the kept model, freeing what its load holds (`LoadedModel.release`): before another load, and when the
+        worker ends."""
+        loaded, self.loaded, self.key = self.loaded, None, None
+        if loaded is not None and loaded.release is not None:
+            loaded.release()
 
     def keeps_model_for(self, snapshot: Path) -> bool:
         """Whether the kept model (if any) is the one this planned item needs (an unreadable plan: yes, execute refuses it)."""

@@ -62,6 +62,13 @@ def start_worker(name: str) -> None:
         install_cache(LoadedModelCache(worker=name))
 
 
+def release_kept_model() -> None:
+    """The worker ends: free its kept model (`LoadedModelCache.release`)."""
+    cache = active_cache()
+    if cache is not None:
+        cache.release()
+
+
 def execute_item(snapshot: str | Path) -> ItemReport:
     """Execute one planned item snapshot with full instrumentation; never raises for the item's own failure.
 

@@ -89,7 +89,8 @@ class VllmBackend:
         watch_engine_core(llm)  # an engine-core process that dies fails the run instead of hanging it
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
-                           model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started)
+                           model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started,
+                           release=llm.llm_engine.engine_core.shutdown)
 
     def start(self, ctx: Any) -> VllmRun:
         """The run of one snapshot (the engine is loaded by the core, or reused)."""
