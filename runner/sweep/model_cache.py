@@ -85,13 +85,16 @@ def plan_key(plan) -> str:  # noqa: ANN001 (genrun.runner.execute.FrozenPlan)
 
 
 def cache_key(request, model_digest: str, processor_digest: str | None = None) -> str:  # noqa: ANN001 (genrun.schemas.Request)
-    """Frozen model digest, dtype, device, loader (with its kwargs) and `[model] processor` digest: what makes two loads
+    """Frozen model digest, dtype, device, loader (with its kwargs), `[model] processor` digest and the backend's own tables
+    (vLLM's `[engine]`: a sweep whose items vary it gets an engine per setting, not a refusal): what makes two loads
     interchangeable."""
     spec = request.model
     parts = {"digest": model_digest, "dtype": spec.dtype, "device": spec.device, "loader": spec.loader,
              "loader_kwargs": spec.loader_kwargs, "trust_remote_code": spec.trust_remote_code}
     if processor_digest is not None:  # absent otherwise, so keys of plans without one are unchanged
         parts["processor_digest"] = processor_digest
+    if request.backend_tables:  # likewise
+        parts["backend_tables"] = request.backend_tables
     return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS).decode()
 
 
