@@ -192,6 +192,20 @@ def test_the_counter_imports_nothing_from_genrun_but_the_plugin_module() -> None
     assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level], "no relative imports"
 
 
+def test_a_sweep_worker_releases_its_kept_model_when_it_ends(tmp_path: Path) -> None:
+    """`LoadedModel.release` (vLLM stops its engine-core process there): a local worker calls it once for the model it
+    kept over its items, when the sweep is done."""
+    env = {**install_counter(tmp_path / "site"), "COUNTER_RELEASE_LOG": str(tmp_path / "released.log")}
+    counter_request(tmp_path)
+    (tmp_path / "sweep.toml").write_text('[sweep]\nname = "counts"\nrequest = "request.toml"\n[sweep.grid]\n"generation.steps" = [2, 3]\n'
+                                         '[sweep.executor]\nkind = "local"\nworkers = 1\n')
+    swept = genrun("sweep", "sweep.toml", "--store", str(tmp_path / "store"), env=env, cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    models = [json.loads(p.read_bytes()) for p in (tmp_path / "store").glob(f"*/{layout.WORKER_MODEL}")]
+    assert sorted(m["reused"] for m in models) == [False, True]  # one load served both items
+    assert (tmp_path / "released.log").read_text() == f"released 7 {models[0]['pid']}\n"  # freed once, by that worker
+
+
 def test_the_plugin_backend_validates_its_own_generation_keys(tmp_path: Path) -> None:
     env = install_counter(tmp_path / "site")
     request = counter_request(tmp_path, generation="stpes = 4")

@@ -28,6 +28,9 @@ from .ownership import TOKEN_VAR
 from .pools import Died, Finished
 from .worker import ItemReport
 
+RELEASE_TIMEOUT_S = 30.0
+"""How long `close` waits for idle actors to free their kept models (an engine's shutdown) before killing them."""
+
 RAY_EXTRA = "pip install 'genrun[ray]'"
 INTERRUPT_TIMEOUT_S = 60  # an actor still starting when SIGINT comes: wait this long for it to say where it runs
 
@@ -56,6 +59,12 @@ class SweepActor:
         from .worker import execute_item
 
         return execute_item(snapshot)
+
+    def release(self) -> None:
+        """Free the kept model before the actor is killed (a kill runs no exit hooks: vLLM's engine core would live on)."""
+        from .worker import release_kept_model
+
+        release_kept_model()
 
     def where(self) -> tuple[str, int]:
         """`(node id, pid)`: where the driver sends SIGINT to interrupt this actor's running item."""
@@ -177,6 +186,10 @@ class RayPool:
         self._signals.append(self._send_sigint.options(scheduling_strategy=pinned).remote(pid))
 
     def close(self) -> None:
+        busy = {slot for slot, _ in self._inflight.values()}  # interrupted items: their actors are killed without waiting
+        releases = [actor.release.remote() for slot, actor in enumerate(self._actors) if slot not in busy]
+        if releases:
+            self._ray.wait(releases, num_returns=len(releases), timeout=RELEASE_TIMEOUT_S)
         for actor in self._actors:
             self._ray.kill(actor)
         if self.started_ray:

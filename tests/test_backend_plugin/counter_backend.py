@@ -10,7 +10,9 @@ counts `[generation] steps` values from N, one recorder step each, and writes th
 """
 
 import json
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -136,7 +138,7 @@ class CounterBackend:
         start = json.loads((ctx.model_dir / "config.json").read_text())["start"]
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
-                           model=int(start), processor=None, load_s=time.monotonic() - started)
+                           model=int(start), processor=None, load_s=time.monotonic() - started, release=_release_logger(int(start)))
 
     def start(self, ctx: ExecutionContext) -> "CounterRun":
         """A run counting from the loaded start value."""
@@ -194,3 +196,17 @@ def _evidence(end: GenerationEnd, values: list[int], steps: int) -> CountedAll |
 def create_backend() -> CounterBackend:
     """The entry point `counter = "counter_backend:create_backend"`."""
     return CounterBackend()
+
+
+def _release_logger(start: int) -> Callable[[], None] | None:
+    """`LoadedModel.release`: nothing to free here; with `COUNTER_RELEASE_LOG` set it appends `released <start> <pid>` there
+    (tests see a sweep worker free its kept model)."""
+    log = os.environ.get("COUNTER_RELEASE_LOG")
+    if not log:
+        return None
+
+    def release() -> None:
+        with open(log, "a") as f:
+            f.write(f"released {start} {os.getpid()}\n")
+
+    return release
