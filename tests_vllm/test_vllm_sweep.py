@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _snapshot import ids, problems, stops
 from conftest import MODEL, SMALL_ENGINE, toml_value
 
@@ -44,15 +43,22 @@ def _items(run: Any, store: Path) -> list[Path]:
     return [store / item.snapshot_id for item in run.result.items]
 
 
-def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: Path, engine: Any, run_on: Any) -> None:
+def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: Path, engine: Any, run_on: Any,
+                                                                    monkeypatch: Any) -> None:
+    """At vLLM's default (VLLM_ENABLE_V1_MULTIPROCESSING=1, which this suite turns off elsewhere): the worker starts the
+    engine core as a process of its own (a daemonic worker may not: every item failed, "daemonic processes are not
+    allowed to have children") and stops it when it ends."""
     from genrun.analysis.sweep import verify_sweep
     from genrun.runner.sweep.batch_pool import lanes_per_worker
     from genrun.runner.sweep.store import open_sweep
 
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the spawned worker inherits it
     generation = {"max_tokens": 30, "temperature": 0}
     store = tmp_path / "store"
-    run = _plan_and_run(_sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS], generation), store)
+    before = _engine_core_processes()
+    run, pool = _plan_and_run_keeping_pool(_sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS], generation), store)
     assert run.exit_code == 0, run.result
+    _assert_the_worker_ended_by_itself(pool, before)
     assert lanes_per_worker(open_sweep(run.sweep_dir)[1]) == 256  # vLLM's max_num_seqs over one row per item
     items = _items(run, store)
     workers = [json.loads((item / "worker-model.json").read_text()) for item in items]
@@ -65,17 +71,29 @@ def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: P
         assert [r["reason"] for r in stops(item)] == [r["reason"] for r in stops(single)]
         call = json.loads((item / "vllm-config.before-generate.json").read_text())
         assert call["requests"][0]["params"]["seed"] == 0 and call["vllm_version"] == "0.32.0"
+        assert call["vllm_environment"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1", call["vllm_environment"]
     verification = verify_sweep(run.sweep_dir, jobs=1)
     assert verification.exit_code() == 0, [(f.name, f.status, f.message) for f in verification.findings]
 
 
-@pytest.mark.parametrize("engine_extra", ["", "max_num_seqs = 1\n"], ids=["batching worker", "one item at a time"])
-def test_at_vllms_default_the_worker_starts_the_engine_core_process_and_the_items_run(tmp_path: Path, monkeypatch: Any,
-                                                                                       engine_extra: str) -> None:
-    """vLLM's default (VLLM_ENABLE_V1_MULTIPROCESSING=1, which this suite turns off elsewhere) starts the engine core as a
-    process of the worker's own; a daemonic worker may not start one, and every item failed ("daemonic processes are not
-    allowed to have children"). Both local pools: the batching one, and the one-item one `max_num_seqs = 1` gives."""
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the spawned worker inherits it
+def test_a_one_item_worker_at_vllms_default_starts_and_stops_its_engine_core(tmp_path: Path, monkeypatch: Any) -> None:
+    """The same for the pool that runs one item at a time (`max_num_seqs = 1`: one lane per worker)."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    before = _engine_core_processes()
+    store = tmp_path / "store"
+    sweep_file = _sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS[:2]], {"max_tokens": 12, "temperature": 0},
+                        "max_num_seqs = 1\n")
+    run, pool = _plan_and_run_keeping_pool(sweep_file, store)
+    assert [o.status for o in run.result.items] == ["succeeded", "succeeded"], run.result
+    for item in _items(run, store):
+        assert problems(item) == [], item
+        call = json.loads((item / "vllm-config.before-generate.json").read_text())
+        assert call["vllm_environment"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1", call["vllm_environment"]
+    _assert_the_worker_ended_by_itself(pool, before)
+
+
+def _plan_and_run_keeping_pool(sweep_file: Path, store: Path) -> tuple[Any, Any]:
+    """`_plan_and_run`, and the worker pool the sweep used (to read its workers' exit codes)."""
     from genrun.runner.sweep.driver import execute_sweep
     from genrun.runner.sweep.executors import make_pool
     from genrun.runner.sweep.store import plan_sweep
@@ -86,20 +104,15 @@ def test_at_vllms_default_the_worker_starts_the_engine_core_process_and_the_item
         pools.append(make_pool(plan))
         return pools[-1]
 
-    before = _engine_core_processes()
-    store = tmp_path / "store"
-    sweep_file = _sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS[:2]], {"max_tokens": 12, "temperature": 0}, engine_extra)
-    run = execute_sweep(plan_sweep(sweep_file, store), kept_pool)
-    assert [o.status for o in run.result.items] == ["succeeded", "succeeded"], run.result
-    for item in _items(run, store):
-        assert problems(item) == [], item
-        call = json.loads((item / "vllm-config.before-generate.json").read_text())
-        assert call["vllm_environment"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1", call["vllm_environment"]
-    # the worker stopped its engine core and ended by itself: unstopped, the worker's exit waited for its engine core
-    # until the driver gave up and killed it (exit code -9; the pool is read through its private list, test only)
-    workers = getattr(pools[0], "_workers", None) or pools[0]._slots  # BatchPool / LocalPool
+    return execute_sweep(plan_sweep(sweep_file, store), kept_pool), pools[0]
+
+
+def _assert_the_worker_ended_by_itself(pool: Any, engine_cores_before: set[int]) -> None:
+    """The worker stopped its engine core and ended on its own: unstopped, its exit waited for the engine core until the
+    driver gave up and killed it (exit code -9). The pool is read through its private list (test only)."""
+    workers = getattr(pool, "_workers", None) or pool._slots  # BatchPool / LocalPool
     assert [worker.process.exitcode for worker in workers] == [0]
-    assert _engine_core_processes() - before == set()  # and no engine core outlived it
+    assert _engine_core_processes() - engine_cores_before == set()  # and no engine core outlived it
 
 
 def _engine_core_processes() -> set[int]:
