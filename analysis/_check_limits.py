@@ -3,8 +3,8 @@
 from typing import Any
 
 from genrun.schemas import GenerationConfigBeforeGenerate, SequenceStop, layout
-from genrun.schemas.stop import ENDED_BY_EVENT
 from genrun.schemas.budget import describe_requested
+from genrun.schemas.stop import ENDED_BY_EVENT
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip

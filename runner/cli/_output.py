@@ -55,6 +55,11 @@ def print_error(message: str) -> None:
     error_console.print(f"[bold red]genrun: error:[/] {escape(message)}", soft_wrap=True)
 
 
+def counted(count: int, noun: str) -> str:
+    """`17 frames`, `1 window`, `1,024 tokens`: a count and its noun, plural unless one."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def print_json(document: Any) -> None:
     """One JSON document on stdout and nothing else there."""
     sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")

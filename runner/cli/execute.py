@@ -19,7 +19,7 @@ from genrun.runner.phases import PlanPhases
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
 from ._options import add_allowed_signers
-from ._output import add_store_lookup, print_json, stderr_console
+from ._output import add_store_lookup, counted, print_json, stderr_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -86,12 +86,12 @@ def render_summary(snapshot_dir: Path, result: Result, planned: PlanPhases | Non
     style = _STATUS_STYLE.get(result.status, "white")
     out = stderr_console
     out.print(f"[bold {style}]{result.status}[/]: {escape(str(snapshot_dir))}", soft_wrap=True)
-    counted = RowCounts.of(snapshot_dir, result)
+    row_counts = RowCounts.of(snapshot_dir, result)
     excerpted: set[int] = set()
     for seq in _stops(snapshot_dir):
         excerpt = text_excerpt(snapshot_dir, seq.index) if seq.index not in excerpted else None  # once per row, not per stage
         excerpted.add(seq.index)
-        out.print(f"  {escape(counted.describe(seq))}" + (f"  [dim]{escape(excerpt)}[/]" if excerpt else ""), soft_wrap=True)
+        out.print(f"  {escape(row_counts.describe(seq))}" + (f"  [dim]{escape(excerpt)}[/]" if excerpt else ""), soft_wrap=True)
     out.print(f"  generated {result.generated:,} {result.unit}s{describe_rates(result)}", soft_wrap=True)
     if (produced := describe_produced(result)) is not None:
         out.print(f"  {produced}", soft_wrap=True)
@@ -168,13 +168,8 @@ class RowCounts(NamedTuple):
         if isinstance(stage, str) and stage in self.stage_units:  # counted in the stage's unit, `advance` units included
             unit, per_row = self.stage_units[stage]
             count = per_row[seq.index] if seq.index < len(per_row) else seq.generated
-            return f"stage {stage}, row {seq.index}: {describe_stop(seq)} after {_counted(count, unit)}"
-        return f"sequence {seq.index}: {describe_stop(seq)} after {_counted(seq.generated, self.row_unit)}"
-
-
-def _counted(count: int, unit: str) -> str:
-    """`17 frames`, `1 window`."""
-    return f"{count:,} {unit}{'' if count == 1 else 's'}"
+            return f"stage {stage}, row {seq.index}: {describe_stop(seq)} after {counted(count, unit)}"
+        return f"sequence {seq.index}: {describe_stop(seq)} after {counted(seq.generated, self.row_unit)}"
 
 
 def describe_rates(result: Result) -> str:

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ._output import add_store_lookup, print_json, stderr_console
+from ._output import add_store_lookup, counted, print_json, stderr_console
 
 EPILOG = """\
 Params: the request and the effective generation config (with each limit's source). Metrics: every
@@ -46,7 +46,7 @@ def handle(args: argparse.Namespace) -> int:
         print_json(exported._asdict())
     else:
         stderr_console.print(f"exported {snapshot} as MLflow run {exported.run_id} in experiment {args.experiment} at "
-                             f"{exported.tracking_uri} ({_count(exported.params, 'param')}, {_count(exported.metrics, 'metric')}, {_count(exported.artifacts, 'file')})",
+                             f"{exported.tracking_uri} ({counted(exported.params, 'param')}, {counted(exported.metrics, 'metric')}, {counted(exported.artifacts, 'file')})",
                              markup=False, highlight=False, soft_wrap=True)
         stderr_console.print(f"artifacts stored at {exported.artifact_uri} (choose the place with --artifact-location when the "
                              "experiment is new)", markup=False, highlight=False, soft_wrap=True)
@@ -54,7 +54,3 @@ def handle(args: argparse.Namespace) -> int:
             stderr_console.print(f"not uploaded (no snapshot file of that name in the format): {', '.join(exported.skipped)}",
                                  markup=False, highlight=False, soft_wrap=True)
     return 0
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"

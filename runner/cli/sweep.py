@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from genrun.runner.errors import RequestError
 
 from ._options import add_store
-from ._output import print_json, shown_path, stderr_console
+from ._output import counted, print_json, shown_path, stderr_console
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
     from rich.progress import TaskID
@@ -55,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
         sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else _checking)
         if not args.json:
             count = _item_count(sweep_dir)
-            stderr_console.print(f"planned {count} item{'' if count == 1 else 's'} in {shown_path(sweep_dir)}", markup=False, highlight=False)
+            stderr_console.print(f"planned {counted(count, 'item')} in {shown_path(sweep_dir)}", markup=False, highlight=False)
         if action == "plan":
             if args.json:
                 print_json({"sweep": str(sweep_dir)})

@@ -290,4 +290,3 @@ def _invalid_ids(ids: Any, stage: str, row: int, error: TypeError | None) -> NoR
             raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): {value!r} is not an integer id; emit token/code ids only")
     raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): the ids could not be read as integers ({error}); "
                          "pass a list, a tuple or a numpy array of ids")
-
