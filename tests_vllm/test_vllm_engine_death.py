@@ -10,31 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from _engine_processes import engine_core_under
 from _snapshot import ids, problems, stops
 from conftest import write_request
 from test_vllm_signals import PROGRESS_EVERY_TOKEN, _generated
-
-
-def _children(pid: int) -> list[int]:
-    """Every descendant of `pid` (from /proc)."""
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        for task in Path(f"/proc/{parent}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                found.append(int(child))
-                frontier.append(int(child))
-    return found
-
-
-def _engine_core(pid: int) -> int | None:
-    for child in _children(pid):
-        try:
-            if "EngineCore" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace") + Path(f"/proc/{child}/comm").read_text():
-                return child
-        except OSError:
-            continue
-    return None
 
 
 def test_a_dead_engine_core_seals_a_failure_naming_it(tmp_path: Path) -> None:
@@ -49,7 +28,7 @@ def test_a_dead_engine_core_seals_a_failure_naming_it(tmp_path: Path) -> None:
     while time.monotonic() < deadline and child.poll() is None:
         progress = list(store.glob("*/progress.ndjson"))
         if progress and _generated(progress[0]) >= 3:
-            core = _engine_core(child.pid)
+            core = engine_core_under(child.pid)
             break
         time.sleep(0.2)
     assert child.poll() is None and core is not None, f"no running engine core to kill: {child.communicate()[1][-2000:] if child.poll() is not None else ''}"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _engine_processes import engine_cores
 from _snapshot import ids, problems, stops
 from conftest import MODEL, SMALL_ENGINE, toml_value
 
@@ -55,7 +56,7 @@ def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: P
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the spawned worker inherits it
     generation = {"max_tokens": 30, "temperature": 0}
     store = tmp_path / "store"
-    before = _engine_core_processes()
+    before = engine_cores()
     run, pool = _plan_and_run_keeping_pool(_sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS], generation), store)
     assert run.exit_code == 0, run.result
     _assert_the_worker_ended_by_itself(pool, before)
@@ -79,7 +80,7 @@ def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: P
 def test_a_one_item_worker_at_vllms_default_starts_and_stops_its_engine_core(tmp_path: Path, monkeypatch: Any) -> None:
     """The same for the pool that runs one item at a time (`max_num_seqs = 1`: one lane per worker)."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
-    before = _engine_core_processes()
+    before = engine_cores()
     store = tmp_path / "store"
     sweep_file = _sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS[:2]], {"max_tokens": 12, "temperature": 0},
                         "max_num_seqs = 1\n")
@@ -112,19 +113,7 @@ def _assert_the_worker_ended_by_itself(pool: Any, engine_cores_before: set[int])
     driver gave up and killed it (exit code -9). The pool is read through its private list (test only)."""
     workers = getattr(pool, "_workers", None) or pool._slots  # BatchPool / LocalPool
     assert [worker.process.exitcode for worker in workers] == [0]
-    assert _engine_core_processes() - engine_cores_before == set()  # and no engine core outlived it
-
-
-def _engine_core_processes() -> set[int]:
-    """Pids of vLLM engine-core processes now (vLLM names them `VLLM::EngineCore`)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(b"VLLM::EngineCore"):
-                found.add(int(entry.name))
-        except OSError:  # gone meanwhile
-            continue
-    return found
+    assert engine_cores() - engine_cores_before == set()  # and no engine core outlived it
 
 
 def test_items_planned_with_other_engine_arguments_get_an_engine_of_their_own(tmp_path: Path) -> None:
