@@ -18,6 +18,7 @@ import io
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -63,9 +64,7 @@ class _Server:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        for name in ("s", "log"):
-            Path(self._dir, name).unlink(missing_ok=True)
-        os.rmdir(self._dir)
+        shutil.rmtree(self._dir, ignore_errors=True)  # the socket, the log and the server's scratch folder
 
 
 _server: _Server | None = None

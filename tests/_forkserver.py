@@ -27,7 +27,6 @@ import selectors
 import signal
 import socket
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -164,7 +163,8 @@ def serve(path: str) -> None:
     import genrun.runner.cli  # noqa: F401
     import genrun.runner.backends.transformers.backend  # noqa: F401  (torch, transformers, genrun's instrumentation)
 
-    scratch = Path(tempfile.mkdtemp(prefix="genrun-forkserver-"))
+    scratch = Path(path).parent / "modules"  # beside the socket: the client removes the folder when it stops the server
+    scratch.mkdir()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
