@@ -14,7 +14,8 @@ much less, so ratios are given for both):
   laid out as the installed package and put first on PYTHONPATH): what a user had before;
 - no index: `ls --no-index --json` (this genrun reading every snapshot from its files);
 - cold: `ls --json` with no index (reads every snapshot and builds the index);
-- warm: `ls --limit 0` (every row, as piped) and `ls --json` with the index built;
+- warm: `ls --limit 0` (every row, as piped) and `ls --json` with the index built; `ls --limit 200`, what `genrun ls`
+  shows on a terminal (the newest 200: only they are checked against their seals, the others placed by the index);
 - filtered: `ls --state succeeded --stop-reason max_new_tokens --unsigned` (warm);
 - page: `report --store DIR --html FILE` (warm; the index pages, without review pages);
 - startup: `ls` of an empty store, for each genrun: the floor under its figures (imports, parser), taken off before
@@ -42,6 +43,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import NamedTuple
+
+from genrun.runner.cli.ls import TERMINAL_ROWS  # what `genrun ls` shows on a terminal: `--limit` that many takes its path piped
 
 REPO = Path(__file__).resolve().parent.parent
 GENRUN = [sys.executable, "-m", "genrun.runner.cli"]
@@ -187,6 +190,7 @@ def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_
     shutil.rmtree(store / ".genrun-index", ignore_errors=True)
     figures["cold"] = genrun("ls", "--store", store, "--json")
     figures["warm"] = best(repeat, "ls", "--store", store, "--limit", "0")
+    figures["window"] = best(repeat, "ls", "--store", store, "--limit", str(TERMINAL_ROWS))
     figures["warm_json"] = best(repeat, "ls", "--store", store, "--json")
     figures["filtered"] = best(repeat, "ls", "--store", store, "--state", "succeeded", "--stop-reason", "max_new_tokens", "--unsigned")
     site = work / f"site-{size}"
@@ -200,7 +204,7 @@ def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_
 
 
 LABELS = (("today", "ls --json before the index"), ("no_index", "ls --json --no-index"), ("cold", "ls --json, cold (builds index)"),
-          ("warm", "ls --limit 0, warm"), ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"),
+          ("warm", "ls --limit 0, warm"), ("window", f"ls --limit {TERMINAL_ROWS} (a terminal's), warm"), ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"),
           ("page", "store page (index pages)"))
 
 
@@ -217,8 +221,10 @@ def report(rows: dict[int, dict[str, Timed]], startup: dict[str, Timed], field: 
     print(f"{'cold vs today, per snapshot':36}" + "".join(f"{t / c:>11.1f}x" for t, c in per.values()))
     big, small = max(sizes), min(sizes)
     ratios = [t / c for t, c in per.values() if t == t]
-    print(f"goals ({field}): warm ls {big:,} = {pick(rows[big]['warm']):.2f} s (< 1 s); {pick(rows[big]['warm']) / pick(rows[small]['warm']):.1f}x "
-          f"its {small:,} figure (<= 2x); cold {min(ratios, default=float('nan')):.1f}x faster per snapshot than today (>= 5x); "
+    for key in ("warm", "window"):
+        print(f"goal ({field}), {dict(LABELS)[key]}: {big:,} = {pick(rows[big][key]):.2f} s (< 1 s), "
+              f"{pick(rows[big][key]) / pick(rows[small][key]):.1f}x its {small:,} figure (<= 2x)")
+    print(f"goals ({field}): cold {min(ratios, default=float('nan')):.1f}x faster per snapshot than today (>= 5x); "
           f"page {pick(rows[big]['page']):.2f} s (< 5 s); startup {pick(startup['now']):.2f} s (before the index: {pick(startup['today']):.2f} s)")
 
 

@@ -8,7 +8,7 @@ reads everything else from its files with the same readers as always, and refres
 import contextlib
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, get_args
 
@@ -69,89 +69,157 @@ class Listing(NamedTuple):
     """For stderr: the index could not be used or updated, and why."""
     from_index: int
     """Rows answered from the index without reading their files."""
+    total: int
+    """Rows in the whole listing (`rows` holds only a `window` of them when one was asked for)."""
+    unchecked: int = 0
+    """Rows placed by the index alone, their seals not checked: outside the `window` (`list_store(window=...)`)."""
 
 
-def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True) -> Listing:
-    """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot."""
+def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None) -> Listing:
+    """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
+
+    `window`: only these rows of the whole listing are wanted (`ls --limit 20` with no filter: `slice(-20, None)`). Then
+    only they are read, from the index while their seal is unchanged; the rows around them are placed by what the index
+    holds (ids and sweeps' members), and the rows it does not hold are read as always. A wanted row whose seal changed
+    since indexed (or one the index lost meanwhile) makes it read every row, as without `window`."""
     notes: list[str] = []
-    index: IndexDatabase | None = None
-    cached: dict[str, IndexedRow] = {}
-    replace_broken = False
-    if use_index and store.is_dir():
-        try:
-            index = IndexDatabase(store)
-            cached = index.rows()
-        except IndexUnavailable as exc:
-            notes.append(str(exc))
-            replace_broken = exc.damaged  # a newer genrun's index is left alone
-            if index is not None:
-                index.close()
-            index = None
     from genrun.analysis.signoffs import resolve_allowed_signers
 
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
-    basis = _signoffs_basis(allowed_signers)
-    rows: list[SnapshotRow] = []
-    fresh: list[IndexedRow] = []
     names, planning = _scan(store)
-    from_index = 0
-    prefix = os.path.join(store, "")
-    for name in names:  # the warm path: two lstats and one row per snapshot, nothing else
-        base = f"{prefix}{name}/"
-        try:
-            key = SealKey.of(base + layout.MANIFEST)
-        except OSError as exc:  # one unreadable snapshot is a row saying so, never the end of the listing
-            rows.append(unreadable_row(name, exc))
-            continue
-        hit = cached.get(name)
-        if key is not None and hit is not None and hit[1:5] == key:
-            from_index += 1
-            if _signoffs_key(base, basis) == hit.signoffs_key:
-                rows.append(_from_index(hit))
-            else:  # a record came (or went) since: judged live
-                summary, signers = _signoffs(Path(base), allowed_signers)
-                rows.append(_from_index(hit)._replace(signoffs=summary, signers=signers))
-            continue
-        if key is None:  # unsealed: read from its files every time, never cached
-            if os.path.isfile(base + layout.FROZEN_MANIFEST):  # else not a snapshot (a sealed one without it still has a seal)
-                try:
-                    rows.append(describe(store / name, allowed_signers, sealed=False))
-                except FileNotFoundError:  # removed while we looked
-                    pass
-                except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
-                    rows.append(unreadable_row(name, exc))
-            continue
-        try:
-            read = _read_sealed(store / name, key, allowed_signers, basis)
-        except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
-            rows.append(unreadable_row(name, exc))
-            continue
-        if read is None:  # removed while we looked
-            continue
-        row, indexed = read
-        if hit is not None and hit.seal_digest != row.seal_digest:  # the seal was replaced after indexing: never show the old row
-            rows.append(row._replace(changed=f"the seal changed since it was indexed (sha256 {hit.seal_digest[:12]}… then, "
-                                             f"{(row.seal_digest or '')[:12]}… now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it"))
-            continue
-        rows.append(row)
-        if indexed is not None:
-            fresh.append(indexed)
-    gone = set(cached).difference(names)
-    if index is not None and (fresh or gone):
-        try:
-            index.write(fresh, gone)
-        except IndexUnavailable as exc:
-            notes.append(str(exc))
+    listing: Listing | None = None
+    index, known, replace_broken = _open_index(store, notes, members_only=window is not None) if use_index else (None, {}, False)
+    if index is not None and window is not None:
+        reader = _CurrentRows(store, allowed_signers)
+        listing = _list_window(index, reader, names, planning, known, window)
+        if listing is None:  # read every row: the index whole
+            index.close()
+            index, known, replace_broken = _open_index(store, notes, members_only=False)
+    if listing is None:
+        reader = _CurrentRows(store, allowed_signers)  # afresh: nothing counted or collected twice
+        cached = known if index is not None else {}
+        rows = [row for name in names if (row := reader.row(name, cached.get(name))) is not None]
+        listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
+        listing = Listing(listed if window is None else listed[window], notes, reader.from_index, len(listed))
+    gone = set(known).difference(names)
     if index is not None:
+        if reader.fresh or gone:
+            try:
+                index.write(reader.fresh, gone)
+            except IndexUnavailable as exc:
+                notes.append(str(exc))
         index.close()
     elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
         try:
-            replace_index(store, fresh)
-            notes.append(f"the damaged index was rebuilt from the files ({len(fresh)} sealed snapshots)")
+            replace_index(store, reader.fresh)
+            notes.append(f"the damaged index was rebuilt from the files ({len(reader.fresh)} sealed snapshots)")
         except OSError as exc:
             notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
-    rows += [_planning_row(store / name) for name in planning]
-    return Listing(group_sweeps(rows), notes, from_index)
+    return listing._replace(notes=notes)
+
+
+def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[IndexDatabase | None, dict, bool]:
+    """The open index and what it holds: every row by id, or (`members_only`) each id's sweep members. When it cannot be
+    used: (None, {}, whether it is damaged, so that rebuilding it loses nothing), and `notes` says why."""
+    if not store.is_dir():
+        return None, {}, False
+    index = None
+    try:
+        index = IndexDatabase(store)
+        return index, index.memberships() if members_only else index.rows(), False
+    except IndexUnavailable as exc:
+        notes.append(str(exc))
+        if index is not None:
+            index.close()
+        return None, {}, exc.damaged  # a newer genrun's index is left alone
+
+
+def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
+                 members_by_id: dict[str, str | None], window: slice) -> Listing | None:
+    """`list_store(window=...)`; None when a row in the window changed since indexed (or the index cannot say)."""
+    read: dict[str, SnapshotRow] = {}  # the rows the index does not hold, read from their files
+    listed: list[str] = []
+    members: dict[str, tuple[str, ...]] = {}
+    for name in names:
+        if name in members_by_id:
+            listed.append(name)
+            held = members_by_id[name]
+            if held:
+                members[name] = tuple(held.split("\n"))
+        elif (row := reader.row(name, None)) is not None:
+            read[name] = row
+            listed.append(name)
+            if row.members:
+                members[name] = row.members
+    for name in planning:
+        read[name] = _planning_row(reader.store / name)
+        listed.append(name)
+    order = grouped_order(listed, members)
+    wanted = order[window]
+    try:
+        hits = index.rows_of([sid for sid, _ in wanted if sid not in read])
+    except IndexUnavailable:
+        return None
+    rows: list[SnapshotRow] = []
+    for sid, sweep in wanted:
+        row = read.get(sid)
+        if row is None:
+            hit = hits.get(sid)
+            row = reader.row(sid, hit) if hit is not None else None
+            if hit is None or row is None or row._replace(signoffs="", signers=()) != _from_index(hit)._replace(signoffs="", signers=()):
+                return None  # removed, unreadable or changed since indexed: the rows around it may have changed too
+        rows.append(row if sweep is None else row._replace(sweep=sweep))
+    unchecked = len(listed) - len(read) - len(hits)
+    return Listing(rows, [], reader.from_index + unchecked, len(order), unchecked)
+
+
+class _CurrentRows:
+    """Rows as a snapshot's files say now: from its index row while the seal it was read under is unchanged (two lstats),
+    else read from its files; collects the index rows to write (`fresh`) and counts the rows answered from the index."""
+
+    def __init__(self, store: Path, allowed_signers: Path | None) -> None:
+        self.store = store
+        self.allowed_signers = allowed_signers
+        self.basis = _signoffs_basis(allowed_signers)
+        self.prefix = os.path.join(store, "")
+        self.fresh: list[IndexedRow] = []
+        self.from_index = 0
+
+    def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
+        """None when `name` is not a snapshot (or was removed while looked at)."""
+        base = f"{self.prefix}{name}/"
+        try:
+            key = SealKey.of(base + layout.MANIFEST)
+        except OSError as exc:  # one unreadable snapshot is a row saying so, never the end of the listing
+            return unreadable_row(name, exc)
+        if key is not None and hit is not None and hit[1:5] == key:  # the warm path: two lstats, nothing read
+            self.from_index += 1
+            if _signoffs_key(base, self.basis) == hit.signoffs_key:
+                return _from_index(hit)
+            summary, signers = _signoffs(Path(base), self.allowed_signers)  # a record came (or went) since: judged live
+            return _from_index(hit)._replace(signoffs=summary, signers=signers)
+        if key is None:  # unsealed: read from its files every time, never cached
+            if not os.path.isfile(base + layout.FROZEN_MANIFEST):  # not a snapshot (a sealed one without it still has a seal)
+                return None
+            try:
+                return describe(self.store / name, self.allowed_signers, sealed=False)
+            except FileNotFoundError:  # removed while we looked
+                return None
+            except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
+                return unreadable_row(name, exc)
+        try:
+            read = _read_sealed(self.store / name, key, self.allowed_signers, self.basis)
+        except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
+            return unreadable_row(name, exc)
+        if read is None:  # removed while we looked
+            return None
+        row, indexed = read
+        if hit is not None and hit.seal_digest != row.seal_digest:  # the seal was replaced after indexing: never show the old row
+            return row._replace(changed=f"the seal changed since it was indexed (sha256 {hit.seal_digest[:12]}… then, "
+                                        f"{(row.seal_digest or '')[:12]}… now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it")
+        if indexed is not None:
+            self.fresh.append(indexed)
+        return row
 
 
 def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
@@ -292,17 +360,26 @@ def _unsealed_sweep_state(sweep: Path) -> str:
 
 def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
     """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
-    if not any(row.members for row in rows):
+    members = {row.id: row.members for row in rows if row.members}
+    if not members:
         return rows
     by_id = {row.id: row for row in rows}
-    members = {row.id: [sid for sid in row.members if sid in by_id] for row in rows if row.members is not None}
-    grouped = {sid for ids in members.values() for sid in ids}
-    ordered: list[SnapshotRow] = []
-    for row in rows:
-        if row.id in grouped:
+    return [by_id[sid] if sweep is None else by_id[sid]._replace(sweep=sweep) for sid, sweep in grouped_order([row.id for row in rows], members)]
+
+
+def grouped_order(ids: list[str], members: Mapping[str, Sequence[str]]) -> list[tuple[str, str | None]]:
+    """(id, its sweep) in listing order: each sweep's items (every attempt) right under the sweep, other ids in order."""
+    if not members:
+        return [(sid, None) for sid in ids]
+    present = set(ids)
+    under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items()}
+    grouped = {sid for items in under.values() for sid in items}
+    ordered: list[tuple[str, str | None]] = []
+    for sid in ids:
+        if sid in grouped:
             continue
-        ordered.append(row)
-        ordered.extend(by_id[sid]._replace(sweep=row.id) for sid in members.get(row.id, ()))
+        ordered.append((sid, None))
+        ordered.extend((item, sid) for item in under.get(sid, ()))
     return ordered
 
 

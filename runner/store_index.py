@@ -17,9 +17,9 @@ import os
 import sqlite3
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from genrun.runner import __version__
 
@@ -27,6 +27,8 @@ INDEX_DIR = ".genrun-index"
 INDEX_FILE = "index.sqlite3"
 INDEX_FORMAT = 1
 """`PRAGMA user_version` of the file; a newer one is ignored (never overwritten but by `genrun index --rebuild`)."""
+T = TypeVar("T")
+_IDS_PER_QUERY = 500  # under any sqlite's limit on parameters of one statement (999 before 3.32)
 BUSY_TIMEOUT_S = 2.0  # a concurrent writer holds the lock for one transaction; after this, answer without the index
 
 _KEY_COLUMNS = ("id", "seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns", "signoffs_key")
@@ -145,10 +147,25 @@ class IndexDatabase:
 
     def rows(self) -> dict[str, IndexedRow]:  # 100,000 rows: a few tenths of a second
         """Every cached row by id (one query: the warm path of `ls`)."""
+        return self._query(f"SELECT {', '.join(_COLUMNS)} FROM rows", (), _by_id)
+
+    def memberships(self) -> dict[str, str | None]:  # 100,000 rows: a tenth of `rows()`
+        """Each cached id and its sweep's members (newline-joined; None for a run): enough to place every row of a listing."""
+        return self._query("SELECT id, members FROM rows", (), dict)
+
+    def rows_of(self, ids: Sequence[str]) -> dict[str, IndexedRow]:
+        """The cached rows of these ids (those the index holds), by id."""
+        found: dict[str, IndexedRow] = {}
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            chunk = ids[start:start + _IDS_PER_QUERY]
+            found.update(self._query(f"SELECT {', '.join(_COLUMNS)} FROM rows WHERE id IN ({', '.join('?' * len(chunk))})", chunk, _by_id))
+        return found
+
+    def _query(self, sql: str, parameters: Sequence[str], build: Callable[[Iterable[tuple]], T]) -> T:
+        """`build` of the rows `sql` finds (it consumes the cursor here: a damaged file may fail on any row)."""
         assert self._db is not None
         try:
-            found = self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM rows")
-            return {r[0]: tuple.__new__(IndexedRow, r) for r in found}  # the C constructor, no Python frame per row
+            return build(self._db.execute(sql, parameters))
         except sqlite3.DatabaseError as exc:
             raise IndexUnavailable(f"the index {self.path} cannot be read ({exc}); answering from the files",
                                    damaged=not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)) from None
@@ -174,6 +191,10 @@ class IndexDatabase:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+
+def _by_id(found: Iterable[tuple]) -> dict[str, IndexedRow]:
+    return {r[0]: tuple.__new__(IndexedRow, r) for r in found}  # the C constructor, no Python frame per row
 
 
 def replace_index(store: Path, rows: Iterable[IndexedRow]) -> Path:

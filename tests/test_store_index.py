@@ -100,11 +100,8 @@ def test_signoffs_added_after_indexing_are_shown(tmp_path: Path) -> None:
 # -- damage ---------------------------------------------------------------------------------------------------------
 
 
-def test_a_seal_replaced_after_indexing_is_marked_and_read_from_the_files(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    list_store(store)
-    victim = next(p for p in store.iterdir() if "-a-" in p.name)
-    # a tamperer rewrites result.json and re-seals it: the stored digest no longer matches
+def _reseal_as_failed(victim: Path) -> None:
+    """A tamperer rewrites result.json (failed, 99 tokens) and seals it again: the digest the index stored no longer matches."""
     for name in (layout.RESULT, layout.MANIFEST):
         (victim / name).chmod(0o644)
     (victim / layout.RESULT).write_bytes(orjson.dumps({"status": "failed", "generated": 99, "unit": "token"}))
@@ -113,6 +110,13 @@ def test_a_seal_replaced_after_indexing_is_marked_and_read_from_the_files(tmp_pa
 
     (victim / layout.MANIFEST).write_text("\n".join(
         f"{sha256_file(victim / layout.RESULT)}  {layout.RESULT}" if line.endswith(f"  {layout.RESULT}") else line for line in manifest) + "\n")
+
+
+def test_a_seal_replaced_after_indexing_is_marked_and_read_from_the_files(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    list_store(store)
+    victim = next(p for p in store.iterdir() if "-a-" in p.name)
+    _reseal_as_failed(victim)
     for _ in range(2):  # marked every time until someone rebuilds: ls never quietly adopts a changed seal
         row = next(r for r in list_store(store).rows if r.id == victim.name)
         assert (row.state, row.generated) == ("failed", 99)  # never the stale "succeeded, 12"
@@ -178,6 +182,70 @@ def test_verify_never_reads_the_index(tmp_path: Path) -> None:
     verified = run_cli("verify", store / sealed, "--json")
     assert "index" not in verified.stderr
     assert index_file(store).read_bytes() == b"garbage"
+
+
+# -- a window: the rows a limit keeps, with no filter (`ls --limit N`, a terminal's default) ---------------------------
+
+
+def _store_with_a_sweep(tmp_path: Path) -> Path:
+    store = tmp_path / "store"
+    for i in range(3):
+        make_run(store, f"run{i}", reasons=("eos",) if i % 2 else ("max_length",))
+    make_sweep(store, [make_run(store, f"item{i}") for i in range(3)])
+    make_run(store, "zlate", seal=False)  # unsealed: read from its files, never from the index
+    return store
+
+
+def test_a_window_reads_only_its_rows_and_places_them_as_the_whole_listing_does(tmp_path: Path) -> None:
+    store = _store_with_a_sweep(tmp_path)
+    whole = list_store(store)  # builds the index
+    assert [r.sweep is not None for r in whole.rows].count(True) == 3 and whole.total == len(whole.rows) == 8
+    for size in (1, 3, 5, 7, 8, 20):
+        window = list_store(store, window=slice(-size, None))
+        assert window.rows == whole.rows[-size:] and window.total == whole.total  # sweeps' items still right under the sweep
+        # the sealed rows outside the window were placed by the index alone; the unsealed one was read
+        assert window.unchecked == sum(r.sealed for r in whole.rows[:-size]) and window.notes == []
+
+
+def test_a_seal_changed_inside_the_window_is_marked_and_outside_it_is_not_read(tmp_path: Path) -> None:
+    store = _store_with_a_sweep(tmp_path)
+    whole = list_store(store)
+    first, last_sealed = whole.rows[0], [r for r in whole.rows if r.sealed][-1]
+    _reseal_as_failed(store / first.id)  # outside a window of the newest rows
+    window = list_store(store, window=slice(-3, None))
+    assert window.rows == whole.rows[-3:] and window.unchecked == sum(r.sealed for r in whole.rows[:-3])
+    _reseal_as_failed(store / last_sealed.id)  # inside it: every row is read, as without a window
+    window = list_store(store, window=slice(-3, None))
+    assert window.unchecked == 0 and window.total == whole.total
+    changed = next(r for r in window.rows if r.id == last_sealed.id)
+    assert (changed.state, changed.generated) == ("failed", 99) and "seal changed since it was indexed" in (changed.changed or "")
+    assert [r.id for r in window.rows] == [r.id for r in whole.rows[-3:]]
+
+
+def test_a_window_shows_sign_offs_added_after_indexing_and_leaves_out_removed_rows(tmp_path: Path) -> None:
+    store = _store_with_a_sweep(tmp_path)
+    whole = list_store(store)
+    signed, removed = whole.rows[-2], whole.rows[-3]
+    assert run_cli("signoff", store / signed.id, "--decision", "accept", "--by", "alice@example.com").returncode == 0
+    shutil.rmtree(store / removed.id)
+    window = list_store(store, window=slice(-2, None))
+    assert next(r for r in window.rows if r.id == signed.id).signers == ("alice@example.com",)
+    assert window.total == whole.total - 1 and removed.id not in indexed_ids(store)
+    assert window.rows == list_store(store, use_index=False).rows[-2:]
+
+
+def test_ls_with_a_limit_and_no_filter_answers_as_the_whole_listing_does(tmp_path: Path) -> None:
+    store = _store_with_a_sweep(tmp_path)
+    every = run_cli("ls", "--store", store, "--limit", "0")
+    assert every.returncode == 0, every.stderr
+    lines = every.stdout.splitlines()
+    for args, kept in ((["--limit", "4"], lines[-4:]), (["--limit", "4", "--reverse"], lines[:-5:-1])):
+        limited = run_cli("ls", "--store", store, *args)
+        assert limited.returncode == 0 and "note:" not in limited.stderr, limited.stderr
+        assert limited.stdout.splitlines()[0] == f"4 of 8 snapshot(s) in {store}"
+        assert [line.split("└")[-1].split()[0] for line in limited.stdout.splitlines()[2:]] == \
+               [line.split("└")[-1].split()[0] for line in kept]
+    assert _ls(store, "--limit", "2")["snapshots"] == _ls(store)["snapshots"][-2:] and _ls(store, "--limit", "2")["total"] == 8
 
 
 # -- concurrency ----------------------------------------------------------------------------------------------------
