@@ -242,8 +242,13 @@ def test_memory_breakdown_rates_per_row_and_summed_and_library_output(tmp_path: 
 
     quiet_plan = run_cli("plan", write_request(tmp_path, text, "q.toml"), "--store", tmp_path / "q", "--quiet")
     assert quiet_plan.returncode == 0 and quiet_plan.stderr == "", quiet_plan.stderr
-    quiet = run_cli("execute", _only_snapshot(tmp_path / "q"), "--quiet")
-    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    planned = _only_snapshot(tmp_path / "q")
+    assert quiet_plan.stdout == f"{planned}\n"  # the snapshot alone on stdout: what a script takes
+    quiet = run_cli("execute", planned, "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == f"{planned}\n", quiet.stderr
+    quiet_run = run_cli("run", write_request(tmp_path, text, "q.toml"), "--store", tmp_path / "q2", "--quiet")
+    assert quiet_run.returncode == 0 and quiet_run.stderr == "" and quiet_run.stdout == f"{_only_snapshot(tmp_path / 'q2')}\n"
+    assert run_cli("verify", quiet_run.stdout.strip()).returncode == 0
 
 
 # 11 -----------------------------------------------------------------------------------------------

@@ -71,9 +71,12 @@ def test_rerun_prints_paths_as_run_does_and_each_rows_text(capsys, tmp_path: Pat
     """Relative to the current directory (like `run`), with a short escaped excerpt of what each row generated."""
     parent = make_parent(capsys, tmp_path, request_text(tiny_lm, prompt="count down from 3 :", generation={"max_new_tokens": 16}))
     monkeypatch.chdir(tmp_path)
-    code, _, err = cli(capsys, "rerun", parent, "--quiet")
+    before = {p.name for p in parent.parent.iterdir()}
+    code, out, err = cli(capsys, "rerun", parent, "--quiet")
     assert code == 0, err
     assert err == ""  # --quiet: no plan summary, bar, library notice or summary
+    (quiet_child,) = [p for p in parent.parent.iterdir() if p.name not in before and p.is_dir()]
+    assert out == f"{quiet_child.relative_to(tmp_path).as_posix()}\n"  # the child alone on stdout (no verdict): what a script takes
     before = {p.name for p in parent.parent.iterdir()}
     code, out, err = cli(capsys, "rerun", parent)
     assert code == 0, err

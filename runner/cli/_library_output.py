@@ -30,4 +30,5 @@ def library_output_taken_over(quiet: bool) -> Iterator[None]:
 def add_quiet_argument(parser) -> None:  # noqa: ANN001 (argparse.ArgumentParser)
     """`--quiet` on the commands that load models; `main` then takes over the libraries' output."""
     parser.add_argument("--quiet", "-q", action="store_true",
-                        help="for scripts: no progress, summary or library notices on stderr (errors and --json still appear)")
+                        help="for scripts: no progress, summary or library notices on stderr (errors and --json still appear); "
+                             "the snapshot's directory alone on stdout")

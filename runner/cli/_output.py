@@ -73,6 +73,14 @@ def add_store_lookup(parser: Any) -> None:
     add_store(parser, "store to look a snapshot id up in")
 
 
+def print_quiet_result(args: Any, snapshot: Path | None) -> None:
+    """`--quiet` without `--json`: the snapshot's directory alone on stdout, as `genrun run` shows paths, so that a script
+    can take it (`snap=$(genrun run r.toml -q) && genrun verify "$snap"`); nothing when no snapshot was made."""
+    if getattr(args, "quiet", False) and not getattr(args, "json", False) and snapshot is not None:
+        sys.stdout.write(f"{shown_path(snapshot)}\n")
+        sys.stdout.flush()
+
+
 def shown_path(path: Path) -> Path:
     """`path` as `genrun run` shows it: relative to the current directory when inside it, else as it is."""
     try:

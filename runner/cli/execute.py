@@ -19,7 +19,7 @@ from genrun.runner.phases import PlanPhases
 from ._interrupt import report_interrupt
 from ._library_output import add_quiet_argument
 from ._options import add_allowed_signers
-from ._output import add_store_lookup, counted, print_json, stderr_console
+from ._output import add_store_lookup, counted, print_json, print_quiet_result, stderr_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -67,13 +67,16 @@ def handle(args: argparse.Namespace) -> int:
     try:
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
+        print_quiet_result(args, snapshot)
         return report_interrupt(snapshot)
     except RunInterrupted as exc:  # genrun's own handlers (installed by main) before execution started
+        print_quiet_result(args, snapshot)
         return report_interrupt(snapshot, exc.signal_name)
     if args.json:
         print_json(result.model_dump(mode="json"))
     else:
         render_summary(snapshot, result)
+        print_quiet_result(args, snapshot)
     return result.exit_code
 
 

@@ -13,7 +13,7 @@ from genrun.snapshot_dir import SnapshotDir
 
 from ._library_output import add_quiet_argument
 from ._options import add_store
-from ._output import print_json, stderr_console
+from ._output import print_json, print_quiet_result, stderr_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -46,6 +46,7 @@ def handle(args: argparse.Namespace) -> int:
         print_json({"snapshot": str(snapshot), "plan_digest": plan_digest(snapshot), "token_budget": budget.model_dump(mode="json")})
     else:
         print_plan_summary(snapshot, budget)
+        print_quiet_result(args, snapshot)
     return 0
 
 

@@ -8,7 +8,7 @@ from genrun.snapshot_dir import SnapshotDir
 
 from ._library_output import add_quiet_argument
 from ._options import add_store
-from ._output import print_json, shown_path, stdout_console
+from ._output import print_json, print_quiet_result, shown_path, stdout_console
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -86,5 +86,8 @@ def handle(args: argparse.Namespace) -> int:
     else:
         render_summary(shown_path(outcome.child), outcome.result, outcome.planned)
         shown = {side: str(shown_path(Path(getattr(verdict, side)))) for side in ("parent", "child")}  # as `run` prints paths
-        render_verdict(verdict.model_copy(update=shown), stdout_console)
+        if args.quiet:
+            print_quiet_result(args, outcome.child)  # the child alone: what a script takes (the verdict: `genrun report`)
+        else:
+            render_verdict(verdict.model_copy(update=shown), stdout_console)
     return outcome.result.exit_code

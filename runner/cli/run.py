@@ -8,7 +8,7 @@ from genrun.snapshot_dir import SnapshotDir
 from genrun.runner.interrupts import RunInterrupted
 
 from ._interrupt import report_interrupt
-from ._output import print_json
+from ._output import print_json, print_quiet_result
 from .execute import add_approval_arguments
 from .plan import add_plan_arguments, print_plan_summary
 
@@ -52,11 +52,14 @@ def handle(args: argparse.Namespace) -> int:
         planned = clock.stop()
         result = execute_snapshot(snapshot, require_approval=args.require_approval, allowed_signers=args.allowed_signers, live=False if args.json or args.quiet else None)
     except KeyboardInterrupt:
+        print_quiet_result(args, snapshot)
         return report_interrupt(snapshot)
     except RunInterrupted as exc:  # genrun's own handlers (installed by main) before execution started
+        print_quiet_result(args, snapshot)
         return report_interrupt(snapshot, exc.signal_name)
     if args.json:
         print_json({"snapshot": str(snapshot), "plan_timings": planned._asdict(), "result": result.model_dump(mode="json")})
     else:
         render_summary(snapshot, result, planned)
+        print_quiet_result(args, snapshot)
     return result.exit_code
