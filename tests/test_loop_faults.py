@@ -4,6 +4,7 @@ Each loop is a module written beside its request and run by the real CLI (in-pro
 in a real forked process); verify is the real verify.
 """
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -121,6 +122,36 @@ def test_sigint_reaches_the_loop_and_seals_interrupted_with_its_ids(tmp_path: Pa
     assert (stop["reason"], stop["evidence"]["signal"]) == ("interrupted", "SIGINT")
     ids = read(snapshot, "stage-ids.json")["ids"]["lm"][0]
     assert len(ids) >= 2 and set(ids) == {7} and stop["generated"] == len(ids) == result["generated"]
+    code, findings = verify(snapshot)
+    assert not [f for f in findings.values() if f["status"] == "FAIL"], findings
+
+
+def test_a_signal_landing_in_a_progress_write_never_counts_units_twice(tmp_path: Path) -> None:
+    """A SIGINT raised inside the run's progress record (after the recorder counted the units it was told) used to leave
+    the stage believing they were still untold: the stage's exit told them again, and progress.ndjson went backwards
+    (6 -> 4, seen under load). The signal is simulated where it landed (its timing cannot be arranged): the loop makes the
+    recorder's next progress write raise KeyboardInterrupt, as the gate's SIGINT does."""
+    body = """\
+    with rec.stage("lm", unit="token", rows=1) as lm:
+        write = rec.core._write
+
+        def signal_lands_here(event):
+            if event.__class__.__name__ == "ProgressEvent":
+                rec.core._write = write
+                raise KeyboardInterrupt
+            write(event)
+
+        rec.core._write = signal_lands_here
+        for _ in range(50):
+            lm.emit(0, [7])
+"""
+    done, snapshot = run(_loop(tmp_path, body), tmp_path / "store")
+    assert snapshot is not None, done.stderr
+    result = read(snapshot, "result.json")
+    assert result["status"] == "interrupted", result
+    ids = read(snapshot, "stage-ids.json")["ids"]["lm"][0]
+    counts = [json.loads(line)["generated"] for line in (snapshot / "progress.ndjson").read_text().splitlines()]
+    assert counts == sorted(counts) and counts[-1] == len(ids) == result["generated"], counts
     code, findings = verify(snapshot)
     assert not [f for f in findings.values() if f["status"] == "FAIL"], findings
 

@@ -171,8 +171,10 @@ class Stage:
 
     def _sync_core(self) -> None:
         if self._counts_core and self._counted > self._synced:
-            self._rec.core.step(self._counted - self._synced)
-            self._synced = self._counted
+            # marked told first: a signal raised inside `step` (after it counted them, while its record is written) must
+            # not leave them untold, or the stage's exit tells them again and progress.ndjson goes backwards at the end
+            told, self._synced = self._counted - self._synced, self._counted
+            self._rec.core.step(told)
 
     def _set_thresholds(self) -> None:
         self._due_units, self._due_t = self._record_units, self._record_t

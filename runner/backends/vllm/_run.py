@@ -107,8 +107,8 @@ class VllmRun:
         """One recorder step per new token of the longest row."""
         longest = max(len(r.ids) for r in self.rows)
         if longest > self._counted:
-            self._ctx.recorder.step(longest - self._counted)
-            self._counted = longest
+            told, self._counted = longest - self._counted, longest  # first: a signal inside `step` must not count them twice
+            self._ctx.recorder.step(told)
 
     def _take(self, prompt: int, n: int, out: Any) -> None:
         if prompt * n not in self.prompt_ids and out.prompt_token_ids is not None:
