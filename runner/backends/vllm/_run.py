@@ -136,6 +136,8 @@ class VllmRun:
                                       prompt_length=lengths.pop() if len(lengths) == 1 else None, eos_token_ids=row_eos,
                                       pad_token_id=getattr(self.tokenizer, "pad_token_id", None))
         total = sum(len(r.ids) for r in self.rows)
+        # the longest row, as progress counts it: a signal may have landed between a row's new ids and their count
+        ctx.recorder.sync_steps(max((len(r.ids) for r in self.rows), default=0))
         first_unit_s, decode_s = generation_timings(ctx.recorder, self.started, self.ended)
         return BackendOutcome(unit="token", generated=total, generated_tokens=total, first_unit_s=first_unit_s, decode_s=decode_s,
                               stops=stops, outputs=outputs)
