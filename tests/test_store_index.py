@@ -267,9 +267,9 @@ def test_ls_while_runs_seal_and_two_ls_at_once_agree_with_the_files(tmp_path: Pa
     sealer = subprocess.Popen([sys.executable, "-c", _SEALER.format(tests=str(REPO / "tests"), n=60, store=str(store))], env=env)
     listers = []
     try:
-        while sealer.poll() is None or not listers:  # runs seal while index-building lists run, two at a time
-            pair = [subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "ls", "--store", str(store), "--json"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
+        while sealer.poll() is None or not listers:  # runs seal while index-building lists run, two at a time: every row, and a window
+            pair = [subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "ls", "--store", str(store), "--json", *limit],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for limit in ([], ["--limit", "5"])]
             listers += [(p, *p.communicate(timeout=120)) for p in pair]
     finally:
         sealer.wait(timeout=120)
