@@ -23,11 +23,12 @@ from typing import NamedTuple, TypeVar
 
 from genrun.runner import __version__
 
+T = TypeVar("T")
+
 INDEX_DIR = ".genrun-index"
 INDEX_FILE = "index.sqlite3"
 INDEX_FORMAT = 1
 """`PRAGMA user_version` of the file; a newer one is ignored (never overwritten but by `genrun index --rebuild`)."""
-T = TypeVar("T")
 _IDS_PER_QUERY = 500  # under any sqlite's limit on parameters of one statement (999 before 3.32)
 BUSY_TIMEOUT_S = 2.0  # a concurrent writer holds the lock for one transaction; after this, answer without the index
 

@@ -144,6 +144,11 @@ def test_a_corrupt_index_is_rebuilt_with_a_note(tmp_path: Path) -> None:
     assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
     assert "cannot be used" in listed.stderr and "rebuilt from the files (2 sealed snapshots)" in listed.stderr
     assert list_store(store).from_index == 2
+    index_file(store).write_bytes(b"this is not an sqlite file" * 100)  # and under a window
+    window = run_cli("ls", "--store", store, "--json", "--limit", "1")
+    assert window.returncode == 0 and orjson.loads(window.stdout) == {**expected, "snapshots": expected["snapshots"][-1:]}
+    assert "rebuilt from the files (2 sealed snapshots)" in window.stderr
+    assert list_store(store, window=slice(-1, None)).unchecked == 2  # the rebuilt index places both sealed rows (the last is unsealed)
 
 
 def test_an_index_from_a_newer_genrun_is_ignored_with_a_note_and_replaced_only_by_rebuild(tmp_path: Path) -> None:
@@ -168,10 +173,13 @@ def test_a_locked_index_is_answered_from_the_files_with_a_note(tmp_path: Path) -
     try:
         holder.execute("BEGIN EXCLUSIVE")  # another process writing (or a filesystem whose locks fail)
         listed = run_cli("ls", "--store", store, "--json")
+        window = run_cli("ls", "--store", store, "--json", "--limit", "2")  # a window has no index to place rows by either
     finally:
         holder.close()
     assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
     assert "answering from the files" in listed.stderr and "locked" in listed.stderr
+    assert window.returncode == 0 and orjson.loads(window.stdout) == {**expected, "snapshots": expected["snapshots"][-2:]}
+    assert "answering from the files" in window.stderr
 
 
 def test_verify_never_reads_the_index(tmp_path: Path) -> None:
