@@ -40,8 +40,6 @@ class VllmRun:
         self.tokenizer: Any = None
         self.started: float | None = None
         self.ended: float | None = None
-        self._counted = 0
-        """Recorder steps taken (tokens of the longest row so far)."""
 
     def generate(self, loaded: LoadedModel) -> None:
         from vllm.sampling_params import RequestOutputKind
@@ -106,9 +104,9 @@ class VllmRun:
     def _count_progress(self) -> None:
         """One recorder step per new token of the longest row."""
         longest = max(len(r.ids) for r in self.rows)
-        if longest > self._counted:
-            told, self._counted = longest - self._counted, longest  # first: a signal inside `step` must not count them twice
-            self._ctx.recorder.step(told)
+        counted = self._ctx.recorder.steps  # the recorder's own count (a signal inside `step` lands after it): never told twice
+        if longest > counted:
+            self._ctx.recorder.step(longest - counted)
 
     def _take(self, prompt: int, n: int, out: Any) -> None:
         if prompt * n not in self.prompt_ids and out.prompt_token_ids is not None:
