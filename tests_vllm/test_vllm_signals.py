@@ -29,9 +29,10 @@ def test_sigint_seals_interrupted_with_the_ids_so_far(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-m", "genrun", "run", str(request), "--store", str(store), "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     deadline = time.monotonic() + 600
+    seen = 0
     while time.monotonic() < deadline and child.poll() is None:
         progress = list(store.glob("*/progress.ndjson"))
-        if progress and _generated(progress[0]) >= 3:
+        if progress and (seen := _generated(progress[0])) >= 3:
             break
         time.sleep(0.2)
     assert child.poll() is None, f"the run ended before the signal: {child.communicate()[1][-2000:]}"
@@ -44,5 +45,8 @@ def test_sigint_seals_interrupted_with_the_ids_so_far(tmp_path: Path) -> None:
     rows = stops(snapshot)
     saved = ids(snapshot)
     assert [r["reason"] for r in rows] == ["interrupted", "interrupted"]
-    assert all(3 <= len(saved[r["index"]]) < 1000 and r["generated"] == len(saved[r["index"]]) for r in rows)
+    assert all(0 < len(saved[r["index"]]) < 1000 and r["generated"] == len(saved[r["index"]]) for r in rows)
+    # what progress showed before the signal is kept (it counts the longest row; the second prompt starts a step later, so
+    # its row may have one id fewer: how many each row has depends on when the signal lands)
+    assert max(r["generated"] for r in rows) >= seen >= 3
 
