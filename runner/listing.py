@@ -8,7 +8,7 @@ reads everything else from its files with the same readers as always, and refres
 import contextlib
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, get_args
 
@@ -70,37 +70,56 @@ class Listing(NamedTuple):
     from_index: int
     """Rows answered from the index without reading their files."""
     total: int
-    """Rows in the whole listing (`rows` holds only a `window` of them when one was asked for)."""
+    """Rows in the whole listing (`rows` holds only a `window` of the kept ones when one was asked for)."""
+    matched: int
+    """Rows of the whole listing that `keep` keeps (`total` without it)."""
     unchecked: int = 0
-    """Rows placed by the index alone, their seals not checked: outside the `window` (`list_store(window=...)`)."""
+    """Rows placed or matched by the index alone, their seals not checked: kept outside the `window`, or not kept."""
 
 
-def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None) -> Listing:
+Keep = Callable[[list[SnapshotRow]], tuple[list[SnapshotRow], list[str]]]
+"""`ls`'s filters: the rows they keep, in order, and notes for stderr (a `--stop-reason` no row has)."""
+
+
+def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None,
+               keep: Keep | None = None, live_signoffs: bool = False) -> Listing:
     """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
 
-    `window`: only these rows of the whole listing are wanted (`ls --limit 20` with no filter: `slice(-20, None)`). Then
-    only they are read, from the index while their seal is unchanged; the rows around them are placed by what the index
-    holds (ids and sweeps' members), and the rows it does not hold are read as always. A wanted row whose seal changed
-    since indexed (or one the index lost meanwhile) makes it read every row, as without `window`."""
+    `keep`: only the rows it keeps are wanted (`ls --state failed`). The rows the index holds are matched on its values,
+    the others read as always; `live_signoffs`: `keep` reads sign-offs, which change after the seal, so each row's are
+    judged as they are now (one lstat of signoffs/ says whether the index's judgement holds).
+    `window`: only these rows of the (kept) listing are wanted (`ls --limit 20`: `slice(-20, None)`). Without `keep`,
+    the rows around them are placed by what the index holds (ids and sweeps' members).
+    Only the wanted rows are read, from the index while their seal is unchanged; a wanted row whose seal changed since
+    indexed (or one the index lost meanwhile) makes it read every row, as with neither, and `keep` judge what they say."""
     notes: list[str] = []
     from genrun.analysis.signoffs import resolve_allowed_signers
 
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
     names, planning = _scan(store)
     listing: Listing | None = None
-    index, known, replace_broken = _open_index(store, notes, members_only=window is not None) if use_index else (None, {}, False)
-    if index is not None and window is not None:
+    members_only = window is not None and keep is None
+    index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
+    try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
-        listing = _list_window(index, reader, names, planning, known, window)
-        if listing is None:  # read every row: the index whole
+        if index is not None and keep is not None:
+            listing = _list_kept(reader, names, planning, known, keep, window, live_signoffs)
+        elif index is not None and window is not None:
+            listing = _list_window(index, reader, names, planning, known, window)
+            if listing is None:  # read every row: the index whole
+                index.close()
+                index, known, replace_broken = _open_index(store, notes, members_only=False)
+        if listing is None:
+            reader = _CurrentRows(store, allowed_signers)  # afresh: nothing counted or collected twice
+            cached = known if index is not None else {}
+            rows = [row for name in names if (row := reader.row(name, cached.get(name))) is not None]
+            listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
+            kept, said = keep(listed) if keep is not None else (listed, [])
+            listing = Listing(kept if window is None else kept[window], said, reader.from_index, len(listed), len(kept))
+    except BaseException:
+        if index is not None:
             index.close()
-            index, known, replace_broken = _open_index(store, notes, members_only=False)
-    if listing is None:
-        reader = _CurrentRows(store, allowed_signers)  # afresh: nothing counted or collected twice
-        cached = known if index is not None else {}
-        rows = [row for name in names if (row := reader.row(name, cached.get(name))) is not None]
-        listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
-        listing = Listing(listed if window is None else listed[window], notes, reader.from_index, len(listed))
+        raise
     gone = set(known).difference(names)
     if index is not None:
         if reader.fresh or gone:
@@ -115,7 +134,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             notes.append(f"the damaged index was rebuilt from the files ({len(reader.fresh)} sealed snapshots)")
         except OSError as exc:
             notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
-    return listing._replace(notes=notes)
+    return listing._replace(notes=notes + listing.notes)
 
 
 def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[IndexDatabase | None, dict, bool]:
@@ -162,15 +181,48 @@ def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str],
         return None
     rows: list[SnapshotRow] = []
     for sid, sweep in wanted:
-        row = read.get(sid)
+        row = read.get(sid) or _checked(reader, sid, hits.get(sid))
         if row is None:
-            hit = hits.get(sid)
-            row = reader.row(sid, hit) if hit is not None else None
-            if hit is None or row is None or row._replace(signoffs="", signers=()) != _from_index(hit)._replace(signoffs="", signers=()):
-                return None  # removed, unreadable or changed since indexed: the rows around it may have changed too
+            return None
         rows.append(row if sweep is None else row._replace(sweep=sweep))
     unchecked = len(listed) - len(read) - len(hits)
-    return Listing(rows, [], reader.from_index + unchecked, len(order), unchecked)
+    return Listing(rows, [], reader.from_index + unchecked, len(order), len(order), unchecked)
+
+
+def _list_kept(reader: "_CurrentRows", names: list[str], planning: list[str], known: dict[str, IndexedRow], keep: Keep,
+               window: slice | None, live_signoffs: bool) -> Listing | None:
+    """`list_store(keep=...)`: the rows the index holds are matched on its values (a sealed snapshot's files never change
+    legitimately, and a changed seal is caught below in any row shown); None when a shown row changed since indexed."""
+    rows: list[SnapshotRow] = []
+    for name in names:
+        hit = known.get(name)
+        if hit is not None:
+            rows.append(reader.judged(hit) if live_signoffs else _from_index(hit))
+        elif (row := reader.row(name, None)) is not None:  # not indexed: read from its files, as always
+            rows.append(row)
+    listed = group_sweeps(rows + [_planning_row(reader.store / name) for name in planning])
+    kept, said = keep(listed)
+    shown: list[SnapshotRow] = []
+    checked = 0
+    for row in kept if window is None else kept[window]:
+        if row.id in known:
+            current = _checked(reader, row.id, known[row.id])
+            if current is None:
+                return None
+            row = current._replace(sweep=row.sweep)
+            checked += 1
+        shown.append(row)
+    unchecked = sum(name in known for name in names) - checked
+    return Listing(shown, said, reader.from_index + unchecked, len(listed), len(kept), unchecked)
+
+
+def _checked(reader: "_CurrentRows", sid: str, hit: IndexedRow | None) -> SnapshotRow | None:
+    """`sid`'s row from its files (or the index while its seal is unchanged); None when it is not the row the index holds:
+    removed, unreadable or changed since indexed (then the rows placed or matched by the index may have changed too)."""
+    row = reader.row(sid, hit) if hit is not None else None
+    if hit is None or row is None or row._replace(signoffs="", signers=()) != _from_index(hit)._replace(signoffs="", signers=()):
+        return None
+    return row
 
 
 class _CurrentRows:
@@ -185,6 +237,14 @@ class _CurrentRows:
         self.fresh: list[IndexedRow] = []
         self.from_index = 0
 
+    def judged(self, hit: IndexedRow, base: str | None = None) -> SnapshotRow:
+        """`hit`'s row with its sign-offs as they are now (its seal not checked here): records arrive after the seal."""
+        base = base or f"{self.prefix}{hit.id}/"
+        if _signoffs_key(base, self.basis) == hit.signoffs_key:
+            return _from_index(hit)
+        summary, signers = _signoffs(Path(base), self.allowed_signers)  # a record came (or went) since: judged live
+        return _from_index(hit)._replace(signoffs=summary, signers=signers)
+
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""
         base = f"{self.prefix}{name}/"
@@ -194,10 +254,7 @@ class _CurrentRows:
             return unreadable_row(name, exc)
         if key is not None and hit is not None and hit[1:5] == key:  # the warm path: two lstats, nothing read
             self.from_index += 1
-            if _signoffs_key(base, self.basis) == hit.signoffs_key:
-                return _from_index(hit)
-            summary, signers = _signoffs(Path(base), self.allowed_signers)  # a record came (or went) since: judged live
-            return _from_index(hit)._replace(signoffs=summary, signers=signers)
+            return self.judged(hit, base)
         if key is None:  # unsealed: read from its files every time, never cached
             if not os.path.isfile(base + layout.FROZEN_MANIFEST):  # not a snapshot (a sealed one without it still has a seal)
                 return None

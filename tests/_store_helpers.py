@@ -48,3 +48,15 @@ def index_file(store: Path) -> Path:
 def indexed_ids(store: Path) -> set[str]:
     with sqlite3.connect(index_file(store)) as db:
         return {r[0] for r in db.execute("SELECT id FROM rows")}
+
+
+def reseal_as_failed(victim: Path) -> None:
+    """A tamperer rewrites result.json (failed, 99 tokens) and seals it again: the digest the index stored no longer matches."""
+    for name in (layout.RESULT, layout.MANIFEST):
+        (victim / name).chmod(0o644)
+    (victim / layout.RESULT).write_bytes(orjson.dumps({"status": "failed", "generated": 99, "unit": "token"}))
+    manifest = (victim / layout.MANIFEST).read_text().splitlines()
+    from genrun.schemas.digests import sha256_file
+
+    (victim / layout.MANIFEST).write_text("\n".join(
+        f"{sha256_file(victim / layout.RESULT)}  {layout.RESULT}" if line.endswith(f"  {layout.RESULT}") else line for line in manifest) + "\n")

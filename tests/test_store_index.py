@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import orjson
-from _store_helpers import index_file, indexed_ids, make_run, make_sweep
+from _store_helpers import index_file, indexed_ids, make_run, make_sweep, reseal_as_failed
 from conftest import run_cli
 
 from genrun.runner.listing import list_store
 from genrun.runner.store_index import INDEX_FORMAT
-from genrun.schemas import layout
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,23 +99,11 @@ def test_signoffs_added_after_indexing_are_shown(tmp_path: Path) -> None:
 # -- damage ---------------------------------------------------------------------------------------------------------
 
 
-def _reseal_as_failed(victim: Path) -> None:
-    """A tamperer rewrites result.json (failed, 99 tokens) and seals it again: the digest the index stored no longer matches."""
-    for name in (layout.RESULT, layout.MANIFEST):
-        (victim / name).chmod(0o644)
-    (victim / layout.RESULT).write_bytes(orjson.dumps({"status": "failed", "generated": 99, "unit": "token"}))
-    manifest = (victim / layout.MANIFEST).read_text().splitlines()
-    from genrun.schemas.digests import sha256_file
-
-    (victim / layout.MANIFEST).write_text("\n".join(
-        f"{sha256_file(victim / layout.RESULT)}  {layout.RESULT}" if line.endswith(f"  {layout.RESULT}") else line for line in manifest) + "\n")
-
-
 def test_a_seal_replaced_after_indexing_is_marked_and_read_from_the_files(tmp_path: Path) -> None:
     store = _store(tmp_path)
     list_store(store)
     victim = next(p for p in store.iterdir() if "-a-" in p.name)
-    _reseal_as_failed(victim)
+    reseal_as_failed(victim)
     for _ in range(2):  # marked every time until someone rebuilds: ls never quietly adopts a changed seal
         row = next(r for r in list_store(store).rows if r.id == victim.name)
         assert (row.state, row.generated) == ("failed", 99)  # never the stale "succeeded, 12"
@@ -219,10 +206,10 @@ def test_a_seal_changed_inside_the_window_is_marked_and_outside_it_is_not_read(t
     store = _store_with_a_sweep(tmp_path)
     whole = list_store(store)
     first, last_sealed = whole.rows[0], [r for r in whole.rows if r.sealed][-1]
-    _reseal_as_failed(store / first.id)  # outside a window of the newest rows
+    reseal_as_failed(store / first.id)  # outside a window of the newest rows
     window = list_store(store, window=slice(-3, None))
     assert window.rows == whole.rows[-3:] and window.unchecked == sum(r.sealed for r in whole.rows[:-3])
-    _reseal_as_failed(store / last_sealed.id)  # inside it: every row is read, as without a window
+    reseal_as_failed(store / last_sealed.id)  # inside it: every row is read, as without a window
     window = list_store(store, window=slice(-3, None))
     assert window.unchecked == 0 and window.total == whole.total
     changed = next(r for r in window.rows if r.id == last_sealed.id)

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from genrun.runner.errors import UsageError
-from genrun.runner.listing import ROW_STATES, SEALED, SWEEP_STATE, Listing, SnapshotRow, describe, group_sweeps
+from genrun.runner.listing import ROW_STATES, SEALED, SWEEP_STATE, Keep, SnapshotRow, describe, group_sweeps
 
 from ._columns import fit, output_width, render
 from ._options import add_allowed_signers, add_store
 
-__all__ = ["COLUMNS", "Selection", "SnapshotRow", "describe", "group_sweeps", "handle", "limited", "select"]
+__all__ = ["COLUMNS", "Selection", "SnapshotRow", "arranged", "describe", "group_sweeps", "handle", "limited", "select"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
@@ -82,11 +82,10 @@ def handle(args: argparse.Namespace) -> int:
     since, until = _when("--since", args.since), _when("--until", args.until)
     location = locate_store(args.store)
     store = location.path
-    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args))
+    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args),
+                         keep=_keep(args, since, until), live_signoffs=bool(args.unsigned or args.signed_by))
     notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
-    selected = select(listing, args, since, until)
-    rows = selected.rows
-    notes += [f"note: {note}" for note in selected.notes]
+    rows = arranged(listing.rows, args)
     if args.json:
         _notes(notes)
         from ._output import print_json
@@ -94,9 +93,8 @@ def handle(args: argparse.Namespace) -> int:
         print_json({"store": str(store), "total": listing.total, "snapshots": [row._asdict() for row in rows]})
         return 0
     more = ""
-    kept = len(rows) + listing.total - len(listing.rows)  # the rows the filters keep (a window's listing holds only those shown)
-    if args.limit is None and sys.stdout.isatty() and kept > TERMINAL_ROWS:
-        hidden = f"{kept - TERMINAL_ROWS:,} {'earlier' if _newest_last(args) else 'later'}"
+    if args.limit is None and sys.stdout.isatty() and listing.matched > TERMINAL_ROWS:
+        hidden = f"{listing.matched - TERMINAL_ROWS:,} {'earlier' if _newest_last(args) else 'later'}"
         rows = limited(rows, TERMINAL_ROWS, args)
         more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
     _notes(notes + [f"note: {row.id}: {row.changed or row.problem}" for row in rows if row.changed or row.problem])
@@ -105,15 +103,19 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _window(args: argparse.Namespace) -> slice | None:
-    """With no filter and no sort, the rows a limit keeps (`--limit N`, a terminal's default) are a window of the listing,
+    """With no sort, the rows a limit keeps (`--limit N`, a terminal's default) are a window of the (filtered) listing,
     and only they need reading (`list_store(window=...)`): `genrun ls` on a terminal answers about as fast from a store of
-    100,000 as from one of 1,000. None when every row is listed or a filter must see every row."""
+    100,000 as from one of 1,000. None when every row is listed, or sorted (a sort reads every row the filters keep)."""
     limit = args.limit if args.limit is not None else None if args.json or not sys.stdout.isatty() else TERMINAL_ROWS
-    filtered = (args.state, args.since, args.until, args.name, args.sweep, args.stop_reason, args.backend, args.unsigned,
-                args.signed_by, args.sort)
-    if not limit or any(filtered):
+    if not limit or args.sort:
         return None
     return slice(-limit, None)  # the newest: the last in time order (`--reverse` turns them round afterwards)
+
+
+def _keep(args: argparse.Namespace, since: datetime | None, until: datetime | None) -> Keep | None:
+    """The filters as `list_store` applies them (to rows matched on the index's values); None without any."""
+    filtered = (args.state, since, until, args.name, args.sweep, args.stop_reason, args.backend, args.unsigned, args.signed_by)
+    return (lambda rows: select(rows, args, since, until)) if any(filtered) else None
 
 
 def _notes(lines: list[str]) -> None:
@@ -126,16 +128,15 @@ def _notes(lines: list[str]) -> None:
 
 
 class Selection(NamedTuple):
-    """The rows `ls` lists, and what to say on stderr about the filters."""
+    """The rows the filters keep, and what to say on stderr about them."""
 
     rows: list[SnapshotRow]
     notes: list[str]
     """A `--stop-reason` no row of the other filters has: the reasons they do have (a typo shows, not just an empty table)."""
 
 
-def select(listing: Listing, args: argparse.Namespace, since: datetime | None, until: datetime | None) -> Selection:
-    """The rows the filters keep, sorted and limited (`limited`)."""
-    rows = listing.rows
+def select(rows: list[SnapshotRow], args: argparse.Namespace, since: datetime | None, until: datetime | None) -> Selection:
+    """The rows the filters keep, in the listing's order."""
     if args.sweep:
         sweep = _find_sweep(rows, args.sweep)
         rows = [r for r in rows if r.sweep == sweep]
@@ -161,11 +162,16 @@ def select(listing: Listing, args: argparse.Namespace, since: datetime | None, u
         notes = _reasons_not_found(rows, args.stop_reason)
         wanted = set(args.stop_reason)
         rows = [r for r in rows if not wanted.isdisjoint(r.stop_reasons.split(", "))]
+    return Selection(rows, notes)
+
+
+def arranged(rows: list[SnapshotRow], args: argparse.Namespace) -> list[SnapshotRow]:
+    """`rows` sorted (or reversed) and limited (`limited`)."""
     if args.sort:
         rows = sorted(rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
     elif args.reverse:
         rows = rows[::-1]
-    return Selection(limited(rows, args.limit, args) if args.limit else rows, notes)
+    return limited(rows, args.limit, args) if args.limit else rows
 
 
 def limited(rows: list[SnapshotRow], limit: int, args: argparse.Namespace) -> list[SnapshotRow]:
