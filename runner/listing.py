@@ -209,7 +209,7 @@ def _list_kept(reader: "_CurrentRows", names: list[str], planning: list[str], kn
             current = _checked(reader, row.id, known[row.id])
             if current is None:
                 return None
-            row = current._replace(sweep=row.sweep)
+            row = current if row.sweep is None else current._replace(sweep=row.sweep)
             checked += 1
         shown.append(row)
     unchecked = sum(name in known for name in names) - checked
@@ -219,8 +219,13 @@ def _list_kept(reader: "_CurrentRows", names: list[str], planning: list[str], kn
 def _checked(reader: "_CurrentRows", sid: str, hit: IndexedRow | None) -> SnapshotRow | None:
     """`sid`'s row from its files (or the index while its seal is unchanged); None when it is not the row the index holds:
     removed, unreadable or changed since indexed (then the rows placed or matched by the index may have changed too)."""
-    row = reader.row(sid, hit) if hit is not None else None
-    if hit is None or row is None or row._replace(signoffs="", signers=()) != _from_index(hit)._replace(signoffs="", signers=()):
+    if hit is None:
+        return None
+    warm = reader.from_index
+    row = reader.row(sid, hit)
+    if reader.from_index > warm:  # the seal it was indexed under: the index's row, no comparison needed (it costs what the lstats do)
+        return row
+    if row is None or row._replace(signoffs="", signers=()) != _from_index(hit)._replace(signoffs="", signers=()):
         return None
     return row
 
