@@ -15,7 +15,12 @@ engine was loaded) to the last item's seal (`manifest-sha256.txt` written): ever
 hashes and seal that did not overlap generation is inside it. Tokens/s = ids generated (every item's `result.json`)
 over the window. Evidence cost per item = (vLLM sweep window - bare generate) / items, in ms. Planning is printed apart.
 
-Usage (the vLLM environment): python bench/vllm_sweep.py [--items 64] [--tokens 256] [--tf-items 8]
+`--model DIR`: another checkpoint of the same construction (`examples/models/make_tiny_vllm_lm.py --layers 16
+--intermediate 2048 --out DIR`: a model whose step costs what a small real model's does on this CPU). The evidence per
+item is about fixed, so the ratio tells how it compares with an item's share of generation: on the bundled model a whole
+item's 256 tokens take ~25 ms of the batch, about what its evidence takes.
+
+Usage (the vLLM environment): python bench/vllm_sweep.py [--items 64] [--tokens 256] [--tf-items 8] [--model DIR]
 Goal: the vLLM sweep at >= 0.90 of bare `LLM.generate`'s tokens/s.
 """
 
@@ -39,7 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
-MODEL = REPO / "examples" / "models" / "tiny-vllm-lm"
+BUNDLED_MODEL = REPO / "examples" / "models" / "tiny-vllm-lm"
 GOAL = 0.90
 
 
@@ -63,13 +68,13 @@ def timed_bare(llm, texts: list[str], tokens: int) -> dict:  # noqa: ANN001 (vll
     return {"generated": ids, "seconds": seconds, "tokens_per_s": ids / seconds, "load": [load, os.getloadavg()[0]]}
 
 
-def write_sweep(directory: Path, backend: str, texts: list[str], tokens: int) -> Path:
+def write_sweep(directory: Path, backend: str, texts: list[str], tokens: int, model: Path = BUNDLED_MODEL) -> Path:
     generation = (f"max_tokens = {tokens}\ntemperature = 0\n" if backend == "vllm"
                   else f"max_new_tokens = {tokens}\nmin_new_tokens = {tokens}\ndo_sample = false\n")
     engine = "\n[engine]\nenforce_eager = true\n" if backend == "vllm" else ""
     directory.mkdir(parents=True)
     (directory / "base.toml").write_text(
-        f'name = "bench-{backend}"\nseed = 0\n\n[model]\npath = {json.dumps(str(MODEL))}\nbackend = "{backend}"\n'
+        f'name = "bench-{backend}"\nseed = 0\n\n[model]\npath = {json.dumps(str(model))}\nbackend = "{backend}"\n'
         f'dtype = "float32"\ndevice = "cpu"\n\n[input]\nprompt = "placeholder"\n\n[generation]\n{generation}{engine}')
     (directory / "items.jsonl").write_text("".join(json.dumps({"input.prompt": t}) + "\n" for t in texts))
     sweep = directory / "sweep.toml"
@@ -111,19 +116,20 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3, help="vLLM sweeps, each between two bare runs")
     parser.add_argument("--tf-items", type=int, default=8, help="items of the transformers sweep (0: skip it)")
+    parser.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="checkpoint (default: the bundled tiny-vllm-lm)")
     args = parser.parse_args()
     texts = prompts(args.items)
     from vllm import LLM
 
     started = time.monotonic()
-    llm = LLM(model=str(MODEL), dtype="float32", seed=0, enforce_eager=True)  # the arguments genrun's plan passes
+    llm = LLM(model=str(args.model), dtype="float32", seed=0, enforce_eager=True)  # the arguments genrun's plan passes
     print(f"bare engine start: {time.monotonic() - started:.1f} s", file=sys.stderr)
     bare_generate(llm, texts[:2], 4)  # warm-up
-    report: dict = {"cpus": os.cpu_count(), "items": args.items, "tokens": args.tokens, "rounds": []}
+    report: dict = {"model": str(args.model), "cpus": os.cpu_count(), "items": args.items, "tokens": args.tokens, "rounds": []}
     with tempfile.TemporaryDirectory(prefix="genrun-bench-vllm-") as tmp:
         before = timed_bare(llm, texts, args.tokens)
         for index in range(args.rounds):  # bare, sweep, bare, sweep, bare ...: each sweep against the bare runs around it
-            sweep = run_sweep(write_sweep(Path(tmp) / f"vllm-{index}", "vllm", texts, args.tokens), Path(tmp) / "store")
+            sweep = run_sweep(write_sweep(Path(tmp) / f"vllm-{index}", "vllm", texts, args.tokens, args.model), Path(tmp) / "store")
             after = timed_bare(llm, texts, args.tokens)
             bare_s = (before["seconds"] + after["seconds"]) / 2
             report["rounds"].append({"bare_before": before, "vllm_sweep": sweep, "bare_after": after,
@@ -131,7 +137,7 @@ def main() -> None:
                                      "evidence_ms_per_item": 1000 * (sweep["window_s"] - bare_s) / args.items})
             before = after
         if args.tf_items:
-            report["transformers_sweep"] = run_sweep(write_sweep(Path(tmp) / "tf", "transformers", texts[: args.tf_items], args.tokens),
+            report["transformers_sweep"] = run_sweep(write_sweep(Path(tmp) / "tf", "transformers", texts[: args.tf_items], args.tokens, args.model),
                                                      Path(tmp) / "store")
     ratios = [r["ratio_vllm_sweep_to_bare"] for r in report["rounds"]]
     report["ratio_vllm_sweep_to_bare_median"] = statistics.median(ratios)
