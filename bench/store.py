@@ -16,7 +16,8 @@ much less, so ratios are given for both):
 - cold: `ls --json` with no index (reads every snapshot and builds the index);
 - warm: `ls --limit 0` (every row, as piped) and `ls --json` with the index built; `ls --limit 200`, what `genrun ls`
   shows on a terminal (the newest 200: only they are checked against their seals, the others placed by the index);
-- filtered: `ls --state succeeded --stop-reason max_new_tokens --unsigned` (warm);
+- filtered: `ls --state succeeded --stop-reason max_new_tokens --unsigned` (warm), every row it keeps (piped) and the
+  newest 200 of them (a terminal's), and `ls --stop-reason eos --limit 200`;
 - page: `report --store DIR --html FILE` (warm; the index pages, without review pages);
 - startup: `ls` of an empty store, for each genrun: the floor under its figures (imports, parser), taken off before
   the per-snapshot figures are divided;
@@ -192,7 +193,10 @@ def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_
     figures["warm"] = best(repeat, "ls", "--store", store, "--limit", "0")
     figures["window"] = best(repeat, "ls", "--store", store, "--limit", str(TERMINAL_ROWS))
     figures["warm_json"] = best(repeat, "ls", "--store", store, "--json")
-    figures["filtered"] = best(repeat, "ls", "--store", store, "--state", "succeeded", "--stop-reason", "max_new_tokens", "--unsigned")
+    filters = ("--state", "succeeded", "--stop-reason", "max_new_tokens", "--unsigned")
+    figures["filtered"] = best(repeat, "ls", "--store", store, *filters)
+    figures["filtered_window"] = best(repeat, "ls", "--store", store, *filters, "--limit", str(TERMINAL_ROWS))
+    figures["reason_window"] = best(repeat, "ls", "--store", store, "--stop-reason", "eos", "--limit", str(TERMINAL_ROWS))
     site = work / f"site-{size}"
     shutil.rmtree(site, ignore_errors=True)
     site.mkdir()
@@ -205,6 +209,7 @@ def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_
 
 LABELS = (("today", "ls --json before the index"), ("no_index", "ls --json --no-index"), ("cold", "ls --json, cold (builds index)"),
           ("warm", "ls --limit 0, warm"), ("window", f"ls --limit {TERMINAL_ROWS} (a terminal's), warm"), ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"),
+          ("filtered_window", f"ls filtered --limit {TERMINAL_ROWS}, warm"), ("reason_window", f"ls --stop-reason eos --limit {TERMINAL_ROWS}, warm"),
           ("page", "store page (index pages)"))
 
 
