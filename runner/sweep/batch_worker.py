@@ -3,8 +3,10 @@
 Each item runs on its own thread as an ordinary `execute_snapshot` (`worker.run_item`): verified, recorded and sealed on
 its own. The backend's batch (`BatchingBackend.open_batch`) lets their `generate` calls share the loaded model, so an
 item seals while the engine keeps generating the others. The process's main thread receives the items and the driver's
-SIGINT (signals reach only the main thread): it passes the signal to the batch, and every item in flight seals
-`interrupted` with its ids; an item still waiting for the model to load is `not_run`, as in a one-item worker.
+SIGINT (signals reach only the main thread): it passes the signal to the batch (`BatchWorker.interrupt`), and every item
+in flight seals `interrupted` with its ids; an item still waiting for the model to load is `not_run`, as in a one-item
+worker. A Ray actor holds a `BatchWorker` too (`ray_executor.BatchActor`), but is interrupted by a method call, not a
+signal.
 """
 
 import os
@@ -32,8 +34,13 @@ class BatchWorker:
         self.signal: str | None = None
 
     def note_signal(self, signum: int, _frame: object) -> None:
-        """The process's SIGINT handler (main thread): every item in flight stops; nothing new starts."""
-        self.signal = self.signal or signal.Signals(signum).name
+        """The process's SIGINT handler (main thread): `interrupt`."""
+        self.interrupt(signal.Signals(signum).name)
+
+    def interrupt(self, signal_name: str) -> None:
+        """Every item in flight stops (each seals `interrupted` with its ids); nothing new starts (`not_run`). Only sets
+        flags, never blocks (a signal handler, or a Ray actor's control call beside the items' threads); again: no-op."""
+        self.signal = self.signal or signal_name
         if self._batch is not None:
             self._batch.interrupt(self.signal)
 
@@ -63,14 +70,18 @@ class BatchWorker:
                 self._lock.notify_all()
 
     def close(self) -> None:
+        """No more items: close the batch and free the kept model (`LoadedModelCache.release`: vLLM's engine core)."""
         with self._lock:
             self._close_batch()
+        self.cache.release()
 
     def _open_batch(self, loaded: LoadedModel) -> None:
         self._close_batch()
         backend = get_backend(loaded.backend)
         if isinstance(backend, BatchingBackend):
             self._batch, self._batch_for = backend.open_batch(loaded), loaded
+            if self.signal is not None:  # `interrupt` came while the batch opened (it saw none): the batch ends at once
+                self._batch.interrupt(self.signal)
 
     def _close_batch(self) -> None:
         if self._batch is not None:
@@ -114,4 +125,3 @@ def batch_worker_main(conn: Any, name: str, parent: int, threads: int | None = N
         for thread in running:
             thread.join()
         worker.close()
-        worker.cache.release()
