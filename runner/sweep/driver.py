@@ -147,6 +147,8 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
     pending.reverse()  # pop() from the end takes items in order
     pool: WorkerPool | None = None
     running: dict[int, ItemState] = {}
+    worker_of: dict[int, str] = {}
+    """Per busy slot, the worker its item was handed to (a batching worker's lanes are renamed by the first `replace`)."""
     with _stop_on_signals() as signals:
         try:
             if pending:
@@ -162,7 +164,7 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
                     snapshot = _snapshot_to_run(store, state, plan, log, origin)
                     log.append(ItemAttempt(event="started", item=state.index, attempt=len(state.attempts), snapshot_id=snapshot.name,
                                            t=time.monotonic() - origin, worker=names[slot]))
-                    running[slot] = state
+                    running[slot], worker_of[slot] = state, names[slot]
                     pool.submit(slot, str(snapshot))
                 if signals.fired and not interrupted_sent:
                     interrupted_sent = True
@@ -175,7 +177,7 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
                         idle.append(event.slot)
                     else:
                         state.lost += 1
-                        _log_end(log, state, "lost", event.message, origin, names[event.slot])
+                        _log_end(log, state, "lost", event.message, origin, worker_of[event.slot])
                         pool.replace(event.slot)
                         names = pool.names()
                         idle.append(event.slot)
@@ -185,7 +187,7 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
                             continue
                         state.outcome = outcome_of(store, state, "lost", event.message)
                     if state.outcome.status != "lost":
-                        _log_end(log, state, state.outcome.status, state.outcome.message, origin, names[event.slot])
+                        _log_end(log, state, state.outcome.status, state.outcome.message, origin, worker_of[event.slot])
                     done += 1
                     notify("done", state.outcome, done, total)
         finally:
