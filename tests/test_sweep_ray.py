@@ -1,6 +1,7 @@
 """The Ray executor on a real local Ray instance: the same greedy items give the same token ids as the local
-executor; an actor SIGKILLed mid-item costs that attempt only (lost, kept, retried); SIGINT to the driver
-interrupts the running item and seals the sweep interrupted."""
+executor; an actor SIGKILLed mid-item costs that attempt only (lost, kept, retried), a batching actor's every busy lane
+included (one fresh actor for them all); SIGINT to the driver interrupts the running item and seals the sweep
+interrupted."""
 
 import os
 import shutil
@@ -124,6 +125,40 @@ def test_killed_actor_item_without_retries_left_ends_lost(local_ray, tmp_path: P
     assert (store / lost["snapshot_id"] / "progress.ndjson").exists()  # the incomplete snapshot is kept
     assert done["status"] == "succeeded" and read(store / done["snapshot_id"] / "worker-model.json")["worker"] == "ray-0.1"
     assert main(["verify", str(sweep)]) == 1  # the lost item is a FAIL of the sweep
+
+
+def test_a_batching_actor_killed_mid_items_loses_every_busy_lane_and_one_fresh_actor_takes_them(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    """Two lanes on one threaded actor (`lanes = 2`, as for items whose backend batches them; tiny-lm's do not, so inside
+    the actor they run one after the other): SIGKILL while the actor holds both items (the first to run blocks, the other
+    waits for it, whichever Ray started first) reports each lane `Died`; the first `replace` starts one fresh actor for
+    both lanes, the second finds it running, and both items run again there."""
+    from genrun.runner.sweep.driver import execute_sweep
+    from genrun.runner.sweep.ray_executor import RayPool
+    from genrun.runner.sweep.store import plan_sweep
+
+    marker = tmp_path / "actor.pid"
+    block = _blocking_rows(marker)[0]
+    rows = [block, {**block, "input.prompt": "count down from 3 :"}]
+    sweep_file = write_sweep(tmp_path / "in", name="lanes", rows=rows, kind="ray", workers=1, max_new_tokens=16)
+    store = tmp_path / "store"
+    pools: list[RayPool] = []
+    killed: list[int] = []
+
+    def kill_the_actor() -> None:
+        killed.append(int(wait_for(marker)))
+        os.kill(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_actor, daemon=True)
+    killer.start()
+    run = execute_sweep(plan_sweep(sweep_file, store), lambda plan: pools.append(RayPool(plan.sweep.executor, lanes=2)) or pools[-1])
+    killer.join(timeout=5)
+    assert (pools[0].slots, pools[0].names()) == (2, ["ray-0.1", "ray-0.1"])  # one fresh actor for both lanes
+    assert run.exit_code == 0 and run.result.counts == {"succeeded": 2}, run.result
+    log = [read_line for read_line in (run.sweep_dir / "sweep-progress.ndjson").read_text().splitlines() if '"status":"lost"' in read_line]
+    assert len(log) == 2 and all("actor ray-0 died mid-item" in line and '"worker":"ray-0"' in line for line in log)  # each busy lane, once
+    records = [read(store / item.snapshot_id / "worker-model.json") for item in run.result.items]
+    assert {r["worker"] for r in records} == {"ray-0.1"} and len({r["pid"] for r in records}) == 1 and records[0]["pid"] != killed[0]
+    assert sorted(r["items_before"] for r in records) == [0, 1]  # one model load in the fresh actor served both
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])

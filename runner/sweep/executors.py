@@ -6,15 +6,18 @@ from .pools import WorkerPool
 
 
 def make_pool(plan: SweepPlan) -> WorkerPool:
-    """`local`: worker processes (several items at once each where the items' backend batches them); `ray`: actors, one
-    item at a time each (needs the `genrun[ray]` extra)."""
+    """`local`: worker processes; `ray`: actors (needs the `genrun[ray]` extra). Either runs one item at a time per worker,
+    or, where the items' backend batches them itself (`lanes_per_worker`: vLLM), that many at once per worker on its one
+    loaded model."""
+    from .batch_pool import lanes_per_worker
+
     executor = plan.sweep.executor
+    lanes = lanes_per_worker(plan)  # a backend that batches items itself runs many per worker on one loaded model
     if executor.kind == "ray":
         from .ray_executor import RayPool
 
-        return RayPool(executor)
-    from .batch_pool import BatchPool, lanes_per_worker
+        return RayPool(executor, lanes)
+    from .batch_pool import BatchPool
     from .local import LocalPool
 
-    lanes = lanes_per_worker(plan)  # a backend that batches items itself runs many per worker on one loaded model
     return BatchPool(executor.workers, lanes) if lanes > 1 else LocalPool(executor.workers)
