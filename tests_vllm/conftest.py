@@ -3,7 +3,7 @@ the main suite's environment never has vLLM). One engine per session serves ever
 point; a second one (max_model_len 64, generation_config "vllm") serves the limits the first cannot show.
 
 The engine runs in this process (no EngineCore child), with a 1 GiB CPU KV cache, float32 and eager mode: set before
-vLLM is imported anywhere.
+vLLM is imported anywhere. The Ray executor's tests share one local Ray instance (`local_ray`).
 """
 
 import os
@@ -13,9 +13,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, NamedTuple  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -84,3 +86,40 @@ def run_on(tmp_path: Path, store: Path) -> Callable[..., tuple[Path, Any]]:
         return snapshot, execute_snapshot(snapshot, loaded=loaded, live=False)
 
     return run
+
+
+class RayInstance(NamedTuple):
+    address: str
+    """Its GCS address: a sweep's `[sweep.executor] address` (a driver in another process joins it)."""
+    env: dict[str, str]
+    """What such a driver's environment needs: the HOME whose ~/.ray/auth_token Ray's token auth wrote."""
+
+
+@pytest.fixture(scope="session")
+def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayInstance]:
+    """One local Ray instance for the session; a sweep of `kind = "ray"` run in this process uses it (`ray.init` already
+    ran), one in another process joins it by address. Its processes start with a HOME of their own (the token it writes),
+    a short temp directory (AF_UNIX paths must fit 107 bytes, pytest's do not), not niced (the actors would starve beside
+    the suite), and at vLLM's default VLLM_ENABLE_V1_MULTIPROCESSING=1: an actor's engine runs in an engine-core process of
+    its own, which the actor must stop before it is killed. Those settings hold only while Ray starts: its processes keep
+    them, this one gets its own back."""
+    import ray
+
+    home = tmp_path_factory.mktemp("ray-home")
+    ray_tmp = tempfile.mkdtemp(prefix="genrun-ray-")
+    started = {"HOME": str(home), "RAY_worker_niceness": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    saved = {k: os.environ.get(k) for k in started}
+    os.environ.update(started)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_tmp)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield RayInstance(ray.get_runtime_context().gcs_address, {"HOME": str(home)})
+    finally:
+        ray.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)

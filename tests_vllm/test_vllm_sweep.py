@@ -18,8 +18,10 @@ from conftest import MODEL, SMALL_ENGINE, toml_value
 PROMPTS = ["uvw", "Hi!", "Count: 0", "q"]
 
 
-def _sweep(directory: Path, rows: list[dict[str, Any]], generation: dict[str, Any], extra: str = "") -> Path:
-    """A base request for tiny-vllm-lm (one prompt, set per item by the dataset) and a one-worker local sweep over `rows`."""
+def _sweep(directory: Path, rows: list[dict[str, Any]], generation: dict[str, Any], extra: str = "", *, kind: str = "local",
+           address: str | None = None) -> Path:
+    """A base request for tiny-vllm-lm (one prompt, set per item by the dataset) and a one-worker sweep over `rows` (`kind`:
+    its executor; `address`: the Ray instance to join)."""
     directory.mkdir(parents=True, exist_ok=True)
     base = ['name = "vllm-sweep"', "seed = 0", "", "[model]", f"path = {toml_value(str(MODEL))}", 'backend = "vllm"',
             'dtype = "float32"', 'device = "cpu"', "", "[input]", 'prompt = "placeholder"', "", "[generation]"]
@@ -28,7 +30,7 @@ def _sweep(directory: Path, rows: list[dict[str, Any]], generation: dict[str, An
     (directory / "items.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     sweep = directory / "sweep.toml"
     sweep.write_text('[sweep]\nname = "vllm-sweep"\nrequest = "base.toml"\n\n[sweep.dataset]\npath = "items.jsonl"\n\n'
-                     '[sweep.executor]\nkind = "local"\nworkers = 1\n')
+                     f'[sweep.executor]\nkind = "{kind}"\nworkers = 1\n' + (f'address = "{address}"\n' if address else ""))
     return sweep
 
 
