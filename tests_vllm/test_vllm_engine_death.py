@@ -45,3 +45,38 @@ def test_a_dead_engine_core_seals_a_failure_naming_it(tmp_path: Path) -> None:
     # its row has one id fewer, and how many the rows have beyond that depends on when the kill lands)
     assert max(r["generated"] for r in rows) >= seen >= 3
     assert problems(snapshot, allowed_warns=("completeness",)) == []  # completeness WARNs that the run failed
+
+
+STOP_A_STUCK_CORE = """
+import json, os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from _engine_processes import engine_core_under
+from conftest import write_request
+from genrun.runner.execute import load_for_snapshot
+from genrun.runner.plan import plan_request
+
+snapshot = plan_request(write_request(Path(sys.argv[1]), prompts=["uvw"], generation={"max_tokens": 4, "temperature": 0}), Path(sys.argv[2]))
+loaded = load_for_snapshot(snapshot)
+core = engine_core_under(os.getpid())
+os.kill(core, signal.SIGSTOP)  # a core that cannot act on SIGTERM: vLLM's shutdown SIGKILLs it after its grace period
+loaded.release()
+try:
+    state = Path(f"/proc/{core}/stat").read_text().rsplit(")", 1)[1].split()[0]
+except OSError:
+    state = None
+print(json.dumps({"core": core, "state": state}))
+"""
+
+
+def test_a_released_engine_core_is_gone_even_one_vllm_had_to_kill(tmp_path: Path) -> None:
+    """`LoadedModel.release` (a sweep worker ending) leaves no engine core behind, not even a zombie: vLLM's shutdown
+    SIGKILLs a core that outlives its SIGTERM grace and does not reap it, and once the worker is killed (a Ray actor) the
+    zombie passes to PID 1, which in a container may never reap it. The core here is stopped (SIGSTOP) so that it cannot
+    act on SIGTERM; the process that loaded it is still alive when its state is read."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    done = subprocess.run([sys.executable, "-c", STOP_A_STUCK_CORE, str(tmp_path), str(tmp_path / "store"), str(Path(__file__).parent)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["core"] is not None and report["state"] is None, report  # "Z": killed, never reaped

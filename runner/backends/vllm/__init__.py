@@ -75,7 +75,7 @@ class VllmBackend:
         from vllm import LLM
 
         from ._engine import engine_arguments, vllm_environment
-        from ._watchdog import watch_engine_core
+        from ._watchdog import stop_engine_core, watch_engine_core
 
         started = time.monotonic()
         environment = vllm_environment()
@@ -90,7 +90,7 @@ class VllmBackend:
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
                            model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started,
-                           release=llm.llm_engine.engine_core.shutdown)
+                           release=lambda: stop_engine_core(llm))
 
     def start(self, ctx: Any) -> VllmRun:
         """The run of one snapshot (the engine is loaded by the core, or reused)."""
