@@ -33,3 +33,14 @@ def engine_core_under(pid: int) -> int | None:
 def engine_cores() -> set[int]:
     """Every engine core running now, whoever its parent (one whose parent died included)."""
     return {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit() and is_engine_core(int(entry.name))}
+
+
+def process_states(pids: set[int]) -> dict[int, str]:
+    """Each of `pids`'s state letter (`R`, `S`, `Z` for a zombie: dead, never reaped), for an assertion's message."""
+    states = {}
+    for pid in pids:
+        try:
+            states[pid] = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            states[pid] = "gone"
+    return states

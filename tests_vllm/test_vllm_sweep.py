@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _engine_processes import engine_cores
+from _engine_processes import engine_cores, process_states
 from _snapshot import ids, problems, stops
 from conftest import MODEL, SMALL_ENGINE, toml_value
 
@@ -115,7 +115,7 @@ def _assert_the_worker_ended_by_itself(pool: Any, engine_cores_before: set[int])
     driver gave up and killed it (exit code -9). The pool is read through its private list (test only)."""
     workers = getattr(pool, "_workers", None) or pool._slots  # BatchPool / LocalPool
     assert [worker.process.exitcode for worker in workers] == [0]
-    assert engine_cores() - engine_cores_before == set()  # and no engine core outlived it
+    assert not (left := engine_cores() - engine_cores_before), process_states(left)  # and no engine core outlived it
 
 
 def test_items_planned_with_other_engine_arguments_get_an_engine_of_their_own(tmp_path: Path) -> None:

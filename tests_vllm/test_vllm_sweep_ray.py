@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _engine_processes import engine_cores
+from _engine_processes import engine_cores, process_states
 from _snapshot import ids, problems, stops
 from conftest import RayInstance
 from test_vllm_signals import PROGRESS_EVERY_TOKEN, _generated
@@ -74,7 +74,7 @@ def test_a_ray_sweep_runs_its_items_together_on_one_engine_in_one_actor(local_ra
     verification = verify_sweep(run.sweep_dir, jobs=1)
     assert verification.exit_code() == 0, [(f.name, f.status, f.message) for f in verification.findings]
     assert _gone({workers[0]["pid"]}) == set()  # the driver killed the actor at the end
-    assert engine_cores() - before == set()  # after the actor stopped its engine core (a kill alone leaves it running)
+    assert not (left := engine_cores() - before), process_states(left)  # after the actor stopped its engine core (a kill alone leaves it running)
 
 
 def test_sigint_to_a_ray_sweeps_driver_seals_every_item_in_flight_interrupted_with_its_ids(local_ray: RayInstance,
@@ -120,4 +120,4 @@ def test_sigint_to_a_ray_sweeps_driver_seals_every_item_in_flight_interrupted_wi
         assert problems(item, allowed_warns=("completeness",)) == []
     assert queued["status"] == "not_run" and not (store / queued["snapshot_id"] / "progress.ndjson").exists()
     assert _gone({actor, core}) == set()
-    assert engine_cores() - before == set()
+    assert not (left := engine_cores() - before), process_states(left)
