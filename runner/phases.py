@@ -6,17 +6,18 @@ phase entered again adds to its earlier seconds. `PhaseClock` times an execution
 `timings.phases`); `PlanClock` times planning, which `genrun run` does in the same process first.
 """
 
+from __future__ import annotations
+
 import os
 import time
 from pathlib import Path
-from typing import Generic, Literal, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, TypeVar, get_args
 
-from genrun.schemas import Phases
+if TYPE_CHECKING:  # imported where used: every command imports this module at start-up, and a model costs its build
+    from genrun.schemas import Phases
 
 Phase = Literal["checks", "imports", "prepare", "load", "generate", "evidence"]
-"""In order; each is a `Phases` field (`<phase>_s`), whose docstring says what it covers."""
-
-assert [f"{p}_s" for p in get_args(Phase)] == list(Phases.model_fields), "Phase and Phases name the same phases, in order"
+"""In order; each is a `Phases` field (`<phase>_s`), whose docstring says what it covers (tests/test_phases.py checks)."""
 
 PlanPhase = Literal["startup", "checks", "imports", "hashing", "budget", "environment", "freeze"]
 """Planning's phases, in the order shown; each is a `PlanPhases` field (`<phase>_s`), whose docstring says what it covers."""
@@ -51,6 +52,8 @@ class PhaseClock(_Clock[Phase]):
 
     def stop(self) -> tuple[float, Phases]:
         """`(total_s, phases)`, both ending now."""
+        from genrun.schemas import Phases
+
         total, seconds = self._stop()
         return total, Phases(**{field: seconds.get(field) for field in Phases.model_fields})
 

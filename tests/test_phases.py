@@ -116,3 +116,12 @@ def test_timings_without_phases_read_and_render_as_before() -> None:
     old = Timings.model_validate({"load_s": 1.13, "first_token_s": 0.03, "decode_s": 0.52, "total_s": 6.21})
     assert old.phases is None
     assert describe_timings(old) == "load 1.13 s, first token 0.03 s, decode 0.52 s, total 6.21 s"
+
+
+def test_the_phase_clock_names_the_phases_result_json_records_in_their_order() -> None:
+    """`Phase` (the clock's names) and `Phases` (result.json's fields) name the same phases, in order."""
+    from typing import get_args
+
+    from genrun.runner.phases import Phase
+
+    assert [f"{p}_s" for p in get_args(Phase)] == list(Phases.model_fields)
