@@ -8,9 +8,9 @@ reads everything else from its files with the same readers as always, and refres
 import contextlib
 import os
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple, get_args
+from typing import TYPE_CHECKING, NamedTuple, get_args
 
 from genrun.schemas import layout
 from genrun.schemas.result import RunStatus
@@ -18,6 +18,9 @@ from genrun.schemas.digests import sha256_bytes
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
 from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
+
+if TYPE_CHECKING:  # row_filter reads this module's rows
+    from .row_filter import RowFilter
 
 
 UNREADABLE = "unreadable"
@@ -77,17 +80,13 @@ class Listing(NamedTuple):
     """Rows placed or matched by the index alone, their seals not checked: kept outside the `window`, or not kept."""
 
 
-Keep = Callable[[list[SnapshotRow]], tuple[list[SnapshotRow], list[str]]]
-"""`ls`'s filters: the rows they keep, in order, and notes for stderr (a `--stop-reason` no row has)."""
-
-
 def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None,
-               keep: Keep | None = None, live_signoffs: bool = False) -> Listing:
+               keep: "RowFilter | None" = None) -> Listing:
     """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
 
-    `keep`: only the rows it keeps are wanted (`ls --state failed`). The rows the index holds are matched on its values,
-    the others read as always; `live_signoffs`: `keep` reads sign-offs, which change after the seal, so each row's are
-    judged as they are now (one lstat of signoffs/ says whether the index's judgement holds).
+    `keep`: only the rows it keeps are wanted (`ls --state failed`). The rows the index holds are matched by the index
+    (`RowFilter.index_where`: SQL, no row built), the others read as always; a filter reading sign-offs, which change
+    after the seal, has each row's judged as they are now (one lstat of signoffs/ says whether the index's judgement holds).
     `window`: only these rows of the (kept) listing are wanted (`ls --limit 20`: `slice(-20, None)`). Without `keep`,
     the rows around them are placed by what the index holds (ids and sweeps' members).
     Only the wanted rows are read, from the index while their seal is unchanged; a wanted row whose seal changed since
@@ -98,23 +97,25 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
     names, planning = _scan(store)
     listing: Listing | None = None
-    members_only = window is not None and keep is None
+    matched_by_index = keep is not None and keep.index_where() is not None
+    members_only = (window is not None and keep is None) or matched_by_index
     index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
         if index is not None and keep is not None:
-            listing = _list_kept(reader, names, planning, known, keep, window, live_signoffs)
+            listing = (_list_matched(index, reader, names, planning, known, keep, window) if matched_by_index
+                       else _list_kept(reader, names, planning, known, keep, window))
         elif index is not None and window is not None:
             listing = _list_window(index, reader, names, planning, known, window)
-            if listing is None:  # read every row: the index whole
-                index.close()
-                index, known, replace_broken = _open_index(store, notes, members_only=False)
+        if listing is None and index is not None and members_only:  # read every row: the index whole
+            index.close()
+            index, known, replace_broken = _open_index(store, notes, members_only=False)
         if listing is None:
             reader = _CurrentRows(store, allowed_signers)  # afresh: nothing counted or collected twice
             cached = known if index is not None else {}
             rows = [row for name in names if (row := reader.row(name, cached.get(name))) is not None]
             listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
-            kept, said = keep(listed) if keep is not None else (listed, [])
+            kept, said = keep.select(listed) if keep is not None else (listed, [])
             listing = Listing(kept if window is None else kept[window], said, reader.from_index, len(listed), len(kept))
     except BaseException:
         if index is not None:
@@ -153,28 +154,49 @@ def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[I
         return None, {}, exc.damaged  # a newer genrun's index is left alone
 
 
-def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
-                 members_by_id: dict[str, str | None], window: slice) -> Listing | None:
-    """`list_store(window=...)`; None when a row in the window changed since indexed (or the index cannot say)."""
-    read: dict[str, SnapshotRow] = {}  # the rows the index does not hold, read from their files
+class _Placed(NamedTuple):
+    """Every row of a listing placed by what the index holds (ids, sweeps' members), only the others read."""
+
+    read: dict[str, SnapshotRow]
+    """The rows the index does not hold, read from their files (plans being frozen too)."""
+    order: list[tuple[str, str | None]]
+    """(id, its sweep) of every row, in listing order."""
+    listed: int
+    """How many rows the store lists."""
+    sweeps: list[str]
+    """The ids of the sweeps among them."""
+
+
+def _place(reader: "_CurrentRows", names: list[str], planning: list[str], members_by_id: dict[str, str | None]) -> _Placed:
+    read: dict[str, SnapshotRow] = {}
     listed: list[str] = []
     members: dict[str, tuple[str, ...]] = {}
+    sweeps: list[str] = []
     for name in names:
         if name in members_by_id:
             listed.append(name)
             held = members_by_id[name]
+            if held is not None:
+                sweeps.append(name)
             if held:
                 members[name] = tuple(held.split("\n"))
         elif (row := reader.row(name, None)) is not None:
             read[name] = row
             listed.append(name)
+            if row.members is not None:
+                sweeps.append(name)
             if row.members:
                 members[name] = row.members
     for name in planning:
         read[name] = _planning_row(reader.store / name)
         listed.append(name)
-    order = grouped_order(listed, members)
-    wanted = order[window]
+    return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
+
+
+def _shown(index: IndexDatabase, reader: "_CurrentRows", read: dict[str, SnapshotRow],
+           wanted: list[tuple[str, str | None]]) -> list[SnapshotRow] | None:
+    """The `wanted` rows: those the index holds checked against their seals (`_checked`); None when one is not the row
+    the index holds (or the index cannot say): the listing is then read whole."""
     try:
         hits = index.rows_of([sid for sid, _ in wanted if sid not in read])
     except IndexUnavailable:
@@ -185,23 +207,76 @@ def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str],
         if row is None:
             return None
         rows.append(row if sweep is None else row._replace(sweep=sweep))
-    unchecked = len(listed) - len(read) - len(hits)
-    return Listing(rows, [], reader.from_index + unchecked, len(order), len(order), unchecked)
+    return rows
 
 
-def _list_kept(reader: "_CurrentRows", names: list[str], planning: list[str], known: dict[str, IndexedRow], keep: Keep,
-               window: slice | None, live_signoffs: bool) -> Listing | None:
-    """`list_store(keep=...)`: the rows the index holds are matched on its values (a sealed snapshot's files never change
-    legitimately, and a changed seal is caught below in any row shown); None when a shown row changed since indexed."""
+def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
+                 members_by_id: dict[str, str | None], window: slice) -> Listing | None:
+    """`list_store(window=...)`; None when a row in the window changed since indexed (or the index cannot say)."""
+    placed = _place(reader, names, planning, members_by_id)
+    rows = _shown(index, reader, placed.read, placed.order[window])
+    if rows is None:
+        return None
+    unchecked = _unchecked(placed, rows)
+    return Listing(rows, [], reader.from_index + unchecked, len(placed.order), len(placed.order), unchecked)
+
+
+def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
+                  members_by_id: dict[str, str | None], keep: "RowFilter", window: slice | None) -> Listing | None:
+    """`list_store(keep=...)` for filters the index decides: it names the ids that match (a sealed snapshot's files never
+    change legitimately, and a changed seal is caught in any row shown), the rows it does not hold are judged on their
+    files, and only the rows shown are read. None when a shown row changed since indexed (or the index cannot say)."""
+    from .row_filter import SQL_FUNCTIONS, find_sweep
+
+    placed = _place(reader, names, planning, members_by_id)
+    order = placed.order
+    if keep.sweep:
+        sweep = find_sweep(placed.sweeps, keep.sweep)
+        order = [(sid, under) for sid, under in order if under == sweep]
+    where = keep.index_where()
+    assert where is not None  # the caller's condition
+    try:
+        matched = index.matching(*where, SQL_FUNCTIONS)
+        present = []
+        if keep.stop_reasons:  # what a wanted reason no row has is told: the reasons the other filters' rows have
+            others = keep.index_where(reasons=False)
+            assert others is not None
+            among = {sid for sid, _ in order} if keep.sweep else None
+            present = index.run_stop_reasons(*others, SQL_FUNCTIONS, among)
+    except IndexUnavailable:
+        return None
+    kept = [(sid, under) for sid, under in order if (sid in matched if (row := placed.read.get(sid)) is None else keep.keeps(row))]
+    notes: list[str] = []
+    if keep.stop_reasons:
+        read = [placed.read[sid] for sid, _ in order if sid in placed.read] if keep.sweep else placed.read.values()
+        present += [row.stop_reasons for row in read if row.members is None and keep.keeps(row, reasons=False)]
+        notes = keep.reasons_not_found(present)
+    rows = _shown(index, reader, placed.read, kept if window is None else kept[window])
+    if rows is None:
+        return None
+    unchecked = _unchecked(placed, rows)
+    return Listing(rows, notes, reader.from_index + unchecked, len(placed.order), len(kept), unchecked)
+
+
+def _unchecked(placed: _Placed, shown: list[SnapshotRow]) -> int:
+    """The rows the index holds that were placed or matched by it alone: all but the shown ones (checked)."""
+    return placed.listed - len(placed.read) - sum(row.id not in placed.read for row in shown)
+
+
+def _list_kept(reader: "_CurrentRows", names: list[str], planning: list[str], known: dict[str, IndexedRow], keep: "RowFilter",
+               window: slice | None) -> Listing | None:
+    """`list_store(keep=...)` for filters that read sign-offs: the rows the index holds are built from its values, their
+    sign-offs judged as they are now, and matched by `keep.select` (a changed seal is caught below in any row shown);
+    None when a shown row changed since indexed."""
     rows: list[SnapshotRow] = []
     for name in names:
         hit = known.get(name)
         if hit is not None:
-            rows.append(reader.judged(hit) if live_signoffs else _from_index(hit))
+            rows.append(reader.judged(hit))
         elif (row := reader.row(name, None)) is not None:  # not indexed: read from its files, as always
             rows.append(row)
     listed = group_sweeps(rows + [_planning_row(reader.store / name) for name in planning])
-    kept, said = keep(listed)
+    kept, said = keep.select(listed)
     shown: list[SnapshotRow] = []
     checked = 0
     for row in kept if window is None else kept[window]:

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -154,6 +154,26 @@ class IndexDatabase:
         """Each cached id and its sweep's members (newline-joined; None for a run): enough to place every row of a listing."""
         return self._query("SELECT id, members FROM rows", (), dict)
 
+    def matching(self, where: str, parameters: Sequence[object], functions: Mapping[str, tuple[int, Callable]]) -> set[str]:
+        """The ids of the rows `where` keeps (SQL over the columns; `functions` are the Python functions it calls)."""
+        self._define(functions)
+        return self._query(f"SELECT id FROM rows WHERE {where}", parameters, lambda found: {r[0] for r in found})
+
+    def run_stop_reasons(self, where: str, parameters: Sequence[object], functions: Mapping[str, tuple[int, Callable]],
+                         among: Collection[str] | None = None) -> list[str]:
+        """The stop-reason cells of the runs (not sweeps) `where` keeps: distinct, or (`among`) those of these ids'."""
+        self._define(functions)
+        if among is None:
+            return self._query(f"SELECT DISTINCT stop_reasons FROM rows WHERE members IS NULL AND ({where})", parameters,
+                               lambda found: [r[0] for r in found])
+        return self._query(f"SELECT id, stop_reasons FROM rows WHERE members IS NULL AND ({where})", parameters,
+                           lambda found: [r[1] for r in found if r[0] in among])
+
+    def _define(self, functions: Mapping[str, tuple[int, Callable]]) -> None:
+        assert self._db is not None
+        for name, (arguments, function) in functions.items():
+            self._db.create_function(name, arguments, function, deterministic=True)
+
     def rows_of(self, ids: Sequence[str]) -> dict[str, IndexedRow]:
         """The cached rows of these ids (those the index holds), by id."""
         found: dict[str, IndexedRow] = {}
@@ -162,7 +182,7 @@ class IndexDatabase:
             found.update(self._query(f"SELECT {', '.join(_COLUMNS)} FROM rows WHERE id IN ({', '.join('?' * len(chunk))})", chunk, _by_id))
         return found
 
-    def _query(self, sql: str, parameters: Sequence[str], build: Callable[[Iterable[tuple]], T]) -> T:
+    def _query(self, sql: str, parameters: Sequence[object], build: Callable[[Iterable[tuple]], T]) -> T:
         """`build` of the rows `sql` finds (it consumes the cursor here: a damaged file may fail on any row)."""
         assert self._db is not None
         try:

@@ -200,3 +200,30 @@ def test_a_stop_reason_no_row_has_names_the_reasons_of_the_rows_matched_from_the
         assert f"note: no snapshot stopped by {reason!r}; reasons here: {here}" in typo.stderr
         assert listed[-1].unchecked == 9 and listed[-1].matched == 0  # from the index alone
         assert typo.stderr == run_cli("ls", "--store", shared, "--no-index", "--stop-reason", reason, *others).stderr
+
+
+def test_the_index_decides_the_edge_cases_of_each_filter_as_the_rows_do(shared: Path, listed: list[Listing]) -> None:
+    """Each filter's SQL form (`RowFilter.index_where`) keeps what its row form keeps where they could part: a time
+    between two seconds and in another zone, a wildcard class, a wanted reason holding the separator of a row's reasons,
+    states that name sealed or sweep rows wholesale, a sweep named by a prefix with other filters."""
+    sweep = _id(shared, "nightly")
+    cases = [["--since", "2026-01-01T04:59:59.5"], ["--since", "2026-01-01T05:00:00.5"], ["--until", "2026-01-01T05:00:00.000001"], ["--since", "2026-01-01T06:30+02:00"],
+             ["--until", "2026-01-01T03:00:00-01:00"], ["--name", "eval-[!a]"], ["--name", "item?"], ["--name", "*"],
+             ["--stop-reason", "eos, max_new_tokens"], ["--stop-reason", "exception", "--stop-reason", "eos, max_new_tokens"],
+             ["--state", "sealed", "--state", "failed"], ["--state", "sweep", "--state", "incomplete"],
+             ["--sweep", sweep[:18], "--stop-reason", "eos"], ["--sweep", sweep, "--name", "item[02]"],
+             ["--backend", "transformers", "--since", "2026-01-01T02:00", "--until", "2026-01-01T08:00", "--state", "succeeded"]]
+    for args in cases:
+        for arranged in ([], ["--limit", "1"]):
+            indexed = run_cli("ls", "--store", shared, "--json", *args, *arranged)
+            assert indexed.returncode == 0, indexed.stderr
+            assert listed[-1].unchecked == 9 - sum(row.sealed for row in listed[-1].rows), args  # decided by the index
+            files = run_cli("ls", "--store", shared, "--json", "--no-index", *args, *arranged)
+            assert (indexed.stdout, indexed.stderr) == (files.stdout, files.stderr), args
+    assert _ids(shared, "--stop-reason", "eos, max_new_tokens") == []  # eval-c's cell: its reasons are matched one by one
+    item1, item2 = _id(shared, "item1"), _id(shared, "item2")  # planned at 04:00:00 and 05:00:00
+    for since, kept in (("2026-01-01T04:59:59.5", {item2}), ("2026-01-01T05:00:00.5", set()), ("2026-01-01T06:00+01:00", {item2}),
+                        ("2026-01-01T04:00:00", {item1, item2})):
+        assert {item1, item2} & set(_ids(shared, "--since", since)) == kept, since
+    for until, kept in (("2026-01-01T05:00:00.000001", {item1, item2}), ("2026-01-01T05:00", {item1}), ("2026-01-01T05:00+01:00", set())):
+        assert {item1, item2} & set(_ids(shared, "--until", until)) == kept, until

@@ -5,21 +5,20 @@ while their seal is unchanged; everything else is read from its files each time.
 """
 
 import argparse
-import fnmatch
 import re
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import NamedTuple
 
 from genrun.runner.errors import UsageError
-from genrun.runner.listing import ROW_STATES, SEALED, SWEEP_STATE, Keep, SnapshotRow, describe, group_sweeps
+from genrun.runner.listing import ROW_STATES, SEALED, SnapshotRow, describe, group_sweeps
+from genrun.runner.row_filter import RowFilter
 
 from ._columns import fit, output_width, render
 from ._options import add_allowed_signers, add_store
 
-__all__ = ["COLUMNS", "Selection", "SnapshotRow", "arranged", "describe", "group_sweeps", "handle", "limited", "select"]
+__all__ = ["COLUMNS", "SnapshotRow", "arranged", "describe", "group_sweeps", "handle", "limited"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
@@ -82,8 +81,7 @@ def handle(args: argparse.Namespace) -> int:
     since, until = _when("--since", args.since), _when("--until", args.until)
     location = locate_store(args.store)
     store = location.path
-    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args),
-                         keep=_keep(args, since, until), live_signoffs=bool(args.unsigned or args.signed_by))
+    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args), keep=_keep(args, since, until))
     notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
     rows = arranged(listing.rows, args)
     if args.json:
@@ -112,10 +110,11 @@ def _window(args: argparse.Namespace) -> slice | None:
     return slice(-limit, None)  # the newest: the last in time order (`--reverse` turns them round afterwards)
 
 
-def _keep(args: argparse.Namespace, since: datetime | None, until: datetime | None) -> Keep | None:
-    """The filters as `list_store` applies them (to rows matched on the index's values); None without any."""
-    filtered = (args.state, since, until, args.name, args.sweep, args.stop_reason, args.backend, args.unsigned, args.signed_by)
-    return (lambda rows: select(rows, args, since, until)) if any(filtered) else None
+def _keep(args: argparse.Namespace, since: datetime | None, until: datetime | None) -> RowFilter | None:
+    """The filters as `list_store` applies them; None without any."""
+    keep = RowFilter(states=args.state or (), since=since, until=until, name=args.name, sweep=args.sweep, stop_reasons=args.stop_reason or (),
+                     backend=args.backend, unsigned=args.unsigned, signed_by=args.signed_by)
+    return keep if keep else None
 
 
 def _notes(lines: list[str]) -> None:
@@ -125,44 +124,6 @@ def _notes(lines: list[str]) -> None:
 
         for line in lines:
             stderr_console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-class Selection(NamedTuple):
-    """The rows the filters keep, and what to say on stderr about them."""
-
-    rows: list[SnapshotRow]
-    notes: list[str]
-    """A `--stop-reason` no row of the other filters has: the reasons they do have (a typo shows, not just an empty table)."""
-
-
-def select(rows: list[SnapshotRow], args: argparse.Namespace, since: datetime | None, until: datetime | None) -> Selection:
-    """The rows the filters keep, in the listing's order."""
-    if args.sweep:
-        sweep = _find_sweep(rows, args.sweep)
-        rows = [r for r in rows if r.sweep == sweep]
-    # each filter narrows the rows in turn (one pass each, no per-row closure chain)
-    if args.state:
-        states = {*args.state, *(f"{SWEEP_STATE} {s}" for s in args.state)}
-        any_sweep, any_sealed = SWEEP_STATE in args.state, SEALED in args.state  # a sealed row shows its status, not "sealed"
-        rows = [r for r in rows if r.state in states or (any_sweep and r.state.startswith(SWEEP_STATE)) or (any_sealed and r.sealed)]
-    if since is not None:
-        rows = [r for r in rows if r.created is not None and _parsed(r.created) >= since]
-    if until is not None:
-        rows = [r for r in rows if r.created is not None and _parsed(r.created) < until]
-    if args.name:
-        rows = [r for r in rows if r.name is not None and fnmatch.fnmatchcase(r.name, args.name)]
-    if args.backend:
-        rows = [r for r in rows if r.backend == args.backend]
-    if args.unsigned:
-        rows = [r for r in rows if not r.signers]
-    if args.signed_by:
-        rows = [r for r in rows if args.signed_by in r.signers]
-    notes: list[str] = []
-    if args.stop_reason:  # last: the reasons the other filters' rows have are what a typo is told
-        notes = _reasons_not_found(rows, args.stop_reason)
-        wanted = set(args.stop_reason)
-        rows = [r for r in rows if not wanted.isdisjoint(r.stop_reasons.split(", "))]
-    return Selection(rows, notes)
 
 
 def arranged(rows: list[SnapshotRow], args: argparse.Namespace) -> list[SnapshotRow]:
@@ -182,24 +143,6 @@ def limited(rows: list[SnapshotRow], limit: int, args: argparse.Namespace) -> li
 
 def _newest_last(args: argparse.Namespace) -> bool:
     return not args.reverse and not args.sort
-
-
-def _reasons_not_found(rows: list[SnapshotRow], wanted: list[str]) -> list[str]:
-    """`no snapshot stopped by 'eso'; reasons here: eos, max_new_tokens` for each wanted reason no run row has (stop reasons
-    are open: loops define their own, so an unknown one is told, not refused)."""
-    present = sorted({reason for r in rows if r.members is None for reason in r.stop_reasons.split(", ") if reason != "-"})
-    here = ", ".join(present) or "none"
-    return [f"no snapshot stopped by {reason!r}; reasons here: {here}" for reason in dict.fromkeys(wanted) if reason not in present]
-
-
-def _find_sweep(rows: list[SnapshotRow], ref: str) -> str:
-    sweeps = [r.id for r in rows if r.members is not None]
-    matches = [s for s in sweeps if s == ref] or [s for s in sweeps if s.startswith(ref)]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        raise UsageError(f"--sweep {ref!r} is ambiguous: {len(matches)} sweep ids start with it ({', '.join(matches[:3])}); type more of the id")
-    raise UsageError(f"--sweep {ref!r} is not the id (or id prefix) of a sweep in this store; list sweeps with 'genrun ls --state sweep'")
 
 
 _AGO = re.compile(r"^(\d+)([dhm])$")
