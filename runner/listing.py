@@ -416,18 +416,13 @@ def _read_sealed(snapshot: Path, key: SealKey, allowed_signers: Path | None, bas
 def _scan(store: Path) -> tuple[list[str], list[str]]:
     """One listing of the store: directory names that may be snapshots, in id (= time) order (hidden and temporary ones
     skipped), and the `.tmp-*` directories of plans being frozen or abandoned (`store.list_unfinished_plans`'s rule)."""
-    names: list[str] = []
-    planning: list[str] = []
     try:
-        with os.scandir(store) as entries:
-            for entry in entries:
-                if not entry.name.startswith("."):
-                    if entry.is_dir():
-                        names.append(entry.name)
-                elif entry.name.startswith(layout.PLANNING_PREFIX) and entry.is_dir(follow_symlinks=False):
-                    planning.append(entry.name)
+        with os.scandir(store) as found:
+            entries = list(found)
     except (FileNotFoundError, NotADirectoryError):
-        pass
+        return [], []
+    names = [entry.name for entry in entries if entry.name[0] != "." and entry.is_dir()]  # comprehensions: 100,000 entries
+    planning = [entry.name for entry in entries if entry.name.startswith(layout.PLANNING_PREFIX) and entry.is_dir(follow_symlinks=False)]
     return sorted(names), sorted(planning)
 
 

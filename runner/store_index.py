@@ -151,8 +151,13 @@ class IndexDatabase:
         return self._query(f"SELECT {', '.join(_COLUMNS)} FROM rows", (), _by_id)
 
     def memberships(self) -> dict[str, str | None]:  # 100,000 rows: a tenth of `rows()`
-        """Each cached id and its sweep's members (newline-joined; None for a run): enough to place every row of a listing."""
-        return self._query("SELECT id, members FROM rows", (), dict)
+        """Each cached id and its sweep's members (newline-joined; None for a run): enough to place every row of a listing.
+        Two queries in one read transaction (a writer waits): the ids, then the few sweeps' members (a column of 100,000
+        NULLs costs more to fetch than the ids do)."""
+        with self._reading():
+            held: dict[str, str | None] = dict.fromkeys(self._query("SELECT id FROM rows", (), lambda found: [r[0] for r in found]))
+            held.update(self._query("SELECT id, members FROM rows WHERE members IS NOT NULL", (), dict))
+        return held
 
     def matching(self, where: str, parameters: Sequence[object], functions: Mapping[str, tuple[int, Callable]]) -> set[str]:
         """The ids of the rows `where` keeps (SQL over the columns; `functions` are the Python functions it calls)."""
@@ -201,6 +206,17 @@ class IndexDatabase:
                 self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
         except sqlite3.DatabaseError as exc:
             raise IndexUnavailable(f"the index {self.path} was not updated ({exc}); answered from the files") from None
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One read transaction: the queries inside see the same rows (sqlite takes its shared lock at the first)."""
+        assert self._db is not None
+        self._db.execute("BEGIN")  # deferred: touches no file
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.DatabaseError):
+                self._db.execute("COMMIT")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:

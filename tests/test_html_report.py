@@ -437,3 +437,16 @@ def test_bad_arguments_name_the_fix(snapshots, tmp_path: Path, capsys, monkeypat
     assert main(["report", *(a.format(**values) for a in argv)]) == code
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o.html").exists() and not [p for p in tmp_path.parent.iterdir() if p.name.endswith(".pages")]
+
+
+def test_the_index_rows_escape_exactly_as_html_escape_does() -> None:
+    """`_escaped` skips `html.escape` for text with nothing to escape (most cells of a big store's page): the same text
+    either way, for every printable character alone and among others."""
+    import html
+    import string
+
+    from genrun.analysis._html_template import _escaped
+
+    texts = ["", "20260101T000000Z-eval-a1b2c3", "sweep completed", *string.printable, *(f"a{c}b{c}" for c in string.printable),
+             "<script>alert('x')</script>", 'say "hi" & bye', "é – 漢字"]
+    assert [_escaped(t) for t in texts] == [html.escape(t) for t in texts]
