@@ -62,8 +62,6 @@ class RowFilter:
         self.sweep = sweep
         """A sweep's id or unique id prefix: only its items (rows are listed under their sweep, `SnapshotRow.sweep`)."""
         self.stop_reasons = tuple(dict.fromkeys(stop_reasons))
-        self.reads_signoffs = bool(unsigned or signed_by)
-        """Sign-offs arrive after the seal: these filters judge every row's as they are now (no SQL form)."""
         self._clauses = self._build(tuple(states), since, until, name, backend, unsigned, signed_by)
         self._reason_clause = self._for_reasons()
 
@@ -73,7 +71,8 @@ class RowFilter:
     @staticmethod
     def _build(states: tuple[str, ...], since: datetime | None, until: datetime | None, name: str | None, backend: str | None,
                unsigned: bool, signed_by: str | None) -> list[Clause]:
-        """Every filter but `--sweep` and `--stop-reason`, in the order they narrow rows (the cheapest first)."""
+        """Every filter but `--sweep` and `--stop-reason`, in the order `select` applies them. The sign-off filters have no
+        SQL form: sign-offs arrive after the seal, so every row's are judged as they are now (`listing._list_kept`)."""
         clauses: list[Clause] = []
         if states:
             shown = (*states, *(f"{SWEEP_STATE} {s}" for s in states))  # a sweep's row shows `sweep <status>`
