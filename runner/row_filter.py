@@ -109,14 +109,17 @@ class RowFilter:
         return Clause(lambda r: not wanted.isdisjoint(r.stop_reasons.split(REASON_SEPARATOR)), f"({sql})",
                       tuple(f"{REASON_SEPARATOR}{reason}{REASON_SEPARATOR}" for reason in matchable))
 
+    def _active(self, reasons: bool) -> list[Clause]:
+        """The clauses of every filter but `--sweep` (`reasons`: `--stop-reason`'s too)."""
+        return [*self._clauses, self._reason_clause] if reasons and self._reason_clause else self._clauses
+
     def keeps(self, row: SnapshotRow, *, reasons: bool = True) -> bool:
         """Whether every filter but `--sweep` keeps `row` (`reasons`: `--stop-reason` too)."""
-        clauses = [*self._clauses, self._reason_clause] if reasons and self._reason_clause else self._clauses
-        return all(clause.keeps(row) for clause in clauses)
+        return all(clause.keeps(row) for clause in self._active(reasons))
 
     def index_where(self, *, reasons: bool = True) -> tuple[str, tuple] | None:
         """SQL over the index's rows keeping what `keeps` keeps, with its parameters; None when a filter has no SQL form."""
-        clauses = [*self._clauses, self._reason_clause] if reasons and self._reason_clause else self._clauses
+        clauses = self._active(reasons)
         if any(clause.sql is None for clause in clauses):
             return None
         return " AND ".join(clause.sql for clause in clauses if clause.sql) or "1", tuple(p for c in clauses for p in c.parameters)
