@@ -87,6 +87,18 @@ def read_beneath(root: str | os.PathLike[str], rel: str, limit: int, offset: int
     return _read_open(fd, limit, offset=offset)
 
 
+def read_at(directory_fd: int, name: str, limit: int, directory: str | os.PathLike[str]) -> bytes:
+    """`read_regular` of `name` directly inside the directory open as `directory_fd` (its path is `directory`, for the
+    messages): one open per file where `read_beneath` needs three (a cold `ls` reads four files of each of 100,000
+    snapshots). The file is opened with `O_NOFOLLOW`, as by `read_beneath`."""
+    try:
+        fd = os.open(name, _NO_FOLLOW, dir_fd=directory_fd)
+    except OSError:
+        _refuse_link(os.path.join(directory, name))
+        raise
+    return _read_open(fd, limit)
+
+
 def _refuse_link(path: str | os.PathLike[str]) -> None:
     """After a failed open: `UnsafeFile` naming the target when `path` is a symbolic link (else the caller re-raises)."""
     if os.path.islink(path):
@@ -115,9 +127,11 @@ def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files 
             os.lseek(fd, offset, os.SEEK_SET)
         # reads sized by the file, not by the bound: a buffer of `limit` bytes per small JSON file cost more than the read
         room, chunks = max(0, limit - offset) + 1, []
-        while room > 0 and (chunk := os.read(fd, min(room, max(st.st_size - offset + 1, 1 << 16)))):
+        while room > 0 and (chunk := os.read(fd, asked := min(room, max(st.st_size - offset + 1, 1 << 16)))):
             chunks.append(chunk)
             room -= len(chunk)
+            if len(chunk) < asked:  # a regular file reads short only at its end: no second read to hear it (one syscall per file)
+                break
         data = b"".join(chunks)
     finally:
         os.close(fd)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_beneath, walk_entries
+from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_at, read_beneath, walk_entries
 from genrun.runner.errors import SnapshotError
 from genrun.schemas import EVENT_ADAPTER, AnyEvent, NewerFormat, layout
 from genrun.schemas.digests import parse_sha256sum, sha256_bytes
@@ -92,8 +92,10 @@ class SnapshotDir:
     """A snapshot (or sweep snapshot) directory; every artifact of it is read and written through this object."""
 
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = False) -> None:
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)  # a Path is immutable: parsing it again costs, per snapshot
         self.writable = writable
+        self._held_fd: int | None = None
+        """The directory's descriptor inside `held_open`."""
 
     def __repr__(self) -> str:
         return f"SnapshotDir({str(self.path)!r}{', writable=True' if self.writable else ''})"
@@ -107,10 +109,25 @@ class SnapshotDir:
             return False
         return True
 
+    @contextlib.contextmanager
+    def held_open(self) -> Iterator["SnapshotDir"]:
+        """This directory opened once: inside, each file directly in it is opened relative to it (one open per file, not
+        three; a cold `ls` reads four files of each of 100,000 snapshots). `FileNotFoundError` when it is gone."""
+        assert self._held_fd is None, "held_open does not nest"
+        self._held_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            yield self
+        finally:
+            os.close(self._held_fd)
+            self._held_fd = None
+
     def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
         """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
+        limit = READ_BOUNDS.get(name, MAX_JSON_BYTES)
         try:
-            return read_beneath(self.path, name, READ_BOUNDS.get(name, MAX_JSON_BYTES), offset)
+            if self._held_fd is not None and not offset and "/" not in name:
+                return read_at(self._held_fd, name, limit, self.path)
+            return read_beneath(self.path, name, limit, offset)
         except FileNotFoundError:
             raise ArtifactMissing(self.path, name, "does not exist") from None
         except UnsafeFile as exc:

@@ -5,10 +5,10 @@ the index names it), takes each sealed snapshot's row from the index while the s
 reads everything else from its files with the same readers as always, and refreshes the index when it can lock it.
 """
 
-import contextlib
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, get_args
 
@@ -81,7 +81,7 @@ class Listing(NamedTuple):
 
 
 def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None,
-               keep: "RowFilter | None" = None) -> Listing:
+               keep: "RowFilter | None" = None, progress: Callable[[str], None] | None = None) -> Listing:
     """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
 
     `keep`: only the rows it keeps are wanted (`ls --state failed`). The rows the index holds are matched by the index
@@ -90,7 +90,8 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     `window`: only these rows of the (kept) listing are wanted (`ls --limit 20`: `slice(-20, None)`). Without `keep`,
     the rows around them are placed by what the index holds (ids and sweeps' members).
     Only the wanted rows are read, from the index while their seal is unchanged; a wanted row whose seal changed since
-    indexed (or one the index lost meanwhile) makes it read every row, as with neither, and `keep` judge what they say."""
+    indexed (or one the index lost meanwhile) makes it read every row, as with neither, and `keep` judge what they say.
+    `progress`: told (one line) before many snapshots are read from their files (the first `ls` of a big store)."""
     notes: list[str] = []
     from genrun.analysis.signoffs import resolve_allowed_signers
 
@@ -102,6 +103,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
+        reader.read_ahead([name for name in names if name not in known], progress)
         if index is not None and keep is not None:
             listing = (_list_matched(index, reader, names, planning, known, keep, window) if matched_by_index
                        else _list_kept(reader, names, planning, known, keep, window))
@@ -111,7 +113,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             index.close()
             index, known, replace_broken = _open_index(store, notes, members_only=False)
         if listing is None:
-            reader = _CurrentRows(store, allowed_signers)  # afresh: nothing counted or collected twice
+            reader = _CurrentRows(store, allowed_signers, reader.ahead)  # afresh: nothing counted or collected twice
             cached = known if index is not None else {}
             rows = [row for name in names if (row := reader.row(name, cached.get(name))) is not None]
             listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
@@ -305,17 +307,46 @@ def _checked(reader: "_CurrentRows", sid: str, hit: IndexedRow | None) -> Snapsh
     return row
 
 
+_READ_AHEAD_FROM = 1_000
+"""Snapshots to read from their files before a process per core reads them (`read_ahead`): below, forking and sending
+the rows back cost about what sharing the reads saves."""
+
+_ReadAhead = dict[str, tuple[SnapshotRow | None, IndexedRow | None]]
+"""A snapshot read ahead: `row(name, None)`'s answer (None when the index row says it all), and its index row if any."""
+
+
 class _CurrentRows:
     """Rows as a snapshot's files say now: from its index row while the seal it was read under is unchanged (two lstats),
     else read from its files; collects the index rows to write (`fresh`) and counts the rows answered from the index."""
 
-    def __init__(self, store: Path, allowed_signers: Path | None) -> None:
+    def __init__(self, store: Path, allowed_signers: Path | None, ahead: _ReadAhead | None = None) -> None:
         self.store = store
         self.allowed_signers = allowed_signers
         self.basis = _signoffs_basis(allowed_signers)
         self.prefix = os.path.join(store, "")
         self.fresh: list[IndexedRow] = []
         self.from_index = 0
+        self.ahead: _ReadAhead = ahead if ahead is not None else {}
+        """Snapshots not in the index, read from their files before they are asked for (`read_ahead`)."""
+
+    def read_ahead(self, names: list[str], progress: Callable[[str], None] | None = None) -> None:
+        """Read these snapshots (none of them in the index) from their files now, in a process per core when there are
+        enough of them (`_fork_pool`); `row(name, None)` then answers from what was read. Without a pool: nothing now,
+        each is read when asked for."""
+        from ._fork_pool import chunked, fork_map, fork_workers
+
+        workers = fork_workers(len(names), _READ_AHEAD_FROM)
+        if not workers:
+            return
+        if progress is not None:
+            progress(f"reading {len(names):,} snapshots that the store index does not hold yet, in {workers} processes "
+                     "(once: later listings answer from the index)")
+        chunks = chunked(names, workers)
+        read = fork_map(partial(_read_from_files, self.store, self.allowed_signers), chunks, workers)
+        if read is None:  # a worker died: each is read when asked for
+            return
+        for chunk, answers in zip(chunks, read):
+            self.ahead.update(zip(chunk, answers))
 
     def judged(self, hit: IndexedRow, base: str | None = None) -> SnapshotRow:
         """`hit`'s row with its sign-offs as they are now (its seal not checked here): records arrive after the seal."""
@@ -327,6 +358,11 @@ class _CurrentRows:
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""
+        if hit is None and (ahead := self.ahead.get(name)) is not None:
+            row, indexed = ahead
+            if indexed is not None:
+                self.fresh.append(indexed)
+            return _from_index(indexed) if row is None and indexed is not None else row
         base = f"{self.prefix}{name}/"
         try:
             key = SealKey.of(base + layout.MANIFEST)
@@ -359,24 +395,31 @@ class _CurrentRows:
         return row
 
 
-def rebuild_index(store: Path, allowed_signers: Path | None = None) -> int:
-    """Build the index from the files alone (whatever was there is replaced); returns the sealed snapshots indexed."""
+def _read_from_files(store: Path, allowed_signers: Path | None, names: Sequence[str]) -> list[tuple[SnapshotRow | None, IndexedRow | None]]:
+    """`_CurrentRows.row(name, None)` of each name with the index row it made, in a worker of `read_ahead`; a row its index
+    row says in full is left out (None): sending it back would cost as much again."""
+    reader = _CurrentRows(store, allowed_signers)
+    answers: list[tuple[SnapshotRow | None, IndexedRow | None]] = []
+    for name in names:
+        made = len(reader.fresh)
+        row = reader.row(name, None)
+        indexed = reader.fresh[-1] if len(reader.fresh) > made else None
+        answers.append((None if indexed is not None and row == _from_index(indexed) else row, indexed))
+    return answers
+
+
+def rebuild_index(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> int:
+    """Build the index from the files alone (whatever was there is replaced); returns the sealed snapshots indexed.
+    A hostile snapshot is left out: `ls` describes it from its files each time, as a row saying so."""
     from genrun.analysis.signoffs import resolve_allowed_signers
 
-    allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
-    basis = _signoffs_basis(allowed_signers)
-    rows: list[IndexedRow] = []
-    prefix = os.path.join(store, "")
-    for name in _scan(store)[0]:
-        key = SealKey.of(f"{prefix}{name}/{layout.MANIFEST}")
-        try:
-            read = _read_sealed(store / name, key, allowed_signers, basis) if key is not None else None
-        except Exception:  # hostile: `ls` describes it from the files each time, as a row saying so
-            continue
-        if read is not None and read[1] is not None:
-            rows.append(read[1])
-    replace_index(store, rows)
-    return len(rows)
+    reader = _CurrentRows(store, resolve_allowed_signers(allowed_signers))  # resolved once: it may ask git
+    names = _scan(store)[0]
+    reader.read_ahead(names, progress)
+    for name in names:
+        reader.row(name, None)
+    replace_index(store, reader.fresh)
+    return len(reader.fresh)
 
 
 def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
@@ -393,24 +436,28 @@ _LISTED = (layout.SWEEP_PLAN, layout.RESULT, layout.STOP, layout.REQUEST)
 def _read_sealed(snapshot: Path, key: SealKey, allowed_signers: Path | None, basis: str) -> tuple[SnapshotRow, IndexedRow | None] | None:
     """A sealed snapshot's row from its files, with the seal's digest, and its index row when the seal held still while
     it was read (`key` is the manifest's stat taken before); None when the snapshot is gone."""
+    directory = SnapshotDir(snapshot)
     try:
-        manifest = SnapshotDir(snapshot).read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
-    except ArtifactMissing:
+        with directory.held_open():  # one open of the directory for the five files read
+            try:
+                manifest = directory.read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
+            except ArtifactMissing:
+                return None
+            except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
+                return describe(snapshot, allowed_signers, sealed=True, directory=directory), None
+            # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened (verify
+            # judges the rest); a substring test, since parsing 20 lines costs more than the reads it spares
+            listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
+            signoffs_key = _signoffs_key(f"{snapshot}/", basis)  # before they are judged: a record added meanwhile changes it
+            if not signoffs_key.startswith(_UNSIGNED):
+                listed.add(layout.SIGNOFFS_DIR)
+            row = describe(snapshot, allowed_signers, sealed=True, listed=listed, directory=directory)
+    except FileNotFoundError:  # removed while we looked
         return None
-    except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
-        with contextlib.suppress(FileNotFoundError):
-            return describe(snapshot, allowed_signers, sealed=True), None
-        return None
-    # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened (verify judges
-    # the rest); a substring test, since parsing 20 lines costs more than the reads it spares
-    listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
-    try:
-        row = describe(snapshot, allowed_signers, sealed=True, listed=listed)._replace(seal_digest=sha256_bytes(manifest))
-    except FileNotFoundError:
-        return None
+    row = row._replace(seal_digest=sha256_bytes(manifest))
     if SealKey.of(f"{snapshot}/{layout.MANIFEST}") != key:  # changed while read: the row may mix two seals, so it is not kept
         return row, None
-    return row, _to_index(row, key, _signoffs_key(f"{snapshot}/", basis))
+    return row, _to_index(row, key, signoffs_key)
 
 
 def _scan(store: Path) -> tuple[list[str], list[str]]:
@@ -434,22 +481,25 @@ def _planning_row(path: Path) -> SnapshotRow:
     return SnapshotRow(path.name, state.value, False, None, "-", "-")
 
 
-def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, listed: Collection[str] | None = None) -> SnapshotRow:
+def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, listed: Collection[str] | None = None,
+             directory: SnapshotDir | None = None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
 
     `sealed`: the caller saw a regular manifest (the seal is written last, so an unsealed snapshot's state needs its file
-    listing); `listed`: the files the seal lists (None: try each), so that no open is spent on a file that is not there;
-    `allowed_signers` is the resolved file (None: none). Files are read through `SnapshotDir`: no link followed, nothing
-    unbounded."""
-    directory = SnapshotDir(snapshot)
+    listing); `listed`: the files the seal lists, and `signoffs` if the caller saw that folder (None: try each), so that no
+    open is spent on a file that is not there;
+    `allowed_signers` is the resolved file (None: none); `directory`: `snapshot`'s `SnapshotDir`, when the caller holds it
+    open. Files are read through `SnapshotDir`: no link followed, nothing unbounded."""
+    directory = directory or SnapshotDir(snapshot)
 
     def read(name: str) -> dict | None:
         return _read_json(directory, name) if listed is None or name in listed else None
 
     named = _named(snapshot.name)
+    signed = listed is None or layout.SIGNOFFS_DIR in listed
     plan = read(layout.SWEEP_PLAN)
     if plan is not None:
-        return _describe_sweep(snapshot, plan, allowed_signers, sealed)._replace(**named)
+        return _describe_sweep(directory, plan, allowed_signers, sealed, signed)._replace(**named)
     result, stop, request = read(layout.RESULT), read(layout.STOP), read(layout.REQUEST)
     state = layout.SnapshotState.SEALED if sealed else directory.state()  # FileNotFoundError when gone
     shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
@@ -459,7 +509,7 @@ def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, list
     model = request.get("model") if request else None
     backend = (model.get("backend") or "transformers") if isinstance(model, dict) else None
     unit = result.get("unit") if result else None
-    summary, signers = _signoffs(snapshot, allowed_signers)
+    summary, signers = _signoffs(snapshot, allowed_signers, signed)
     return SnapshotRow(
         id=snapshot.name, state=shown, sealed=sealed, generated=generated if type(generated) is int else None,
         stop_reasons=", ".join(reasons) or "-", signoffs=summary, signers=signers,
@@ -467,13 +517,14 @@ def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, list
     )
 
 
-def _describe_sweep(snapshot: Path, plan: dict, allowed_signers: Path | None, sealed: bool) -> SnapshotRow:
-    result = _read_json(SnapshotDir(snapshot), layout.SWEEP_RESULT)
+def _describe_sweep(directory: SnapshotDir, plan: dict, allowed_signers: Path | None, sealed: bool, signed: bool) -> SnapshotRow:
+    snapshot = directory.path
+    result = _read_json(directory, layout.SWEEP_RESULT)
     counts = result["counts"] if result else {}
     ids = [i["snapshot_id"] for i in plan["items"]]
     if result is not None:
         ids = [sid for item in result["items"] for sid in item["attempts"]]
-    summary, signers = _signoffs(snapshot, allowed_signers)
+    summary, signers = _signoffs(snapshot, allowed_signers, signed)
     return SnapshotRow(
         id=snapshot.name,
         state=f"{SWEEP_STATE} {result['status']}" if result else f"{SWEEP_STATE} {_unsealed_sweep_state(snapshot)}",
@@ -527,8 +578,10 @@ def _named(snapshot_id: str) -> dict:
     return {"name": name, "created": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"}
 
 
-def _signoffs(snapshot: Path, allowed_signers: Path | None) -> tuple[str, tuple[str, ...]]:
-    """(summary for the sign-offs column, signers of the records that hold)."""
+def _signoffs(snapshot: Path, allowed_signers: Path | None, present: bool = True) -> tuple[str, tuple[str, ...]]:
+    """(summary for the sign-offs column, signers of the records that hold); `present` False: the caller saw no signoffs/."""
+    if not present:
+        return "-", ()
     try:
         if not any(n.endswith(".json") for n in os.listdir(f"{snapshot}/{layout.SIGNOFFS_DIR}")):
             return "-", ()
@@ -549,12 +602,16 @@ def _signoffs_basis(trusted: Path | None) -> str:
         return f"{trusted}|missing"
 
 
+_UNSIGNED = "none|"
+"""How a sign-off key starts when the snapshot has no signoffs/ folder."""
+
+
 def _signoffs_key(base: str, basis: str) -> str:
     """signoffs/ grows after the seal (records are renamed in): its mtime changes with every record added or removed."""
     try:
         return f"{os.lstat(base + layout.SIGNOFFS_DIR).st_mtime_ns}|{basis}"
     except OSError:
-        return f"none|{basis}"
+        return f"{_UNSIGNED}{basis}"
 
 
 def _to_index(row: SnapshotRow, key: SealKey, signoffs_key: str) -> IndexedRow:

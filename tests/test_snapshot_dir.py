@@ -2,6 +2,7 @@
 its model; damaged, newer, linked, FIFO and oversized files are refused with a typed error naming the file and why;
 a write is atomic (old or new content, never half, never through a link); the state follows the format's rule."""
 
+import contextlib
 import os
 import shutil
 import stat
@@ -171,17 +172,36 @@ def test_link_fifo_and_oversized_files_are_refused_without_reading(tmp_path: Pat
     os.mkfifo(copy / layout.STOP)  # opening it for reading would block forever
     with open(copy / layout.TOKEN_BUDGET, "r+b") as f:
         f.truncate(65 << 20)  # sparse: over the JSON bound without writing 65 MB
-    snapshot = SnapshotDir(copy)
-    with pytest.raises(ArtifactUnreadable, match="is a symbolic link .*a snapshot holds regular files only"):
-        snapshot.read(layout.RESULT, Result)
-    with pytest.raises(ArtifactUnreadable, match="is a FIFO, not a regular file"):
-        snapshot.read(layout.STOP, GenerationStop)
-    with pytest.raises(ArtifactUnreadable, match="68,157,440 bytes, more than the 67,108,864"):
-        snapshot.read(layout.TOKEN_BUDGET, TokenBudget)
     os.symlink("/dev/zero", copy / "zero.json")
-    with pytest.raises(ArtifactUnreadable, match="symbolic link"):
-        snapshot.read_bytes("zero.json")
+    snapshot = SnapshotDir(copy)
+    for reading in (contextlib.nullcontext(), snapshot.held_open()):  # each file opened beneath the path, or at the open folder
+        with reading:
+            with pytest.raises(ArtifactUnreadable, match="is a symbolic link .*a snapshot holds regular files only"):
+                snapshot.read(layout.RESULT, Result)
+            with pytest.raises(ArtifactUnreadable, match="is a FIFO, not a regular file"):
+                snapshot.read(layout.STOP, GenerationStop)
+            with pytest.raises(ArtifactUnreadable, match="68,157,440 bytes, more than the 67,108,864"):
+                snapshot.read(layout.TOKEN_BUDGET, TokenBudget)
+            with pytest.raises(ArtifactUnreadable, match="symbolic link"):
+                snapshot.read_bytes("zero.json")
+            with pytest.raises(ArtifactMissing):
+                snapshot.read_bytes("absent.json")
+            assert snapshot.read_json(layout.REQUEST) == orjson.loads((copy / layout.REQUEST).read_bytes())
     assert issubclass(ArtifactUnreadable, ArtifactError)
+
+
+def test_a_held_folder_reads_the_folder_it_opened_and_refuses_a_missing_one(tmp_path: Path) -> None:
+    copy = writable_copy(LM, tmp_path)
+    request = (copy / layout.REQUEST).read_bytes()
+    snapshot = SnapshotDir(copy)
+    with snapshot.held_open():
+        copy.rename(tmp_path / "moved")  # renamed while held: the open folder is still the one read
+        assert snapshot.read_bytes(layout.REQUEST) == request
+    with pytest.raises(FileNotFoundError):
+        with snapshot.held_open():
+            pass
+    with pytest.raises(ArtifactMissing):  # released: read by its path again, which is gone
+        snapshot.read_bytes(layout.REQUEST)
 
 
 def test_appended_bytes_are_read_from_an_offset() -> None:

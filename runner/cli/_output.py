@@ -55,6 +55,11 @@ def print_error(message: str) -> None:
     error_console.print(f"[bold red]genrun: error:[/] {escape(message)}", soft_wrap=True)
 
 
+def print_note(text: str) -> None:
+    """`note: <text>` on stderr (e.g. progress on long work): rich markup and wrapping off, so paths print as they are."""
+    stderr_console.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
+
+
 def counted(count: int, noun: str) -> str:
     """`17 frames`, `1 window`, `1,024 tokens`: a count and its noun, plural unless one."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from genrun.runner.listing import SnapshotRow, list_store
 
-from ._output import stderr_console
+from ._output import print_note
 
 PAGE_SIZE = 1000
 """Lines per index page: a page stays a few hundred kB whatever the store holds."""
@@ -54,9 +54,9 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     from genrun.analysis.html_report import check_target, write_html
 
     check_target(html)  # before listing 100,000 snapshots, not after
-    listing = list_store(store, allowed_signers)
+    listing = list_store(store, allowed_signers, progress=print_note)
     for note in listing.notes:
-        stderr_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        print_note(note)
     snapshot_dirs = _snapshot_holding(html, store, {row.id for row in listing.rows})
     check_target(html, snapshot_dirs)  # before the review pages are written beside FILE
     pages_dir = review_dir(html)
@@ -74,7 +74,7 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
             shutil.rmtree(staged, ignore_errors=True)
     written = [write_html(text, page_file(html, number), forbidden_roots=snapshot_dirs) for number, text in enumerate(rendered, start=1)]
     for ident, error in outcome.errors.items():
-        stderr_console.print(f"note: {ident}: {error}", markup=False, highlight=False, soft_wrap=True)
+        print_note(f"{ident}: {error}")
     return Written(written, len(outcome.counts), len(listing.rows), len(outcome.errors))
 
 

@@ -29,11 +29,11 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.store import describe_os_error, existing_store
     from genrun.runner.store_index import INDEX_DIR, INDEX_FILE
 
-    from ._output import stderr_console
+    from ._output import print_note, stderr_console
 
     store = existing_store(args.store)
     try:
-        count = rebuild_index(store, args.allowed_signers)
+        count = rebuild_index(store, args.allowed_signers, progress=print_note)
     except OSError as exc:
         raise StoreError(describe_os_error(exc, store / INDEX_DIR)) from None
     stderr_console.print(f"indexed {count:,} sealed snapshot(s) in {store / INDEX_DIR / INDEX_FILE}", markup=False, highlight=False, soft_wrap=True)

@@ -81,7 +81,8 @@ def handle(args: argparse.Namespace) -> int:
     since, until = _when("--since", args.since), _when("--until", args.until)
     location = locate_store(args.store)
     store = location.path
-    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args), keep=_keep(args, since, until))
+    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args), keep=_keep(args, since, until),
+                         progress=lambda text: _notes([f"note: {text}"]))
     notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
     rows = arranged(listing.rows, args)
     if args.json:

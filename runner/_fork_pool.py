@@ -1,0 +1,51 @@
+"""Mapping a function over chunks of work in forked processes, one per core, where that is safe; else not at all.
+
+Used for work that is mostly system calls and small parses of many files (the first `ls` of a big store reads four
+files of each snapshot): threads measured no faster here (the GIL is taken back between calls that each cost a few
+microseconds), processes ~2× on 2 cores. Fork, not spawn: a spawned worker would import genrun again (~0.3 s) before
+its first file. Fork is only safe from a process with one thread (a lock held by another thread at the fork stays held
+in the child forever), so a threaded caller (a notebook, a server) gets no pool and does the work itself.
+"""
+
+import multiprocessing
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_WORKERS = 8
+CHUNKS_PER_WORKER = 4
+"""Smaller chunks than one per worker, so that a worker slowed by another tenant does not hold up the rest."""
+
+
+def fork_workers(items: int, worth_from: int) -> int:
+    """How many processes should share `items` items of work: 0 when fewer than `worth_from` (forking and sending the
+    results back would cost more than it saves), on one core, or where forking is not safe (`fork_map` then does nothing)."""
+    if items < worth_from or sys.platform != "linux" or threading.active_count() != 1:
+        return 0
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    cores = len(os.sched_getaffinity(0))
+    return min(cores, MAX_WORKERS) if cores > 1 else 0
+
+
+def chunked(items: Sequence[T], workers: int) -> list[Sequence[T]]:
+    """`items` in `CHUNKS_PER_WORKER` consecutive chunks per worker (order kept)."""
+    size = max(1, -(-len(items) // (workers * CHUNKS_PER_WORKER)))
+    return [items[start:start + size] for start in range(0, len(items), size)]
+
+
+def fork_map(function: Callable[[Sequence[T]], R], chunks: list[Sequence[T]], workers: int) -> list[R] | None:
+    """`[function(chunk) for chunk in chunks]`, the chunks shared by `workers` forked processes; None when a worker
+    died (the caller then does the work itself: nothing it returned is trusted)."""
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(function, chunks))
+    except BrokenProcessPool:
+        return None

@@ -1,0 +1,133 @@
+"""The first `ls` of a big store reads its snapshots in a process per core (`_CurrentRows.read_ahead`): what it lists and
+the index it writes are exactly what one process reading them in turn makes, a worker that dies costs only time, and a
+threaded caller gets no pool.
+
+Each listing here runs in a fresh `python` process (forking is only safe from a process with one thread; a pytest-xdist
+worker has more), with `listing._READ_AHEAD_FROM` lowered so that a small store takes the big store's path: the pool
+itself, its workers and what they send back are real.
+"""
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from _store_helpers import index_file, make_run, make_sweep
+from conftest import run_cli
+
+from genrun.runner.listing import list_store, rebuild_index
+from genrun.schemas import layout
+
+REPO = Path(__file__).resolve().parents[1]
+CORES = len(os.sched_getaffinity(0))
+needs_two_cores = pytest.mark.skipif(CORES < 2, reason="a pool needs two cores; with one, every snapshot is read in turn")
+
+_CHILD = """
+import os, sys
+from genrun.runner import listing
+from genrun.runner.cli import main
+
+listing._READ_AHEAD_FROM = {read_ahead_from}
+
+def die(*args):  # a worker killed (the OOM killer, a signal) part-way
+    os._exit(3)
+
+if {die}:
+    listing._read_from_files = die
+if {threaded}:
+    import threading
+    threading.Thread(target=threading.Event().wait, daemon=True).start()  # a caller with another thread
+sys.exit(main({argv!r}))
+"""
+
+
+def _genrun(*argv: str | Path, read_ahead_from: int = 1, die: bool = False, threaded: bool = False) -> subprocess.CompletedProcess[str]:
+    script = _CHILD.format(read_ahead_from=read_ahead_from, die=die, threaded=threaded, argv=[str(a) for a in argv])
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _store(tmp_path: Path) -> Path:
+    """Every kind of row: sealed runs of each outcome, a sweep with its items, a signed run, an unsealed run, a run whose
+    result is a link, a sweep whose plan cannot be described (an unreadable row), and a directory that is no snapshot."""
+    store = tmp_path / "store"
+    runs = [make_run(store, f"run{i}", reasons=("eos", "max_length")[: 1 + i % 2], generated=i) for i in range(9)]
+    make_run(store, "failed", status="failed", reasons=("exception",))
+    make_sweep(store, runs[:3])
+    signed = run_cli("signoff", runs[4], "--decision", "accept", "--by", "alice@example.com")
+    assert signed.returncode == 0, signed.stderr
+    make_run(store, "unsealed", seal=False)
+    linked = make_run(store, "linked")
+    (linked / layout.RESULT).chmod(0o644)
+    (linked / layout.RESULT).unlink()
+    (linked / layout.RESULT).symlink_to("/etc/passwd")
+    hostile = make_sweep(store, [], name="hostile")
+    (hostile / layout.SWEEP_PLAN).chmod(0o644)
+    (hostile / layout.SWEEP_PLAN).write_bytes(b'{"items": 5}')
+    (store / "not-a-snapshot").mkdir()
+    return store
+
+
+def _rows_in_index(store: Path) -> list[tuple]:
+    with sqlite3.connect(index_file(store)) as db:
+        return sorted(db.execute("SELECT * FROM rows"))
+
+
+def _listed(done: subprocess.CompletedProcess[str]) -> list[dict]:
+    return orjson.loads(done.stdout)["snapshots"]
+
+
+def _as_json(store: Path) -> list[dict]:
+    """What one process reading every snapshot in turn lists (this process: no pool, see the module's docstring)."""
+    return [orjson.loads(orjson.dumps(row._asdict())) for row in list_store(store, use_index=False).rows]
+
+
+@needs_two_cores
+def test_a_pool_lists_and_indexes_exactly_what_one_process_does(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    expected = _as_json(store)
+    assert {row["state"] for row in expected} >= {"succeeded", "failed", "incomplete", "sweep planned"}
+    assert any(row["signers"] for row in expected) and any(row["problem"] for row in expected)
+
+    cold = _genrun("ls", "--store", store, "--json")
+    directories = len(expected) + 1  # and not-a-snapshot, which is read to find that out
+    assert f"reading {directories} snapshots that the store index does not hold yet, in {min(CORES, 8)} processes" in cold.stderr
+    assert _listed(cold) == expected
+    by_pool = _rows_in_index(store)
+    rebuild_index(store)  # one process, in turn
+    assert _rows_in_index(store) == by_pool and len(by_pool) == sum(row["sealed"] for row in expected)
+
+    _genrun("index", "--rebuild", "--store", store)
+    assert _rows_in_index(store) == by_pool
+    warm = _genrun("ls", "--store", store, "--json")
+    assert _listed(warm) == expected
+    assert "reading 3 snapshots" in warm.stderr  # only those the index does not hold: unsealed, unreadable, not a snapshot
+
+
+@needs_two_cores
+def test_a_worker_that_dies_costs_only_time(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    expected = _as_json(store)
+    for argv in (["ls", "--store", store, "--json"], ["index", "--rebuild", "--store", store]):
+        index_file(store).unlink(missing_ok=True)
+        done = _genrun(*argv, die=True)
+        assert f"in {min(CORES, 8)} processes" in done.stderr  # the pool was started, and its workers died
+    assert _listed(_genrun("ls", "--store", store, "--json", die=True)) == expected
+    rebuilt = _rows_in_index(store)
+    rebuild_index(store)
+    assert rebuilt == _rows_in_index(store)
+
+
+def test_no_pool_below_the_threshold_or_with_a_second_thread(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for i in range(3):
+        make_run(store, f"run{i}")
+    expected = _as_json(store)
+    small = _genrun("ls", "--store", store, "--json", read_ahead_from=4)
+    threaded = _genrun("ls", "--store", store, "--json", "--no-index", threaded=True)
+    for done in (small, threaded):
+        assert "reading" not in done.stderr and _listed(done) == expected
