@@ -44,8 +44,10 @@ def chunked(items: Sequence[T], workers: int) -> list[Sequence[T]]:
 def fork_map(function: Callable[[Sequence[T]], R], chunks: list[Sequence[T]], workers: int) -> list[R] | None:
     """`[function(chunk) for chunk in chunks]`, the chunks shared by `workers` forked processes; None when a worker
     died (the caller then does the work itself: nothing it returned is trusted)."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(function, chunks))
+        return list(pool.map(function, chunks))
     except BrokenProcessPool:
         return None
+    finally:  # interrupted (Ctrl-C, SIGTERM): the chunks not started are dropped, the running ones end
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -8,6 +8,7 @@ itself, its workers and what they send back are real.
 """
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -26,17 +27,24 @@ CORES = len(os.sched_getaffinity(0))
 needs_two_cores = pytest.mark.skipif(CORES < 2, reason="a pool needs two cores; with one, every snapshot is read in turn")
 
 _CHILD = """
-import os, sys
+import os, sys, time
 from genrun.runner import listing
 from genrun.runner.cli import main
 
 listing._READ_AHEAD_FROM = {read_ahead_from}
+read = listing._read_from_files
 
 def die(*args):  # a worker killed (the OOM killer, a signal) part-way
     os._exit(3)
 
+def slow(*args):  # a chunk that takes a while: a signal lands while the workers read
+    time.sleep(0.5)
+    return read(*args)
+
 if {die}:
     listing._read_from_files = die
+if {slow}:
+    listing._read_from_files = slow
 if {threaded}:
     import threading
     threading.Thread(target=threading.Event().wait, daemon=True).start()  # a caller with another thread
@@ -44,11 +52,27 @@ sys.exit(main({argv!r}))
 """
 
 
-def _genrun(*argv: str | Path, read_ahead_from: int = 1, die: bool = False, threaded: bool = False) -> subprocess.CompletedProcess[str]:
-    script = _CHILD.format(read_ahead_from=read_ahead_from, die=die, threaded=threaded, argv=[str(a) for a in argv])
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+def _script(*argv: str | Path, read_ahead_from: int = 1, die: bool = False, slow: bool = False, threaded: bool = False) -> list[str]:
+    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, die=die, slow=slow, threaded=threaded,
+                                                argv=[str(a) for a in argv])]
+
+
+def _genrun(*argv: str | Path, **child: bool | int) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(_script(*argv, **child), cwd=REPO, capture_output=True, text=True, timeout=300)  # type: ignore[arg-type]
     assert done.returncode == 0, done.stderr
     return done
+
+
+def _processes_naming(text: str) -> list[int]:
+    """The live processes whose command line holds `text` (a worker left behind would still hold its parent's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
 
 
 def _store(tmp_path: Path) -> Path:
@@ -131,3 +155,20 @@ def test_no_pool_below_the_threshold_or_with_a_second_thread(tmp_path: Path) -> 
     threaded = _genrun("ls", "--store", store, "--json", "--no-index", threaded=True)
     for done in (small, threaded):
         assert "reading" not in done.stderr and _listed(done) == expected
+
+
+@needs_two_cores
+def test_an_interrupted_first_listing_leaves_no_worker_and_nothing_half_done(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    expected = _as_json(store)
+    lister = subprocess.Popen(_script("ls", "--store", store, "--json", slow=True), cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert lister.stderr is not None
+    said = lister.stderr.readline()  # printed before the pool starts
+    assert "reading" in said and "processes" in said, said
+    lister.send_signal(signal.SIGINT)  # the main process only, as `kill -INT` does (a terminal's Ctrl-C reaches all)
+    out, err = lister.communicate(timeout=120)
+    assert lister.returncode == 130, err
+    assert "interrupted by SIGINT" in err and out == ""
+    assert _processes_naming(str(store)) == []  # its workers ended with it
+    assert _listed(_genrun("ls", "--store", store, "--json")) == expected  # whatever it had indexed, nothing is wrong
