@@ -42,12 +42,16 @@ def chunked(items: Sequence[T], workers: int) -> list[Sequence[T]]:
 
 
 def fork_map(function: Callable[[Sequence[T]], R], chunks: list[Sequence[T]], workers: int) -> list[R] | None:
-    """`[function(chunk) for chunk in chunks]`, the chunks shared by `workers` forked processes; None when a worker
-    died (the caller then does the work itself: nothing it returned is trusted)."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    """`[function(chunk) for chunk in chunks]`, the chunks shared by `workers` forked processes; None when there is no
+    pool to be had, a worker died or one raised `OSError` (the caller then does the work itself: none of what the
+    workers returned is used)."""
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    except (OSError, ImportError):  # no working semaphores (e.g. a container without /dev/shm)
+        return None
     try:
         return list(pool.map(function, chunks))
-    except BrokenProcessPool:
+    except (BrokenProcessPool, OSError):
         return None
     finally:  # interrupted (Ctrl-C, SIGTERM): the chunks not started are dropped, the running ones end
         pool.shutdown(wait=True, cancel_futures=True)

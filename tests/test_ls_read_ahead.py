@@ -37,12 +37,15 @@ read = listing._read_from_files
 def die(*args):  # a worker killed (the OOM killer, a signal) part-way
     os._exit(3)
 
+def fail(*args):  # a worker's reading fails outright (the readers turn a snapshot's own errors into rows)
+    raise OSError(5, "Input/output error")
+
 def slow(*args):  # a chunk that takes a while: a signal lands while the workers read
     time.sleep(0.5)
     return read(*args)
 
 if {die}:
-    listing._read_from_files = die
+    listing._read_from_files = die if {die} == "die" else fail
 if {slow}:
     listing._read_from_files = slow
 if {threaded}:
@@ -52,12 +55,12 @@ sys.exit(main({argv!r}))
 """
 
 
-def _script(*argv: str | Path, read_ahead_from: int = 1, die: bool = False, slow: bool = False, threaded: bool = False) -> list[str]:
-    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, die=die, slow=slow, threaded=threaded,
+def _script(*argv: str | Path, read_ahead_from: int = 1, die: str = "", slow: bool = False, threaded: bool = False) -> list[str]:
+    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, die=repr(die), slow=slow, threaded=threaded,
                                                 argv=[str(a) for a in argv])]
 
 
-def _genrun(*argv: str | Path, **child: bool | int) -> subprocess.CompletedProcess[str]:
+def _genrun(*argv: str | Path, **child: bool | int | str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(_script(*argv, **child), cwd=REPO, capture_output=True, text=True, timeout=300)  # type: ignore[arg-type]
     assert done.returncode == 0, done.stderr
     return done
@@ -133,14 +136,15 @@ def test_a_pool_lists_and_indexes_exactly_what_one_process_does(tmp_path: Path) 
 
 
 @needs_two_cores
-def test_a_worker_that_dies_costs_only_time(tmp_path: Path) -> None:
+@pytest.mark.parametrize("failure", ["die", "fail"])
+def test_a_worker_that_dies_or_fails_costs_only_time(tmp_path: Path, failure: str) -> None:
     store = _store(tmp_path)
     expected = _as_json(store)
     for argv in (["ls", "--store", store, "--json"], ["index", "--rebuild", "--store", store]):
         index_file(store).unlink(missing_ok=True)
-        done = _genrun(*argv, die=True)
+        done = _genrun(*argv, die=failure)
         assert f"in {min(CORES, 8)} processes" in done.stderr  # the pool was started, and its workers died
-    assert _listed(_genrun("ls", "--store", store, "--json", die=True)) == expected
+    assert _listed(_genrun("ls", "--store", store, "--json", die=failure)) == expected
     rebuilt = _rows_in_index(store)
     rebuild_index(store)
     assert rebuilt == _rows_in_index(store)
