@@ -328,6 +328,8 @@ class _CurrentRows:
         self.from_index = 0
         self.ahead: _ReadAhead = ahead if ahead is not None else {}
         """Snapshots not in the index, read from their files before they are asked for (`read_ahead`)."""
+        self.rejudged: dict[str, IndexedRow] = {}
+        """Index rows whose sign-offs `judged` judged again in this listing (a filter judges a shown row twice)."""
 
     def read_ahead(self, names: list[str], progress: Callable[[str], None] | None = None) -> None:
         """Read these snapshots (none of them in the index) from their files now, in a process per core when there are
@@ -349,12 +351,19 @@ class _CurrentRows:
             self.ahead.update(zip(chunk, answers))
 
     def judged(self, hit: IndexedRow, base: str | None = None) -> SnapshotRow:
-        """`hit`'s row with its sign-offs as they are now (its seal not checked here): records arrive after the seal."""
+        """`hit`'s row with its sign-offs as they are now (its seal not checked here): records arrive after the seal.
+        A new judgement goes into the index too (`fresh`, under the same seal key): judging a signed record runs
+        ssh-keygen, which the next listing should not run again for a `signoffs/` that has not changed since."""
         base = base or f"{self.prefix}{hit.id}/"
-        if _signoffs_key(base, self.basis) == hit.signoffs_key:
+        key = _signoffs_key(base, self.basis)  # before judging: a record added meanwhile changes it
+        hit = self.rejudged.get(hit.id, hit)
+        if key == hit.signoffs_key:
             return _from_index(hit)
         summary, signers = _signoffs(Path(base), self.allowed_signers)  # a record came (or went) since: judged live
-        return _from_index(hit)._replace(signoffs=summary, signers=signers)
+        hit = hit._replace(signoffs_key=key, signoffs=summary, signers="\n".join(signers))
+        self.rejudged[hit.id] = hit
+        self.fresh.append(hit)
+        return _from_index(hit)
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 from _store_helpers import index_file, indexed_ids, make_run, make_sweep, reseal_as_failed
 from conftest import run_cli
 
@@ -94,6 +95,35 @@ def test_signoffs_added_after_indexing_are_shown(tmp_path: Path) -> None:
     assert run_cli("index", "--store", store, "--rebuild").returncode == 0
     warm = list_store(store)
     assert warm.from_index == 2 and next(r for r in warm.rows if r.id == target.id) == row
+
+
+def test_a_sign_off_judged_after_indexing_is_kept_in_the_index_and_judged_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Judging a signed record runs ssh-keygen: a new judgement is kept in the index, so the next listing does not judge
+    again, and a filter that judges the rows it shows a second time judges each once."""
+    import genrun.analysis.signoffs as signoffs
+    from genrun.runner.row_filter import RowFilter
+
+    store = _store(tmp_path)
+    target = next(r for r in list_store(store).rows if r.state == "succeeded")
+    judged: list[str] = []
+    real = signoffs.judge_signoffs
+    monkeypatch.setattr(signoffs, "judge_signoffs", lambda snapshot, trusted: judged.append(Path(snapshot).name) or real(snapshot, trusted))
+
+    def kept() -> tuple[str, str]:
+        with sqlite3.connect(index_file(store)) as db:
+            return db.execute("SELECT signers, signoffs FROM rows WHERE id = ?", (target.id,)).fetchone()
+
+    for by in ("alice@example.com", "bob@example.com"):
+        signed = run_cli("signoff", store / target.id, "--decision", "accept", "--by", by)
+        assert signed.returncode == 0, signed.stderr
+        judged.clear()
+        shown = list_store(store, keep=RowFilter(signed_by=by)).rows  # every row judged, then the shown one checked
+        assert [r.id for r in shown] == [target.id] and judged == [target.id]
+        assert kept() == ("\n".join(shown[0].signers), shown[0].signoffs) and shown[0].signers[-1] == by
+        judged.clear()
+        again = list_store(store)
+        assert judged == [] and next(r for r in again.rows if r.id == target.id) == shown[0]
+    assert list_store(store).rows == list_store(store, use_index=False).rows
 
 
 # -- damage ---------------------------------------------------------------------------------------------------------
