@@ -51,7 +51,9 @@ if {slow}:
 if {threaded}:
     import threading
     threading.Thread(target=threading.Event().wait, daemon=True).start()  # a caller with another thread
-sys.exit(main({argv!r}))
+code = main({argv!r})
+print("the pool module was imported" if "genrun.runner._fork_pool" in sys.modules else "no pool module", file=sys.stderr)
+sys.exit(code)
 """
 
 
@@ -159,6 +161,7 @@ def test_no_pool_below_the_threshold_or_with_a_second_thread(tmp_path: Path) -> 
     threaded = _genrun("ls", "--store", store, "--json", "--no-index", threaded=True)
     for done in (small, threaded):
         assert "reading" not in done.stderr and _listed(done) == expected
+    assert "no pool module" in small.stderr  # importing it costs a warm `ls` ~20 ms
 
 
 @needs_two_cores
