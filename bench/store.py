@@ -78,9 +78,13 @@ def genrun(*args: str | Path, cwd: Path | None = None) -> Timed:
     return timed([*GENRUN, *map(str, args)], cwd=cwd)
 
 
-def best(repeat: int, *args: str | Path) -> Timed:
-    runs = [genrun(*args) for _ in range(repeat)]
+def fastest(runs: list[Timed]) -> Timed:
+    """The least wall and the least CPU seconds of `runs` (each may come from a different run)."""
     return Timed(min(r.wall for r in runs), min(r.cpu for r in runs))
+
+
+def best(repeat: int, *args: str | Path) -> Timed:
+    return fastest([genrun(*args) for _ in range(repeat)])
 
 
 def make_seeds(work: Path, sweep_items: int) -> tuple[Path, Path]:
@@ -187,13 +191,13 @@ def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_
     figures = {"today": nothing, "no_index": nothing}
     if size <= today_up_to:
         runs = [timed([*GENRUN, "ls", "--store", str(store), "--json"], env=before, cwd=work) for _ in range(once)]
-        figures = {"today": Timed(min(r.wall for r in runs), min(r.cpu for r in runs)),
+        figures = {"today": fastest(runs),
                    "no_index": best(once, "ls", "--store", store, "--no-index", "--json")}
     colds = []
     for _ in range(once):  # best of as many as `today` had: each with no index
         shutil.rmtree(store / ".genrun-index", ignore_errors=True)
         colds.append(genrun("ls", "--store", store, "--json"))
-    figures["cold"] = Timed(min(r.wall for r in colds), min(r.cpu for r in colds))
+    figures["cold"] = fastest(colds)
     figures["warm"] = best(repeat, "ls", "--store", store, "--limit", "0")
     figures["window"] = best(repeat, "ls", "--store", store, "--limit", str(TERMINAL_ROWS))
     figures["warm_json"] = best(repeat, "ls", "--store", store, "--json")
@@ -261,7 +265,7 @@ def main() -> None:
     empty = work / "empty-store"
     empty.mkdir(exist_ok=True)
     runs = [timed([*GENRUN, "ls", "--store", str(empty), "--json"], env=before, cwd=work) for _ in range(args.repeat)]
-    startup = {"today": Timed(min(r.wall for r in runs), min(r.cpu for r in runs)), "now": best(args.repeat, "ls", "--store", empty, "--json")}
+    startup = {"today": fastest(runs), "now": best(args.repeat, "ls", "--store", empty, "--json")}
     rows = {}
     for size in args.sizes:
         store = work / f"store-{size}"

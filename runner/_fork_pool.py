@@ -24,10 +24,10 @@ CHUNKS_PER_WORKER = 4
 """Smaller chunks than one per worker, so that a worker slowed by another tenant does not hold up the rest."""
 
 
-def fork_workers(items: int, worth_from: int) -> int:
-    """How many processes should share `items` items of work: 0 when fewer than `worth_from` (forking and sending the
-    results back would cost more than it saves), on one core, or where forking is not safe (`fork_map` then does nothing)."""
-    if items < worth_from or sys.platform != "linux" or threading.active_count() != 1:
+def fork_workers() -> int:
+    """How many processes should share work that is worth sharing (the caller judges that): one per core, 0 on one core
+    or where forking is not safe (the caller then does the work itself)."""
+    if sys.platform != "linux" or threading.active_count() != 1:
         return 0
     if "fork" not in multiprocessing.get_all_start_methods():
         return 0

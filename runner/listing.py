@@ -339,7 +339,7 @@ class _CurrentRows:
             return
         from ._fork_pool import chunked, fork_map, fork_workers
 
-        workers = fork_workers(len(names), _READ_AHEAD_FROM)
+        workers = fork_workers()
         if not workers:
             return
         if progress is not None:
