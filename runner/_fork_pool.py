@@ -41,10 +41,11 @@ def chunked(items: Sequence[T], workers: int) -> list[Sequence[T]]:
     return [items[start:start + size] for start in range(0, len(items), size)]
 
 
-def fork_map(function: Callable[[Sequence[T]], R], chunks: list[Sequence[T]], workers: int) -> list[R] | None:
+def fork_map(function: Callable[[T], R], chunks: Sequence[T], workers: int) -> list[R] | None:
     """`[function(chunk) for chunk in chunks]`, the chunks shared by `workers` forked processes; None when there is no
     pool to be had, a worker died or one raised `OSError` (the caller then does the work itself: none of what the
-    workers returned is used)."""
+    workers returned is used). `function` and each chunk are pickled to a worker, each answer back; what the caller set
+    up before the call (a module's global) is there in the workers without that: they are forked at the first chunk."""
     try:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
     except (OSError, ImportError):  # no working semaphores (e.g. a container without /dev/shm)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, get_args
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, get_args
 
 from genrun.schemas import layout
 from genrun.schemas.result import RunStatus
@@ -21,6 +21,8 @@ from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, r
 
 if TYPE_CHECKING:  # row_filter reads this module's rows
     from .row_filter import RowFilter
+
+T = TypeVar("T")
 
 
 UNREADABLE = "unreadable"
@@ -85,8 +87,8 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
 
     `keep`: only the rows it keeps are wanted (`ls --state failed`). The rows the index holds are matched by the index
-    (`RowFilter.index_where`: SQL, no row built), the others read as always; a filter reading sign-offs, which change
-    after the seal, has each row's judged as they are now (one lstat of signoffs/ says whether the index's judgement holds).
+    (`RowFilter.index_where`: SQL, no row built), the others read as always; a sign-off filter has the sign-offs of the
+    rows the SQL keeps judged as they are now (one lstat of signoffs/ each says whether the index's judgement holds).
     `window`: only these rows of the (kept) listing are wanted (`ls --limit 20`: `slice(-20, None)`). Without `keep`,
     the rows around them are placed by what the index holds (ids and sweeps' members).
     Only the wanted rows are read, from the index while their seal is unchanged; a wanted row whose seal changed since
@@ -98,15 +100,13 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
     names, planning = _scan(store)
     listing: Listing | None = None
-    matched_by_index = keep is not None and keep.index_where() is not None
-    members_only = (window is not None and keep is None) or matched_by_index
+    members_only = window is not None or keep is not None
     index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
         reader.read_ahead([name for name in names if name not in known], progress)
         if index is not None and keep is not None:
-            listing = (_list_matched(index, reader, names, planning, known, keep, window) if matched_by_index
-                       else _list_kept(reader, names, planning, known, keep, window))
+            listing = _list_matched(index, reader, names, planning, known, keep, window)
         elif index is not None and window is not None:
             listing = _list_window(index, reader, names, planning, known, window)
         if listing is None and index is not None and members_only:  # read every row: the index whole
@@ -123,14 +123,8 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         if index is not None:
             index.close()
         raise
-    gone = set(known).difference(names)
     if index is not None:
-        if reader.fresh or gone:
-            try:
-                index.write(reader.fresh, gone)
-            except IndexUnavailable as exc:
-                notes.append(str(exc))
-        index.close()
+        _update_index(index, reader.fresh, set(known).difference(names), notes)
     elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
         try:
             replace_index(store, reader.fresh)
@@ -138,6 +132,124 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         except OSError as exc:
             notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
     return listing._replace(notes=notes + listing.notes)
+
+
+def _update_index(index: IndexDatabase, fresh: list[IndexedRow], gone: set[str], notes: list[str]) -> None:
+    """Write what this listing read from the files (`fresh`) and forget the snapshots `gone` from the store; then close."""
+    try:
+        if fresh or gone:
+            index.write(fresh, gone)
+    except IndexUnavailable as exc:
+        notes.append(str(exc))
+    finally:
+        index.close()
+
+
+class Consumed(NamedTuple):
+    """What `consume_listing` made of a whole listing, chunk by chunk."""
+
+    results: list
+    """`consume`'s answer for each chunk, in order."""
+    ids: list[str]
+    """Every row's id, in listing order."""
+    notes: list[str]
+    """For stderr, as `Listing.notes`."""
+
+
+def consume_listing(store: Path, allowed_signers: Path | None, size: int, consume: Callable[[list[SnapshotRow], int, int], T],
+                    progress: Callable[[str], None] | None = None) -> Consumed:
+    """`consume(rows, number, total)` of each `size` rows in turn of the whole listing (`list_store(store).rows`; `number`
+    from 1, `total` rows in all; one empty chunk for an empty store): for a caller that needs every row once (the store
+    page, a page each `size` rows) without 100,000 rows sent between processes. With the index, the rows are placed by
+    it (as a window's are: ids and sweeps' members), and each chunk is read, checked against its seals and consumed in a
+    process per core from two chunks on (`_fork_pool`; `consume` then runs there, so it must only return its answer).
+    When a row changed since indexed, or the index cannot be used, the listing is read whole (`list_store`) and each
+    chunk consumed here in turn."""
+    from genrun.analysis.signoffs import resolve_allowed_signers
+
+    allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
+    notes: list[str] = []
+    names, planning = _scan(store)
+    index, known, _ = _open_index(store, notes, members_only=True)
+    if index is not None:
+        try:
+            reader = _CurrentRows(store, allowed_signers)
+            reader.read_ahead([name for name in names if name not in known], progress)
+            placed = _place(reader, names, planning, known)
+            chunks = [placed.order[start:start + size] for start in range(0, len(placed.order), size)] or [[]]
+            consumed = _ChunkJob(store, allowed_signers, placed.read, chunks, len(placed.order), consume).run()
+        except BaseException:
+            index.close()
+            raise
+        if consumed is not None:
+            results, fresh = consumed
+            _update_index(index, reader.fresh + fresh, set(known).difference(names), notes)
+            return Consumed(results, [sid for sid, _ in placed.order], notes)
+        index.close()  # a row changed since indexed: the listing read whole says how, as `ls` does
+    listing = list_store(store, allowed_signers, progress=progress)  # says itself why the index is not used
+    return Consumed(consume_rows(listing.rows, size, consume), [row.id for row in listing.rows], listing.notes)
+
+
+def consume_rows(rows: list[SnapshotRow], size: int, consume: Callable[[list[SnapshotRow], int, int], T]) -> list[T]:
+    """`consume(chunk, number, total)` of each `size` rows of `rows` in turn, as `consume_listing` (one empty chunk for none)."""
+    starts = range(0, len(rows), size)
+    return [consume(rows[start:start + size], number, len(rows)) for number, start in enumerate(starts, start=1)] or [consume([], 1, 0)]
+
+
+class _ChunkJob:
+    """`consume_listing`'s chunks, read and consumed in a process per core where forking is safe, else here in turn."""
+
+    def __init__(self, store: Path, allowed_signers: Path | None, read: dict[str, SnapshotRow], chunks: list[list[tuple[str, str | None]]],
+                 total: int, consume: Callable[[list[SnapshotRow], int, int], object]) -> None:
+        self.store, self.allowed_signers, self.read, self.chunks, self.total, self.consume = store, allowed_signers, read, chunks, total, consume
+        self._index: IndexDatabase | None = None  # each process opens its own (a connection must not cross a fork)
+
+    def run(self) -> tuple[list, list[IndexedRow]] | None:
+        """Every chunk's answer and the index rows judged anew while reading them; None when a row is not the one the index
+        holds (the caller reads the listing whole)."""
+        global _JOB
+        answers = None
+        if len(self.chunks) > 1:
+            from ._fork_pool import fork_map, fork_workers
+
+            workers = fork_workers()
+            if workers:
+                _JOB = self  # the workers find it where they were forked: nothing of it is pickled
+                try:
+                    answers = fork_map(_consume_chunk, range(len(self.chunks)), workers)
+                finally:
+                    _JOB = None
+        try:
+            if answers is None:  # no pool (or it failed): each chunk here in turn
+                answers = [self.consume_chunk(number) for number in range(len(self.chunks))]
+        finally:
+            if self._index is not None:
+                self._index.close()
+        if any(answer is None for answer in answers):
+            return None
+        return [answer[0] for answer in answers if answer], [row for answer in answers if answer for row in answer[1]]
+
+    def consume_chunk(self, number: int) -> tuple[object, list[IndexedRow]] | None:
+        if self._index is None:
+            try:
+                self._index = IndexDatabase(self.store, create=False)
+            except IndexUnavailable:
+                return None
+        reader = _CurrentRows(self.store, self.allowed_signers)
+        rows = _shown(self._index, reader, self.read, self.chunks[number])
+        if rows is None:
+            return None
+        return self.consume(rows, number + 1, self.total), reader.fresh
+
+
+_JOB: _ChunkJob | None = None
+"""The job whose chunks forked workers consume (`_ChunkJob.run`): set in the parent just before the fork."""
+
+
+def _consume_chunk(number: int) -> tuple[object, list[IndexedRow]] | None:
+    """A worker's share of `_ChunkJob.run`: the job it was forked with."""
+    assert _JOB is not None  # set before the workers were forked
+    return _JOB.consume_chunk(number)
 
 
 def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[IndexDatabase | None, dict, bool]:
@@ -225,9 +337,10 @@ def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str],
 
 def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
                   members_by_id: dict[str, str | None], keep: "RowFilter", window: slice | None) -> Listing | None:
-    """`list_store(keep=...)` for filters the index decides: it names the ids that match (a sealed snapshot's files never
-    change legitimately, and a changed seal is caught in any row shown), the rows it does not hold are judged on their
-    files, and only the rows shown are read. None when a shown row changed since indexed (or the index cannot say)."""
+    """`list_store(keep=...)`: the index names the ids that match (a sealed snapshot's files never change legitimately,
+    and a changed seal is caught in any row shown; sign-offs, which do change, judged as they are now), the rows it does
+    not hold are judged on their files, and only the rows shown are read. None when a shown row changed since indexed
+    (or the index cannot say)."""
     from .row_filter import SQL_FUNCTIONS, find_sweep
 
     placed = _place(reader, names, planning, members_by_id)
@@ -235,16 +348,14 @@ def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str]
     if keep.sweep:
         sweep = find_sweep(placed.sweeps, keep.sweep)
         order = [(sid, under) for sid, under in order if under == sweep]
-    where = keep.index_where()
-    assert where is not None  # the caller's condition
+    # what a wanted reason no row has is told: the reasons the other filters' rows have (of the sweep's, with --sweep)
+    among = {sid for sid, _ in order} if keep.sweep and keep.stop_reasons else None
     try:
-        matched = index.matching(*where, SQL_FUNCTIONS)
-        present = []
-        if keep.stop_reasons:  # what a wanted reason no row has is told: the reasons the other filters' rows have
-            others = keep.index_where(reasons=False)
-            assert others is not None
-            among = {sid for sid, _ in order} if keep.sweep else None
-            present = index.run_stop_reasons(*others, SQL_FUNCTIONS, among)
+        if keep.judges_signoffs:
+            matched, present = _signed_now(index, reader, keep, among)
+        else:
+            matched = index.matching(*keep.index_where(), SQL_FUNCTIONS)
+            present = index.run_stop_reasons(*keep.index_where(reasons=False), SQL_FUNCTIONS, among) if keep.stop_reasons else []
     except IndexUnavailable:
         return None
     kept = [(sid, under) for sid, under in order if (sid in matched if (row := placed.read.get(sid)) is None else keep.keeps(row))]
@@ -265,32 +376,37 @@ def _unchecked(placed: _Placed, shown: list[SnapshotRow]) -> int:
     return placed.listed - len(placed.read) - sum(row.id not in placed.read for row in shown)
 
 
-def _list_kept(reader: "_CurrentRows", names: list[str], planning: list[str], known: dict[str, IndexedRow], keep: "RowFilter",
-               window: slice | None) -> Listing | None:
-    """`list_store(keep=...)` for filters that read sign-offs: the rows the index holds are built from its values, their
-    sign-offs judged as they are now, and matched by `keep.select` (a changed seal is caught below in any row shown);
-    None when a shown row changed since indexed."""
-    rows: list[SnapshotRow] = []
-    for name in names:
-        hit = known.get(name)
-        if hit is not None:
-            rows.append(reader.judged(hit))
-        elif (row := reader.row(name, None)) is not None:  # not indexed: read from its files, as always
-            rows.append(row)
-    listed = group_sweeps(rows + [_planning_row(reader.store / name) for name in planning])
-    kept, said = keep.select(listed)
-    shown: list[SnapshotRow] = []
-    checked = 0
-    for row in kept if window is None else kept[window]:
-        if row.id in known:
-            current = _checked(reader, row.id, known[row.id])
-            if current is None:
-                return None
-            row = current if row.sweep is None else current._replace(sweep=row.sweep)
-            checked += 1
-        shown.append(row)
-    unchecked = sum(name in known for name in names) - checked
-    return Listing(shown, said, reader.from_index + unchecked, len(listed), len(kept), unchecked)
+def _signed_now(index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None) -> tuple[set[str], list[str]]:
+    """For a sign-off filter: the ids of the index rows `keep` keeps, their sign-offs as they are now, and the stop-reason
+    cells of the runs among them that every filter but `--stop-reason` keeps (`among`: of these ids only). One lstat of
+    signoffs/ each says whether the index's judgement holds (records arrive after the seal); the others are judged again."""
+    from .row_filter import SQL_FUNCTIONS
+
+    cells = index.signoff_cells(*keep.index_where(reasons=False), SQL_FUNCTIONS)
+    now = reader.signoff_keys([cell[0] for cell in cells])
+    changed = [sid for sid, key, *_ in cells if now[sid] != key]
+    signers_now = {sid: "\n".join(reader.judged(hit).signers) for sid, hit in index.rows_of(changed).items()} if changed else {}
+    # a store holds few distinct signers and stop-reason cells: each is tested once, not once a row
+    signed: dict[str, bool] = {}
+    stopped: dict[str, bool] = {}
+    matched: set[str] = set()
+    present: list[str] = []
+    for sid, key, signers, reasons, is_run in cells:
+        if now[sid] != key:
+            if sid not in signers_now:  # gone from the index meanwhile: its snapshot was removed
+                continue
+            signers = signers_now[sid]
+        if (kept := signed.get(signers)) is None:
+            kept = signed[signers] = keep.keeps_signers(tuple(signers.split("\n")) if signers else ())
+        if not kept:
+            continue
+        if is_run and (among is None or sid in among):
+            present.append(reasons)
+        if (kept := stopped.get(reasons)) is None:
+            kept = stopped[reasons] = keep.keeps_reasons(reasons)
+        if kept:
+            matched.add(sid)
+    return matched, present
 
 
 def _checked(reader: "_CurrentRows", sid: str, hit: IndexedRow | None) -> SnapshotRow | None:
@@ -330,6 +446,8 @@ class _CurrentRows:
         """Snapshots not in the index, read from their files before they are asked for (`read_ahead`)."""
         self.rejudged: dict[str, IndexedRow] = {}
         """Index rows whose sign-offs `judged` judged again in this listing (a filter judges a shown row twice)."""
+        self._keys_taken: dict[str, str] = {}
+        """Sign-off keys taken by `signoff_keys` and not yet used by `judged` (a filter's rows are shown after)."""
 
     def read_ahead(self, names: list[str], progress: Callable[[str], None] | None = None) -> None:
         """Read these snapshots (none of them in the index) from their files now, in a process per core when there are
@@ -357,7 +475,7 @@ class _CurrentRows:
         A new judgement goes into the index too (`fresh`, under the same seal key): judging a signed record runs
         ssh-keygen, which the next listing should not run again for a `signoffs/` that has not changed since."""
         base = base or f"{self.prefix}{hit.id}/"
-        key = _signoffs_key(base, self.basis)  # before judging: a record added meanwhile changes it
+        key = self._keys_taken.pop(hit.id, None) or _signoffs_key(base, self.basis)  # before judging: a record added meanwhile changes it
         hit = self.rejudged.get(hit.id, hit)
         if key == hit.signoffs_key:
             return _from_index(hit)
@@ -366,6 +484,13 @@ class _CurrentRows:
         self.rejudged[hit.id] = hit
         self.fresh.append(hit)
         return _from_index(hit)
+
+    def signoff_keys(self, ids: list[str]) -> dict[str, str]:
+        """Each id's sign-off key as it is now (one lstat each), kept for `judged` to use once."""
+        prefix, basis = self.prefix, self.basis
+        keys = {sid: _signoffs_key(f"{prefix}{sid}/", basis) for sid in ids}
+        self._keys_taken.update(keys)
+        return keys
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""

@@ -4,7 +4,8 @@ A filter is defined once here, in its two forms side by side (`RowFilter._clause
 rows read from the files (or built from the index), and `index_where` gives SQL that keeps exactly the index rows the
 row form keeps, so that `genrun ls --stop-reason eos` on 100,000 snapshots asks the index which ids match instead of
 building 100,000 rows to test. Every index row is sealed and holds the columns `listing.SnapshotRow` shows; a filter
-whose answer can change after the seal (sign-offs) has no SQL form, and `ls` then judges every row as it is now.
+whose answer can change after the seal (sign-offs) has no SQL form but a test on the signers alone (`keeps_signers`): `ls`
+takes the rows the other filters' SQL keeps and judges their sign-offs as they are now (`listing._signoffs_now`).
 tests/test_ls_filtered.py checks that both forms list the same rows (`ls` with and without the index).
 """
 
@@ -26,6 +27,13 @@ class Clause(NamedTuple):
     keeps: Callable[[SnapshotRow], bool]
     sql: str | None
     parameters: tuple = ()
+    signers: Callable[[tuple[str, ...]], bool] | None = None
+    """A sign-off filter's test on the signers alone (no `sql`: sign-offs change after the seal, so they are judged now)."""
+
+
+def _on_signers(test: Callable[[tuple[str, ...]], bool]) -> Clause:
+    """A sign-off filter's clause: its test on a row's signers, with no SQL form (see `Clause.signers`)."""
+    return Clause(lambda r: test(r.signers), None, signers=test)
 
 
 def name_matches(name: str | None, pattern: str) -> bool:
@@ -62,6 +70,7 @@ class RowFilter:
         self.sweep = sweep
         """A sweep's id or unique id prefix: only its items (rows are listed under their sweep, `SnapshotRow.sweep`)."""
         self.stop_reasons = tuple(dict.fromkeys(stop_reasons))
+        self._wanted_reasons = frozenset(self.stop_reasons)
         self._clauses = self._build(tuple(states), since, until, name, backend, unsigned, signed_by)
         self._reason_clause = self._for_reasons()
 
@@ -72,7 +81,7 @@ class RowFilter:
     def _build(states: tuple[str, ...], since: datetime | None, until: datetime | None, name: str | None, backend: str | None,
                unsigned: bool, signed_by: str | None) -> list[Clause]:
         """Every filter but `--sweep` and `--stop-reason`, in the order `select` applies them. The sign-off filters have no
-        SQL form: sign-offs arrive after the seal, so every row's are judged as they are now (`listing._list_kept`)."""
+        SQL form: sign-offs arrive after the seal, so each row's are judged as they are now (`keeps_signers`)."""
         clauses: list[Clause] = []
         if states:
             shown = (*states, *(f"{SWEEP_STATE} {s}" for s in states))  # a sweep's row shows `sweep <status>`
@@ -93,20 +102,19 @@ class RowFilter:
         if backend:
             clauses.append(Clause(lambda r: r.backend == backend, "backend = ?", (backend,)))
         if unsigned:
-            clauses.append(Clause(lambda r: not r.signers, None))
+            clauses.append(_on_signers(lambda signers: not signers))
         if signed_by:
-            clauses.append(Clause(lambda r: signed_by in r.signers, None))
+            clauses.append(_on_signers(lambda signers: signed_by in signers))
         return clauses
 
     def _for_reasons(self) -> Clause | None:
         """`--stop-reason`: some row stopped by one of them (a sweep's row lists its items' counts, which no reason names)."""
         if not self.stop_reasons:
             return None
-        wanted = set(self.stop_reasons)
         matchable = [reason for reason in self.stop_reasons if REASON_SEPARATOR not in reason]  # no split part holds one
         padded = f"'{REASON_SEPARATOR}' || stop_reasons || '{REASON_SEPARATOR}'"
         sql = " OR ".join(f"instr({padded}, ?) > 0" for _ in matchable) or "0"
-        return Clause(lambda r: not wanted.isdisjoint(r.stop_reasons.split(REASON_SEPARATOR)), f"({sql})",
+        return Clause(lambda r: self.keeps_reasons(r.stop_reasons), f"({sql})",
                       tuple(f"{REASON_SEPARATOR}{reason}{REASON_SEPARATOR}" for reason in matchable))
 
     def _active(self, reasons: bool) -> list[Clause]:
@@ -117,11 +125,23 @@ class RowFilter:
         """Whether every filter but `--sweep` keeps `row` (`reasons`: `--stop-reason` too)."""
         return all(clause.keeps(row) for clause in self._active(reasons))
 
-    def index_where(self, *, reasons: bool = True) -> tuple[str, tuple] | None:
-        """SQL over the index's rows keeping what `keeps` keeps, with its parameters; None when a filter has no SQL form."""
-        clauses = self._active(reasons)
-        if any(clause.sql is None for clause in clauses):
-            return None
+    @property
+    def judges_signoffs(self) -> bool:
+        """A sign-off filter is set: `index_where` leaves it out, and each row the SQL keeps is judged by `keeps_signers`."""
+        return any(clause.signers is not None for clause in self._clauses)
+
+    def keeps_signers(self, signers: tuple[str, ...]) -> bool:
+        """Whether the sign-off filters keep a row signed off by `signers` (records that hold, as judged now)."""
+        return all(clause.signers(signers) for clause in self._clauses if clause.signers is not None)
+
+    def keeps_reasons(self, stop_reasons: str) -> bool:
+        """Whether `--stop-reason` keeps a row whose stop-reason cell is `stop_reasons` (`SnapshotRow.stop_reasons`)."""
+        return not self._wanted_reasons or not self._wanted_reasons.isdisjoint(stop_reasons.split(REASON_SEPARATOR))
+
+    def index_where(self, *, reasons: bool = True) -> tuple[str, tuple]:
+        """SQL over the index's rows keeping what `keeps` keeps but for the sign-off filters (`keeps_signers` judges them
+        as they are now), with its parameters."""
+        clauses = [clause for clause in self._active(reasons) if clause.sql is not None]
         return " AND ".join(clause.sql for clause in clauses if clause.sql) or "1", tuple(p for c in clauses for p in c.parameters)
 
     def select(self, rows: list[SnapshotRow]) -> Selection:

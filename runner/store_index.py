@@ -174,6 +174,13 @@ class IndexDatabase:
         return self._query(f"SELECT id, stop_reasons FROM rows WHERE members IS NULL AND ({where})", parameters,
                            lambda found: [r[1] for r in found if r[0] in among])
 
+    def signoff_cells(self, where: str, parameters: Sequence[object],
+                      functions: Mapping[str, tuple[int, Callable]]) -> list[tuple[str, str, str, str, bool]]:
+        """(id, signoffs_key, signers, stop_reasons, whether it is a run) of the rows `where` keeps: what a sign-off filter
+        needs to judge each as it is now (`listing._signed_now`)."""
+        self._define(functions)
+        return self._query(f"SELECT id, signoffs_key, signers, stop_reasons, members IS NULL FROM rows WHERE {where}", parameters, list)
+
     def _define(self, functions: Mapping[str, tuple[int, Callable]]) -> None:
         assert self._db is not None
         for name, (arguments, function) in functions.items():

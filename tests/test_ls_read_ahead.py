@@ -1,10 +1,10 @@
-"""The first `ls` of a big store reads its snapshots in a process per core (`_CurrentRows.read_ahead`): what it lists and
-the index it writes are exactly what one process reading them in turn makes, a worker that dies costs only time, and a
-threaded caller gets no pool.
+"""A big store's work in a process per core. The first `ls` reads its snapshots so (`_CurrentRows.read_ahead`), and the
+store page reads, checks and renders each page of rows so (`listing.consume_listing`): what they list, render and index
+is exactly what one process doing it in turn makes, a worker that dies costs only time, and a threaded caller gets no pool.
 
 Each listing here runs in a fresh `python` process (forking is only safe from a process with one thread; a pytest-xdist
-worker has more), with `listing._READ_AHEAD_FROM` lowered so that a small store takes the big store's path: the pool
-itself, its workers and what they send back are real.
+worker has more), with `listing._READ_AHEAD_FROM` (and the store page's `PAGE_SIZE`) lowered so that a small store takes
+the big store's path: the pool itself, its workers and what they send back are real.
 """
 
 import os
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from _store_helpers import index_file, make_run, make_sweep
+from _store_helpers import index_file, make_run, make_sweep, reseal_as_failed
 from conftest import run_cli
 
 from genrun.runner.listing import list_store, rebuild_index
@@ -29,10 +29,19 @@ needs_two_cores = pytest.mark.skipif(CORES < 2, reason="a pool needs two cores; 
 _CHILD = """
 import os, sys, time
 from genrun.runner import listing
-from genrun.runner.cli import main
+from genrun.runner.cli import main, _store_page
 
 listing._READ_AHEAD_FROM = {read_ahead_from}
+_store_page.PAGE_SIZE = {page_size}
 read = listing._read_from_files
+if {trace}:  # say on stderr what each pool was given and whether it answered
+    from genrun.runner import _fork_pool
+    real_map = _fork_pool.fork_map
+    def traced(function, chunks, workers):
+        answers = real_map(function, chunks, workers)
+        print(f"pool of {{workers}}: {{len(chunks)}} chunks, {{'answered' if answers is not None else 'failed'}}", file=sys.stderr)
+        return answers
+    _fork_pool.fork_map = traced
 
 def die(*args):  # a worker killed (the OOM killer, a signal) part-way
     os._exit(3)
@@ -45,7 +54,7 @@ def slow(*args):  # a chunk that takes a while: a signal lands while the workers
     return read(*args)
 
 if {die}:
-    listing._read_from_files = die if {die} == "die" else fail
+    listing._read_from_files = listing._consume_chunk = die if {die} == "die" else fail
 if {slow}:
     listing._read_from_files = slow
 if {threaded}:
@@ -57,9 +66,10 @@ sys.exit(code)
 """
 
 
-def _script(*argv: str | Path, read_ahead_from: int = 1, die: str = "", slow: bool = False, threaded: bool = False) -> list[str]:
-    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, die=repr(die), slow=slow, threaded=threaded,
-                                                argv=[str(a) for a in argv])]
+def _script(*argv: str | Path, read_ahead_from: int = 1, page_size: int = 1000, trace: bool = False, die: str = "", slow: bool = False,
+            threaded: bool = False) -> list[str]:
+    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, page_size=page_size, trace=trace, die=repr(die), slow=slow,
+                                                threaded=threaded, argv=[str(a) for a in argv])]
 
 
 def _genrun(*argv: str | Path, **child: bool | int | str) -> subprocess.CompletedProcess[str]:
@@ -179,3 +189,69 @@ def test_an_interrupted_first_listing_leaves_no_worker_and_nothing_half_done(tmp
     assert "interrupted by SIGINT" in err and out == ""
     assert _processes_naming(str(store)) == []  # its workers ended with it
     assert _listed(_genrun("ls", "--store", store, "--json")) == expected  # whatever it had indexed, nothing is wrong
+
+
+# -- the store page: each page of rows read, checked and rendered in a worker ----------------------------------------
+
+
+def _site(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _page(store: Path, site: Path, **child: bool | int | str) -> tuple[dict[str, bytes], str]:
+    """The store page of `store` in pages of 3 rows, made in a fresh process (`_genrun`): every page's bytes, and stderr."""
+    site.mkdir()
+    done = _genrun("report", "--store", store, "--html", site / "index.html", page_size=3, read_ahead_from=10**6, trace=True, **child)
+    return _site(site), done.stderr
+
+
+@needs_two_cores
+def test_the_store_page_rendered_in_a_pool_is_the_page_one_process_renders(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    rows = len(list_store(store, use_index=False).rows)
+    pages = -(-rows // 3)
+    cold, said = _page(store, tmp_path / "cold")  # no index yet: every row read here, then each page rendered in a worker
+    assert f"{pages} chunks, answered" in said and len(cold) == pages > 2
+    warm, said = _page(store, tmp_path / "warm")  # each worker reads its rows from the index, checked against their seals
+    assert f"{pages} chunks, answered" in said and warm == cold
+    in_turn, said = _page(store, tmp_path / "in-turn", threaded=True)
+    assert "pool of" not in said and in_turn == cold
+    index_file(store).unlink()
+    index_file(store).parent.rmdir()
+    index_file(store).parent.write_text("in the way")  # no index to be had: the listing read whole, as `ls --no-index` does
+    from_files, said = _page(store, tmp_path / "from-files")
+    assert "cannot be opened" in said and from_files == cold
+    linked = [name for name in cold["index.html"].decode().split('href="')[1:] if "/" in name.split('"')[0]]
+    assert len(linked) == 3  # the first page's three rows link to their snapshots
+
+
+@needs_two_cores
+def test_the_store_page_shows_a_changed_seal_and_a_later_sign_off_as_they_are_now(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _page(store, tmp_path / "before")
+    victim = next(p for p in store.iterdir() if "-run7-" in p.name)
+    reseal_as_failed(victim)  # after indexing: the worker reading its page finds the seal changed
+    now, said = _page(store, tmp_path / "resealed")
+    assert "chunks, answered" in said  # the workers answered; one said its row changed, so the listing was read whole
+    text = b"".join(now.values()).decode()
+    line = text.split(f">{victim.name}</a>")[1].split("</tr>")[0]
+    assert '<td class="failed">failed</td>' in line  # as its files say now, never the indexed "succeeded"
+    assert run_cli("index", "--store", store, "--rebuild").returncode == 0
+    later = next(p for p in store.iterdir() if "-run8-" in p.name)
+    signed = run_cli("signoff", later, "--decision", "accept", "--by", "carol@example.com")
+    assert signed.returncode == 0, signed.stderr
+    now, said = _page(store, tmp_path / "signed")
+    assert "chunks, answered" in said
+    line = b"".join(now.values()).decode().split(f">{later.name}</a>")[1].split("</tr>")[0]
+    assert "accept unsigned (carol@example.com)" in line
+    with sqlite3.connect(index_file(store)) as db:  # judged in a worker, kept in the index by the parent
+        assert db.execute("SELECT signoffs FROM rows WHERE id = ?", (later.name,)).fetchone() == ("accept unsigned (carol@example.com)",)
+
+
+@needs_two_cores
+@pytest.mark.parametrize("failure", ["die", "fail"])
+def test_a_page_worker_that_dies_or_fails_costs_only_time(tmp_path: Path, failure: str) -> None:
+    store = _store(tmp_path)
+    expected, _ = _page(store, tmp_path / "expected")
+    got, said = _page(store, tmp_path / "got", die=failure)
+    assert "chunks, failed" in said and got == expected
