@@ -5,7 +5,7 @@ rows read from the files (or built from the index), and `index_where` gives SQL 
 row form keeps, so that `genrun ls --stop-reason eos` on 100,000 snapshots asks the index which ids match instead of
 building 100,000 rows to test. Every index row is sealed and holds the columns `listing.SnapshotRow` shows; a filter
 whose answer can change after the seal (sign-offs) has no SQL form but a test on the signers alone (`keeps_signers`): `ls`
-takes the rows the other filters' SQL keeps and judges their sign-offs as they are now (`listing._signoffs_now`).
+takes the rows the other filters' SQL keeps and judges their sign-offs as they are now (`listing._signed_now`).
 tests/test_ls_filtered.py checks that both forms list the same rows (`ls` with and without the index).
 """
 

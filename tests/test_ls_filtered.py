@@ -200,6 +200,12 @@ def test_a_stop_reason_no_row_has_names_the_reasons_of_the_rows_matched_from_the
         assert f"note: no snapshot stopped by {reason!r}; reasons here: {here}" in typo.stderr
         assert listed[-1].unchecked == 9 and listed[-1].matched == 0  # from the index alone
         assert typo.stderr == run_cli("ls", "--store", shared, "--no-index", "--stop-reason", reason, *others).stderr
+    # with a sign-off filter the reasons named are those of the rows it keeps, as judged now (`listing._signed_now`)
+    sweep = _id(shared, "nightly")
+    for others in (["--signed-by", ALICE], ["--unsigned", "--limit", "2"], ["--sweep", sweep, "--unsigned"]):
+        typo = run_cli("ls", "--store", shared, "--stop-reason", "eso", *others)
+        assert typo.returncode == 0 and "note: no snapshot stopped by 'eso'; reasons here: " in typo.stderr, (others, typo.stderr)
+        assert typo.stderr == run_cli("ls", "--store", shared, "--no-index", "--stop-reason", "eso", *others).stderr, others
 
 
 def test_the_index_decides_the_edge_cases_of_each_filter_as_the_rows_do(shared: Path, listed: list[Listing]) -> None:
