@@ -100,11 +100,13 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
     names, planning = _scan(store)
     listing: Listing | None = None
+    reopened = False
     members_only = window is not None or keep is not None
     index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
-        reader.read_ahead([name for name in names if name not in known], progress)
+        unindexed = [name for name in names if name not in known]
+        reader.read_ahead(unindexed, progress)
         if index is not None and keep is not None:
             listing = _list_matched(index, reader, names, planning, known, keep, window)
         elif index is not None and window is not None:
@@ -112,6 +114,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         if listing is None and index is not None and members_only:  # read every row: the index whole
             index.close()
             index, known, replace_broken = _open_index(store, notes, members_only=False)
+            reopened = True  # `unindexed` was counted against what the index held then
         if listing is None:
             reader = _CurrentRows(store, allowed_signers, reader.ahead)  # afresh: nothing counted or collected twice
             cached = known if index is not None else {}
@@ -124,7 +127,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             index.close()
         raise
     if index is not None:
-        _update_index(index, reader.fresh, set(known).difference(names), notes)
+        _update_index(index, reader.fresh, _gone(known, names, None if reopened else unindexed), notes)
     elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
         try:
             replace_index(store, reader.fresh)
@@ -132,6 +135,15 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         except OSError as exc:
             notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
     return listing._replace(notes=notes + listing.notes)
+
+
+def _gone(known: Mapping[str, object], names: list[str], unindexed: list[str] | None) -> set[str]:
+    """The ids the index holds whose snapshots are no longer in the store (`names`). None are when as many names are in
+    the index as it holds ids (`unindexed`: the names it does not hold; None: not counted against `known`): a warm
+    listing of 100,000 then builds no set of them."""
+    if unindexed is not None and len(names) - len(unindexed) == len(known):
+        return set()
+    return set(known).difference(names)
 
 
 def _update_index(index: IndexDatabase, fresh: list[IndexedRow], gone: set[str], notes: list[str]) -> None:
@@ -174,7 +186,8 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
     if index is not None:
         try:
             reader = _CurrentRows(store, allowed_signers)
-            reader.read_ahead([name for name in names if name not in known], progress)
+            unindexed = [name for name in names if name not in known]
+            reader.read_ahead(unindexed, progress)
             placed = _place(reader, names, planning, known)
             chunks = [placed.order[start:start + size] for start in range(0, len(placed.order), size)] or [[]]
             consumed = _ChunkJob(store, allowed_signers, placed.read, chunks, len(placed.order), consume).run()
@@ -183,7 +196,7 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
             raise
         if consumed is not None:
             results, fresh = consumed
-            _update_index(index, reader.fresh + fresh, set(known).difference(names), notes)
+            _update_index(index, reader.fresh + fresh, _gone(known, names, unindexed), notes)
             return Consumed(results, [sid for sid, _ in placed.order], notes)
         index.close()  # a row changed since indexed: the listing read whole says how, as `ls` does
     listing = list_store(store, allowed_signers, progress=progress)  # says itself why the index is not used
@@ -281,19 +294,23 @@ class _Placed(NamedTuple):
     """The ids of the sweeps among them."""
 
 
+_NOT_HELD = "\0"
+"""`_place`'s mark for a name the index does not hold (no id or members text holds a NUL)."""
+
+
 def _place(reader: "_CurrentRows", names: list[str], planning: list[str], members_by_id: dict[str, str | None]) -> _Placed:
     read: dict[str, SnapshotRow] = {}
     listed: list[str] = []
     members: dict[str, tuple[str, ...]] = {}
     sweeps: list[str] = []
     for name in names:
-        if name in members_by_id:
+        held = members_by_id.get(name, _NOT_HELD)  # one lookup a name: 100,000 on a terminal's `ls`
+        if held is not _NOT_HELD:
             listed.append(name)
-            held = members_by_id[name]
             if held is not None:
                 sweeps.append(name)
-            if held:
-                members[name] = tuple(held.split("\n"))
+                if held:
+                    members[name] = tuple(held.split("\n"))
         elif (row := reader.row(name, None)) is not None:
             read[name] = row
             listed.append(name)

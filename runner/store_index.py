@@ -18,6 +18,7 @@ import sqlite3
 import stat
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -155,7 +156,7 @@ class IndexDatabase:
         Two queries in one read transaction (a writer waits): the ids, then the few sweeps' members (a column of 100,000
         NULLs costs more to fetch than the ids do)."""
         with self._reading():
-            held: dict[str, str | None] = dict.fromkeys(self._query("SELECT id FROM rows", (), lambda found: [r[0] for r in found]))
+            held: dict[str, str | None] = self._query("SELECT id FROM rows", (), lambda found: dict.fromkeys(map(itemgetter(0), found)))
             held.update(self._query("SELECT id, members FROM rows WHERE members IS NOT NULL", (), dict))
         return held
 
