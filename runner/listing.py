@@ -365,13 +365,13 @@ def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str]
     if keep.sweep:
         sweep = find_sweep(placed.sweeps, keep.sweep)
         order = [(sid, under) for sid, under in order if under == sweep]
-    # what a wanted reason no row has is told: the reasons the other filters' rows have (of the sweep's, with --sweep)
-    among = {sid for sid, _ in order} if keep.sweep and keep.stop_reasons else None
+    among = {sid for sid, _ in order} if keep.sweep else None  # the sweep's items (rows are listed under their sweep)
     try:
         if keep.judges_signoffs:
             matched, present = _signed_now(index, reader, keep, among)
         else:
             matched = index.matching(*keep.index_where(), SQL_FUNCTIONS)
+            # what a wanted reason no row has is told: the reasons the other filters' rows have (of the sweep's, with --sweep)
             present = index.run_stop_reasons(*keep.index_where(reasons=False), SQL_FUNCTIONS, among) if keep.stop_reasons else []
     except IndexUnavailable:
         return None
@@ -394,12 +394,14 @@ def _unchecked(placed: _Placed, shown: list[SnapshotRow]) -> int:
 
 
 def _signed_now(index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None) -> tuple[set[str], list[str]]:
-    """For a sign-off filter: the ids of the index rows `keep` keeps, their sign-offs as they are now, and the stop-reason
-    cells of the runs among them that every filter but `--stop-reason` keeps (`among`: of these ids only). One lstat of
+    """For a sign-off filter: the ids of the index rows `keep` keeps (`among`: of these ids only), their sign-offs as they
+    are now, and the stop-reason cells of the runs among them that every filter but `--stop-reason` keeps. One lstat of
     signoffs/ each says whether the index's judgement holds (records arrive after the seal); the others are judged again."""
     from .row_filter import SQL_FUNCTIONS
 
     cells = index.signoff_cells(*keep.index_where(reasons=False), SQL_FUNCTIONS)
+    if among is not None:  # a sweep's items: the others' signoffs/ are not looked at
+        cells = [cell for cell in cells if cell[0] in among]
     now = reader.signoff_keys([cell[0] for cell in cells])
     changed = [sid for sid, key, *_ in cells if now[sid] != key]
     signers_now = {sid: "\n".join(reader.judged(hit).signers) for sid, hit in index.rows_of(changed).items()} if changed else {}
@@ -417,7 +419,7 @@ def _signed_now(index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter",
             kept = signed[signers] = keep.keeps_signers(tuple(signers.split("\n")) if signers else ())
         if not kept:
             continue
-        if is_run and (among is None or sid in among):
+        if is_run:
             present.append(reasons)
         if (kept := stopped.get(reasons)) is None:
             kept = stopped[reasons] = keep.keeps_reasons(reasons)
