@@ -189,8 +189,7 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
             unindexed = [name for name in names if name not in known]
             reader.read_ahead(unindexed, progress)
             placed = _place(reader, names, planning, known)
-            chunks = [placed.order[start:start + size] for start in range(0, len(placed.order), size)] or [[]]
-            consumed = _ChunkJob(store, allowed_signers, placed.read, chunks, len(placed.order), consume).run()
+            consumed = _ChunkJob(store, allowed_signers, placed.read, _in_chunks(placed.order, size), len(placed.order), consume).run()
         except BaseException:
             index.close()
             raise
@@ -205,8 +204,15 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
 
 def consume_rows(rows: list[SnapshotRow], size: int, consume: Callable[[list[SnapshotRow], int, int], T]) -> list[T]:
     """`consume(chunk, number, total)` of each `size` rows of `rows` in turn, as `consume_listing` (one empty chunk for none)."""
-    starts = range(0, len(rows), size)
-    return [consume(rows[start:start + size], number, len(rows)) for number, start in enumerate(starts, start=1)] or [consume([], 1, 0)]
+    return [consume(chunk, number, len(rows)) for number, chunk in enumerate(_in_chunks(rows, size), start=1)]
+
+
+E = TypeVar("E")
+
+
+def _in_chunks(items: list[E], size: int) -> list[list[E]]:
+    """`items` in consecutive chunks of `size` (the last may be shorter); one empty chunk when there are none."""
+    return [items[start:start + size] for start in range(0, len(items), size)] or [items[:0]]
 
 
 class _ChunkJob:
@@ -238,9 +244,10 @@ class _ChunkJob:
         finally:
             if self._index is not None:
                 self._index.close()
-        if any(answer is None for answer in answers):
+        done = [answer for answer in answers if answer is not None]
+        if len(done) < len(answers):
             return None
-        return [answer[0] for answer in answers if answer], [row for answer in answers if answer for row in answer[1]]
+        return [result for result, _ in done], [row for _, fresh in done for row in fresh]
 
     def consume_chunk(self, number: int) -> tuple[object, list[IndexedRow]] | None:
         if self._index is None:
