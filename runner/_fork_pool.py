@@ -1,4 +1,5 @@
-"""Mapping a function over chunks of work in forked processes, one per core, where that is safe; else not at all.
+"""Mapping a function over chunks of work in forked processes, one per core, where that is safe; else not at all; and
+running one function in a forked process while the caller goes on (`fork_one`).
 
 Used for work that is mostly system calls and small parses of many files (the first `ls` of a big store reads four
 files of each snapshot): threads measured no faster here (the GIL is taken back between calls that each cost a few
@@ -7,14 +8,13 @@ its first file. Fork is only safe from a process with one thread (a lock held by
 in the child forever), so a threaded caller (a notebook, a server) gets no pool and does the work itself.
 """
 
-import multiprocessing
 import os
+import pickle
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,6 +29,8 @@ def fork_workers() -> int:
     or where forking is not safe (the caller then does the work itself)."""
     if sys.platform != "linux" or threading.active_count() != 1:
         return 0
+    import multiprocessing  # here, not above: `fork_one`'s callers (a warm `ls`) need none of it (~15 ms with the pool)
+
     if "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cores = len(os.sched_getaffinity(0))
@@ -46,6 +48,10 @@ def fork_map(function: Callable[[T], R], chunks: Sequence[T], workers: int) -> l
     pool to be had, a worker died or one raised `OSError` (the caller then does the work itself: none of what the
     workers returned is used). `function` and each chunk are pickled to a worker, each answer back; what the caller set
     up before the call (a module's global) is there in the workers without that: they are forked at the first chunk."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
     except (OSError, ImportError):  # no working semaphores (e.g. a container without /dev/shm)
@@ -56,3 +62,63 @@ def fork_map(function: Callable[[T], R], chunks: Sequence[T], workers: int) -> l
         return None
     finally:  # interrupted (Ctrl-C, SIGTERM): the chunks not started are dropped, the running ones end
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Forked(Generic[R]):
+    """`fork_one`'s process: `answer()` waits for it; `abandon()` ends it unanswered. Either may be cut short by a signal
+    (Ctrl-C): `abandon()` then still ends and reaps what is left."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self._pid: int | None = pid
+        self._pipe: int | None = pipe
+
+    def answer(self) -> R | None:
+        """What the function returned; None when it raised, its answer could not be sent, or the process died (killed,
+        the OOM killer): the caller then does the work itself."""
+        assert self._pid is not None and self._pipe is not None, "answered or abandoned already"
+        pipe, self._pipe = os.fdopen(self._pipe, "rb"), None
+        with pipe:
+            sent = pipe.read()
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = None
+        if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            return None
+        try:
+            return pickle.loads(sent)
+        except Exception:  # cut short: nothing of it is used
+            return None
+
+    def abandon(self) -> None:
+        """The caller is going no further (an error, Ctrl-C): end the process, if still there, and reap it."""
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self._pid, 0)
+            self._pid = None
+
+
+def fork_one(function: Callable[[], R]) -> Forked[R] | None:
+    """`function()` in one forked process, started now, so that the caller's own work runs beside it (on another core);
+    None where there is no other core or forking is not safe (`fork_workers`): the caller then calls `function` itself.
+    Its answer comes back pickled through a pipe; it must write nothing else (its stdout is the caller's)."""
+    if not fork_workers():
+        return None
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code, never runs its exit handlers or flushes its buffers
+        status = 1
+        try:
+            os.close(reading)
+            sent = pickle.dumps(function(), protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(writing, "wb") as pipe:
+                pipe.write(sent)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(writing)
+    return Forked(pid, reading)

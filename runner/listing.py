@@ -7,8 +7,10 @@ reads everything else from its files with the same readers as always, and refres
 
 import os
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
+from itertools import compress, filterfalse
+from operator import and_, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, get_args
 
@@ -20,6 +22,7 @@ from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
 
 if TYPE_CHECKING:  # row_filter reads this module's rows
+    from ._fork_pool import Forked
     from .row_filter import RowFilter
 
 T = TypeVar("T")
@@ -98,17 +101,20 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     from genrun.analysis.signoffs import resolve_allowed_signers
 
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
-    names, planning = _scan(store)
     listing: Listing | None = None
     reopened = False
     members_only = window is not None or keep is not None
     index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
+    signoffs: _SignoffsNow | None = None
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
-        unindexed = [name for name in names if name not in known]
+        if index is not None and keep is not None and keep.judges_signoffs and not keep.sweep:  # a sweep's items are known once placed
+            signoffs = _SignoffsNow.started(index, reader, keep)  # its lstats run while the store is scanned and placed
+        names, planning = _scan(store)
+        unindexed = list(filterfalse(known.__contains__, names))
         reader.read_ahead(unindexed, progress)
         if index is not None and keep is not None:
-            listing = _list_matched(index, reader, names, planning, known, keep, window)
+            listing = _list_matched(index, reader, names, planning, known, keep, window, signoffs)
         elif index is not None and window is not None:
             listing = _list_window(index, reader, names, planning, known, window)
         if listing is None and index is not None and members_only:  # read every row: the index whole
@@ -126,6 +132,9 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         if index is not None:
             index.close()
         raise
+    finally:
+        if signoffs is not None:
+            signoffs.close()
     if index is not None:
         _update_index(index, reader.fresh, _gone(known, names, None if reopened else unindexed), notes)
     elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
@@ -360,11 +369,12 @@ def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str],
 
 
 def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
-                  members_by_id: dict[str, str | None], keep: "RowFilter", window: slice | None) -> Listing | None:
+                  members_by_id: dict[str, str | None], keep: "RowFilter", window: slice | None,
+                  signoffs: "_SignoffsNow | None" = None) -> Listing | None:
     """`list_store(keep=...)`: the index names the ids that match (a sealed snapshot's files never change legitimately,
-    and a changed seal is caught in any row shown; sign-offs, which do change, judged as they are now), the rows it does
-    not hold are judged on their files, and only the rows shown are read. None when a shown row changed since indexed
-    (or the index cannot say)."""
+    and a changed seal is caught in any row shown; sign-offs, which do change, judged as they are now: `signoffs`, when
+    started before the rows were placed), the rows it does not hold are judged on their files, and only the rows shown
+    are read. None when a shown row changed since indexed (or the index cannot say)."""
     from .row_filter import SQL_FUNCTIONS, find_sweep
 
     placed = _place(reader, names, planning, members_by_id)
@@ -375,14 +385,16 @@ def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str]
     among = {sid for sid, _ in order} if keep.sweep else None  # the sweep's items (rows are listed under their sweep)
     try:
         if keep.judges_signoffs:
-            matched, present = _signed_now(index, reader, keep, among)
+            matched, present = _signed_now(index, reader, keep, signoffs or _SignoffsNow(index, reader, keep, among))
         else:
             matched = index.matching(*keep.index_where(), SQL_FUNCTIONS)
             # what a wanted reason no row has is told: the reasons the other filters' rows have (of the sweep's, with --sweep)
             present = index.run_stop_reasons(*keep.index_where(reasons=False), SQL_FUNCTIONS, among) if keep.stop_reasons else []
     except IndexUnavailable:
         return None
-    kept = [(sid, under) for sid, under in order if (sid in matched if (row := placed.read.get(sid)) is None else keep.keeps(row))]
+    if placed.read:  # the rows the index does not hold are judged on what their files say
+        matched = (matched - placed.read.keys()) | {sid for sid, row in placed.read.items() if keep.keeps(row)}
+    kept = list(compress(order, map(matched.__contains__, map(itemgetter(0), order))))  # in C: 100,000 rows
     notes: list[str] = []
     if keep.stop_reasons:
         read = [placed.read[sid] for sid, _ in order if sid in placed.read] if keep.sweep else placed.read.values()
@@ -400,39 +412,95 @@ def _unchecked(placed: _Placed, shown: list[SnapshotRow]) -> int:
     return placed.listed - len(placed.read) - sum(row.id not in placed.read for row in shown)
 
 
-def _signed_now(index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None) -> tuple[set[str], list[str]]:
-    """For a sign-off filter: the ids of the index rows `keep` keeps (`among`: of these ids only), their sign-offs as they
-    are now, and the stop-reason cells of the runs among them that every filter but `--stop-reason` keeps. One lstat of
-    signoffs/ each says whether the index's judgement holds (records arrive after the seal); the others are judged again."""
-    from .row_filter import SQL_FUNCTIONS
+_SIGNOFFS_BESIDE_FROM = 5_000
+"""Rows from which a sign-off filter's lstats run in a forked process beside the placing of the rows (`_SignoffsNow`):
+below, they cost less than the fork (100,000 cost 0.3-0.45 s here, about what scanning and placing them costs)."""
 
-    cells = index.signoff_cells(*keep.index_where(reasons=False), SQL_FUNCTIONS)
-    if among is not None:  # a sweep's items: the others' signoffs/ are not looked at
-        cells = [cell for cell in cells if cell[0] in among]
-    now = reader.signoff_keys([cell[0] for cell in cells])
-    changed = [sid for sid, key, *_ in cells if now[sid] != key]
-    signers_now = {sid: "\n".join(reader.judged(hit).signers) for sid, hit in index.rows_of(changed).items()} if changed else {}
-    # a store holds few distinct signers and stop-reason cells: each is tested once, not once a row
-    signed: dict[str, bool] = {}
-    stopped: dict[str, bool] = {}
-    matched: set[str] = set()
-    present: list[str] = []
-    for sid, key, signers, reasons, is_run in cells:
-        if now[sid] != key:
-            if sid not in signers_now:  # gone from the index meanwhile: its snapshot was removed
-                continue
-            signers = signers_now[sid]
-        if (kept := signed.get(signers)) is None:
-            kept = signed[signers] = keep.keeps_signers(tuple(signers.split("\n")) if signers else ())
-        if not kept:
+
+class _SignoffsNow:
+    """For a sign-off filter: the index's sign-off cells of the rows the other filters keep (`among`: of these ids only)
+    and which of them changed since the index judged them: one lstat of signoffs/ each (records arrive after the seal).
+    `started` looks in a forked process while the caller goes on (`_fork_pool.fork_one`); else `changed` looks."""
+
+    def __init__(self, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None = None) -> None:
+        from .row_filter import SQL_FUNCTIONS
+
+        cells = index.signoff_cells(*keep.index_where(reasons=False), SQL_FUNCTIONS)
+        if among is not None:  # a sweep's items: the others' signoffs/ are not looked at
+            cells = [cell for cell in cells if cell[0] in among]
+        self.cells = cells
+        self._look = partial(_changed_signoffs, reader.prefix, reader.basis, cells)
+        self._forked: "Forked[dict[str, str]] | None" = None
+
+    @classmethod
+    def started(cls, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter") -> "_SignoffsNow | None":
+        """The lstats started beside the caller from `_SIGNOFFS_BESIDE_FROM` cells; None when the index cannot say (the
+        listing then finds that out itself)."""
+        try:
+            started = cls(index, reader, keep)
+        except IndexUnavailable:
+            return None
+        if len(started.cells) >= _SIGNOFFS_BESIDE_FROM:
+            from ._fork_pool import fork_one
+
+            started._forked = fork_one(started._look)
+        return started
+
+    def changed(self) -> dict[str, str]:
+        """Each changed row's sign-off key now, by id: from the forked process, or looked at here when there is none (or
+        it died)."""
+        answer = self._forked.answer() if self._forked is not None else None
+        self._forked = None  # answered (an interrupted wait leaves it to `close`)
+        return answer if answer is not None else self._look()
+
+    def close(self) -> None:
+        """Ends a forked look whose answer is not wanted now (the listing failed or was interrupted)."""
+        if self._forked is not None:
+            self._forked.abandon()
+            self._forked = None
+
+
+def _changed_signoffs(prefix: str, basis: str, cells: list[tuple[str, str, str, str, bool]]) -> dict[str, str]:
+    """Each changed row's sign-off key now, by id (`_signoffs_key`). Most rows have no signoffs/ and had none: for them
+    one `access` says so (an lstat that fails raises, which costs a third more)."""
+    unsigned = f"{_UNSIGNED}{basis}"
+    access, exists = os.access, os.F_OK
+    changed: dict[str, str] = {}
+    for sid, key, *_ in cells:
+        base = f"{prefix}{sid}/"
+        if key == unsigned and not access(base + layout.SIGNOFFS_DIR, exists, follow_symlinks=False):
             continue
-        if is_run:
-            present.append(reasons)
-        if (kept := stopped.get(reasons)) is None:
-            kept = stopped[reasons] = keep.keeps_reasons(reasons)
-        if kept:
-            matched.add(sid)
-    return matched, present
+        if (now := _signoffs_key(base, basis)) != key:
+            changed[sid] = now
+    return changed
+
+
+def _signed_now(index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", signoffs: _SignoffsNow) -> tuple[set[str], list[str]]:
+    """For a sign-off filter: the ids of the rows `signoffs` holds that `keep` keeps, their sign-offs as they are now (the
+    changed ones judged again), and the stop-reason cells of the runs among them that every filter but `--stop-reason` keeps."""
+    cells = signoffs.cells
+    matched, present = _kept_by_signoffs(keep, cells)  # as the index judged them: while a forked look goes on beside
+    reader.take_signoff_keys(zip(map(itemgetter(0), cells), map(itemgetter(1), cells)))
+    changed = signoffs.changed()
+    if not changed:
+        return matched, present
+    reader.take_signoff_keys(changed.items())
+    signers_now = {sid: "\n".join(reader.judged(hit).signers) for sid, hit in index.rows_of(list(changed)).items()}
+    # one gone from the index meanwhile was removed from the store
+    cells = [cell if cell[0] not in changed else (cell[0], cell[1], signers_now[cell[0]], *cell[3:])
+             for cell in cells if cell[0] not in changed or cell[0] in signers_now]
+    return _kept_by_signoffs(keep, cells)
+
+
+def _kept_by_signoffs(keep: "RowFilter", cells: list[tuple[str, str, str, str, bool]]) -> tuple[set[str], list[str]]:
+    """`_signed_now`'s answer for these cells as they stand. A store holds few distinct signers and stop-reason cells: each
+    is tested once, then every row is looked up in C (100,000 rows a listing)."""
+    ids, signers, reasons, runs = (list(map(itemgetter(column), cells)) for column in (0, 2, 3, 4))
+    signed = {cell for cell in set(signers) if keep.keeps_signers(tuple(cell.split("\n")) if cell else ())}
+    stopped = {cell for cell in set(reasons) if keep.keeps_reasons(cell)}
+    kept_signers = list(map(signed.__contains__, signers))
+    present = list(set(compress(reasons, map(and_, kept_signers, runs))))
+    return set(compress(ids, map(and_, kept_signers, map(stopped.__contains__, reasons)))), present
 
 
 def _checked(reader: "_CurrentRows", sid: str, hit: IndexedRow | None) -> SnapshotRow | None:
@@ -473,7 +541,7 @@ class _CurrentRows:
         self.rejudged: dict[str, IndexedRow] = {}
         """Index rows whose sign-offs `judged` judged again in this listing (a filter judges a shown row twice)."""
         self._keys_taken: dict[str, str] = {}
-        """Sign-off keys taken by `signoff_keys` and not yet used by `judged` (a filter's rows are shown after)."""
+        """Sign-off keys taken by `take_signoff_keys` and not yet used by `judged` (a filter's rows are shown after)."""
 
     def read_ahead(self, names: list[str], progress: Callable[[str], None] | None = None) -> None:
         """Read these snapshots (none of them in the index) from their files now, in a process per core when there are
@@ -511,12 +579,10 @@ class _CurrentRows:
         self.fresh.append(hit)
         return _from_index(hit)
 
-    def signoff_keys(self, ids: list[str]) -> dict[str, str]:
-        """Each id's sign-off key as it is now (one lstat each), kept for `judged` to use once."""
-        prefix, basis = self.prefix, self.basis
-        keys = {sid: _signoffs_key(f"{prefix}{sid}/", basis) for sid in ids}
+    def take_signoff_keys(self, keys: Iterable[tuple[str, str]]) -> None:
+        """(id, sign-off key) a filter judged rows under, kept for `judged` to use once: a row shown is judged on what the
+        filter saw, even if a record arrived since."""
         self._keys_taken.update(keys)
-        return keys
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""

@@ -1,10 +1,12 @@
-"""A big store's work in a process per core. The first `ls` reads its snapshots so (`_CurrentRows.read_ahead`), and the
-store page reads, checks and renders each page of rows so (`listing.consume_listing`): what they list, render and index
-is exactly what one process doing it in turn makes, a worker that dies costs only time, and a threaded caller gets no pool.
+"""A big store's work in a process per core. The first `ls` reads its snapshots so (`_CurrentRows.read_ahead`), the
+store page reads, checks and renders each page of rows so (`listing.consume_listing`), and a sign-off filter looks at
+every row's signoffs/ in a forked process while the rows are placed (`listing._SignoffsNow`): what they list, render and
+index is exactly what one process doing it in turn makes, a worker that dies costs only time, and a threaded caller
+gets no pool.
 
 Each listing here runs in a fresh `python` process (forking is only safe from a process with one thread; a pytest-xdist
-worker has more), with `listing._READ_AHEAD_FROM` (and the store page's `PAGE_SIZE`) lowered so that a small store takes
-the big store's path: the pool itself, its workers and what they send back are real.
+worker has more), with `listing._READ_AHEAD_FROM` (and the store page's `PAGE_SIZE`, `listing._SIGNOFFS_BESIDE_FROM`)
+lowered so that a small store takes the big store's path: the pool itself, its workers and what they send back are real.
 """
 
 import os
@@ -32,9 +34,10 @@ from genrun.runner import listing
 from genrun.runner.cli import main, _store_page
 
 listing._READ_AHEAD_FROM = {read_ahead_from}
+listing._SIGNOFFS_BESIDE_FROM = {signoffs_beside_from}
 _store_page.PAGE_SIZE = {page_size}
 read = listing._read_from_files
-if {trace}:  # say on stderr what each pool was given and whether it answered
+if {trace}:  # say on stderr what each pool was given and whether it answered, and whether a forked look answered
     from genrun.runner import _fork_pool
     real_map = _fork_pool.fork_map
     def traced(function, chunks, workers):
@@ -42,6 +45,25 @@ if {trace}:  # say on stderr what each pool was given and whether it answered
         print(f"pool of {{workers}}: {{len(chunks)}} chunks, {{'answered' if answers is not None else 'failed'}}", file=sys.stderr)
         return answers
     _fork_pool.fork_map = traced
+    real_answer = _fork_pool.Forked.answer
+    def traced_answer(self):
+        answer = real_answer(self)
+        print(f"forked look {{'answered' if answer is not None else 'failed'}}", file=sys.stderr)
+        return answer
+    _fork_pool.Forked.answer = traced_answer
+caller = os.getpid()
+if {beside}:  # the forked look (never the caller's own) dies, fails, or takes a while
+    real_look = listing._changed_signoffs
+    def look(*args):
+        if os.getpid() != caller:
+            if {beside} == "die":
+                os._exit(3)
+            if {beside} == "fail":
+                raise OSError(5, "Input/output error")
+            print("forked look started", file=sys.stderr, flush=True)
+            time.sleep(10**6)  # only a kill ends it
+        return real_look(*args)
+    listing._changed_signoffs = look
 
 def die(*args):  # a worker killed (the OOM killer, a signal) part-way
     os._exit(3)
@@ -66,10 +88,11 @@ sys.exit(code)
 """
 
 
-def _script(*argv: str | Path, read_ahead_from: int = 1, page_size: int = 1000, trace: bool = False, die: str = "", slow: bool = False,
-            threaded: bool = False) -> list[str]:
-    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, page_size=page_size, trace=trace, die=repr(die), slow=slow,
-                                                threaded=threaded, argv=[str(a) for a in argv])]
+def _script(*argv: str | Path, read_ahead_from: int = 1, page_size: int = 1000, signoffs_beside_from: int = 5000, trace: bool = False,
+            die: str = "", slow: bool = False, beside: str = "", threaded: bool = False) -> list[str]:
+    return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, page_size=page_size, signoffs_beside_from=signoffs_beside_from,
+                                                trace=trace, die=repr(die), slow=slow, beside=repr(beside), threaded=threaded,
+                                                argv=[str(a) for a in argv])]
 
 
 def _genrun(*argv: str | Path, **child: bool | int | str) -> subprocess.CompletedProcess[str]:
@@ -255,3 +278,122 @@ def test_a_page_worker_that_dies_or_fails_costs_only_time(tmp_path: Path, failur
     expected, _ = _page(store, tmp_path / "expected")
     got, said = _page(store, tmp_path / "got", die=failure)
     assert "chunks, failed" in said and got == expected
+
+
+# -- a sign-off filter: every row's signoffs/ looked at in a forked process while the rows are placed -----------------
+
+_SIGNOFF_FILTERS = (["--unsigned"], ["--signed-by", "carol@example.com"], ["--signed-by", "alice@example.com", "--stop-reason", "eos"],
+                    ["--unsigned", "--stop-reason", "max_length", "--limit", "2"], ["--unsigned", "--stop-reason", "eso"])
+
+
+def _signed_after_indexing(tmp_path: Path) -> Path:
+    """`_store` indexed, then a run signed off by carol: the index's judgement of that row no longer holds."""
+    store = _store(tmp_path)
+    assert run_cli("index", "--rebuild", "--store", store).returncode == 0
+    later = next(p for p in store.iterdir() if "-run8-" in p.name)
+    signed = run_cli("signoff", later, "--decision", "accept", "--by", "carol@example.com")
+    assert signed.returncode == 0, signed.stderr
+    return store
+
+
+def _filtered(store: Path, filters: list[str], **child: bool | int | str) -> tuple[list[dict], list[str]]:
+    """The filtered listing (`--json`) made in a fresh process, and its notes."""
+    done = _genrun("ls", "--store", store, "--json", *filters, trace=True, read_ahead_from=10**6, **child)
+    return _listed(done), [line for line in done.stderr.splitlines() if line.startswith("note:")]
+
+
+def _from_files(store: Path, filters: list[str]) -> tuple[list[dict], list[str]]:
+    done = run_cli("ls", "--store", store, "--json", "--no-index", *filters)
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout)["snapshots"], [line for line in done.stderr.splitlines() if line.startswith("note:")]
+
+
+@needs_two_cores
+def test_a_sign_off_filter_looking_beside_lists_what_the_files_say(tmp_path: Path) -> None:
+    store = _signed_after_indexing(tmp_path)
+    carol = _filtered(store, ["--signed-by", "carol@example.com"], signoffs_beside_from=1)[0]
+    assert [row["name"] for row in carol] == ["run8"]  # signed after indexing: found by the forked look
+    with sqlite3.connect(index_file(store)) as db:  # judged anew by the caller, kept in the index
+        assert db.execute("SELECT signers FROM rows WHERE id = ?", (carol[0]["id"],)).fetchone() == ("carol@example.com",)
+    later = store / carol[0]["id"]
+    for number, filters in enumerate(_SIGNOFF_FILTERS):
+        for child in ({}, {"threaded": True}):  # a forked look; the caller's own
+            signed = run_cli("signoff", later, "--decision", "accept", "--by", f"reviewer{number}{len(child)}@example.com")
+            assert signed.returncode == 0, signed.stderr  # each listing finds a row whose sign-offs changed since indexed
+            expected = _from_files(store, filters)
+            assert expected[0] or expected[1], filters  # each filter keeps a row, or says why none
+            done = _genrun("ls", "--store", store, "--json", *filters, trace=True, read_ahead_from=10**6, signoffs_beside_from=1, **child)
+            assert ("forked look answered" in done.stderr) != bool(child), (filters, done.stderr)
+            assert (_listed(done), [line for line in done.stderr.splitlines() if line.startswith("note:")]) == expected, filters
+    below, said = _filtered(store, ["--unsigned"], signoffs_beside_from=10**6)
+    assert below == _from_files(store, ["--unsigned"])[0]  # below the threshold: no fork
+    assert "forked look" not in "".join(said)
+
+
+@needs_two_cores
+@pytest.mark.parametrize("failure", ["die", "fail"])
+def test_a_forked_look_that_dies_or_fails_costs_only_time(tmp_path: Path, failure: str) -> None:
+    store = _signed_after_indexing(tmp_path)
+    for filters in _SIGNOFF_FILTERS[:3]:
+        done = _genrun("ls", "--store", store, "--json", *filters, trace=True, read_ahead_from=10**6, signoffs_beside_from=1, beside=failure)
+        assert "forked look failed" in done.stderr
+        assert _listed(done) == _from_files(store, filters)[0], filters
+
+
+@needs_two_cores
+def test_an_interrupted_sign_off_filter_leaves_no_forked_look(tmp_path: Path) -> None:
+    store = _signed_after_indexing(tmp_path)
+    lister = subprocess.Popen(_script("ls", "--store", store, "--json", "--unsigned", read_ahead_from=10**6, signoffs_beside_from=1,
+                                      beside="slow"), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert lister.stderr is not None
+    said = lister.stderr.readline()  # the forked look says so, then sleeps: the caller waits for it
+    assert said == "forked look started\n", said
+    lister.send_signal(signal.SIGINT)  # the caller only, as `kill -INT` does
+    try:
+        out, err = lister.communicate(timeout=120)
+    finally:  # a caller that waits for its look forever fails the test, and leaves nothing behind either
+        for pid in _processes_naming(str(store)):
+            os.kill(pid, signal.SIGKILL)
+    assert lister.returncode == 130, err
+    assert "interrupted by SIGINT" in err and out == ""
+    assert _processes_naming(str(store)) == []  # the forked look was ended and reaped with it
+    assert _filtered(store, ["--unsigned"])[0] == _from_files(store, ["--unsigned"])[0]
+
+
+_FORK_ONE = """
+import os, sys, time
+from genrun.runner._fork_pool import fork_one
+
+def answer():
+    return {"answer": 42, "pid": os.getpid()}
+
+def fails():
+    raise ValueError("no")
+
+def sleeps():
+    print(os.getpid(), file=sys.stderr, flush=True)
+    time.sleep(10**6)  # only a kill ends it
+
+print(fork_one(answer).answer()["answer"], fork_one(fails).answer(), fork_one(lambda: os._exit(0)).answer(), flush=True)
+abandoned = fork_one(sleeps)
+pid = int(sys.stdin.readline())  # the test read the pid the process printed, and echoed it back
+abandoned.abandon()
+print(os.path.exists(f"/proc/{pid}"), flush=True)
+"""
+
+
+@needs_two_cores
+def test_fork_one_answers_says_when_it_could_not_and_abandons_cleanly() -> None:
+    process = subprocess.Popen([sys.executable, "-c", _FORK_ONE], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline() == "42 None None\n"  # answered; raised; exited without sending an answer
+    pid = process.stderr.readline()
+    try:
+        out, err = process.communicate(pid, timeout=120)  # an `abandon` that waited for the function would never end
+    finally:  # nothing left behind when it fails
+        process.kill()
+        if os.path.exists(f"/proc/{int(pid)}"):
+            os.kill(int(pid), signal.SIGKILL)
+    assert out == "False\n", err  # killed and reaped: no process, no zombie
+    assert process.returncode == 0
