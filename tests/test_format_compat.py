@@ -101,6 +101,26 @@ def test_format_2_sweep_and_its_items_verify(capsys: pytest.CaptureFixture[str])
     assert _digests(FORMAT_2 / "sweep-store") == before
 
 
+def test_a_moved_store_verifies_the_sweep_items_it_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The format-2 sweep was planned into /tmp/gf2/sweepstore (recorded in its plan) and travels in this repository:
+    its items are found beside it, in the store as it is now, and a damaged one there is named."""
+    recorded = Path(orjson.loads((SWEEP_2 / layout.SWEEP_PLAN).read_bytes())["store"])
+    moved = tmp_path / "reviewed-here"
+    shutil.copytree(FORMAT_2 / "sweep-store", moved)
+    assert recorded != moved and not (recorded / SWEEP_2.name).is_dir()
+    code, verified = _cli_json(capsys, "verify", moved / SWEEP_2.name)
+    assert code == 0, verified
+    assert len(verified["items"]) == 6 and not any(item["failures"] for item in verified["items"])
+    damaged = sorted(p for p in moved.iterdir() if p.name != SWEEP_2.name)[2]
+    result = damaged / layout.RESULT
+    result.chmod(0o644)
+    result.write_bytes(result.read_bytes().replace(b"succeeded", b"failed", 1))
+    code, verified = _cli_json(capsys, "verify", moved / SWEEP_2.name)
+    assert code == 1
+    failing = [item for item in verified["items"] if item["failures"]]
+    assert [item["snapshot_id"] for item in failing] == [damaged.name], failing
+
+
 def test_format_1_stop_evidence_migrates_to_one_model_per_reason() -> None:
     lm = GenerationStop.model_validate_json((LM / layout.STOP).read_bytes())
     diffusion = GenerationStop.model_validate_json((DIFFUSION / layout.STOP).read_bytes())
