@@ -123,8 +123,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             reopened = True  # `unindexed` was counted against what the index held then
         if listing is None:
             reader = _CurrentRows(store, allowed_signers, reader.ahead)  # afresh: nothing counted or collected twice
-            cached = known if index is not None else {}
-            rows = [row for name in names if (row := reader.row(name, cached.get(name))) is not None]
+            rows = reader.rows(names, known if index is not None else {})
             listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
             kept, said = keep.select(listed) if keep is not None else (listed, [])
             listing = Listing(kept if window is None else kept[window], said, reader.from_index, len(listed), len(kept))
@@ -461,17 +460,23 @@ class _SignoffsNow:
 
 
 def _changed_signoffs(prefix: str, basis: str, cells: list[tuple[str, str, str, str, bool]]) -> dict[str, str]:
-    """Each changed row's sign-off key now, by id (`_signoffs_key`). Most rows have no signoffs/ and had none: for them
-    one `access` says so (an lstat that fails raises, which costs a third more)."""
+    """Each changed row's sign-off key now, by id (`_signoffs_key_now`)."""
     unsigned = f"{_UNSIGNED}{basis}"
-    access, exists = os.access, os.F_OK
-    changed: dict[str, str] = {}
-    for sid, key, *_ in cells:
-        base = f"{prefix}{sid}/"
-        if key == unsigned and not access(base + layout.SIGNOFFS_DIR, exists, follow_symlinks=False):
-            continue
-        if (now := _signoffs_key(base, basis)) != key:
-            changed[sid] = now
+    return {sid: now for sid, key, *_ in cells if (now := _signoffs_key_now(f"{prefix}{sid}/", key, basis, unsigned)) != key}
+
+
+def _changed_keys(prefix: str, basis: str, hits: list[IndexedRow]) -> list[str]:
+    """The ids of these index rows whose seal or sign-off key is not the one they were indexed under (or that cannot be
+    looked at): what `_CurrentRows.row` must read or judge again."""
+    unsigned = f"{_UNSIGNED}{basis}"
+    changed = []
+    for hit in hits:
+        base = f"{prefix}{hit.id}/"
+        try:
+            if SealKey.of(base + layout.MANIFEST) != hit[1:5] or _signoffs_key_now(base, hit.signoffs_key, basis, unsigned) != hit.signoffs_key:
+                changed.append(hit.id)
+        except OSError:  # `row` says why
+            changed.append(hit.id)
     return changed
 
 
@@ -523,6 +528,11 @@ the rows back cost about what sharing the reads saves."""
 
 _ReadAhead = dict[str, tuple[SnapshotRow | None, IndexedRow | None]]
 """A snapshot read ahead: `row(name, None)`'s answer (None when the index row says it all), and its index row if any."""
+
+
+_KEYS_BESIDE_FROM = 5_000
+"""Index rows from which a whole listing compares their keys (two lstats a row) half in a forked process
+(`_CurrentRows.rows`): below, the fork costs about what it saves."""
 
 
 class _CurrentRows:
@@ -583,6 +593,36 @@ class _CurrentRows:
         """(id, sign-off key) a filter judged rows under, kept for `judged` to use once: a row shown is judged on what the
         filter saw, even if a record arrived since."""
         self._keys_taken.update(keys)
+
+    def rows(self, names: list[str], cached: Mapping[str, IndexedRow]) -> list[SnapshotRow]:
+        """`row` of each name (None left out), its index row in `cached` if any. From `_KEYS_BESIDE_FROM` index rows, their
+        keys are compared first (`_changed_keys`), half in a forked process while this one compares the other half
+        (`_fork_pool.fork_one`); the rows whose keys are unchanged are then the index's rows, as `row` would answer, and
+        only the others go through `row`."""
+        hits = [hit for name in names if (hit := cached.get(name)) is not None]
+        half = len(hits) // 2
+        forked = None
+        if len(hits) >= _KEYS_BESIDE_FROM:
+            from ._fork_pool import fork_one
+
+            forked = fork_one(partial(_changed_keys, self.prefix, self.basis, hits[:half]))
+        if forked is None:
+            return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
+        try:
+            changed = set(_changed_keys(self.prefix, self.basis, hits[half:]))
+            answer = forked.answer()
+        finally:
+            forked.abandon()  # interrupted: end it (once answered, nothing is left to end)
+        changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, hits[:half]))
+        rows = []
+        for name in names:
+            hit = cached.get(name)
+            if hit is not None and name not in changed:
+                self.from_index += 1
+                rows.append(_from_index(hit))
+            elif (row := self.row(name, hit)) is not None:
+                rows.append(row)
+        return rows
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""
@@ -832,6 +872,14 @@ def _signoffs_basis(trusted: Path | None) -> str:
 
 _UNSIGNED = "none|"
 """How a sign-off key starts when the snapshot has no signoffs/ folder."""
+
+
+def _signoffs_key_now(base: str, indexed: str, basis: str, unsigned: str) -> str:
+    """`_signoffs_key` for a row indexed under the key `indexed` (`unsigned`: the key of no signoffs/ folder). Most rows
+    have no signoffs/ and had none: for them one `access` says so (an lstat that fails raises, which costs a third more)."""
+    if indexed == unsigned and not os.access(base + layout.SIGNOFFS_DIR, os.F_OK, follow_symlinks=False):
+        return indexed
+    return _signoffs_key(base, basis)
 
 
 def _signoffs_key(base: str, basis: str) -> str:

@@ -10,6 +10,7 @@ lowered so that a small store takes the big store's path: the pool itself, its w
 """
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -35,6 +36,7 @@ from genrun.runner.cli import main, _store_page
 
 listing._READ_AHEAD_FROM = {read_ahead_from}
 listing._SIGNOFFS_BESIDE_FROM = {signoffs_beside_from}
+listing._KEYS_BESIDE_FROM = {keys_beside_from}
 _store_page.PAGE_SIZE = {page_size}
 read = listing._read_from_files
 if {trace}:  # say on stderr what each pool was given and whether it answered, and whether a forked look answered
@@ -52,8 +54,7 @@ if {trace}:  # say on stderr what each pool was given and whether it answered, a
         return answer
     _fork_pool.Forked.answer = traced_answer
 caller = os.getpid()
-if {beside}:  # the forked look (never the caller's own) dies, fails, or takes a while
-    real_look = listing._changed_signoffs
+def beside(real_look):  # the forked look (never the caller's own) dies, fails, or takes a while
     def look(*args):
         if os.getpid() != caller:
             if {beside} == "die":
@@ -63,7 +64,10 @@ if {beside}:  # the forked look (never the caller's own) dies, fails, or takes a
             print("forked look started", file=sys.stderr, flush=True)
             time.sleep(10**6)  # only a kill ends it
         return real_look(*args)
-    listing._changed_signoffs = look
+    return look
+if {beside}:
+    listing._changed_signoffs = beside(listing._changed_signoffs)
+    listing._changed_keys = beside(listing._changed_keys)
 
 def die(*args):  # a worker killed (the OOM killer, a signal) part-way
     os._exit(3)
@@ -88,11 +92,11 @@ sys.exit(code)
 """
 
 
-def _script(*argv: str | Path, read_ahead_from: int = 1, page_size: int = 1000, signoffs_beside_from: int = 5000, trace: bool = False,
-            die: str = "", slow: bool = False, beside: str = "", threaded: bool = False) -> list[str]:
+def _script(*argv: str | Path, read_ahead_from: int = 1, page_size: int = 1000, signoffs_beside_from: int = 5000, keys_beside_from: int = 5000,
+            trace: bool = False, die: str = "", slow: bool = False, beside: str = "", threaded: bool = False) -> list[str]:
     return [sys.executable, "-c", _CHILD.format(read_ahead_from=read_ahead_from, page_size=page_size, signoffs_beside_from=signoffs_beside_from,
-                                                trace=trace, die=repr(die), slow=slow, beside=repr(beside), threaded=threaded,
-                                                argv=[str(a) for a in argv])]
+                                                keys_beside_from=keys_beside_from, trace=trace, die=repr(die), slow=slow, beside=repr(beside),
+                                                threaded=threaded, argv=[str(a) for a in argv])]
 
 
 def _genrun(*argv: str | Path, **child: bool | int | str) -> subprocess.CompletedProcess[str]:
@@ -358,6 +362,30 @@ def test_an_interrupted_sign_off_filter_leaves_no_forked_look(tmp_path: Path) ->
     assert "interrupted by SIGINT" in err and out == ""
     assert _processes_naming(str(store)) == []  # the forked look was ended and reaped with it
     assert _filtered(store, ["--unsigned"])[0] == _from_files(store, ["--unsigned"])[0]
+
+
+# -- a whole listing: every row's keys compared with the index's, half in a forked process ----------------------------
+
+
+@needs_two_cores
+@pytest.mark.parametrize("child", [{}, {"threaded": True}, {"beside": "die"}, {"beside": "fail"}], ids=["forked", "threaded", "die", "fail"])
+def test_a_whole_listing_comparing_keys_beside_lists_what_one_process_does(tmp_path: Path, child: dict) -> None:
+    store = _signed_after_indexing(tmp_path)  # run8's sign-offs changed since indexed
+    resealed = next(p for p in store.iterdir() if "-run7-" in p.name)
+    reseal_as_failed(resealed)  # its seal changed since indexed
+    shutil.rmtree(next(p for p in store.iterdir() if "-run5-" in p.name))  # removed since indexed
+    done = _genrun("ls", "--store", store, "--json", trace=True, read_ahead_from=10**6, keys_beside_from=1, **child)
+    said = "forked look failed" if "beside" in child else "forked look answered"
+    assert (said in done.stderr) != ("threaded" in child), done.stderr
+    listed = _listed(done)
+    assert next(row for row in listed if row["id"] == resealed.name)["changed"]  # never the row the index holds
+    in_turn = run_cli("ls", "--store", store, "--json")  # this process has threads: every row in turn, as always
+    assert in_turn.returncode == 0, in_turn.stderr
+    assert listed == orjson.loads(in_turn.stdout)["snapshots"]
+    assert [line for line in done.stderr.splitlines() if line.startswith("note:")] == in_turn.stderr.splitlines()
+    with sqlite3.connect(index_file(store)) as db:  # run8 judged anew, kept in the index; run5 gone from it
+        assert db.execute("SELECT signers FROM rows WHERE name = 'run8'").fetchone() == ("carol@example.com",)
+        assert db.execute("SELECT count(*) FROM rows WHERE name = 'run5'").fetchone() == (0,)
 
 
 _FORK_ONE = """
