@@ -19,6 +19,7 @@ from genrun.schemas.result import RunStatus
 from genrun.schemas.digests import sha256_bytes
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
+from ._collector import collector_paused
 from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
 
 if TYPE_CHECKING:  # row_filter reads this module's rows
@@ -85,6 +86,7 @@ class Listing(NamedTuple):
     """Rows placed or matched by the index alone, their seals not checked: kept outside the `window`, or not kept."""
 
 
+@collector_paused()
 def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None,
                keep: "RowFilter | None" = None, progress: Callable[[str], None] | None = None) -> Listing:
     """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
@@ -176,6 +178,7 @@ class Consumed(NamedTuple):
     """For stderr, as `Listing.notes`."""
 
 
+@collector_paused()
 def consume_listing(store: Path, allowed_signers: Path | None, size: int, consume: Callable[[list[SnapshotRow], int, int], T],
                     progress: Callable[[str], None] | None = None) -> Consumed:
     """`consume(rows, number, total)` of each `size` rows in turn of the whole listing (`list_store(store).rows`; `number`

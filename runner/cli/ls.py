@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from genrun.runner._collector import collector_paused
 from genrun.runner.errors import UsageError
 from genrun.runner.listing import ROW_STATES, SEALED, SnapshotRow, describe, group_sweeps
 from genrun.runner.row_filter import RowFilter
@@ -72,6 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
+@collector_paused()  # the listing and its output: 100,000s of rows, no cycles
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
     from genrun.runner.store import locate_store, missing_store
