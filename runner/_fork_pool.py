@@ -1,5 +1,5 @@
 """Mapping a function over chunks of work in forked processes, one per core, where that is safe; else not at all; and
-running one function in a forked process while the caller goes on (`fork_one`).
+running one function in a forked process while the caller goes on (`Forked`).
 
 Used for work that is mostly system calls and small parses of many files (the first `ls` of a big store reads four
 files of each snapshot): threads measured no faster here (the GIL is taken back between calls that each cost a few
@@ -29,7 +29,7 @@ def fork_workers() -> int:
     or where forking is not safe (the caller then does the work itself)."""
     if sys.platform != "linux" or threading.active_count() != 1:
         return 0
-    import multiprocessing  # here, not above: `fork_one`'s callers (a warm `ls`) need none of it (~15 ms with the pool)
+    import multiprocessing  # here, not above: `Forked`'s callers (a warm `ls`) need none of it (~15 ms with the pool)
 
     if "fork" not in multiprocessing.get_all_start_methods():
         return 0
@@ -64,18 +64,58 @@ def fork_map(function: Callable[[T], R], chunks: Sequence[T], workers: int) -> l
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-class Forked(Generic[R]):
-    """`fork_one`'s process: `answer()` waits for it; `abandon()` ends it unanswered. Either may be cut short by a signal
-    (Ctrl-C): `abandon()` then still ends and reaps what is left."""
+_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+"""Signals that a Python handler turns into an exception (genrun's handle SIGINT and SIGTERM so): held back while a
+process is forked and recorded, so that one landing then cannot leave a process no one ends."""
 
-    def __init__(self, pid: int, pipe: int) -> None:
-        self._pid: int | None = pid
-        self._pipe: int | None = pipe
+
+class Forked(Generic[R]):
+    """One function run in a forked process while the caller goes on (on another core). Made before the fork, so the
+    caller holds it from the start: `start()` forks and records the process with those signals held back, `answer()`
+    waits for it, `abandon()` ends it unanswered (a no-op once answered, or never started). Call `abandon()` in a
+    `finally`: wherever an interrupt lands, nothing is left running."""
+
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._pipe: int | None = None
+
+    def start(self, function: Callable[[], R]) -> bool:
+        """`function()` started in a forked process; False where there is no other core or forking is not safe
+        (`fork_workers`), or the fork failed: the caller then calls `function` itself. Its answer comes back pickled
+        through a pipe; it must write nothing else (its stdout is the caller's)."""
+        assert self._pid is None, "started already"
+        if not fork_workers():
+            return False
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+        try:
+            reading, writing = os.pipe()
+            try:
+                pid = os.fork()
+            except OSError:  # no memory or processes to spare
+                os.close(reading)
+                os.close(writing)
+                return False
+            if pid == 0:  # the child: never returns into the caller's code, runs no exit handler, flushes no buffer
+                status = 1
+                try:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                    os.close(reading)
+                    sent = pickle.dumps(function(), protocol=pickle.HIGHEST_PROTOCOL)
+                    with os.fdopen(writing, "wb") as pipe:
+                        pipe.write(sent)
+                    status = 0
+                finally:
+                    os._exit(status)
+            os.close(writing)
+            self._pid, self._pipe = pid, reading
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        return True
 
     def answer(self) -> R | None:
         """What the function returned; None when it raised, its answer could not be sent, or the process died (killed,
         the OOM killer): the caller then does the work itself."""
-        assert self._pid is not None and self._pipe is not None, "answered or abandoned already"
+        assert self._pid is not None and self._pipe is not None, "not started, or answered or abandoned already"
         pipe, self._pipe = os.fdopen(self._pipe, "rb"), None
         with pipe:
             sent = pipe.read()
@@ -89,7 +129,7 @@ class Forked(Generic[R]):
             return None
 
     def abandon(self) -> None:
-        """The caller is going no further (an error, Ctrl-C): end the process, if still there, and reap it."""
+        """End the process, if there is one still, and reap it (the caller is going no further: an error, Ctrl-C)."""
         if self._pipe is not None:
             os.close(self._pipe)
             self._pipe = None
@@ -100,25 +140,3 @@ class Forked(Generic[R]):
                 pass
             os.waitpid(self._pid, 0)
             self._pid = None
-
-
-def fork_one(function: Callable[[], R]) -> Forked[R] | None:
-    """`function()` in one forked process, started now, so that the caller's own work runs beside it (on another core);
-    None where there is no other core or forking is not safe (`fork_workers`): the caller then calls `function` itself.
-    Its answer comes back pickled through a pipe; it must write nothing else (its stdout is the caller's)."""
-    if not fork_workers():
-        return None
-    reading, writing = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller's code, never runs its exit handlers or flushes its buffers
-        status = 1
-        try:
-            os.close(reading)
-            sent = pickle.dumps(function(), protocol=pickle.HIGHEST_PROTOCOL)
-            with os.fdopen(writing, "wb") as pipe:
-                pipe.write(sent)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(writing)
-    return Forked(pid, reading)

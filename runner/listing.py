@@ -111,7 +111,9 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
         if index is not None and keep is not None and keep.judges_signoffs and not keep.sweep:  # a sweep's items are known once placed
-            signoffs = _SignoffsNow.started(index, reader, keep)  # its lstats run while the store is scanned and placed
+            signoffs = _SignoffsNow.of(index, reader, keep)
+            if signoffs is not None:  # held here before it forks: the `finally` below ends it, wherever an interrupt lands
+                signoffs.start()  # its lstats run while the store is scanned and placed
         names, planning = _scan(store)
         unindexed = list(filterfalse(known.__contains__, names))
         reader.read_ahead(unindexed, progress)
@@ -422,7 +424,7 @@ below, they cost less than the fork (100,000 cost 0.3-0.45 s here, about what sc
 class _SignoffsNow:
     """For a sign-off filter: the index's sign-off cells of the rows the other filters keep (`among`: of these ids only)
     and which of them changed since the index judged them: one lstat of signoffs/ each (records arrive after the seal).
-    `started` looks in a forked process while the caller goes on (`_fork_pool.fork_one`); else `changed` looks."""
+    `start` looks in a forked process while the caller goes on (`_fork_pool.Forked`); else `changed` looks."""
 
     def __init__(self, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None = None) -> None:
         from .row_filter import SQL_FUNCTIONS
@@ -435,18 +437,21 @@ class _SignoffsNow:
         self._forked: "Forked[dict[str, str]] | None" = None
 
     @classmethod
-    def started(cls, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter") -> "_SignoffsNow | None":
-        """The lstats started beside the caller from `_SIGNOFFS_BESIDE_FROM` cells; None when the index cannot say (the
-        listing then finds that out itself)."""
+    def of(cls, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter") -> "_SignoffsNow | None":
+        """None when the index cannot say (the listing then finds that out itself)."""
         try:
-            started = cls(index, reader, keep)
+            return cls(index, reader, keep)
         except IndexUnavailable:
             return None
-        if len(started.cells) >= _SIGNOFFS_BESIDE_FROM:
-            from ._fork_pool import fork_one
 
-            started._forked = fork_one(started._look)
-        return started
+    def start(self) -> None:
+        """The looks started in a forked process, from `_SIGNOFFS_BESIDE_FROM` cells (where a fork is to be had)."""
+        if len(self.cells) >= _SIGNOFFS_BESIDE_FROM:
+            from ._fork_pool import Forked
+
+            self._forked = Forked()
+            if not self._forked.start(self._look):
+                self._forked = None
 
     def changed(self) -> dict[str, str]:
         """Each changed row's sign-off key now, by id: from the forked process, or looked at here when there is none (or
@@ -600,22 +605,22 @@ class _CurrentRows:
     def rows(self, names: list[str], cached: Mapping[str, IndexedRow]) -> list[SnapshotRow]:
         """`row` of each name (None left out), its index row in `cached` if any. From `_KEYS_BESIDE_FROM` index rows, their
         keys are compared first (`_changed_keys`), half in a forked process while this one compares the other half
-        (`_fork_pool.fork_one`); the rows whose keys are unchanged are then the index's rows, as `row` would answer, and
+        (`_fork_pool.Forked`); the rows whose keys are unchanged are then the index's rows, as `row` would answer, and
         only the others go through `row`."""
         hits = [hit for name in names if (hit := cached.get(name)) is not None]
-        half = len(hits) // 2
-        forked = None
-        if len(hits) >= _KEYS_BESIDE_FROM:
-            from ._fork_pool import fork_one
-
-            forked = fork_one(partial(_changed_keys, self.prefix, self.basis, hits[:half]))
-        if forked is None:
+        if len(hits) < _KEYS_BESIDE_FROM:
             return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
+        from ._fork_pool import Forked
+
+        half = len(hits) // 2
+        forked: Forked[list[str]] = Forked()
         try:
+            if not forked.start(partial(_changed_keys, self.prefix, self.basis, hits[:half])):
+                return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
             changed = set(_changed_keys(self.prefix, self.basis, hits[half:]))
             answer = forked.answer()
         finally:
-            forked.abandon()  # interrupted: end it (once answered, nothing is left to end)
+            forked.abandon()  # interrupted: end it (once answered, or never started, nothing is left to end)
         changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, hits[:half]))
         rows = []
         for name in names:

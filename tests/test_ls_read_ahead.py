@@ -388,9 +388,9 @@ def test_a_whole_listing_comparing_keys_beside_lists_what_one_process_does(tmp_p
         assert db.execute("SELECT count(*) FROM rows WHERE name = 'run5'").fetchone() == (0,)
 
 
-_FORK_ONE = """
+_FORKED = """
 import os, sys, time
-from genrun.runner._fork_pool import fork_one
+from genrun.runner._fork_pool import Forked
 
 def answer():
     return {"answer": 42, "pid": os.getpid()}
@@ -402,17 +402,26 @@ def sleeps():
     print(os.getpid(), file=sys.stderr, flush=True)
     time.sleep(10**6)  # only a kill ends it
 
-print(fork_one(answer).answer()["answer"], fork_one(fails).answer(), fork_one(lambda: os._exit(0)).answer(), flush=True)
-abandoned = fork_one(sleeps)
+def answered(function):
+    forked = Forked()
+    assert forked.start(function)
+    return forked.answer()
+
+never = Forked()
+never.abandon()  # never started: nothing to end
+print(answered(answer)["answer"], answered(fails), answered(lambda: os._exit(0)), flush=True)
+abandoned = Forked()
+abandoned.start(sleeps)
 pid = int(sys.stdin.readline())  # the test read the pid the process printed, and echoed it back
 abandoned.abandon()
+abandoned.abandon()  # twice: nothing left the second time
 print(os.path.exists(f"/proc/{pid}"), flush=True)
 """
 
 
 @needs_two_cores
-def test_fork_one_answers_says_when_it_could_not_and_abandons_cleanly() -> None:
-    process = subprocess.Popen([sys.executable, "-c", _FORK_ONE], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def test_a_forked_function_answers_says_when_it_could_not_and_is_abandoned_cleanly() -> None:
+    process = subprocess.Popen([sys.executable, "-c", _FORKED], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     assert process.stdout.readline() == "42 None None\n"  # answered; raised; exited without sending an answer
