@@ -604,24 +604,12 @@ class _CurrentRows:
 
     def rows(self, names: list[str], cached: Mapping[str, IndexedRow]) -> list[SnapshotRow]:
         """`row` of each name (None left out), its index row in `cached` if any. From `_KEYS_BESIDE_FROM` index rows, their
-        keys are compared first (`_changed_keys`), half in a forked process while this one compares the other half
-        (`_fork_pool.Forked`); the rows whose keys are unchanged are then the index's rows, as `row` would answer, and
-        only the others go through `row`."""
+        keys are compared first, on two cores (`_changed_beside`): the rows whose keys are unchanged are then the index's
+        rows, as `row` would answer, and only the others go through `row`."""
         hits = [hit for name in names if (hit := cached.get(name)) is not None]
-        if len(hits) < _KEYS_BESIDE_FROM:
+        changed = self._changed_beside(hits) if len(hits) >= _KEYS_BESIDE_FROM else None
+        if changed is None:
             return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
-        from ._fork_pool import Forked
-
-        half = len(hits) // 2
-        forked: Forked[list[str]] = Forked()
-        try:
-            if not forked.start(partial(_changed_keys, self.prefix, self.basis, hits[:half])):
-                return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
-            changed = set(_changed_keys(self.prefix, self.basis, hits[half:]))
-            answer = forked.answer()
-        finally:
-            forked.abandon()  # interrupted: end it (once answered, or never started, nothing is left to end)
-        changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, hits[:half]))
         rows = []
         for name in names:
             hit = cached.get(name)
@@ -631,6 +619,23 @@ class _CurrentRows:
             elif (row := self.row(name, hit)) is not None:
                 rows.append(row)
         return rows
+
+    def _changed_beside(self, hits: list[IndexedRow]) -> set[str] | None:
+        """The ids of `hits` whose keys changed since indexed (`_changed_keys`), half looked at in a forked process while
+        this one looks at the other half (`_fork_pool.Forked`); None where no process can be forked."""
+        from ._fork_pool import Forked
+
+        half = len(hits) // 2
+        forked: Forked[list[str]] = Forked()
+        try:
+            if not forked.start(partial(_changed_keys, self.prefix, self.basis, hits[:half])):
+                return None
+            changed = set(_changed_keys(self.prefix, self.basis, hits[half:]))
+            answer = forked.answer()
+        finally:
+            forked.abandon()  # interrupted: end it (once answered, or never started, nothing is left to end)
+        changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, hits[:half]))
+        return changed
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""
