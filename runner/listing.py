@@ -199,7 +199,7 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
     if index is not None:
         try:
             reader = _CurrentRows(store, allowed_signers)
-            unindexed = [name for name in names if name not in known]
+            unindexed = list(filterfalse(known.__contains__, names))
             reader.read_ahead(unindexed, progress)
             placed = _place(reader, names, planning, known)
             consumed = _ChunkJob(store, allowed_signers, placed.read, _in_chunks(placed.order, size), len(placed.order), consume).run()
@@ -433,7 +433,7 @@ class _SignoffsNow:
         if among is not None:  # a sweep's items: the others' signoffs/ are not looked at
             cells = [cell for cell in cells if cell[0] in among]
         self.cells = cells
-        self._look = partial(_changed_signoffs, reader.prefix, reader.basis, cells)
+        self._look = partial(_changed_signoffs, reader.prefix, reader.basis, reader.unsigned, cells)
         self._forked: "Forked[dict[str, str]] | None" = None
 
     @classmethod
@@ -467,16 +467,14 @@ class _SignoffsNow:
             self._forked = None
 
 
-def _changed_signoffs(prefix: str, basis: str, cells: list[tuple[str, str, str, str, bool]]) -> dict[str, str]:
+def _changed_signoffs(prefix: str, basis: str, unsigned: str, cells: list[tuple[str, str, str, str, bool]]) -> dict[str, str]:
     """Each changed row's sign-off key now, by id (`_signoffs_key_now`)."""
-    unsigned = f"{_UNSIGNED}{basis}"
     return {sid: now for sid, key, *_ in cells if (now := _signoffs_key_now(f"{prefix}{sid}/", key, basis, unsigned)) != key}
 
 
-def _changed_keys(prefix: str, basis: str, hits: list[IndexedRow]) -> list[str]:
+def _changed_keys(prefix: str, basis: str, unsigned: str, hits: list[IndexedRow]) -> list[str]:
     """The ids of these index rows whose seal or sign-off key is not the one they were indexed under (or that cannot be
     looked at): what `_CurrentRows.row` must read or judge again."""
-    unsigned = f"{_UNSIGNED}{basis}"
     changed = []
     for hit in hits:
         base = f"{prefix}{hit.id}/"
@@ -551,6 +549,8 @@ class _CurrentRows:
         self.store = store
         self.allowed_signers = allowed_signers
         self.basis = _signoffs_basis(allowed_signers)
+        self.unsigned = f"{_UNSIGNED}{self.basis}"
+        """The sign-off key of a snapshot without signoffs/ (`_signoffs_key_now`)."""
         self.prefix = os.path.join(store, "")
         self.fresh: list[IndexedRow] = []
         self.from_index = 0
@@ -587,7 +587,8 @@ class _CurrentRows:
         A new judgement goes into the index too (`fresh`, under the same seal key): judging a signed record runs
         ssh-keygen, which the next listing should not run again for a `signoffs/` that has not changed since."""
         base = base or f"{self.prefix}{hit.id}/"
-        key = self._keys_taken.pop(hit.id, None) or _signoffs_key(base, self.basis)  # before judging: a record added meanwhile changes it
+        # before judging: a record added meanwhile changes it
+        key = self._keys_taken.pop(hit.id, None) or _signoffs_key_now(base, hit.signoffs_key, self.basis, self.unsigned)
         hit = self.rejudged.get(hit.id, hit)
         if key == hit.signoffs_key:
             return _from_index(hit)
@@ -606,7 +607,7 @@ class _CurrentRows:
         """`row` of each name (None left out), its index row in `cached` if any. From `_KEYS_BESIDE_FROM` index rows, their
         keys are compared first, on two cores (`_changed_beside`): the rows whose keys are unchanged are then the index's
         rows, as `row` would answer, and only the others go through `row`."""
-        hits = [hit for name in names if (hit := cached.get(name)) is not None]
+        hits = [hit for name in names if (hit := cached.get(name)) is not None] if len(cached) >= _KEYS_BESIDE_FROM else []
         changed = self._changed_beside(hits) if len(hits) >= _KEYS_BESIDE_FROM else None
         if changed is None:
             return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
@@ -628,13 +629,13 @@ class _CurrentRows:
         half = len(hits) // 2
         forked: Forked[list[str]] = Forked()
         try:
-            if not forked.start(partial(_changed_keys, self.prefix, self.basis, hits[:half])):
+            if not forked.start(partial(_changed_keys, self.prefix, self.basis, self.unsigned, hits[:half])):
                 return None
-            changed = set(_changed_keys(self.prefix, self.basis, hits[half:]))
+            changed = set(_changed_keys(self.prefix, self.basis, self.unsigned, hits[half:]))
             answer = forked.answer()
         finally:
             forked.abandon()  # interrupted: end it (once answered, or never started, nothing is left to end)
-        changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, hits[:half]))
+        changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, self.unsigned, hits[:half]))
         return changed
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
