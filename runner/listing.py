@@ -7,9 +7,10 @@ reads everything else from its files with the same readers as always, and refres
 
 import os
 import re
+import stat
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
-from itertools import compress, filterfalse
+from itertools import compress, filterfalse, repeat
 from operator import and_, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, get_args
@@ -20,7 +21,7 @@ from genrun.schemas.digests import sha256_bytes
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
 from ._collector import collector_paused
-from .store_index import IndexedRow, IndexUnavailable, SealKey, IndexDatabase, replace_index
+from .store_index import IndexedRow, IndexUnavailable, Memberships, SealKey, IndexDatabase, replace_index
 
 if TYPE_CHECKING:  # row_filter reads this module's rows
     from ._fork_pool import Forked
@@ -114,13 +115,13 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             signoffs = _SignoffsNow.of(index, reader, keep)
             if signoffs is not None:  # held here before it forks: the `finally` below ends it, wherever an interrupt lands
                 signoffs.start()  # its lstats run while the store is scanned and placed
-        names, planning = _scan(store)
-        unindexed = list(filterfalse(known.__contains__, names))
+        scanned = _scan(store, known if index is not None else None)
+        names, planning, unindexed = scanned.names, scanned.planning, scanned.unindexed
         reader.read_ahead(unindexed, progress)
         if index is not None and keep is not None:
-            listing = _list_matched(index, reader, names, planning, known, keep, window, signoffs)
+            listing = _list_matched(index, reader, scanned, known, keep, window, signoffs)
         elif index is not None and window is not None:
-            listing = _list_window(index, reader, names, planning, known, window)
+            listing = _list_window(index, reader, scanned, known, window)
         if listing is None and index is not None and members_only:  # read every row: the index whole
             index.close()
             index, known, replace_broken = _open_index(store, notes, members_only=False)
@@ -194,14 +195,14 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
 
     allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
     notes: list[str] = []
-    names, planning = _scan(store)
     index, known, _ = _open_index(store, notes, members_only=True)
     if index is not None:
         try:
+            scanned = _scan(store, known)
+            names, unindexed = scanned.names, scanned.unindexed
             reader = _CurrentRows(store, allowed_signers)
-            unindexed = list(filterfalse(known.__contains__, names))
             reader.read_ahead(unindexed, progress)
-            placed = _place(reader, names, planning, known)
+            placed = _place(reader, scanned, known)
             consumed = _ChunkJob(store, allowed_signers, placed.read, _in_chunks(placed.order, size), len(placed.order), consume).run()
         except BaseException:
             index.close()
@@ -285,7 +286,7 @@ def _consume_chunk(number: int) -> tuple[object, list[IndexedRow]] | None:
     return _JOB.consume_chunk(number)
 
 
-def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[IndexDatabase | None, dict, bool]:
+def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[IndexDatabase | None, Mapping, bool]:
     """The open index and what it holds: every row by id, or (`members_only`) each id's sweep members. When it cannot be
     used: (None, {}, whether it is damaged, so that rebuilding it loses nothing), and `notes` says why."""
     if not store.is_dir():
@@ -318,13 +319,16 @@ _NOT_HELD = "\0"
 """`_place`'s mark for a name the index does not hold (no id or members text holds a NUL)."""
 
 
-def _place(reader: "_CurrentRows", names: list[str], planning: list[str], members_by_id: dict[str, str | None]) -> _Placed:
+def _place(reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None]) -> _Placed:
+    if scanned.exact:  # every name is a row the index holds: nothing to read, nothing to look up name by name
+        return _placed_as_held(reader, scanned, members_by_id)
     read: dict[str, SnapshotRow] = {}
     listed: list[str] = []
     members: dict[str, tuple[str, ...]] = {}
     sweeps: list[str] = []
-    for name in names:
-        held = members_by_id.get(name, _NOT_HELD)  # one lookup a name: 100,000 on a terminal's `ls`
+    lookup = (members_by_id.by_id() if isinstance(members_by_id, Memberships) else members_by_id).get
+    for name in scanned.names:
+        held = lookup(name, _NOT_HELD)  # one lookup a name: 100,000 on a terminal's `ls`
         if held is not _NOT_HELD:
             listed.append(name)
             if held is not None:
@@ -338,10 +342,29 @@ def _place(reader: "_CurrentRows", names: list[str], planning: list[str], member
                 sweeps.append(name)
             if row.members:
                 members[name] = row.members
+    _place_planning(reader, scanned.planning, read, listed)
+    return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
+
+
+def _placed_as_held(reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None]) -> _Placed:
+    """`_place` when the names are exactly the index's ids: only its few sweeps looked at."""
+    sweeps_members = members_by_id.sweeps if isinstance(members_by_id, Memberships) else \
+        {sid: held for sid, held in members_by_id.items() if held is not None}
+    sweeps = sorted(sweeps_members)
+    members = {sid: tuple(held.split("\n")) for sid, held in sweeps_members.items() if held}
+    read: dict[str, SnapshotRow] = {}
+    listed = scanned.names
+    if scanned.planning:
+        listed = listed.copy()
+        _place_planning(reader, scanned.planning, read, listed)
+    return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
+
+
+def _place_planning(reader: "_CurrentRows", planning: list[str], read: dict[str, SnapshotRow], listed: list[str]) -> None:
+    """Plans being frozen (or abandoned) are listed after the snapshots, read from their folders each time."""
     for name in planning:
         read[name] = _planning_row(reader.store / name)
         listed.append(name)
-    return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
 
 
 def _shown(index: IndexDatabase, reader: "_CurrentRows", read: dict[str, SnapshotRow],
@@ -361,10 +384,10 @@ def _shown(index: IndexDatabase, reader: "_CurrentRows", read: dict[str, Snapsho
     return rows
 
 
-def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
-                 members_by_id: dict[str, str | None], window: slice) -> Listing | None:
+def _list_window(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None],
+                 window: slice) -> Listing | None:
     """`list_store(window=...)`; None when a row in the window changed since indexed (or the index cannot say)."""
-    placed = _place(reader, names, planning, members_by_id)
+    placed = _place(reader, scanned, members_by_id)
     rows = _shown(index, reader, placed.read, placed.order[window])
     if rows is None:
         return None
@@ -372,8 +395,8 @@ def _list_window(index: IndexDatabase, reader: "_CurrentRows", names: list[str],
     return Listing(rows, [], reader.from_index + unchecked, len(placed.order), len(placed.order), unchecked)
 
 
-def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str], planning: list[str],
-                  members_by_id: dict[str, str | None], keep: "RowFilter", window: slice | None,
+def _list_matched(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None],
+                  keep: "RowFilter", window: slice | None,
                   signoffs: "_SignoffsNow | None" = None) -> Listing | None:
     """`list_store(keep=...)`: the index names the ids that match (a sealed snapshot's files never change legitimately,
     and a changed seal is caught in any row shown; sign-offs, which do change, judged as they are now: `signoffs`, when
@@ -381,7 +404,7 @@ def _list_matched(index: IndexDatabase, reader: "_CurrentRows", names: list[str]
     are read. None when a shown row changed since indexed (or the index cannot say)."""
     from .row_filter import SQL_FUNCTIONS, find_sweep
 
-    placed = _place(reader, names, planning, members_by_id)
+    placed = _place(reader, scanned, members_by_id)
     order = placed.order
     if keep.sweep:
         sweep = find_sweep(placed.sweeps, keep.sweep)
@@ -696,7 +719,7 @@ def rebuild_index(store: Path, allowed_signers: Path | None = None, progress: Ca
     from genrun.analysis.signoffs import resolve_allowed_signers
 
     reader = _CurrentRows(store, resolve_allowed_signers(allowed_signers))  # resolved once: it may ask git
-    names = _scan(store)[0]
+    names = _scan(store).names
     reader.read_ahead(names, progress)
     for name in names:
         reader.row(name, None)
@@ -742,17 +765,44 @@ def _read_sealed(snapshot: Path, key: SealKey, allowed_signers: Path | None, bas
     return row, _to_index(row, key, signoffs_key)
 
 
-def _scan(store: Path) -> tuple[list[str], list[str]]:
-    """One listing of the store: directory names that may be snapshots, in id (= time) order (hidden and temporary ones
-    skipped), and the `.tmp-*` directories of plans being frozen or abandoned (`store.list_unfinished_plans`'s rule)."""
+class _Scanned(NamedTuple):
+    """One listing of the store, against what the index holds."""
+
+    names: list[str]
+    """Entries that may be snapshots, in id (= time) order: hidden and temporary ones skipped. A name that is no directory
+    (or no snapshot) is among them: `_CurrentRows.row` says None for it, as it does for any directory that is no snapshot."""
+    planning: list[str]
+    """The `.tmp-*` directories of plans being frozen or abandoned (`store.list_unfinished_plans`'s rule), in order."""
+    unindexed: list[str]
+    """The names the index does not hold, in order."""
+    exact: bool
+    """`names` are exactly the ids the index holds (the warm state of a store nobody added to or removed from)."""
+
+
+def _scan(store: Path, held: Mapping[str, object] | None = None) -> _Scanned:
+    """The store's entries against `held` (the index's ids; None: no index). When `held` is the index's `Memberships`
+    and holds exactly the names, two sorted lists compared say so: no name is looked up (100,000 in a warm listing)."""
+    held = held if held is not None else {}
     try:
-        with os.scandir(store) as found:
-            entries = list(found)
+        found = os.listdir(store)  # names alone: no entry object (or type test) for each of 100,000
     except (FileNotFoundError, NotADirectoryError):
-        return [], []
-    names = [entry.name for entry in entries if entry.name[0] != "." and entry.is_dir()]  # comprehensions: 100,000 entries
-    planning = [entry.name for entry in entries if entry.name.startswith(layout.PLANNING_PREFIX) and entry.is_dir(follow_symlinks=False)]
-    return sorted(names), sorted(planning)
+        return _Scanned([], [], [], not held)
+    names = [name for name in found if name[0] != "."]
+    planning = sorted(name for name in found if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}"))
+    names.sort()
+    # in id order: sqlite's BINARY order of UTF-8 text is Python's order of the code points
+    if isinstance(held, Memberships) and len(names) == len(held) and names == held.ids:
+        return _Scanned(names, planning, [], True)
+    unindexed = list(filterfalse(held.__contains__, names))  # in C: 100,000 names
+    return _Scanned(names, planning, unindexed, not unindexed and len(names) == len(held))
+
+
+def _is_directory(path: str) -> bool:
+    """A directory itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _planning_row(path: Path) -> SnapshotRow:
@@ -835,7 +885,7 @@ def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
 def grouped_order(ids: list[str], members: Mapping[str, Sequence[str]]) -> list[tuple[str, str | None]]:
     """(id, its sweep) in listing order: each sweep's items (every attempt) right under the sweep, other ids in order."""
     if not members:
-        return [(sid, None) for sid in ids]
+        return list(zip(ids, repeat(None)))  # in C: 100,000 ids
     present = set(ids)
     under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items()}
     grouped = {sid for items in under.values() for sid in items}

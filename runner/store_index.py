@@ -91,6 +91,36 @@ class IndexedRow(NamedTuple):
     members: str | None
 
 
+class Memberships(Mapping[str, "str | None"]):
+    """`IndexDatabase.memberships`: each id the index holds and its sweep's members (newline-joined; None for a run).
+    `ids` in id order; looked up by id through a dict made at the first lookup, since a warm listing of a store whose
+    names are exactly these ids needs none (comparing two sorted lists costs a third of 100,000 lookups)."""
+
+    def __init__(self, ids: list[str], sweeps: dict[str, str]) -> None:
+        self.ids = ids
+        self.sweeps = sweeps
+        """Each sweep's members, by the sweep's id."""
+        self._by_id: dict[str, str | None] | None = None
+
+    def by_id(self) -> dict[str, "str | None"]:
+        if self._by_id is None:
+            self._by_id = dict.fromkeys(self.ids)
+            self._by_id.update(self.sweeps)
+        return self._by_id
+
+    def __getitem__(self, sid: str) -> "str | None":
+        return self.by_id()[sid]
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self.by_id()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class IndexUnavailable(Exception):
     """The index cannot be used now; the message says why (the caller answers from the files and prints it)."""
 
@@ -151,14 +181,14 @@ class IndexDatabase:
         """Every cached row by id (one query: the warm path of `ls`)."""
         return self._query(f"SELECT {', '.join(_COLUMNS)} FROM rows", (), _by_id)
 
-    def memberships(self) -> dict[str, str | None]:  # 100,000 rows: a tenth of `rows()`
-        """Each cached id and its sweep's members (newline-joined; None for a run): enough to place every row of a listing.
-        Two queries in one read transaction (a writer waits): the ids, then the few sweeps' members (a column of 100,000
-        NULLs costs more to fetch than the ids do)."""
+    def memberships(self) -> "Memberships":  # 100,000 rows: a tenth of `rows()`
+        """Each cached id, in id order, and the sweeps' members: enough to place every row of a listing. Two queries in one
+        read transaction (a writer waits): the ids (in the primary key's order, which costs nothing: the key's own b-tree
+        is read), then the few sweeps' members (a column of 100,000 NULLs costs more to fetch than the ids do)."""
         with self._reading():
-            held: dict[str, str | None] = self._query("SELECT id FROM rows", (), lambda found: dict.fromkeys(map(itemgetter(0), found)))
-            held.update(self._query("SELECT id, members FROM rows WHERE members IS NOT NULL", (), dict))
-        return held
+            ids: list[str] = self._query("SELECT id FROM rows ORDER BY id", (), lambda found: list(map(itemgetter(0), found)))
+            sweeps: dict[str, str] = self._query("SELECT id, members FROM rows WHERE members IS NOT NULL", (), dict)
+        return Memberships(ids, sweeps)
 
     def matching(self, where: str, parameters: Sequence[object], functions: Mapping[str, tuple[int, Callable]]) -> set[str]:
         """The ids of the rows `where` keeps (SQL over the columns; `functions` are the Python functions it calls)."""

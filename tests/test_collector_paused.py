@@ -41,9 +41,9 @@ def test_listing_and_ls_run_without_it_and_leave_it_on(tmp_path: Path, monkeypat
     enabled_while_scanning: list[bool] = []
     scan = listing._scan
 
-    def observed_scan(store: Path) -> tuple[list[str], list[str]]:  # the real scan, noting the collector's state
+    def observed_scan(store: Path, *args: object, **kwargs: object) -> "listing._Scanned":  # the real scan, noting the collector's state
         enabled_while_scanning.append(gc.isenabled())
-        return scan(store)
+        return scan(store, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(listing, "_scan", observed_scan)
     assert [row.name for row in listing.list_store(store).rows] == ["run"] and gc.isenabled()

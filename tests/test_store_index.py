@@ -232,6 +232,43 @@ def test_a_window_reads_only_its_rows_and_places_them_as_the_whole_listing_does(
         assert window.unchecked == sum(r.sealed for r in whole.rows[:-size]) and window.notes == []
 
 
+def test_a_store_whose_names_are_exactly_the_index_ids_is_placed_by_the_index_alone(tmp_path: Path) -> None:
+    """Every snapshot sealed and indexed (a warm store): the names are compared with the index's ids as two sorted lists
+    and no name is looked up; the rows placed so are the whole listing's, and the files' (a sweep's items under it). Then
+    a plan being frozen, a stray file, a link to a snapshot and a new unsealed run each make the store no longer exactly
+    the index, and the listing is still the files'."""
+    from genrun.runner import listing
+    from genrun.runner.store_index import IndexDatabase
+
+    store = tmp_path / "store"
+    for i in range(3):
+        make_run(store, f"run{i}")
+    make_sweep(store, [make_run(store, f"item{i}") for i in range(3)])
+    whole = list_store(store)  # builds the index
+    with IndexDatabase(store) as index:
+        held = index.memberships()
+        scanned = listing._scan(store, held)
+    assert scanned.exact and scanned.unindexed == [] and scanned.names == held.ids == sorted(held.ids)
+    assert held._by_id is None  # compared as lists: no dict of the ids was made
+    files = list_store(store, use_index=False).rows
+    assert whole.rows == files and [r.sweep is not None for r in files].count(True) == 3
+    for size in (1, 3, 4, 7, 20):
+        assert list_store(store, window=slice(-size, None)).rows == files[-size:]
+
+    (store / ".tmp-plan-abc123").mkdir()  # a plan being frozen (abandoned: no planner holds it)
+    (store / "20991231T000000Z-not-a-snapshot-000000").write_text("a stray file")
+    (store / "zz-link").symlink_to(store / whole.rows[0].id)
+    make_run(store, "late", seal=False)
+    with IndexDatabase(store) as index:
+        assert not listing._scan(store, index.memberships()).exact
+    files = list_store(store, use_index=False).rows
+    assert [r.id for r in files][-2:] == ["zz-link", ".tmp-plan-abc123"]  # a link is listed as before; a stray file is not
+    assert len(files) == 10 and "20991231T000000Z-not-a-snapshot-000000" not in [r.id for r in files]
+    assert list_store(store).rows == files
+    for size in (1, 2, 5, 20):
+        assert list_store(store, window=slice(-size, None)).rows == files[-size:]
+
+
 def test_a_seal_changed_inside_the_window_is_marked_and_outside_it_is_not_read(tmp_path: Path) -> None:
     store = _store_with_a_sweep(tmp_path)
     whole = list_store(store)
