@@ -120,7 +120,7 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
     plan = SnapshotDir(root).read(layout.SWEEP_PLAN, SweepPlan)
     result = _read_result(root)
     finals = [(item.index, _final(item, result)) for item in plan.items]
-    store = _items_store(root, plan, [sid for _, sid in finals if sid])
+    store = plan.items_store(root, [sid for _, sid in finals if sid])
     paths = [str(store / sid) if sid else None for _, sid in finals]
     workers = jobs or os.cpu_count() or 1
     if len(paths) >= PARALLEL_FROM and workers > 1:
@@ -140,15 +140,6 @@ def verify_sweep(path: str | Path, allowed_signers: Path | None = None, *, jobs:
     return SweepVerification(sweep=str(root), sweep_id=root.name, status=result.status if result else "planned" if planned else "unsealed",
                              findings=findings,
                              items=items, distribution=_distribution(items, result, plan), examined=examined)
-
-
-def _items_store(sweep: Path, plan: SweepPlan, item_ids: list[str]) -> Path:
-    """Where the sweep's items are now. A sweep is planned into the store that holds its items, so they are beside it,
-    wherever the store is now: a store moved, or copied to another machine for review, verifies what it holds (never
-    the items still at the recorded path). The store recorded in the plan when none is beside it: a sweep folder taken
-    out of its store alone."""
-    here = sweep.absolute().parent
-    return here if any((here / sid).is_dir() for sid in item_ids) else Path(plan.store)
 
 
 def sweep_summary_line(v: SweepVerification) -> str:

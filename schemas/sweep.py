@@ -6,6 +6,8 @@ attempt as it happens (`sweep-progress.ndjson`, append-only) and, once sealed, e
 snapshot id, digest, status and stop reasons (`sweep-result.json`).
 """
 
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, TypeAdapter
@@ -107,13 +109,22 @@ class SweepPlan(Strict):
     sweep: SweepBody
     """The `[sweep]` table as validated."""
     store: str
-    """Absolute path of the store that holds the item snapshots (every node must see it)."""
+    """Absolute path of the store the items were planned into (every node must see it); a store moved since is found beside the sweep (`items_store`)."""
     base_request: str
     """Absolute path of the base request file (its bytes are frozen beside this file)."""
     dataset: DatasetRef | None
     """The dataset, when there is one."""
     items: tuple[SweepItem, ...]
     """Every item, in order."""
+
+    def items_store(self, sweep_dir: Path, item_ids: Iterable[str] | None = None) -> Path:
+        """Where the sweep's items are now (`item_ids`: these; default the planned ones). A sweep is planned into the store
+        that holds its items, so they are beside it wherever that store is now: a store moved, or copied to another
+        machine for review, is verified, executed and resumed as it holds them, never through the items still at the
+        recorded path. `store` as recorded only when no item is beside the sweep (its folder taken out of the store)."""
+        here = Path(sweep_dir).absolute().parent
+        ids = item_ids if item_ids is not None else (item.snapshot_id for item in self.items)
+        return here if any((here / sid).is_dir() for sid in ids) else Path(self.store)
 
 
 class ItemAttempt(Strict):

@@ -7,6 +7,7 @@ prefix in the store; run-only commands given a sweep name the command that lists
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -119,3 +120,24 @@ def test_items_needing_attention_keep_their_words_whole_at_any_width(executed: E
     at = next(n for n, line in enumerate(lines) if line.startswith(f"  item {FAILED}: failed, stop -, "))
     assert lines[at + 1] == f"    {failed['attempts'][-1]}", narrow
     assert "┃" not in narrow.split("items (")[0], narrow  # no table squeezed into 80 columns
+
+
+def test_a_copied_store_executes_its_own_items_and_leaves_the_original_alone(tmp_path: Path) -> None:
+    """`sweep-plan.json` records the store the sweep was planned into; a copy of that store (moved, or taken to another
+    machine) runs the items it holds: the original's stay planned, untouched, and the copy verifies."""
+    sweep_file = write_sweep(tmp_path / "in", rows=ROWS[:1], workers=1, max_new_tokens=8)
+    original = tmp_path / "original"
+    assert run_cli("sweep", "plan", sweep_file, "--store", original).returncode == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy, symlinks=True)
+    sweep = only_sweep(copy)
+    assert read(sweep / "sweep-plan.json")["store"] == str(original)
+    before = {p.relative_to(original): p.read_bytes() for p in original.rglob("*") if p.is_file()}
+
+    executed = run_cli("sweep", "execute", sweep)
+    assert executed.returncode == 0, executed.stderr
+    item = read(sweep / "sweep-result.json")["items"][0]["snapshot_id"]
+    assert (copy / item / "manifest-sha256.txt").is_file() and (copy / item / "result.json").is_file()
+    assert {p.relative_to(original): p.read_bytes() for p in original.rglob("*") if p.is_file()} == before
+    assert not (original / item / "manifest-sha256.txt").exists()
+    assert run_cli("verify", sweep).returncode == 0

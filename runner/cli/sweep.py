@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("target", nargs="+", metavar="[ACTION] PATH",
                         help="SWEEP.toml, or run/plan and SWEEP.toml, or execute/resume and a sweep (directory, id or unique id prefix)")
     add_store(parser, "snapshot store for the sweep and its items (run, plan), or to look a sweep id up in "
-                      "(execute, resume; its items stay in the store it was planned in)")
+                      "(execute, resume; its items are the ones beside it, wherever that store is now)")
     parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=handle)

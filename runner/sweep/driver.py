@@ -106,6 +106,8 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
 
     One driver at a time: a second `sweep execute`/`resume` of the same sweep is refused naming the first's PID."""
     sweep_dir, plan = open_sweep(sweep_dir)
+    # the store as it is now (moved, or a copy): its items run and are judged there, never at the recorded path
+    plan = plan.model_copy(update={"store": str(plan.items_store(sweep_dir))})
     token = ownership.new_token(sweep_dir.name)
     with _driver_lock(sweep_dir), ownership.carried(token):
         return _execute_sweep_locked(sweep_dir, plan, pool_factory, on_event, token)
