@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, get_args
 
 from genrun.schemas import layout
-from genrun.schemas.result import RunStatus
 from genrun.schemas.digests import sha256_bytes
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
@@ -36,7 +35,7 @@ SEALED = layout.SnapshotState.SEALED.value
 """`ls --state sealed`: every sealed row (a sealed row's state shows the result's status instead)."""
 SWEEP_STATE = "sweep"
 """A sweep's row shows `sweep <status>` (`sweep completed`, `sweep planned`, `sweep (unsealed)`)."""
-ROW_STATES = (*get_args(RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
+ROW_STATES = (*get_args(layout.RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
 """Every state a row can show (a sweep's as `sweep`): the vocabulary `genrun ls --state` accepts."""
 
 

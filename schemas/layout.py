@@ -7,17 +7,39 @@ The list of every file, with its model, phase, meaning and writers, is `genrun.s
 (it imports these names); `docs/snapshot-format.md` is generated from both (`genrun schema`).
 """
 
+import importlib
 import re
 from collections.abc import Callable, Collection, Mapping
 from enum import Enum
 from types import MappingProxyType
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-# Re-exported so that `layout` is the one import for every format fact (versions, units, request decoding, stops).
-from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, newer_format_message, recorded_genrun_version
-from .progress import Unit
-from .request_source import REQUEST_SOURCE_FORMATS, RequestSourceError, decode_request_source
-from .stop import STOP_REASON_MEANING, StopReason, describe_stop
+# Re-exported so that `layout` is the one import for every format fact (versions, units, request decoding, stops), and
+# imported when first asked for (`__getattr__` below): those modules define pydantic models, whose import is half of the
+# start-up of a command that needs none of them (`genrun ls` reads names and constants only).
+if TYPE_CHECKING:
+    from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, newer_format_message, recorded_genrun_version
+    from .progress import Unit
+    from .request_source import REQUEST_SOURCE_FORMATS, RequestSourceError, decode_request_source
+    from .stop import STOP_REASON_MEANING, StopReason, describe_stop
+
+_REEXPORTED = {
+    "._versioning": ("FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "newer_format_message", "recorded_genrun_version"),
+    ".progress": ("Unit",),
+    ".request_source": ("REQUEST_SOURCE_FORMATS", "RequestSourceError", "decode_request_source"),
+    ".stop": ("STOP_REASON_MEANING", "StopReason", "describe_stop"),
+}
+_MODULE_OF = {name: module for module, names in _REEXPORTED.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A re-exported name, from its module (imported now, once: the name is then kept here)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __package__), name)
+    globals()[name] = value
+    return value
 
 
 # -- plan: frozen by `genrun plan`, covered by frozen-sha256.txt --------------------------------------------------
@@ -173,6 +195,10 @@ def snapshot_state(names: Collection[str]) -> SnapshotState:
         return SnapshotState.INCOMPLETE
     started = any(n in EXECUTION_FILES or n.startswith(OUTPUTS_DIR + "/") or generation_config_call_index(n) is not None for n in names)
     return SnapshotState.RUNNING if started else SnapshotState.PLANNED
+
+
+RunStatus = Literal["succeeded", "failed", "interrupted"]
+"""How a run ended: `result.json`'s `status` (`genrun.schemas.result.Result`)."""
 
 
 def shown_status(state: SnapshotState, result_status: str | None) -> str:

@@ -1,13 +1,13 @@
 """`result.json`: how the run ended, how long each phase took, how much memory it used."""
 
-from typing import Literal
 
 from ._base import Strict
 from ._versioning import Versioned
+from .layout import RunStatus
 from .progress import Unit
 from .stop import ExceptionInfo
 
-RunStatus = Literal["succeeded", "failed", "interrupted"]
+__all__ = ["ExecutionIdentity", "PeakMemory", "Phases", "Result", "RunStatus", "Timings", "describe_produced"]
 
 
 class Phases(Strict):
