@@ -1,5 +1,7 @@
-"""Mapping a function over chunks of work in forked processes, one per core, where that is safe; else not at all; and
-running one function in a forked process while the caller goes on (`Forked`).
+"""Mapping a function over chunks of work in forked processes, one per core, where that is safe; else not at all;
+running one function in a forked process while the caller goes on (`Forked`); and sharing one run of work items with a
+forked process that starts now, from the first item, while the caller takes the last ones when it is free
+(`FromBothEnds`).
 
 Used for work that is mostly system calls and small parses of many files (the first `ls` of a big store reads four
 files of each snapshot): threads measured no faster here (the GIL is taken back between calls that each cost a few
@@ -8,6 +10,7 @@ its first file. Fork is only safe from a process with one thread (a lock held by
 in the child forever), so a threaded caller (a notebook, a server) gets no pool and does the work itself.
 """
 
+import mmap
 import os
 import pickle
 import signal
@@ -112,6 +115,11 @@ class Forked(Generic[R]):
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return True
 
+    @property
+    def started(self) -> bool:
+        """Running or ended, and not answered or abandoned yet."""
+        return self._pid is not None
+
     def answer(self) -> R | None:
         """What the function returned; None when it raised, its answer could not be sent, or the process died (killed,
         the OOM killer): the caller then does the work itself."""
@@ -140,3 +148,61 @@ class Forked(Generic[R]):
                 pass
             os.waitpid(self._pid, 0)
             self._pid = None
+
+
+class FromBothEnds(Generic[R]):
+    """`work(lo, hi)` of items [0, n), in blocks, on two cores with no share fixed in advance: a forked process starts
+    now from the first item up (`start`), the caller, once free of its other work, takes the items from the last one
+    down (`finish`) until the two meet. So the process does more when the caller's other work takes long, or when the
+    machine is busy, and neither waits long for the other. The two marks where each has got to are in memory both see
+    (an anonymous shared mapping): the process stops at the caller's, the caller at the process's. A block both took
+    near the meeting point is done twice (the answers are joined as lists: `work` must give the same answer twice).
+    Where no process can be forked, or it dies or fails, the caller does what it left. Call `close()` in a `finally`."""
+
+    BLOCK = 1024
+    """Items between two looks at the other's mark: a few milliseconds of lstats."""
+
+    def __init__(self, work: Callable[[int, int], list[R]], n: int) -> None:
+        self._work, self._n = work, n
+        self._shared = mmap.mmap(-1, 16)  # MAP_SHARED | MAP_ANONYMOUS: the same memory in the forked process
+        self._marks = memoryview(self._shared).cast("q")
+        self._marks[0] = 0  # the process has done every item below this
+        self._marks[1] = n  # the caller has done every item from this
+        self._forked: Forked[tuple[list[R], int]] = Forked()
+
+    def start(self) -> bool:
+        """The process started on the first items; False where none could be (`finish` then does every item)."""
+        return self._forked.start(self._from_the_start)
+
+    def _from_the_start(self) -> tuple[list[R], int]:
+        found: list[R] = []
+        lo = 0
+        while lo < min(self._marks[1], self._n):
+            hi = min(lo + self.BLOCK, self._n)
+            found += self._work(lo, hi)
+            self._marks[0] = lo = hi
+        return found, lo
+
+    def finish(self) -> list[R]:
+        """Every item's answer: the caller's share from the last item down, then the process's (waited for), then any
+        items neither did (the process died, failed, or never started)."""
+        found: list[R] = []
+        hi = self._n
+        while hi > self._marks[0]:
+            lo = max(hi - self.BLOCK, 0)
+            found += self._work(lo, hi)
+            self._marks[1] = hi = lo
+        answer = self._forked.answer() if self._forked.started else None
+        done_below = 0
+        if answer is not None:
+            theirs, done_below = answer
+            found += theirs
+        if done_below < hi:
+            found += self._work(done_below, hi)
+        return found
+
+    def close(self) -> None:
+        """End the process if it still runs (the caller is going no further), and free the shared marks."""
+        self._forked.abandon()
+        self._marks.release()
+        self._shared.close()

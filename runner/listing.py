@@ -23,7 +23,7 @@ from ._collector import collector_paused
 from .store_index import IndexedRow, IndexUnavailable, Memberships, SealKey, IndexDatabase, replace_index
 
 if TYPE_CHECKING:  # row_filter reads this module's rows
-    from ._fork_pool import Forked
+    from ._fork_pool import FromBothEnds
     from .row_filter import RowFilter
 
 T = TypeVar("T")
@@ -108,12 +108,15 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     members_only = window is not None or keep is not None
     index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
     signoffs: _SignoffsNow | None = None
+    keys: _KeysNow | None = None
     try:  # `keep` may refuse (an unknown --sweep)
         reader = _CurrentRows(store, allowed_signers)
         if index is not None and keep is not None and keep.judges_signoffs and not keep.sweep:  # a sweep's items are known once placed
             signoffs = _SignoffsNow.of(index, reader, keep)
             if signoffs is not None:  # held here before it forks: the `finally` below ends it, wherever an interrupt lands
                 signoffs.start()  # its lstats run while the store is scanned and placed
+        elif index is not None and not members_only:  # every row: their keys looked at while the store is scanned
+            keys = _KeysNow.started(reader, known)
         scanned = _scan(store, known if index is not None else None)
         names, planning, unindexed = scanned.names, scanned.planning, scanned.unindexed
         reader.read_ahead(unindexed, progress)
@@ -126,8 +129,10 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             index, known, replace_broken = _open_index(store, notes, members_only=False)
             reopened = True  # `unindexed` was counted against what the index held then
         if listing is None:
+            if keys is None and index is not None:  # the index reopened whole
+                keys = _KeysNow.started(reader, known)
             reader = _CurrentRows(store, allowed_signers, reader.ahead)  # afresh: nothing counted or collected twice
-            rows = reader.rows(names, known if index is not None else {})
+            rows = reader.rows(names, known if index is not None else {}, keys.changed() if keys is not None else None)
             listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
             kept, said = keep.select(listed) if keep is not None else (listed, [])
             listing = Listing(kept if window is None else kept[window], said, reader.from_index, len(listed), len(kept))
@@ -138,6 +143,8 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
     finally:
         if signoffs is not None:
             signoffs.close()
+        if keys is not None:
+            keys.close()
     if index is not None:
         _update_index(index, reader.fresh, _gone(known, names, None if reopened else unindexed), notes)
     elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
@@ -446,7 +453,7 @@ below, they cost less than the fork (100,000 cost 0.3-0.45 s here, about what sc
 class _SignoffsNow:
     """For a sign-off filter: the index's sign-off cells of the rows the other filters keep (`among`: of these ids only)
     and which of them changed since the index judged them: one lstat of signoffs/ each (records arrive after the seal).
-    `start` looks in a forked process while the caller goes on (`_fork_pool.Forked`); else `changed` looks."""
+    `start` looks in a forked process while the caller goes on (`_fork_pool.FromBothEnds`); else `changed` looks."""
 
     def __init__(self, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None = None) -> None:
         from .row_filter import SQL_FUNCTIONS
@@ -455,8 +462,8 @@ class _SignoffsNow:
         if among is not None:  # a sweep's items: the others' signoffs/ are not looked at
             cells = [cell for cell in cells if cell[0] in among]
         self.cells = cells
-        self._look = partial(_changed_signoffs, reader.prefix, reader.basis, reader.unsigned, cells)
-        self._forked: "Forked[dict[str, str]] | None" = None
+        self._look = partial(_changed_signoffs, reader.prefix, reader.basis, reader.unsigned)
+        self._both: "FromBothEnds[tuple[str, str]] | None" = None
 
     @classmethod
     def of(cls, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter") -> "_SignoffsNow | None":
@@ -467,29 +474,60 @@ class _SignoffsNow:
             return None
 
     def start(self) -> None:
-        """The looks started in a forked process, from `_SIGNOFFS_BESIDE_FROM` cells (where a fork is to be had)."""
+        """The looks started in a forked process from the first cell up, from `_SIGNOFFS_BESIDE_FROM` cells (where a
+        fork is to be had): `changed` takes the last ones (`_fork_pool.FromBothEnds`)."""
         if len(self.cells) >= _SIGNOFFS_BESIDE_FROM:
-            from ._fork_pool import Forked
+            from ._fork_pool import FromBothEnds
 
-            self._forked = Forked()
-            if not self._forked.start(self._look):
-                self._forked = None
+            cells, look = self.cells, self._look
+            self._both = FromBothEnds(lambda lo, hi: list(look(cells[lo:hi]).items()), len(cells))
+            if not self._both.start():
+                self.close()
 
     def changed(self) -> dict[str, str]:
-        """Each changed row's sign-off key now, by id: from the forked process, or looked at here when there is none (or
-        it died)."""
-        answer = self._forked.answer() if self._forked is not None else None
-        self._forked = None  # answered (an interrupted wait leaves it to `close`)
-        return answer if answer is not None else self._look()
+        """Each changed row's sign-off key now, by id: the forked process's share and this one's, or all looked at here
+        when there is no process (or it died)."""
+        if self._both is None:
+            return self._look(self.cells)
+        try:
+            return dict(self._both.finish())
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Ends a forked look whose answer is not wanted now (the listing failed or was interrupted)."""
-        if self._forked is not None:
-            self._forked.abandon()
-            self._forked = None
+        if self._both is not None:
+            self._both.close()
+            self._both = None
 
 
-def _changed_signoffs(prefix: str, basis: str, unsigned: str, cells: list[tuple[str, str, str, str, bool]]) -> dict[str, str]:
+class _KeysNow:
+    """For a whole listing from the index: the ids of its rows whose seal or sign-off key is not the one they were
+    indexed under (`_changed_keys`: two lstats a row), on two cores (`_fork_pool.FromBothEnds`): a forked process starts
+    on them as soon as the index's rows are read, while the store is scanned; `changed` takes the last ones."""
+
+    def __init__(self, reader: "_CurrentRows", cached: Mapping[str, IndexedRow]) -> None:
+        from ._fork_pool import FromBothEnds
+
+        hits = list(cached.values())
+        prefix, basis, unsigned = reader.prefix, reader.basis, reader.unsigned
+        self._both = FromBothEnds(lambda lo, hi: _changed_keys(prefix, basis, unsigned, hits[lo:hi]), len(hits))
+        self._both.start()
+
+    @classmethod
+    def started(cls, reader: "_CurrentRows", cached: Mapping[str, IndexedRow]) -> "_KeysNow | None":
+        """From `_KEYS_BESIDE_FROM` index rows; None below (`_CurrentRows.rows` then compares each row's keys itself)."""
+        return cls(reader, cached) if len(cached) >= _KEYS_BESIDE_FROM else None
+
+    def changed(self) -> set[str]:
+        return set(self._both.finish())
+
+    def close(self) -> None:
+        """Ends the forked process if it still runs (the listing failed or was interrupted); the shared marks freed."""
+        self._both.close()
+
+
+def _changed_signoffs(prefix: str, basis: str, unsigned: str, cells: Sequence[tuple[str, str, str, str, bool]]) -> dict[str, str]:
     """Each changed row's sign-off key now, by id (`_signoffs_key_now`)."""
     return {sid: now for sid, key, *_ in cells if (now := _signoffs_key_now(f"{prefix}{sid}/", key, basis, unsigned)) != key}
 
@@ -625,12 +663,10 @@ class _CurrentRows:
         filter saw, even if a record arrived since."""
         self._keys_taken.update(keys)
 
-    def rows(self, names: list[str], cached: Mapping[str, IndexedRow]) -> list[SnapshotRow]:
-        """`row` of each name (None left out), its index row in `cached` if any. From `_KEYS_BESIDE_FROM` index rows, their
-        keys are compared first, on two cores (`_changed_beside`): the rows whose keys are unchanged are then the index's
-        rows, as `row` would answer, and only the others go through `row`."""
-        hits = [hit for name in names if (hit := cached.get(name)) is not None] if len(cached) >= _KEYS_BESIDE_FROM else []
-        changed = self._changed_beside(hits) if len(hits) >= _KEYS_BESIDE_FROM else None
+    def rows(self, names: list[str], cached: Mapping[str, IndexedRow], changed: set[str] | None = None) -> list[SnapshotRow]:
+        """`row` of each name (None left out), its index row in `cached` if any. `changed`: the ids of the index rows whose
+        keys changed since indexed (`_KeysNow`): the others are then the index's rows, as `row` would answer, and only
+        these go through `row`. None: `row` compares each row's keys itself."""
         if changed is None:
             return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
         rows = []
@@ -642,23 +678,6 @@ class _CurrentRows:
             elif (row := self.row(name, hit)) is not None:
                 rows.append(row)
         return rows
-
-    def _changed_beside(self, hits: list[IndexedRow]) -> set[str] | None:
-        """The ids of `hits` whose keys changed since indexed (`_changed_keys`), half looked at in a forked process while
-        this one looks at the other half (`_fork_pool.Forked`); None where no process can be forked."""
-        from ._fork_pool import Forked
-
-        half = len(hits) // 2
-        forked: Forked[list[str]] = Forked()
-        try:
-            if not forked.start(partial(_changed_keys, self.prefix, self.basis, self.unsigned, hits[:half])):
-                return None
-            changed = set(_changed_keys(self.prefix, self.basis, self.unsigned, hits[half:]))
-            answer = forked.answer()
-        finally:
-            forked.abandon()  # interrupted: end it (once answered, or never started, nothing is left to end)
-        changed.update(answer if answer is not None else _changed_keys(self.prefix, self.basis, self.unsigned, hits[:half]))
-        return changed
 
     def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
         """None when `name` is not a snapshot (or was removed while looked at)."""

@@ -412,25 +412,113 @@ never.abandon()  # never started: nothing to end
 print(answered(answer)["answer"], answered(fails), answered(lambda: os._exit(0)), flush=True)
 abandoned = Forked()
 abandoned.start(sleeps)
+"""
+
+_ENDED_TWICE = """
 pid = int(sys.stdin.readline())  # the test read the pid the process printed, and echoed it back
-abandoned.abandon()
-abandoned.abandon()  # twice: nothing left the second time
-print(os.path.exists(f"/proc/{pid}"), flush=True)
+{end}()
+{end}()  # twice: nothing left the second time
+print(os.path.exists(f"/proc/{{pid}}"), flush=True)
 """
 
 
 @needs_two_cores
 def test_a_forked_function_answers_says_when_it_could_not_and_is_abandoned_cleanly() -> None:
-    process = subprocess.Popen([sys.executable, "-c", _FORKED], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-c", _FORKED + _ENDED_TWICE.format(end="abandoned.abandon")], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     assert process.stdout.readline() == "42 None None\n"  # answered; raised; exited without sending an answer
+    _ended_and_reaped(process)
+
+
+def _ended_and_reaped(process: "subprocess.Popen[str]") -> None:
+    """The script's forked process printed its pid on stderr; echoed back, the script ends that process and prints whether
+    /proc still has it. It must not (killed and reaped: no process, no zombie); here it is killed if the script failed to."""
+    assert process.stderr is not None
     pid = process.stderr.readline()
     try:
-        out, err = process.communicate(pid, timeout=120)  # an `abandon` that waited for the function would never end
+        out, err = process.communicate(pid, timeout=120)  # an end that waited for the function would never come
     finally:  # nothing left behind when it fails
         process.kill()
-        if os.path.exists(f"/proc/{int(pid)}"):
+        if pid.strip().isdigit() and os.path.exists(f"/proc/{int(pid)}"):
             os.kill(int(pid), signal.SIGKILL)
-    assert out == "False\n", err  # killed and reaped: no process, no zombie
+    assert out == "False\n", err
     assert process.returncode == 0
+
+
+_BOTH_ENDS = """
+import os, sys, threading, time
+from genrun.runner._fork_pool import FromBothEnds
+
+N = 5 * FromBothEnds.BLOCK + 7  # blocks and a short last one
+caller = os.getpid()
+
+def mine(lo, hi):  # each item with the process that did it
+    return [(i, os.getpid()) for i in range(lo, hi)]
+
+def sleeps(lo, hi):
+    if os.getpid() != caller:
+        print(os.getpid(), file=sys.stderr, flush=True)
+        time.sleep(10**6)  # only a kill ends it
+    return mine(lo, hi)
+"""
+
+_SHARED = """
+current = None
+
+def handshake(lo, hi):  # the process does its first block, then waits until the caller has done one (no timing)
+    if os.getpid() != caller and lo > 0:
+        while current._marks[1] == N:
+            time.sleep(0.001)
+    return mine(lo, hi)
+
+def shared(work, wait_for_the_process=False):
+    global current
+    both = current = FromBothEnds(work, N)
+    try:
+        started = both.start()
+        if wait_for_the_process:  # the caller busy with other work until the process has done a block
+            while started and both._marks[0] == 0:
+                time.sleep(0.001)
+        found = both.finish()
+    finally:
+        both.close()
+    items = sorted({i for i, _ in found})
+    assert items == list(range(N)), (len(items), N)  # every item, whoever did it (a block near the meeting maybe twice)
+    return started, sorted({pid == caller for _, pid in found})
+
+def dies(lo, hi):  # after its first block: what it did is not answered, so the caller does it again
+    if os.getpid() != caller and lo > 0:
+        os._exit(3)
+    return mine(lo, hi)
+
+def fails(lo, hi):
+    if os.getpid() != caller and lo > 0:
+        raise OSError(5, "Input/output error")
+    return mine(lo, hi)
+
+print("shared", *shared(handshake, wait_for_the_process=True), flush=True)  # both did some: [False, True]
+print("died", *shared(dies, True), "failed", *shared(fails, True), flush=True)  # the caller did what the process left
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # a caller with another thread: no fork
+print("threaded", *shared(mine), flush=True)
+"""
+
+_CLOSED = """
+both = FromBothEnds(sleeps, N)
+assert both.start()
+""" + _ENDED_TWICE.format(end="both.close")
+
+
+@needs_two_cores
+def test_work_shared_from_both_ends_is_done_once_whoever_does_it() -> None:
+    """`FromBothEnds`: a forked process from the first item up, the caller from the last down; every item answered, by
+    both when the process got going first, by the caller alone when the process died, failed or could not be forked."""
+    done = subprocess.run([sys.executable, "-c", _BOTH_ENDS + _SHARED], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["shared True [False, True]", "died True [True] failed True [True]", "threaded False [True]"]
+
+
+@needs_two_cores
+def test_work_shared_from_both_ends_leaves_no_process_when_closed() -> None:
+    _ended_and_reaped(subprocess.Popen([sys.executable, "-c", _BOTH_ENDS + _CLOSED], cwd=REPO, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
