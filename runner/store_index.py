@@ -56,10 +56,11 @@ class SealKey(NamedTuple):
     ctime_ns: int
 
     @classmethod
-    def of(cls, manifest: str | Path) -> "SealKey | None":
-        """None when no regular file is there (the snapshot is not sealed; a link is never a seal)."""
+    def of(cls, manifest: str | Path, dir_fd: int | None = None) -> "SealKey | None":
+        """None when no regular file is there (the snapshot is not sealed; a link is never a seal). `dir_fd`: `manifest`
+        is relative to that open directory (the store), so that its path is not resolved from / each time."""
         try:
-            st = os.lstat(manifest)
+            st = os.lstat(manifest, dir_fd=dir_fd)
         except (FileNotFoundError, NotADirectoryError):
             return None
         if not stat.S_ISREG(st.st_mode):

@@ -269,6 +269,42 @@ def test_a_store_whose_names_are_exactly_the_index_ids_is_placed_by_the_index_al
         assert list_store(store, window=slice(-size, None)).rows == files[-size:]
 
 
+def test_a_whole_listing_compares_every_key_first_and_takes_unchanged_rows_from_the_index(tmp_path: Path,
+                                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """From `_KEYS_BESIDE_FROM` index rows (lowered here; in this threaded test process the keys are all compared here),
+    a whole listing compares every row's keys, then takes the unchanged rows from the index in its order; a changed
+    seal sends that row to its files, marked. The same whether the store directory can be held open or not (the paths
+    are then resolved from its path)."""
+    from genrun.runner import listing
+
+    monkeypatch.setattr(listing, "_KEYS_BESIDE_FROM", 2)
+    store = tmp_path / "store"
+    for i in range(4):
+        make_run(store, f"run{i}")
+    make_sweep(store, [make_run(store, f"item{i}") for i in range(2)])
+    files = list_store(store, use_index=False).rows
+    assert list_store(store).rows == files  # builds the index
+    warm = list_store(store)
+    assert warm.rows == files and warm.from_index == len(files)
+    reseal_as_failed(store / files[1].id)
+    changed = list_store(store)
+    assert [r.id for r in changed.rows] == [r.id for r in files] and changed.from_index == len(files) - 1
+    assert (changed.rows[1].state, changed.rows[1].changed is not None) == ("failed", True)
+
+    real_open = os.open
+
+    def unopenable(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & os.O_DIRECTORY and os.fspath(path).rstrip("/") == str(store):  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", os.fspath(path))  # type: ignore[arg-type]
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", unopenable)
+    with listing._opened_directory(f"{store}/") as (fd, root):
+        assert (fd, root) == (None, f"{store}/")
+    again = list_store(store)
+    assert again.rows == changed.rows and again.from_index == len(files) - 1
+
+
 def test_a_seal_changed_inside_the_window_is_marked_and_outside_it_is_not_read(tmp_path: Path) -> None:
     store = _store_with_a_sweep(tmp_path)
     whole = list_store(store)
