@@ -117,7 +117,9 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             if signoffs is not None:  # held here before it forks: the `finally` below ends it, wherever an interrupt lands
                 signoffs.start()  # its lstats run while the store is scanned and placed
         elif index is not None and not members_only:  # every row: their keys looked at while the store is scanned
-            keys = _KeysNow.started(reader, known)
+            keys = _KeysNow.of(reader, known)
+            if keys is not None:  # held here before it forks, as `signoffs` is
+                keys.start()
         scanned = _scan(store, known if index is not None else None)
         names, planning, unindexed = scanned.names, scanned.planning, scanned.unindexed
         reader.read_ahead(unindexed, progress)
@@ -131,7 +133,9 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
             reopened = True  # `unindexed` was counted against what the index held then
         if listing is None:
             if keys is None and index is not None:  # the index reopened whole
-                keys = _KeysNow.started(reader, known)
+                keys = _KeysNow.of(reader, known)
+                if keys is not None:
+                    keys.start()
             reader = _CurrentRows(store, allowed_signers, reader.ahead)  # afresh: nothing counted or collected twice
             rows = reader.rows(names, known if index is not None else {}, keys.changed() if keys is not None else None)
             listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
@@ -513,12 +517,16 @@ class _KeysNow:
         hits = list(cached.values())
         prefix, basis, unsigned = reader.prefix, reader.basis, reader.unsigned
         self._both = FromBothEnds(lambda lo, hi: _changed_keys(prefix, basis, unsigned, hits[lo:hi]), len(hits))
-        self._both.start()
 
     @classmethod
-    def started(cls, reader: "_CurrentRows", cached: Mapping[str, IndexedRow]) -> "_KeysNow | None":
+    def of(cls, reader: "_CurrentRows", cached: Mapping[str, IndexedRow]) -> "_KeysNow | None":
         """From `_KEYS_BESIDE_FROM` index rows; None below (`_CurrentRows.rows` then compares each row's keys itself)."""
         return cls(reader, cached) if len(cached) >= _KEYS_BESIDE_FROM else None
+
+    def start(self) -> None:
+        """The forked process started on the first rows (the caller holds this first: its `close` ends the process
+        wherever an interrupt lands)."""
+        self._both.start()
 
     def changed(self) -> set[str]:
         return set(self._both.finish())
