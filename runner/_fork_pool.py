@@ -177,7 +177,7 @@ class FromBothEnds(Generic[R]):
     def _from_the_start(self) -> tuple[list[R], int]:
         found: list[R] = []
         lo = 0
-        while lo < min(self._marks[1], self._n):
+        while lo < self._marks[1]:  # the caller's mark: never above n
             hi = min(lo + self.BLOCK, self._n)
             found += self._work(lo, hi)
             self._marks[0] = lo = hi

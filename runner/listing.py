@@ -123,10 +123,12 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: b
         scanned = _scan(store, known if index is not None else None)
         names, planning, unindexed = scanned.names, scanned.planning, scanned.unindexed
         reader.read_ahead(unindexed, progress)
-        if index is not None and keep is not None:
-            listing = _list_matched(index, reader, scanned, known, keep, window, signoffs)
-        elif index is not None and window is not None:
-            listing = _list_window(index, reader, scanned, known, window)
+        if index is not None and members_only:
+            assert isinstance(known, Memberships)  # what `_open_index(members_only=True)` reads
+            if keep is not None:
+                listing = _list_matched(index, reader, scanned, known, keep, window, signoffs)
+            elif window is not None:
+                listing = _list_window(index, reader, scanned, known, window)
         if listing is None and index is not None and members_only:  # read every row: the index whole
             index.close()
             index, known, replace_broken = _open_index(store, notes, members_only=False)
@@ -209,6 +211,7 @@ def consume_listing(store: Path, allowed_signers: Path | None, size: int, consum
     index, known, _ = _open_index(store, notes, members_only=True)
     if index is not None:
         try:
+            assert isinstance(known, Memberships)  # what `_open_index(members_only=True)` reads
             scanned = _scan(store, known)
             names, unindexed = scanned.names, scanned.unindexed
             reader = _CurrentRows(store, allowed_signers)
@@ -330,14 +333,14 @@ _NOT_HELD = "\0"
 """`_place`'s mark for a name the index does not hold (no id or members text holds a NUL)."""
 
 
-def _place(reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None]) -> _Placed:
+def _place(reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships) -> _Placed:
     if scanned.exact:  # every name is a row the index holds: nothing to read, nothing to look up name by name
-        return _placed_as_held(reader, scanned, members_by_id)
+        return _placed_as_held(reader, scanned, held_ids)
     read: dict[str, SnapshotRow] = {}
     listed: list[str] = []
     members: dict[str, tuple[str, ...]] = {}
     sweeps: list[str] = []
-    lookup = (members_by_id.by_id() if isinstance(members_by_id, Memberships) else members_by_id).get
+    lookup = held_ids.by_id().get
     for name in scanned.names:
         held = lookup(name, _NOT_HELD)  # one lookup a name: 100,000 on a terminal's `ls`
         if held is not _NOT_HELD:
@@ -357,12 +360,10 @@ def _place(reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[s
     return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
 
 
-def _placed_as_held(reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None]) -> _Placed:
+def _placed_as_held(reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships) -> _Placed:
     """`_place` when the names are exactly the index's ids: only its few sweeps looked at."""
-    sweeps_members = members_by_id.sweeps if isinstance(members_by_id, Memberships) else \
-        {sid: held for sid, held in members_by_id.items() if held is not None}
-    sweeps = sorted(sweeps_members)
-    members = {sid: tuple(held.split("\n")) for sid, held in sweeps_members.items() if held}
+    sweeps = sorted(held_ids.sweeps)
+    members = {sid: tuple(held.split("\n")) for sid, held in held_ids.sweeps.items() if held}
     read: dict[str, SnapshotRow] = {}
     listed = scanned.names
     if scanned.planning:
@@ -395,10 +396,10 @@ def _shown(index: IndexDatabase, reader: "_CurrentRows", read: dict[str, Snapsho
     return rows
 
 
-def _list_window(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None],
+def _list_window(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships,
                  window: slice) -> Listing | None:
     """`list_store(window=...)`; None when a row in the window changed since indexed (or the index cannot say)."""
-    placed = _place(reader, scanned, members_by_id)
+    placed = _place(reader, scanned, held_ids)
     rows = _shown(index, reader, placed.read, placed.order[window])
     if rows is None:
         return None
@@ -406,7 +407,7 @@ def _list_window(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanne
     return Listing(rows, [], reader.from_index + unchecked, len(placed.order), len(placed.order), unchecked)
 
 
-def _list_matched(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", members_by_id: Mapping[str, str | None],
+def _list_matched(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships,
                   keep: "RowFilter", window: slice | None,
                   signoffs: "_SignoffsNow | None" = None) -> Listing | None:
     """`list_store(keep=...)`: the index names the ids that match (a sealed snapshot's files never change legitimately,
@@ -415,7 +416,7 @@ def _list_matched(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scann
     are read. None when a shown row changed since indexed (or the index cannot say)."""
     from .row_filter import SQL_FUNCTIONS, find_sweep
 
-    placed = _place(reader, scanned, members_by_id)
+    placed = _place(reader, scanned, held_ids)
     order = placed.order
     if keep.sweep:
         sweep = find_sweep(placed.sweeps, keep.sweep)
@@ -828,8 +829,9 @@ class _Scanned(NamedTuple):
 
 
 def _scan(store: Path, held: Mapping[str, object] | None = None) -> _Scanned:
-    """The store's entries against `held` (the index's ids; None: no index). When `held` is the index's `Memberships`
-    and holds exactly the names, two sorted lists compared say so: no name is looked up (100,000 in a warm listing)."""
+    """The store's entries against `held` (the index's ids, its `Memberships` or its rows; None: no index). When `held`
+    holds exactly the names, in id order, two sorted lists compared say so: no name is looked up (100,000 in a warm
+    listing); else each name is looked up in it."""
     held = held if held is not None else {}
     try:
         found = os.listdir(store)  # names alone: no entry object (or type test) for each of 100,000
