@@ -1,34 +1,36 @@
-"""What `genrun ls` (and the store page) show for each snapshot of a store, from the store index where it holds.
+"""What `genrun ls` (and the store page) show for each snapshot of a store: it lists, `genrun verify` proves.
 
 `list_store` walks the store directory (the truth: a snapshot is listed because its directory is there, never because
-the index names it), takes each sealed snapshot's row from the index while the seal it was read under is unchanged,
-reads everything else from its files with the same readers as always, and refreshes the index when it can lock it.
+the cache names it). A sealed snapshot's facts (state, stop reasons, units, backend, times) never change after the seal,
+so they may come from the private listing cache (`listing_cache`) while the seal they were read under is unchanged; its
+sign-offs are judged as they are now (records arrive after the seal, keys expire), from the cache only while nothing
+the judgement depends on changed (`SignoffKey`). Every row `ls` shows is checked against its seal; the rows it does not
+show (outside a `--limit`, or left out by a filter) are placed and matched by the cache alone, and `ls --check` reads
+every row from its files. One process: no worker, no shared memory.
 """
 
-import contextlib
+import hashlib
 import os
 import re
 import stat
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from functools import partial
-from itertools import compress, filterfalse, repeat
-from operator import and_, itemgetter
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime, timezone
+from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, NamedTuple, get_args
 
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
+from genrun.schemas.sweep import SweepStatus
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
-from ._collector import collector_paused
-from .store_index import IndexedRow, IndexUnavailable, Memberships, SealKey, IndexDatabase, replace_index
+from .listing_cache import Cached, CacheUnavailable, ListingCache, SealKey
 
-if TYPE_CHECKING:  # row_filter reads this module's rows
-    from ._fork_pool import FromBothEnds
+if TYPE_CHECKING:
+    from genrun.analysis.signoffs import SignoffStatus
+
     from .row_filter import RowFilter
-
-T = TypeVar("T")
-
 
 UNREADABLE = "unreadable"
 """The state of a row whose snapshot cannot be described at all."""
@@ -36,12 +38,14 @@ SEALED = layout.SnapshotState.SEALED.value
 """`ls --state sealed`: every sealed row (a sealed row's state shows the result's status instead)."""
 SWEEP_STATE = "sweep"
 """A sweep's row shows `sweep <status>` (`sweep completed`, `sweep planned`, `sweep (unsealed)`)."""
+_UNFINISHED_SWEEP = (layout.SnapshotState.PLANNED.value, "(unsealed)")
+"""A sweep without a result: not started, or its driver still runs (or was killed)."""
 ROW_STATES = (*get_args(layout.RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
 """Every state a row can show (a sweep's as `sweep`): the vocabulary `genrun ls --state` accepts."""
 
 
 class SnapshotRow(NamedTuple):
-    """One line of `genrun ls` (and of the store page)."""
+    """One line of `genrun ls`, of `ls --json` and of the store page; its cached fields are the cache's columns."""
 
     id: str
     state: str
@@ -51,6 +55,7 @@ class SnapshotRow(NamedTuple):
     generated: int | None
     stop_reasons: str
     signoffs: str
+    """The sign-offs as judged now: those that hold first (`ls` lists; `verify` says why the others do not hold)."""
     sweep: str | None = None
     """The sweep snapshot this item belongs to (rows are listed under it)."""
     name: str | None = None
@@ -62,13 +67,55 @@ class SnapshotRow(NamedTuple):
     seal_digest: str | None = None
     """sha256 of manifest-sha256.txt; None until sealed."""
     signers: tuple[str, ...] = ()
-    """Who signed it off (records neither invalid nor revoked)."""
+    """Who signed it off with a signature that verifies now (`valid`): never an unsigned, revoked or invalid record."""
     members: tuple[str, ...] | None = None
     """A sweep's item snapshot ids (every attempt), in sweep order; None for a run snapshot."""
     changed: str | None = None
-    """Set when the seal differs from the one the index read: the row is then read from the files, and this says so."""
+    """Set when the seal differs from the one the cache read: the row is then read from the files, and this says so."""
     problem: str | None = None
     """Set when the snapshot cannot be described at all (state `unreadable`): why, and what to run."""
+
+
+_NOT_CACHED = ("sealed", "sweep", "changed", "problem")
+"""Fields a cached row does not hold: every cached row is sealed; the others are set while listing."""
+ROW_FIELDS = tuple(field for field in SnapshotRow._fields if field not in _NOT_CACHED)
+"""The cache's cells of a row, in this order (`signers` and `members` newline-joined, members NULL for a run)."""
+_SQL_TYPES = {str: "'text'", int: "'integer'", type(None): "'null'"}
+
+
+def _valid_row_sql() -> str:
+    """SQL true of a cached row whose every cell has its field's type and whose state is one a sealed row shows."""
+    checks = []
+    for field in ROW_FIELDS:
+        kinds = get_args(SnapshotRow.__annotations__[field]) or (SnapshotRow.__annotations__[field],)
+        allowed = {_SQL_TYPES.get(kind, "'text'") for kind in kinds}  # a tuple of ids is newline-joined text
+        checks.append(f"typeof({field}) IN ({', '.join(sorted(allowed))})")
+    sealed_states = (*get_args(layout.RunStatus), SEALED)
+    sweep_states = tuple(f"{SWEEP_STATE} {status}" for status in (*get_args(SweepStatus), *_UNFINISHED_SWEEP))
+    checks += ["typeof(seal_ino) = 'integer'", "typeof(seal_size) = 'integer'", "typeof(seal_mtime_ns) = 'integer'",
+               "typeof(seal_ctime_ns) = 'integer'", "typeof(signoffs_key) = 'text'", "typeof(signoffs_until) IN ('real', 'integer', 'null')",
+               "(generated IS NULL OR generated >= 0)", "length(seal_digest) = 64",
+               f"((members IS NULL AND state IN ({', '.join(map(repr, sealed_states))})) OR "
+               f"(members IS NOT NULL AND state IN ({', '.join(map(repr, sweep_states))})))"]
+    return " AND ".join(checks)
+
+
+VALID_ROW = _valid_row_sql()
+
+
+def _from_cache(cells: tuple) -> SnapshotRow:
+    fields = dict(zip(ROW_FIELDS, cells))
+    fields["signers"] = tuple(fields["signers"].split("\n")) if fields["signers"] else ()
+    if fields["members"] is not None:
+        fields["members"] = tuple(fields["members"].split("\n")) if fields["members"] else ()
+    return SnapshotRow(sealed=True, **fields)
+
+
+def _to_cache(row: SnapshotRow) -> tuple:
+    cells = dict(zip(SnapshotRow._fields, row))
+    cells["signers"] = "\n".join(row.signers)
+    cells["members"] = None if row.members is None else "\n".join(row.members)
+    return tuple(cells[field] for field in ROW_FIELDS)
 
 
 class Listing(NamedTuple):
@@ -76,813 +123,183 @@ class Listing(NamedTuple):
 
     rows: list[SnapshotRow]
     notes: list[str]
-    """For stderr: the index could not be used or updated, and why."""
-    from_index: int
-    """Rows answered from the index without reading their files."""
+    """For stderr: the cache could not be used or updated, and why; a stop reason no row has."""
     total: int
     """Rows in the whole listing (`rows` holds only a `window` of the kept ones when one was asked for)."""
     matched: int
     """Rows of the whole listing that `keep` keeps (`total` without it)."""
     unchecked: int = 0
-    """Rows placed or matched by the index alone, their seals not checked: kept outside the `window`, or not kept."""
+    """Rows placed or matched by the cache alone, their seals not checked: kept outside the `window`, or not kept."""
+    changed: tuple[str, ...] = ()
+    """Ids of the rows read whose seal changed since the cache read it (every one, with `check`)."""
 
 
-@collector_paused()
-def list_store(store: Path, allowed_signers: Path | None = None, *, use_index: bool = True, window: slice | None = None,
-               keep: "RowFilter | None" = None, progress: Callable[[str], None] | None = None) -> Listing:
-    """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; never writes a snapshot.
+# -- sign-offs: judged as they are now -------------------------------------------------------------------------------
 
-    `keep`: only the rows it keeps are wanted (`ls --state failed`). The rows the index holds are matched by the index
-    (`RowFilter.index_where`: SQL, no row built), the others read as always; a sign-off filter has the sign-offs of the
-    rows the SQL keeps judged as they are now (one lstat of signoffs/ each says whether the index's judgement holds).
-    `window`: only these rows of the (kept) listing are wanted (`ls --limit 20`: `slice(-20, None)`). Without `keep`,
-    the rows around them are placed by what the index holds (ids and sweeps' members).
-    Only the wanted rows are read, from the index while their seal is unchanged; a wanted row whose seal changed since
-    indexed (or one the index lost meanwhile) makes it read every row, as with neither, and `keep` judge what they say.
-    `progress`: told (one line) before many snapshots are read from their files (the first `ls` of a big store)."""
-    notes: list[str] = []
-    from genrun.analysis.signoffs import resolve_allowed_signers
+_TIME_LIMIT = re.compile(r"valid-(?:after|before)=\"?(\d{8}(?:\d{4}(?:\d{2})?)?)(z?)\"?")
+_MAX_ALLOWED_SIGNERS = 4 << 20  # bytes: an allowed-signers file of a team is a few kB
 
-    allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
-    listing: Listing | None = None
-    reopened = False
-    members_only = window is not None or keep is not None
-    index, known, replace_broken = _open_index(store, notes, members_only=members_only) if use_index else (None, {}, False)
-    signoffs: _SignoffsNow | None = None
-    keys: _KeysNow | None = None
-    try:  # `keep` may refuse (an unknown --sweep)
-        reader = _CurrentRows(store, allowed_signers)
-        if index is not None and keep is not None and keep.judges_signoffs and not keep.sweep:  # a sweep's items are known once placed
-            signoffs = _SignoffsNow.of(index, reader, keep)
-            if signoffs is not None:  # held here before it forks: the `finally` below ends it, wherever an interrupt lands
-                signoffs.start()  # its lstats run while the store is scanned and placed
-        elif index is not None and not members_only:  # every row: their keys looked at while the store is scanned
-            keys = _KeysNow.of(reader, known)
-            if keys is not None:  # held here before it forks, as `signoffs` is
-                keys.start()
-        scanned = _scan(store, known if index is not None else None)
-        names, planning, unindexed = scanned.names, scanned.planning, scanned.unindexed
-        reader.read_ahead(unindexed, progress)
-        if index is not None and members_only:
-            assert isinstance(known, Memberships)  # what `_open_index(members_only=True)` reads
-            if keep is not None:
-                listing = _list_matched(index, reader, scanned, known, keep, window, signoffs)
-            elif window is not None:
-                listing = _list_window(index, reader, scanned, known, window)
-        if listing is None and index is not None and members_only:  # read every row: the index whole
-            index.close()
-            index, known, replace_broken = _open_index(store, notes, members_only=False)
-            reopened = True  # `unindexed` was counted against what the index held then
-        if listing is None:
-            if keys is None and index is not None:  # the index reopened whole
-                keys = _KeysNow.of(reader, known)
-                if keys is not None:
-                    keys.start()
-            reader = _CurrentRows(store, allowed_signers, reader.ahead)  # afresh: nothing counted or collected twice
-            rows = reader.rows(names, known if index is not None else {}, keys.changed() if keys is not None else None)
-            listed = group_sweeps(rows + [_planning_row(store / name) for name in planning])
-            kept, said = keep.select(listed) if keep is not None else (listed, [])
-            listing = Listing(kept if window is None else kept[window], said, reader.from_index, len(listed), len(kept))
-    except BaseException:
-        if index is not None:
-            index.close()
-        raise
-    finally:
-        if signoffs is not None:
-            signoffs.close()
-        if keys is not None:
-            keys.close()
-    if index is not None:
-        _update_index(index, reader.fresh, _gone(known, names, None if reopened else unindexed), notes)
-    elif replace_broken:  # nothing was cached, so `fresh` holds every sealed snapshot
+
+class Trust(NamedTuple):
+    """The allowed-signers file a listing judges signatures against: its identity (path and content) and the moments
+    (`valid-after`/`valid-before` of its keys) at which a judgement made with it may change."""
+
+    path: Path | None
+    identity: str
+    limits: tuple[float, ...]
+    """Epoch seconds of every key's time limit; -inf for one that could not be read (no judgement then outlives now)."""
+
+    @classmethod
+    def of(cls, path: Path | None) -> "Trust":
+        if path is None:
+            return cls(None, "-", ())
         try:
-            replace_index(store, reader.fresh)
-            notes.append(f"the damaged index was rebuilt from the files ({len(reader.fresh)} sealed snapshots)")
+            with open(path, "rb") as file:
+                data = file.read(_MAX_ALLOWED_SIGNERS + 1)
         except OSError as exc:
-            notes.append(f"the damaged index could not be rebuilt ({exc.strerror or exc})")
-    return listing._replace(notes=notes + listing.notes)
+            return cls(path, f"{path}|{exc.strerror}", ())
+        limits: list[float] = []
+        for line in data.decode(errors="replace").lower().splitlines():
+            found = _TIME_LIMIT.findall(line)
+            # a limit not read, or a certificate authority (whose certificates carry their own validity): judged each time
+            if len(found) != line.count("valid-after") + line.count("valid-before") or "cert-authority" in line:
+                limits.append(float("-inf"))
+            for digits, utc in found:  # a date alone: its start and its end, whichever ssh-keygen takes
+                limits += [_epoch(digits, utc == "z"), *([_epoch(digits, utc == "z") + 86_400] if len(digits) == 8 else [])]
+        return cls(path, f"{path}|{hashlib.sha256(data).hexdigest()}", tuple(limits))
+
+    def until(self, now: float) -> float | None:
+        """When a judgement made `now` may stop holding: the next time limit of a key (None: none comes)."""
+        if float("-inf") in self.limits:
+            return now
+        return min((limit for limit in self.limits if limit > now), default=None)
 
 
-def _gone(known: Mapping[str, object], names: list[str], unindexed: list[str] | None) -> set[str]:
-    """The ids the index holds whose snapshots are no longer in the store (`names`). None are when as many names are in
-    the index as it holds ids (`unindexed`: the names it does not hold; None: not counted against `known`): a warm
-    listing of 100,000 then builds no set of them."""
-    if unindexed is not None and len(names) - len(unindexed) == len(known):
-        return set()
-    return set(known).difference(names)
+def _epoch(digits: str, utc: bool) -> float:
+    """ssh-keygen's `YYYYMMDD[HHMM[SS]]` (UTC with `Z`, else local time), as epoch seconds."""
+    when = datetime.strptime(digits.ljust(14, "0"), "%Y%m%d%H%M%S")
+    return when.replace(tzinfo=timezone.utc).timestamp() if utc else time.mktime(when.timetuple())
 
 
-def _update_index(index: IndexDatabase, fresh: list[IndexedRow], gone: set[str], notes: list[str]) -> None:
-    """Write what this listing read from the files (`fresh`) and forget the snapshots `gone` from the store; then close."""
+def signoffs_key(base: str, trust: Trust) -> str:
+    """What a snapshot's sign-off judgement depends on besides time: each record's stat under `signoffs/`, the plan it
+    binds (`frozen-sha256.txt`) and the allowed-signers file (`base`: the snapshot's path ending in "/"). "-" when it has
+    no `signoffs/`: nothing to judge, nothing that expires."""
+    folder = base + layout.SIGNOFFS_DIR
+    if not os.access(folder, os.F_OK, follow_symlinks=False):
+        return "-"
+    parts = [trust.identity]
     try:
-        if fresh or gone:
-            index.write(fresh, gone)
-    except IndexUnavailable as exc:
-        notes.append(str(exc))
-    finally:
-        index.close()
+        for name in [layout.FROZEN_MANIFEST, *(f"{layout.SIGNOFFS_DIR}/{n}" for n in sorted(os.listdir(folder)))]:
+            st = os.lstat(base + name)
+            parts.append(f"{name}|{st.st_mode}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}")
+    except OSError as exc:
+        parts.append(f"unreadable {exc.errno}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-class Consumed(NamedTuple):
-    """What `consume_listing` made of a whole listing, chunk by chunk."""
+class Judgement(NamedTuple):
+    signoffs: str
+    signers: tuple[str, ...]
+    until: float | None
+    """When it may stop holding (epoch seconds); None: never (no signature was judged against the allowed signers)."""
 
-    results: list
-    """`consume`'s answer for each chunk, in order."""
-    ids: list[str]
-    """Every row's id, in listing order."""
-    notes: list[str]
-    """For stderr, as `Listing.notes`."""
 
+_RANK = {"valid": 0, "unverified": 1, "unsigned": 2, "invalid": 3, "revoked": 4}
 
-@collector_paused()
-def consume_listing(store: Path, allowed_signers: Path | None, size: int, consume: Callable[[list[SnapshotRow], int, int], T],
-                    progress: Callable[[str], None] | None = None) -> Consumed:
-    """`consume(rows, number, total)` of each `size` rows in turn of the whole listing (`list_store(store).rows`; `number`
-    from 1, `total` rows in all; one empty chunk for an empty store): for a caller that needs every row once (the store
-    page, a page each `size` rows) without 100,000 rows sent between processes. With the index, the rows are placed by
-    it (as a window's are: ids and sweeps' members), and each chunk is read, checked against its seals and consumed in a
-    process per core from two chunks on (`_fork_pool`; `consume` then runs there, so it must only return its answer).
-    When a row changed since indexed, or the index cannot be used, the listing is read whole (`list_store`) and each
-    chunk consumed here in turn."""
-    from genrun.analysis.signoffs import resolve_allowed_signers
 
-    allowed_signers = resolve_allowed_signers(allowed_signers)  # once: it may ask git
-    notes: list[str] = []
-    index, known, _ = _open_index(store, notes, members_only=True)
-    if index is not None:
-        try:
-            assert isinstance(known, Memberships)  # what `_open_index(members_only=True)` reads
-            scanned = _scan(store, known)
-            names, unindexed = scanned.names, scanned.unindexed
-            reader = _CurrentRows(store, allowed_signers)
-            reader.read_ahead(unindexed, progress)
-            placed = _place(reader, scanned, known)
-            consumed = _ChunkJob(store, allowed_signers, placed.read, _in_chunks(placed.order, size), len(placed.order), consume).run()
-        except BaseException:
-            index.close()
-            raise
-        if consumed is not None:
-            results, fresh = consumed
-            _update_index(index, reader.fresh + fresh, _gone(known, names, unindexed), notes)
-            return Consumed(results, [sid for sid, _ in placed.order], notes)
-        index.close()  # a row changed since indexed: the listing read whole says how, as `ls` does
-    listing = list_store(store, allowed_signers, progress=progress)  # says itself why the index is not used
-    return Consumed(consume_rows(listing.rows, size, consume), [row.id for row in listing.rows], listing.notes)
+def judge(snapshot: Path, trust: Trust) -> Judgement:
+    """The sign-offs of `snapshot` as they are now (`analysis.signoffs.judge_signoffs`, as verify judges them)."""
+    from genrun.analysis.signoffs import judge_signoffs
 
+    now = time.time()
+    statuses = judge_signoffs(snapshot, trust.path)
+    if not statuses:
+        return Judgement("-", (), None)
+    signers = tuple(dict.fromkeys(s.by for s in statuses if s.by and s.state == "valid" and s.decision != "revoke"))
+    shown = sorted(statuses, key=lambda s: (s.decision == "revoke", _RANK[s.state]))  # those that hold first: a cut keeps them
+    until = trust.until(now) if trust.path is not None and any(s.state in ("valid", "invalid") for s in statuses) else None
+    return Judgement(", ".join(map(_summary, shown)), signers, until)
 
-def consume_rows(rows: list[SnapshotRow], size: int, consume: Callable[[list[SnapshotRow], int, int], T]) -> list[T]:
-    """`consume(chunk, number, total)` of each `size` rows of `rows` in turn, as `consume_listing` (one empty chunk for none)."""
-    return [consume(chunk, number, len(rows)) for number, chunk in enumerate(_in_chunks(rows, size), start=1)]
 
+def _summary(status: "SignoffStatus") -> str:
+    label = f"{status.decision or status.file} {status.state}"
+    if status.state == "invalid":
+        return f"{label}: {status.reason.split(':')[0].split(' (')[0]}"
+    return label if status.state == "revoked" else f"{label} ({status.by})"
 
-E = TypeVar("E")
 
-
-def _in_chunks(items: list[E], size: int) -> list[list[E]]:
-    """`items` in consecutive chunks of `size` (the last may be shorter); one empty chunk when there are none."""
-    return [items[start:start + size] for start in range(0, len(items), size)] or [items[:0]]
-
-
-class _ChunkJob:
-    """`consume_listing`'s chunks, read and consumed in a process per core where forking is safe, else here in turn."""
-
-    def __init__(self, store: Path, allowed_signers: Path | None, read: dict[str, SnapshotRow], chunks: list[list[tuple[str, str | None]]],
-                 total: int, consume: Callable[[list[SnapshotRow], int, int], object]) -> None:
-        self.store, self.allowed_signers, self.read, self.chunks, self.total, self.consume = store, allowed_signers, read, chunks, total, consume
-        self._index: IndexDatabase | None = None  # each process opens its own (a connection must not cross a fork)
-
-    def run(self) -> tuple[list, list[IndexedRow]] | None:
-        """Every chunk's answer and the index rows judged anew while reading them; None when a row is not the one the index
-        holds (the caller reads the listing whole)."""
-        global _JOB
-        answers = None
-        if len(self.chunks) > 1:
-            from ._fork_pool import fork_map, fork_workers
-
-            workers = fork_workers()
-            if workers:
-                _JOB = self  # the workers find it where they were forked: nothing of it is pickled
-                try:
-                    answers = fork_map(_consume_chunk, range(len(self.chunks)), workers)
-                finally:
-                    _JOB = None
-        try:
-            if answers is None:  # no pool (or it failed): each chunk here in turn
-                answers = [self.consume_chunk(number) for number in range(len(self.chunks))]
-        finally:
-            if self._index is not None:
-                self._index.close()
-        done = [answer for answer in answers if answer is not None]
-        if len(done) < len(answers):
-            return None
-        return [result for result, _ in done], [row for _, fresh in done for row in fresh]
-
-    def consume_chunk(self, number: int) -> tuple[object, list[IndexedRow]] | None:
-        if self._index is None:
-            try:
-                self._index = IndexDatabase(self.store, create=False)
-            except IndexUnavailable:
-                return None
-        reader = _CurrentRows(self.store, self.allowed_signers)
-        rows = _shown(self._index, reader, self.read, self.chunks[number])
-        if rows is None:
-            return None
-        return self.consume(rows, number + 1, self.total), reader.fresh
-
-
-_JOB: _ChunkJob | None = None
-"""The job whose chunks forked workers consume (`_ChunkJob.run`): set in the parent just before the fork."""
-
-
-def _consume_chunk(number: int) -> tuple[object, list[IndexedRow]] | None:
-    """A worker's share of `_ChunkJob.run`: the job it was forked with."""
-    assert _JOB is not None  # set before the workers were forked
-    return _JOB.consume_chunk(number)
-
-
-def _open_index(store: Path, notes: list[str], *, members_only: bool) -> tuple[IndexDatabase | None, Mapping, bool]:
-    """The open index and what it holds: every row by id, or (`members_only`) each id's sweep members. When it cannot be
-    used: (None, {}, whether it is damaged, so that rebuilding it loses nothing), and `notes` says why."""
-    if not store.is_dir():
-        return None, {}, False
-    index = None
-    try:
-        index = IndexDatabase(store)
-        return index, index.memberships() if members_only else index.rows(), False
-    except IndexUnavailable as exc:
-        notes.append(str(exc))
-        if index is not None:
-            index.close()
-        return None, {}, exc.damaged  # a newer genrun's index is left alone
-
-
-class _Placed(NamedTuple):
-    """Every row of a listing placed by what the index holds (ids, sweeps' members), only the others read."""
-
-    read: dict[str, SnapshotRow]
-    """The rows the index does not hold, read from their files (plans being frozen too)."""
-    order: list[tuple[str, str | None]]
-    """(id, its sweep) of every row, in listing order."""
-    listed: int
-    """How many rows the store lists."""
-    sweeps: list[str]
-    """The ids of the sweeps among them."""
-
-
-_NOT_HELD = "\0"
-"""`_place`'s mark for a name the index does not hold (no id or members text holds a NUL)."""
-
-
-def _place(reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships) -> _Placed:
-    if scanned.exact:  # every name is a row the index holds: nothing to read, nothing to look up name by name
-        return _placed_as_held(reader, scanned, held_ids)
-    read: dict[str, SnapshotRow] = {}
-    listed: list[str] = []
-    members: dict[str, tuple[str, ...]] = {}
-    sweeps: list[str] = []
-    lookup = held_ids.by_id().get
-    for name in scanned.names:
-        held = lookup(name, _NOT_HELD)  # one lookup a name: 100,000 on a terminal's `ls`
-        if held is not _NOT_HELD:
-            listed.append(name)
-            if held is not None:
-                sweeps.append(name)
-                if held:
-                    members[name] = tuple(held.split("\n"))
-        elif (row := reader.row(name, None)) is not None:
-            read[name] = row
-            listed.append(name)
-            if row.members is not None:
-                sweeps.append(name)
-            if row.members:
-                members[name] = row.members
-    _place_planning(reader, scanned.planning, read, listed)
-    return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
-
-
-def _placed_as_held(reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships) -> _Placed:
-    """`_place` when the names are exactly the index's ids: only its few sweeps looked at."""
-    sweeps = sorted(held_ids.sweeps)
-    members = {sid: tuple(held.split("\n")) for sid, held in held_ids.sweeps.items() if held}
-    read: dict[str, SnapshotRow] = {}
-    listed = scanned.names
-    if scanned.planning:
-        listed = listed.copy()
-        _place_planning(reader, scanned.planning, read, listed)
-    return _Placed(read, grouped_order(listed, members), len(listed), sweeps)
-
-
-def _place_planning(reader: "_CurrentRows", planning: list[str], read: dict[str, SnapshotRow], listed: list[str]) -> None:
-    """Plans being frozen (or abandoned) are listed after the snapshots, read from their folders each time."""
-    for name in planning:
-        read[name] = _planning_row(reader.store / name)
-        listed.append(name)
-
-
-def _shown(index: IndexDatabase, reader: "_CurrentRows", read: dict[str, SnapshotRow],
-           wanted: list[tuple[str, str | None]]) -> list[SnapshotRow] | None:
-    """The `wanted` rows: those the index holds checked against their seals (`_checked`); None when one is not the row
-    the index holds (or the index cannot say): the listing is then read whole."""
-    try:
-        hits = index.rows_of([sid for sid, _ in wanted if sid not in read])
-    except IndexUnavailable:
-        return None
-    rows: list[SnapshotRow] = []
-    for sid, sweep in wanted:
-        row = read.get(sid) or _checked(reader, sid, hits.get(sid))
-        if row is None:
-            return None
-        rows.append(row if sweep is None else row._replace(sweep=sweep))
-    return rows
-
-
-def _list_window(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships,
-                 window: slice) -> Listing | None:
-    """`list_store(window=...)`; None when a row in the window changed since indexed (or the index cannot say)."""
-    placed = _place(reader, scanned, held_ids)
-    rows = _shown(index, reader, placed.read, placed.order[window])
-    if rows is None:
-        return None
-    unchecked = _unchecked(placed, rows)
-    return Listing(rows, [], reader.from_index + unchecked, len(placed.order), len(placed.order), unchecked)
-
-
-def _list_matched(index: IndexDatabase, reader: "_CurrentRows", scanned: "_Scanned", held_ids: Memberships,
-                  keep: "RowFilter", window: slice | None,
-                  signoffs: "_SignoffsNow | None" = None) -> Listing | None:
-    """`list_store(keep=...)`: the index names the ids that match (a sealed snapshot's files never change legitimately,
-    and a changed seal is caught in any row shown; sign-offs, which do change, judged as they are now: `signoffs`, when
-    started before the rows were placed), the rows it does not hold are judged on their files, and only the rows shown
-    are read. None when a shown row changed since indexed (or the index cannot say)."""
-    from .row_filter import SQL_FUNCTIONS, find_sweep
-
-    placed = _place(reader, scanned, held_ids)
-    order = placed.order
-    if keep.sweep:
-        sweep = find_sweep(placed.sweeps, keep.sweep)
-        order = [(sid, under) for sid, under in order if under == sweep]
-    among = {sid for sid, _ in order} if keep.sweep else None  # the sweep's items (rows are listed under their sweep)
-    try:
-        if keep.judges_signoffs:
-            matched, present = _signed_now(index, reader, keep, signoffs or _SignoffsNow(index, reader, keep, among))
-        else:
-            matched = index.matching(*keep.index_where(), SQL_FUNCTIONS)
-            # what a wanted reason no row has is told: the reasons the other filters' rows have (of the sweep's, with --sweep)
-            present = index.run_stop_reasons(*keep.index_where(reasons=False), SQL_FUNCTIONS, among) if keep.stop_reasons else []
-    except IndexUnavailable:
-        return None
-    if placed.read:  # the rows the index does not hold are judged on what their files say
-        matched = (matched - placed.read.keys()) | {sid for sid, row in placed.read.items() if keep.keeps(row)}
-    kept = list(compress(order, map(matched.__contains__, map(itemgetter(0), order))))  # in C: 100,000 rows
-    notes: list[str] = []
-    if keep.stop_reasons:
-        read = [placed.read[sid] for sid, _ in order if sid in placed.read] if keep.sweep else placed.read.values()
-        present += [row.stop_reasons for row in read if row.members is None and keep.keeps(row, reasons=False)]
-        notes = keep.reasons_not_found(present)
-    rows = _shown(index, reader, placed.read, kept if window is None else kept[window])
-    if rows is None:
-        return None
-    unchecked = _unchecked(placed, rows)
-    return Listing(rows, notes, reader.from_index + unchecked, len(placed.order), len(kept), unchecked)
-
-
-def _unchecked(placed: _Placed, shown: list[SnapshotRow]) -> int:
-    """The rows the index holds that were placed or matched by it alone: all but the shown ones (checked)."""
-    return placed.listed - len(placed.read) - sum(row.id not in placed.read for row in shown)
-
-
-_SIGNOFFS_BESIDE_FROM = 5_000
-"""Rows from which a sign-off filter's lstats run in a forked process beside the placing of the rows (`_SignoffsNow`):
-below, they cost less than the fork (100,000 cost 0.3-0.45 s here, about what scanning and placing them costs)."""
-
-
-class _SignoffsNow:
-    """For a sign-off filter: the index's sign-off cells of the rows the other filters keep (`among`: of these ids only)
-    and which of them changed since the index judged them: one lstat of signoffs/ each (records arrive after the seal).
-    `start` looks in a forked process while the caller goes on (`_fork_pool.FromBothEnds`); else `changed` looks."""
-
-    def __init__(self, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", among: set[str] | None = None) -> None:
-        from .row_filter import SQL_FUNCTIONS
-
-        cells = index.signoff_cells(*keep.index_where(reasons=False), SQL_FUNCTIONS)
-        if among is not None:  # a sweep's items: the others' signoffs/ are not looked at
-            cells = [cell for cell in cells if cell[0] in among]
-        self.cells = cells
-        self._look = partial(_changed_signoffs, reader.prefix, reader.basis, reader.unsigned)
-        self._both: "FromBothEnds[tuple[str, str]] | None" = None
-
-    @classmethod
-    def of(cls, index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter") -> "_SignoffsNow | None":
-        """None when the index cannot say (the listing then finds that out itself)."""
-        try:
-            return cls(index, reader, keep)
-        except IndexUnavailable:
-            return None
-
-    def start(self) -> None:
-        """The looks started in a forked process from the first cell up, from `_SIGNOFFS_BESIDE_FROM` cells (where a
-        fork is to be had): `changed` takes the last ones (`_fork_pool.FromBothEnds`)."""
-        if len(self.cells) >= _SIGNOFFS_BESIDE_FROM:
-            from ._fork_pool import FromBothEnds
-
-            cells, look = self.cells, self._look
-            self._both = FromBothEnds(lambda lo, hi: list(look(cells[lo:hi]).items()), len(cells))
-            if not self._both.start():
-                self.close()
-
-    def changed(self) -> dict[str, str]:
-        """Each changed row's sign-off key now, by id: the forked process's share and this one's, or all looked at here
-        when there is no process (or it died)."""
-        if self._both is None:
-            return self._look(self.cells)
-        try:
-            return dict(self._both.finish())
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Ends a forked look whose answer is not wanted now (the listing failed or was interrupted)."""
-        if self._both is not None:
-            self._both.close()
-            self._both = None
-
-
-class _KeysNow:
-    """For a whole listing from the index: the ids of its rows whose seal or sign-off key is not the one they were
-    indexed under (`_changed_keys`: two lstats a row), on two cores (`_fork_pool.FromBothEnds`): a forked process starts
-    on them as soon as the index's rows are read, while the store is scanned; `changed` takes the last ones."""
-
-    def __init__(self, reader: "_CurrentRows", cached: Mapping[str, IndexedRow]) -> None:
-        from ._fork_pool import FromBothEnds
-
-        hits = list(cached.values())
-        prefix, basis, unsigned = reader.prefix, reader.basis, reader.unsigned
-        self._both = FromBothEnds(lambda lo, hi: _changed_keys(prefix, basis, unsigned, hits[lo:hi]), len(hits))
-
-    @classmethod
-    def of(cls, reader: "_CurrentRows", cached: Mapping[str, IndexedRow]) -> "_KeysNow | None":
-        """From `_KEYS_BESIDE_FROM` index rows; None below (`_CurrentRows.rows` then compares each row's keys itself)."""
-        return cls(reader, cached) if len(cached) >= _KEYS_BESIDE_FROM else None
-
-    def start(self) -> None:
-        """The forked process started on the first rows (the caller holds this first: its `close` ends the process
-        wherever an interrupt lands)."""
-        self._both.start()
-
-    def changed(self) -> set[str]:
-        return set(self._both.finish())
-
-    def close(self) -> None:
-        """Ends the forked process if it still runs (the listing failed or was interrupted); the shared marks freed."""
-        self._both.close()
-
-
-def _changed_signoffs(prefix: str, basis: str, unsigned: str, cells: Sequence[tuple[str, str, str, str, bool]]) -> dict[str, str]:
-    """Each changed row's sign-off key now, by id (`_signoffs_key_now`)."""
-    with _opened_directory(prefix) as (store, root):
-        return {sid: now for sid, key, *_ in cells if (now := _signoffs_key_now(f"{root}{sid}/", key, basis, unsigned, store)) != key}
-
-
-def _changed_keys(prefix: str, basis: str, unsigned: str, hits: Sequence[IndexedRow]) -> list[str]:
-    """The ids of these index rows whose seal or sign-off key is not the one they were indexed under (or that cannot be
-    looked at): what `_CurrentRows.row` must read or judge again."""
-    changed = []
-    with _opened_directory(prefix) as (store, root):
-        for hit in hits:
-            base = f"{root}{hit.id}/"
-            try:
-                if SealKey.of(base + layout.MANIFEST, store) != hit[1:5] or \
-                        _signoffs_key_now(base, hit.signoffs_key, basis, unsigned, store) != hit.signoffs_key:
-                    changed.append(hit.id)
-            except OSError:  # `row` says why
-                changed.append(hit.id)
-    return changed
-
-
-@contextlib.contextmanager
-def _opened_directory(prefix: str) -> Iterator[tuple[int | None, str]]:
-    """(the store held open, "") while 100,000s of paths in it are looked at relative to it (`dir_fd`: a sixth less time
-    than resolving each from /); (None, `prefix`: the store's path ending with "/") when it cannot be opened."""
-    try:
-        fd = os.open(prefix, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        yield None, prefix
-        return
-    try:
-        yield fd, ""
-    finally:
-        os.close(fd)
-
-
-def _signed_now(index: IndexDatabase, reader: "_CurrentRows", keep: "RowFilter", signoffs: _SignoffsNow) -> tuple[set[str], list[str]]:
-    """For a sign-off filter: the ids of the rows `signoffs` holds that `keep` keeps, their sign-offs as they are now (the
-    changed ones judged again), and the stop-reason cells of the runs among them that every filter but `--stop-reason` keeps."""
-    cells = signoffs.cells
-    matched, present = _kept_by_signoffs(keep, cells)  # as the index judged them: while a forked look goes on beside
-    reader.take_signoff_keys(zip(map(itemgetter(0), cells), map(itemgetter(1), cells)))
-    changed = signoffs.changed()
-    if not changed:
-        return matched, present
-    reader.take_signoff_keys(changed.items())
-    signers_now = {sid: "\n".join(reader.judged(hit).signers) for sid, hit in index.rows_of(list(changed)).items()}
-    # one gone from the index meanwhile was removed from the store
-    cells = [cell if cell[0] not in changed else (cell[0], cell[1], signers_now[cell[0]], *cell[3:])
-             for cell in cells if cell[0] not in changed or cell[0] in signers_now]
-    return _kept_by_signoffs(keep, cells)
-
-
-def _kept_by_signoffs(keep: "RowFilter", cells: list[tuple[str, str, str, str, bool]]) -> tuple[set[str], list[str]]:
-    """`_signed_now`'s answer for these cells as they stand. A store holds few distinct signers and stop-reason cells: each
-    is tested once, then every row is looked up in C (100,000 rows a listing)."""
-    ids, signers, reasons, runs = (list(map(itemgetter(column), cells)) for column in (0, 2, 3, 4))
-    signed = {cell for cell in set(signers) if keep.keeps_signers(tuple(cell.split("\n")) if cell else ())}
-    stopped = {cell for cell in set(reasons) if keep.keeps_reasons(cell)}
-    kept_signers = list(map(signed.__contains__, signers))
-    present = list(set(compress(reasons, map(and_, kept_signers, runs))))
-    return set(compress(ids, map(and_, kept_signers, map(stopped.__contains__, reasons)))), present
-
-
-def _checked(reader: "_CurrentRows", sid: str, hit: IndexedRow | None) -> SnapshotRow | None:
-    """`sid`'s row from its files (or the index while its seal is unchanged); None when it is not the row the index holds:
-    removed, unreadable or changed since indexed (then the rows placed or matched by the index may have changed too)."""
-    if hit is None:
-        return None
-    warm = reader.from_index
-    row = reader.row(sid, hit)
-    if reader.from_index > warm:  # the seal it was indexed under: the index's row, no comparison needed (it costs what the lstats do)
-        return row
-    if row is None or row._replace(signoffs="", signers=()) != _from_index(hit)._replace(signoffs="", signers=()):
-        return None
-    return row
-
-
-_READ_AHEAD_FROM = 1_000
-"""Snapshots to read from their files before a process per core reads them (`read_ahead`): below, forking and sending
-the rows back cost about what sharing the reads saves."""
-
-_ReadAhead = dict[str, tuple[SnapshotRow | None, IndexedRow | None]]
-"""A snapshot read ahead: `row(name, None)`'s answer (None when the index row says it all), and its index row if any."""
-
-
-_KEYS_BESIDE_FROM = 5_000
-"""Index rows from which a whole listing compares their keys (two lstats a row) half in a forked process
-(`_CurrentRows.rows`): below, the fork costs about what it saves."""
-
-
-class _CurrentRows:
-    """Rows as a snapshot's files say now: from its index row while the seal it was read under is unchanged (two lstats),
-    else read from its files; collects the index rows to write (`fresh`) and counts the rows answered from the index."""
-
-    def __init__(self, store: Path, allowed_signers: Path | None, ahead: _ReadAhead | None = None) -> None:
-        self.store = store
-        self.allowed_signers = allowed_signers
-        self.basis = _signoffs_basis(allowed_signers)
-        self.unsigned = f"{_UNSIGNED}{self.basis}"
-        """The sign-off key of a snapshot without signoffs/ (`_signoffs_key_now`)."""
-        self.prefix = os.path.join(store, "")
-        self.fresh: list[IndexedRow] = []
-        self.from_index = 0
-        self.ahead: _ReadAhead = ahead if ahead is not None else {}
-        """Snapshots not in the index, read from their files before they are asked for (`read_ahead`)."""
-        self.rejudged: dict[str, IndexedRow] = {}
-        """Index rows whose sign-offs `judged` judged again in this listing (a filter judges a shown row twice)."""
-        self._keys_taken: dict[str, str] = {}
-        """Sign-off keys taken by `take_signoff_keys` and not yet used by `judged` (a filter's rows are shown after)."""
-
-    def read_ahead(self, names: list[str], progress: Callable[[str], None] | None = None) -> None:
-        """Read these snapshots (none of them in the index) from their files now, in a process per core when there are
-        enough of them (`_fork_pool`); `row(name, None)` then answers from what was read. Without a pool: nothing now,
-        each is read when asked for."""
-        if len(names) < _READ_AHEAD_FROM:  # before importing the pool: ~20 ms of every warm `ls`
-            return
-        from ._fork_pool import chunked, fork_map, fork_workers
-
-        workers = fork_workers()
-        if not workers:
-            return
-        if progress is not None:
-            progress(f"reading {len(names):,} snapshots that the store index does not hold yet, in {workers} processes "
-                     "(once: later listings answer from the index)")
-        chunks = chunked(names, workers)
-        read = fork_map(partial(_read_from_files, self.store, self.allowed_signers), chunks, workers)
-        if read is None:  # a worker died: each is read when asked for
-            return
-        for chunk, answers in zip(chunks, read):
-            self.ahead.update(zip(chunk, answers))
-
-    def judged(self, hit: IndexedRow, base: str | None = None) -> SnapshotRow:
-        """`hit`'s row with its sign-offs as they are now (its seal not checked here): records arrive after the seal.
-        A new judgement goes into the index too (`fresh`, under the same seal key): judging a signed record runs
-        ssh-keygen, which the next listing should not run again for a `signoffs/` that has not changed since."""
-        base = base or f"{self.prefix}{hit.id}/"
-        # before judging: a record added meanwhile changes it
-        key = self._keys_taken.pop(hit.id, None) or _signoffs_key_now(base, hit.signoffs_key, self.basis, self.unsigned)
-        hit = self.rejudged.get(hit.id, hit)
-        if key == hit.signoffs_key:
-            return _from_index(hit)
-        summary, signers = _signoffs(Path(base), self.allowed_signers)  # a record came (or went) since: judged live
-        hit = hit._replace(signoffs_key=key, signoffs=summary, signers="\n".join(signers))
-        self.rejudged[hit.id] = hit
-        self.fresh.append(hit)
-        return _from_index(hit)
-
-    def take_signoff_keys(self, keys: Iterable[tuple[str, str]]) -> None:
-        """(id, sign-off key) a filter judged rows under, kept for `judged` to use once: a row shown is judged on what the
-        filter saw, even if a record arrived since."""
-        self._keys_taken.update(keys)
-
-    def rows(self, names: list[str], cached: Mapping[str, IndexedRow], changed: set[str] | None = None) -> list[SnapshotRow]:
-        """`row` of each name (None left out), its index row in `cached` if any. `changed`: the ids of the index rows whose
-        keys changed since indexed (`_KeysNow`): the others are then the index's rows, as `row` would answer, and only
-        these go through `row`. None: `row` compares each row's keys itself."""
-        if changed is None:
-            return [row for name in names if (row := self.row(name, cached.get(name))) is not None]
-        if not changed and list(cached) == names:  # every name is an unchanged index row, in its order: none looked up
-            self.from_index += len(names)
-            return list(map(_from_index, cached.values()))
-        rows = []
-        for name in names:
-            hit = cached.get(name)
-            if hit is not None and name not in changed:
-                self.from_index += 1
-                rows.append(_from_index(hit))
-            elif (row := self.row(name, hit)) is not None:
-                rows.append(row)
-        return rows
-
-    def row(self, name: str, hit: IndexedRow | None) -> SnapshotRow | None:
-        """None when `name` is not a snapshot (or was removed while looked at)."""
-        if hit is None and (ahead := self.ahead.get(name)) is not None:
-            row, indexed = ahead
-            if indexed is not None:
-                self.fresh.append(indexed)
-            return _from_index(indexed) if row is None and indexed is not None else row
-        base = f"{self.prefix}{name}/"
-        try:
-            key = SealKey.of(base + layout.MANIFEST)
-        except OSError as exc:  # one unreadable snapshot is a row saying so, never the end of the listing
-            return unreadable_row(name, exc)
-        if key is not None and hit is not None and hit[1:5] == key:  # the warm path: two lstats, nothing read
-            self.from_index += 1
-            return self.judged(hit, base)
-        if key is None:  # unsealed: read from its files every time, never cached
-            if not os.path.isfile(base + layout.FROZEN_MANIFEST):  # not a snapshot (a sealed one without it still has a seal)
-                return None
-            try:
-                return describe(self.store / name, self.allowed_signers, sealed=False)
-            except FileNotFoundError:  # removed while we looked
-                return None
-            except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
-                return unreadable_row(name, exc)
-        try:
-            read = _read_sealed(self.store / name, key, self.allowed_signers, self.basis)
-        except Exception as exc:  # a hostile snapshot is a row saying so, never the end of the listing
-            return unreadable_row(name, exc)
-        if read is None:  # removed while we looked
-            return None
-        row, indexed = read
-        if hit is not None and hit.seal_digest != row.seal_digest:  # the seal was replaced after indexing: never show the old row
-            return row._replace(changed=f"the seal changed since it was indexed (sha256 {hit.seal_digest[:12]}… then, "
-                                        f"{(row.seal_digest or '')[:12]}… now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it")
-        if indexed is not None:
-            self.fresh.append(indexed)
-        return row
-
-
-def _read_from_files(store: Path, allowed_signers: Path | None, names: Sequence[str]) -> list[tuple[SnapshotRow | None, IndexedRow | None]]:
-    """`_CurrentRows.row(name, None)` of each name with the index row it made, in a worker of `read_ahead`; a row its index
-    row says in full is left out (None): sending it back would cost as much again."""
-    reader = _CurrentRows(store, allowed_signers)
-    answers: list[tuple[SnapshotRow | None, IndexedRow | None]] = []
-    for name in names:
-        made = len(reader.fresh)
-        row = reader.row(name, None)
-        indexed = reader.fresh[-1] if len(reader.fresh) > made else None
-        answers.append((None if indexed is not None and row == _from_index(indexed) else row, indexed))
-    return answers
-
-
-def rebuild_index(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> int:
-    """Build the index from the files alone (whatever was there is replaced); returns the sealed snapshots indexed.
-    A hostile snapshot is left out: `ls` describes it from its files each time, as a row saying so."""
-    from genrun.analysis.signoffs import resolve_allowed_signers
-
-    reader = _CurrentRows(store, resolve_allowed_signers(allowed_signers))  # resolved once: it may ask git
-    names = _scan(store).names
-    reader.read_ahead(names, progress)
-    for name in names:
-        reader.row(name, None)
-    replace_index(store, reader.fresh)
-    return len(reader.fresh)
-
-
-def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
-    """The row of a snapshot that cannot be described: its id, and why (verify names the damage)."""
-    why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-    return SnapshotRow(id=name, state=UNREADABLE, sealed=False, generated=None, stop_reasons="-", signoffs="-", **_named(name),
-                       problem=f"cannot be read ({why[:200]}): run 'genrun verify {name}'")
-
+# -- one snapshot from its files -------------------------------------------------------------------------------------
 
 _LISTED = (layout.SWEEP_PLAN, layout.RESULT, layout.STOP, layout.REQUEST)
 """The files `describe` reads."""
 
 
-def _read_sealed(snapshot: Path, key: SealKey, allowed_signers: Path | None, basis: str) -> tuple[SnapshotRow, IndexedRow | None] | None:
-    """A sealed snapshot's row from its files, with the seal's digest, and its index row when the seal held still while
-    it was read (`key` is the manifest's stat taken before); None when the snapshot is gone."""
-    directory = SnapshotDir(snapshot)
+class Read(NamedTuple):
+    """A snapshot read from its files: its row, and what the cache may keep of it (None: nothing)."""
+
+    row: SnapshotRow
+    cached: Cached | None
+
+
+def read_snapshot(store: Path, name: str, trust: Trust) -> Read | None:
+    """`name`'s row from its files; None when it is no snapshot (or was removed while read). A sealed one comes with its
+    cache entry when its seal held still while it was read; an unsealed one is never cached."""
+    base = f"{store}/{name}/"
     try:
-        with directory.held_open():  # one open of the directory for the five files read
-            try:
-                manifest = directory.read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
-            except ArtifactMissing:
+        key = SealKey.of(base + layout.MANIFEST)
+        if key is None:  # unsealed: read every time
+            if not os.path.isfile(base + layout.FROZEN_MANIFEST):  # not a snapshot
                 return None
-            except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
-                return describe(snapshot, allowed_signers, sealed=True, directory=directory), None
-            # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened (verify
-            # judges the rest); a substring test, since parsing 20 lines costs more than the reads it spares
-            listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
-            signoffs_key = _signoffs_key(f"{snapshot}/", basis)  # before they are judged: a record added meanwhile changes it
-            if not signoffs_key.startswith(_UNSIGNED):
-                listed.add(layout.SIGNOFFS_DIR)
-            row = describe(snapshot, allowed_signers, sealed=True, listed=listed, directory=directory)
+            return Read(describe(store / name, trust, sealed=False), None)
+        return _read_sealed(store / name, key, trust)
     except FileNotFoundError:  # removed while we looked
         return None
+    except Exception as exc:  # noqa: BLE001 - a hostile snapshot is a row saying so, never the end of the listing
+        return Read(unreadable_row(name, exc), None)
+
+
+def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
+    directory = SnapshotDir(snapshot)
+    with directory.held_open():  # one open of the directory for the files read
+        try:
+            manifest = directory.read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
+        except ArtifactMissing:
+            return None
+        except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
+            return Read(describe(snapshot, trust, sealed=True, directory=directory), None)
+        # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened
+        listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
+        judged_under = signoffs_key(f"{snapshot}/", trust)  # before judging: a record added meanwhile changes it
+        judgement = judge_now(snapshot, trust, judged_under)
+        row = describe(snapshot, trust, sealed=True, listed=listed, directory=directory, judgement=judgement)
     row = row._replace(seal_digest=sha256_bytes(manifest))
-    if SealKey.of(f"{snapshot}/{layout.MANIFEST}") != key:  # changed while read: the row may mix two seals, so it is not kept
-        return row, None
-    return row, _to_index(row, key, signoffs_key)
+    if SealKey.of(f"{snapshot}/{layout.MANIFEST}") != key or os.path.islink(snapshot):  # changed while read (the row may
+        return Read(row, None)  # mix two seals), or a link to a snapshot (listed through it as before, never cached)
+    return Read(row, Cached(key, judged_under, judgement.until, _to_cache(row)))
 
 
-class _Scanned(NamedTuple):
-    """One listing of the store, against what the index holds."""
-
-    names: list[str]
-    """Entries that may be snapshots, in id (= time) order: hidden and temporary ones skipped. A name that is no directory
-    (or no snapshot) is among them: `_CurrentRows.row` says None for it, as it does for any directory that is no snapshot."""
-    planning: list[str]
-    """The `.tmp-*` directories of plans being frozen or abandoned (`store.list_unfinished_plans`'s rule), in order."""
-    unindexed: list[str]
-    """The names the index does not hold, in order."""
-    exact: bool
-    """`names` are exactly the ids the index holds (the warm state of a store nobody added to or removed from)."""
+def judge_now(snapshot: Path, trust: Trust, key: str) -> Judgement:
+    return Judgement("-", (), None) if key == "-" else judge(snapshot, trust)
 
 
-def _scan(store: Path, held: Mapping[str, object] | None = None) -> _Scanned:
-    """The store's entries against `held` (the index's ids, its `Memberships` or its rows; None: no index). When `held`
-    holds exactly the names, in id order, two sorted lists compared say so: no name is looked up (100,000 in a warm
-    listing); else each name is looked up in it."""
-    held = held if held is not None else {}
-    try:
-        found = os.listdir(store)  # names alone: no entry object (or type test) for each of 100,000
-    except (FileNotFoundError, NotADirectoryError):
-        return _Scanned([], [], [], not held)
-    names = [name for name in found if name[0] != "."]
-    planning = sorted(name for name in found if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}"))
-    names.sort()
-    # in id order: sqlite's BINARY order of UTF-8 text is Python's order of the code points. The index's rows read whole
-    # come in the order they were written, which is id order too until a row is rewritten (a seal changed)
-    if len(names) == len(held) and names == (held.ids if isinstance(held, Memberships) else list(held)):
-        return _Scanned(names, planning, [], True)
-    unindexed = list(filterfalse(held.__contains__, names))  # in C: 100,000 names
-    return _Scanned(names, planning, unindexed, not unindexed and len(names) == len(held))
-
-
-def _is_directory(path: str) -> bool:
-    """A directory itself, not a link to one."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _planning_row(path: Path) -> SnapshotRow:
-    """planning now (a live planner holds it), or abandoned by a killed `genrun plan` (`genrun gc` removes those)."""
-    from .store import planning_holder
-
-    state = layout.SnapshotState.PLANNING if planning_holder(path) else layout.SnapshotState.ABANDONED
-    return SnapshotRow(path.name, state.value, False, None, "-", "-")
-
-
-def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, listed: Collection[str] | None = None,
-             directory: SnapshotDir | None = None) -> SnapshotRow:
+def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[str] | None = None,
+             directory: SnapshotDir | None = None, judgement: Judgement | None = None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
 
-    `sealed`: the caller saw a regular manifest (the seal is written last, so an unsealed snapshot's state needs its file
-    listing); `listed`: the files the seal lists, and `signoffs` if the caller saw that folder (None: try each), so that no
-    open is spent on a file that is not there;
-    `allowed_signers` is the resolved file (None: none); `directory`: `snapshot`'s `SnapshotDir`, when the caller holds it
-    open. Files are read through `SnapshotDir`: no link followed, nothing unbounded."""
+    `sealed`: the caller saw a regular manifest; `listed`: the files the seal lists (None: try each), so that no open is
+    spent on a file that is not there; `judgement`: its sign-offs, when the caller judged them. Files are read through
+    `SnapshotDir`: no link followed, nothing unbounded."""
     directory = directory or SnapshotDir(snapshot)
 
     def read(name: str) -> dict | None:
         return _read_json(directory, name) if listed is None or name in listed else None
 
+    judgement = judgement or judge_now(snapshot, trust, signoffs_key(f"{snapshot}/", trust))
     named = _named(snapshot.name)
-    signed = listed is None or layout.SIGNOFFS_DIR in listed
     plan = read(layout.SWEEP_PLAN)
     if plan is not None:
-        return _describe_sweep(directory, plan, allowed_signers, sealed, signed)._replace(**named)
+        return _describe_sweep(directory, plan, sealed, judgement)._replace(**named)
     result, stop, request = read(layout.RESULT), read(layout.STOP), read(layout.REQUEST)
     state = layout.SnapshotState.SEALED if sealed else directory.state()  # FileNotFoundError when gone
     shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
@@ -892,61 +309,49 @@ def describe(snapshot: Path, allowed_signers: Path | None, *, sealed: bool, list
     model = request.get("model") if request else None
     backend = (model.get("backend") or "transformers") if isinstance(model, dict) else None
     unit = result.get("unit") if result else None
-    summary, signers = _signoffs(snapshot, allowed_signers, signed)
     return SnapshotRow(
-        id=snapshot.name, state=shown, sealed=sealed, generated=generated if type(generated) is int else None,
-        stop_reasons=", ".join(reasons) or "-", signoffs=summary, signers=signers,
-        backend=backend if isinstance(backend, str) else None, unit=unit if isinstance(unit, str) else None, **named,
+        id=snapshot.name, state=shown if isinstance(shown, str) else SEALED, sealed=sealed,
+        generated=generated if type(generated) is int and generated >= 0 else None, stop_reasons=", ".join(reasons) or "-",
+        signoffs=judgement.signoffs, signers=judgement.signers, backend=backend if isinstance(backend, str) else None,
+        unit=unit if isinstance(unit, str) else None, **named,
     )
 
 
-def _describe_sweep(directory: SnapshotDir, plan: dict, allowed_signers: Path | None, sealed: bool, signed: bool) -> SnapshotRow:
-    snapshot = directory.path
+def _describe_sweep(directory: SnapshotDir, plan: dict, sealed: bool, judgement: Judgement) -> SnapshotRow:
     result = _read_json(directory, layout.SWEEP_RESULT)
-    counts = result["counts"] if result else {}
-    ids = [i["snapshot_id"] for i in plan["items"]]
+    counts = result.get("counts") if result else None
+    ids = [str(i["snapshot_id"]) for i in plan["items"]]
     if result is not None:
-        ids = [sid for item in result["items"] for sid in item["attempts"]]
-    summary, signers = _signoffs(snapshot, allowed_signers, signed)
+        ids = [str(sid) for item in result["items"] for sid in item["attempts"]]
+    status = f"{result['status']}" if result else _unsealed_sweep_state(directory.path)
     return SnapshotRow(
-        id=snapshot.name,
-        state=f"{SWEEP_STATE} {result['status']}" if result else f"{SWEEP_STATE} {_unsealed_sweep_state(snapshot)}",
-        sealed=sealed,
-        generated=None,
-        stop_reasons=", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or f"{len(plan['items'])} items",
-        signoffs=summary, signers=signers, members=tuple(dict.fromkeys(ids)),
+        id=directory.path.name, state=f"{SWEEP_STATE} {status}", sealed=sealed, generated=None,
+        stop_reasons=", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else f"{len(plan['items'])} items",
+        signoffs=judgement.signoffs, signers=judgement.signers, members=tuple(dict.fromkeys(ids)),
     )
 
 
 def _unsealed_sweep_state(sweep: Path) -> str:
     """`planned` while no driver has started it (a driver's first write is the attempt log; verify also asks the lock and
     the items), else `(unsealed)`: running, or its driver was killed."""
-    return "(unsealed)" if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else layout.SnapshotState.PLANNED.value
+    return _UNFINISHED_SWEEP[1] if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else _UNFINISHED_SWEEP[0]
 
 
-def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
-    """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
-    members = {row.id: row.members for row in rows if row.members}
-    if not members:
-        return rows
-    by_id = {row.id: row for row in rows}
-    return [by_id[sid] if sweep is None else by_id[sid]._replace(sweep=sweep) for sid, sweep in grouped_order([row.id for row in rows], members)]
+def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
+    """The row of a snapshot that cannot be described: its id, and why (verify names the damage)."""
+    why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    return SnapshotRow(id=name, state=UNREADABLE, sealed=False, generated=None, stop_reasons="-", signoffs="-", **_named(name),
+                       problem=f"cannot be read ({why[:200]}): run 'genrun verify {name}'")
 
 
-def grouped_order(ids: list[str], members: Mapping[str, Sequence[str]]) -> list[tuple[str, str | None]]:
-    """(id, its sweep) in listing order: each sweep's items (every attempt) right under the sweep, other ids in order."""
-    if not members:
-        return list(zip(ids, repeat(None)))  # in C: 100,000 ids
-    present = set(ids)
-    under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items()}
-    grouped = {sid for items in under.values() for sid in items}
-    ordered: list[tuple[str, str | None]] = []
-    for sid in ids:
-        if sid in grouped:
-            continue
-        ordered.append((sid, None))
-        ordered.extend((item, sid) for item in under.get(sid, ()))
-    return ordered
+def _read_json(directory: SnapshotDir, name: str) -> dict | None:
+    """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
+    a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
+    try:
+        data = directory.read_json(name)
+    except ArtifactError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 _STAMP = re.compile(r"^\d{8}T\d{6}Z$")
@@ -961,71 +366,214 @@ def _named(snapshot_id: str) -> dict:
     return {"name": name, "created": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"}
 
 
-def _signoffs(snapshot: Path, allowed_signers: Path | None, present: bool = True) -> tuple[str, tuple[str, ...]]:
-    """(summary for the sign-offs column, signers of the records that hold); `present` False: the caller saw no signoffs/."""
-    if not present:
-        return "-", ()
+def _planning_row(path: Path) -> SnapshotRow:
+    """planning now (a live planner holds it), or abandoned by a killed `genrun plan` (`genrun gc` removes those)."""
+    from .store import planning_holder
+
+    state = layout.SnapshotState.PLANNING if planning_holder(path) else layout.SnapshotState.ABANDONED
+    return SnapshotRow(path.name, state.value, False, None, "-", "-")
+
+
+# -- the store -------------------------------------------------------------------------------------------------------
+
+
+class _Rows:
+    """The rows of one listing as they are found: from the cache (unchecked until `check`ed) or read from the files;
+    collects what the cache should learn (`fresh`) and the rows whose seal changed since cached."""
+
+    def __init__(self, store: Path, trust: Trust, cached: Mapping[str, Cached]) -> None:
+        self.store, self.trust, self.cached = store, trust, cached
+        self.prefix = f"{store}/"
+        self.fresh: list[Cached] = []
+        self.changed: list[str] = []
+        self.checked: set[str] = set()
+        """Ids looked at in this listing: read from their files, or their seal compared with the cached one."""
+        self._judged: dict[str, Judgement] = {}
+
+    def read(self, name: str) -> SnapshotRow | None:
+        """`name` from its files; a sealed one is cached unless its seal changed since the cache read it (verify judges
+        it; `genrun index --rebuild` accepts it)."""
+        self.checked.add(name)
+        found = read_snapshot(self.store, name, self.trust)
+        if found is None:
+            return None
+        row, fresh = found
+        before = self.cached.get(name)
+        then = before.cells[ROW_FIELDS.index("seal_digest")] if before is not None else None
+        if then is not None and row.seal_digest is not None and then != row.seal_digest:
+            self.changed.append(name)
+            return row._replace(changed=f"the seal changed since it was cached (sha256 {then[:12]}… then, {row.seal_digest[:12]}… now): "
+                                        f"run 'genrun verify {name}'; 'genrun index --rebuild' accepts it")
+        if fresh is not None:
+            self.fresh.append(fresh)
+        return row
+
+    def signed_now(self, row: SnapshotRow) -> SnapshotRow:
+        """A cached row with its sign-offs as they are now: the cached judgement while nothing it depends on changed and
+        its time has not come, else judged again (and cached). A row read from its files was judged as it was read."""
+        entry = self.cached.get(row.id)
+        if entry is None or row.id in self.checked and row.id not in self._judged:
+            return row
+        judgement = self._judged.get(row.id)
+        if judgement is None:
+            key = signoffs_key(f"{self.prefix}{row.id}/", self.trust)
+            if key == entry.signoffs_key and (entry.signoffs_until is None or time.time() < entry.signoffs_until):
+                judgement = Judgement(row.signoffs, row.signers, entry.signoffs_until)
+            else:
+                judgement = judge_now(self.store / row.id, self.trust, key)
+                self.fresh.append(Cached(entry.seal, key, judgement.until, _to_cache(row._replace(signoffs=judgement.signoffs,
+                                                                                                  signers=judgement.signers))))
+            self._judged[row.id] = judgement
+        return row._replace(signoffs=judgement.signoffs, signers=judgement.signers)
+
+    def check(self, row: SnapshotRow) -> SnapshotRow | None:
+        """A row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has its
+        sign-offs judged now; any other is read from its files (None: gone)."""
+        if row.id not in self.cached or row.id in self.checked and row.id not in self._judged:
+            return row
+        try:
+            unchanged = SealKey.of(f"{self.prefix}{row.id}/{layout.MANIFEST}") == self.cached[row.id].seal
+        except OSError:
+            unchanged = False  # `read` says why
+        if unchanged:
+            row = self.signed_now(row)
+            self.checked.add(row.id)
+            return row
+        read = self.read(row.id)
+        return None if read is None else read._replace(sweep=row.sweep)
+
+
+def _scan(store: Path) -> tuple[list[str], list[str]]:
+    """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order)."""
     try:
-        if not any(n.endswith(".json") for n in os.listdir(f"{snapshot}/{layout.SIGNOFFS_DIR}")):
-            return "-", ()
+        found = os.listdir(store)
     except (FileNotFoundError, NotADirectoryError):
-        return "-", ()
-    from genrun.analysis.signoffs import judge_signoffs, summarize_signoffs
-
-    statuses = judge_signoffs(snapshot, allowed_signers)
-    signers = tuple(dict.fromkeys(s.by for s in statuses if s.by and s.decision != "revoke" and s.state not in ("invalid", "revoked")))
-    return summarize_signoffs(statuses), signers
+        return [], []
+    names = sorted(name for name in found if name[0] != ".")
+    planning = sorted(name for name in found if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}"))
+    return names, planning
 
 
-def _signoffs_basis(trusted: Path | None) -> str:
-    """The part of the sign-off key that is the same for every snapshot: which allowed-signers file judged them, as of when."""
+def _is_directory(path: str) -> bool:
+    """A directory itself, not a link to one."""
     try:
-        return f"{trusted}|{os.stat(trusted).st_mtime_ns}" if trusted else "-"
+        return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
-        return f"{trusted}|missing"
+        return False
 
 
-_UNSIGNED = "none|"
-"""How a sign-off key starts when the snapshot has no signoffs/ folder."""
+_PROGRESS_FROM = 1_000
+"""Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _signoffs_key_now(base: str, indexed: str, basis: str, unsigned: str, dir_fd: int | None = None) -> str:
-    """`_signoffs_key` for a row indexed under the key `indexed` (`unsigned`: the key of no signoffs/ folder). A row that
-    had no signoffs/ takes one `access` to say it still has none (an lstat that fails raises, which costs a third more)."""
-    if indexed == unsigned and not os.access(base + layout.SIGNOFFS_DIR, os.F_OK, dir_fd=dir_fd, follow_symlinks=False):
-        return indexed
-    return _signoffs_key(base, basis, dir_fd)
-
-
-def _signoffs_key(base: str, basis: str, dir_fd: int | None = None) -> str:
-    """signoffs/ grows after the seal (records are renamed in): its mtime changes with every record added or removed.
-    `base`: the snapshot's path with a trailing "/", relative to `dir_fd` when given."""
+def _open_cache(store: Path, notes: list[str], *, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
+    """The store's cache and its valid rows; a damaged one is made anew (it is ours and only a cache), once."""
+    cache = None
     try:
-        return f"{os.lstat(base + layout.SIGNOFFS_DIR, dir_fd=dir_fd).st_mtime_ns}|{basis}"
-    except OSError:
-        return f"{_UNSIGNED}{basis}"
+        cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
+        return cache, cache.rows()
+    except CacheUnavailable as exc:
+        if cache is not None:
+            cache.close()
+        if exc.damaged and again:
+            from .listing_cache import cache_file
+
+            os.unlink(cache_file(store))  # a regular file of ours (checked before it was opened)
+            notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
+            return _open_cache(store, notes, again=False)
+        notes.append(str(exc))
+        return None, {}
 
 
-def _to_index(row: SnapshotRow, key: SealKey, signoffs_key: str) -> IndexedRow:
-    assert row.seal_digest is not None  # set by the caller from the manifest it keyed
-    return IndexedRow(row.id, *key, signoffs_key, row.state, row.generated, row.stop_reasons, row.signoffs, row.name, row.created,
-                      row.backend, row.unit, row.seal_digest, "\n".join(row.signers), None if row.members is None else "\n".join(row.members))
+def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: bool = True, check: bool = False,
+               window: slice | None = None, keep: "RowFilter | None" = None,
+               progress: Callable[[str], None] | None = None) -> Listing:
+    """Every snapshot of `store`, oldest first, sweeps' items right under their sweep; writes nothing in the store.
 
+    `keep`: only the rows it keeps (`ls --state failed`); `window`: only these rows of the kept listing are wanted
+    (`ls --limit 20`: `slice(-20, None)`). Sealed rows the cache holds are placed and matched by its facts, their
+    sign-offs judged now where a filter asks about them; the rows handed back are checked against their seals (read
+    from their files where it changed). `check`: every row read from its files (as without the cache), and those whose
+    seal changed since cached named (`Listing.changed`). `use_cache` False: neither read nor written."""
+    from genrun.analysis.signoffs import resolve_allowed_signers
 
-def _from_index(hit: IndexedRow) -> SnapshotRow:
-    # unpacked, not read field by field (a property call each): 100,000 rows per whole warm `ls`
-    sid, _, _, _, _, _, state, generated, reasons, signoffs, name, created, backend, unit, digest, signers, members = hit
-    # the C constructor (no Python frame), in SnapshotRow's field order (every field: it checks none)
-    return tuple.__new__(SnapshotRow, (sid, state, True, generated, reasons, signoffs, None, name, created, backend, unit, digest,
-                                       tuple(signers.split("\n")) if signers else (),
-                                       None if members is None else tuple(members.split("\n")) if members else (), None, None))
-
-
-def _read_json(directory: SnapshotDir, name: str) -> dict | None:
-    """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
-    a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
+    trust = Trust.of(resolve_allowed_signers(allowed_signers))  # once: it may ask git
+    notes: list[str] = []
+    cache, cached = _open_cache(store, notes) if use_cache and store.is_dir() else (None, {})
     try:
-        data = directory.read_json(name)
-    except ArtifactError:
-        return None
-    return data if isinstance(data, dict) else None
+        names, planning = _scan(store)
+        unread = len(names) if check else sum(1 for name in names if name not in cached)
+        if progress is not None and unread >= _PROGRESS_FROM:
+            progress(f"reading {unread:,} snapshots from their files (once: later listings answer from the cache in "
+                     f"{cache.path.parent if cache else 'your cache folder'})")
+        listing, found = _listed(_Rows(store, trust, cached), names, planning, check, window, keep)
+        if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
+            listing, found = _listed(_Rows(store, trust, cached), names, planning, True, window, keep)
+        if cache is not None:
+            try:
+                cache.write(found.fresh, set(cached).difference(names))
+            except CacheUnavailable as exc:
+                notes.append(str(exc))
+    finally:
+        if cache is not None:
+            cache.close()
+    return listing._replace(notes=notes + listing.notes)
+
+
+def _listed(found: _Rows, names: list[str], planning: list[str], check: bool, window: slice | None,
+            keep: "RowFilter | None") -> tuple[Listing, _Rows]:
+    """`list_store`'s listing of these names, every one read from its files with `check`."""
+    cached = found.cached
+    rows = [row for name in names if (row := _from_cache(cached[name].cells) if name in cached and not check else found.read(name))]
+    rows = group_sweeps(rows + [_planning_row(found.store / name) for name in planning])
+    kept, said = (rows, []) if keep is None else keep.select(rows, found.signed_now)
+    shown = [row for row in map(found.check, kept if window is None else kept[window]) if row is not None]
+    unchecked = sum(1 for name in names if name in cached and name not in found.checked)
+    return Listing(shown, said, len(rows), len(kept), unchecked, tuple(found.changed)), found
+
+
+def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
+    """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
+    followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
+    from genrun.analysis.signoffs import resolve_allowed_signers
+
+    from .listing_cache import cache_file
+
+    trust = Trust.of(resolve_allowed_signers(allowed_signers))
+    path = cache_file(store)
+    names, _ = _scan(store)
+    if progress is not None and len(names) >= _PROGRESS_FROM:
+        progress(f"reading {len(names):,} snapshots from their files")
+    found = _Rows(store, trust, {})
+    for name in names:
+        found.read(name)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        os.unlink(path)  # a link is removed, its target untouched
+    with ListingCache(store, ROW_FIELDS, VALID_ROW) as cache:
+        cache.write(found.fresh, replace=True)
+    return path, len(found.fresh)
+
+
+def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
+    """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
+    members = {row.id: row.members for row in rows if row.members}
+    if not members:
+        return rows
+    by_id = {row.id: row for row in rows}
+    return [by_id[sid] if sweep is None else by_id[sid]._replace(sweep=sweep) for sid, sweep in grouped_order([row.id for row in rows], members)]
+
+
+def grouped_order(ids: list[str], members: Mapping[str, Sequence[str]]) -> list[tuple[str, str | None]]:
+    """(id, its sweep) in listing order: each sweep's items (every attempt) right under the sweep, other ids in order."""
+    if not members:
+        return list(zip(ids, repeat(None)))
+    present = set(ids)
+    under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items()}
+    grouped = {sid for items in under.values() for sid in items}
+    ordered: list[tuple[str, str | None]] = []
+    for sid in ids:
+        if sid in grouped:
+            continue
+        ordered.append((sid, None))
+        ordered.extend((item, sid) for item in under.get(sid, ()))
+    return ordered

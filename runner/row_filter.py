@@ -1,12 +1,7 @@
-"""`genrun ls`'s filters: each one's test on a listed row and, beside it, the same test on the store index's columns.
+"""`genrun ls`'s filters: each one a test on a listed row (`SnapshotRow`), written once.
 
-A filter is defined once here, in its two forms side by side (`RowFilter._clauses`): `select` applies the row form to
-rows read from the files (or built from the index), and `index_where` gives SQL that keeps exactly the index rows the
-row form keeps, so that `genrun ls --stop-reason eos` on 100,000 snapshots asks the index which ids match instead of
-building 100,000 rows to test. Every index row is sealed and holds the columns `listing.SnapshotRow` shows; a filter
-whose answer can change after the seal (sign-offs) has no SQL form but a test on the signers alone (`keeps_signers`): `ls`
-takes the rows the other filters' SQL keeps and judges their sign-offs as they are now (`listing._signed_now`).
-tests/test_ls_filtered.py checks that both forms list the same rows (`ls` with and without the index).
+The rows a filter sees come from the listing cache (facts fixed at the seal) or from the files; a sign-off filter sees
+each candidate's sign-offs as they are now (`select`'s `signed_now`), never as a cache once judged them.
 """
 
 import fnmatch
@@ -18,39 +13,21 @@ from typing import NamedTuple
 from .listing import SEALED, SWEEP_STATE, SnapshotRow
 
 REASON_SEPARATOR = ", "
-"""How a row's stop reasons are joined (`SnapshotRow.stop_reasons`): a wanted reason containing it matches no row."""
+"""How a row's stop reasons are joined (`SnapshotRow.stop_reasons`)."""
 
-
-class Clause(NamedTuple):
-    """One filter's test: on a row, and on an index row's columns (`sql` with its `parameters`; None: rows only)."""
-
-    keeps: Callable[[SnapshotRow], bool]
-    sql: str | None
-    parameters: tuple = ()
-    signers: Callable[[tuple[str, ...]], bool] | None = None
-    """A sign-off filter's test on the signers alone (no `sql`: sign-offs change after the seal, so they are judged now)."""
-
-
-def _on_signers(test: Callable[[tuple[str, ...]], bool]) -> Clause:
-    """A sign-off filter's clause: its test on a row's signers, with no SQL form (see `Clause.signers`)."""
-    return Clause(lambda r: test(r.signers), None, signers=test)
+Test = Callable[[SnapshotRow], bool]
 
 
 def name_matches(name: str | None, pattern: str) -> bool:
-    """`--name`: shell wildcards, case-sensitive; the index calls this same function (`IndexDatabase` registers it)."""
+    """`--name`: shell wildcards, case-sensitive."""
     return name is not None and fnmatch.fnmatchcase(name, pattern)
 
 
 def _stamp(when: datetime) -> str:
-    """`when` as the index's `created` (`2026-01-01T05:00:00Z`, UTC), rounded up to the second: a row's time is whole
+    """`when` as a row's `created` (`2026-01-01T05:00:00Z`, UTC), rounded up to the second: a row's time is whole
     seconds, so `created >= stamp` iff it is at or after `when`, and `created < stamp` iff it is before it."""
     utc = when.astimezone(timezone.utc)
-    whole = datetime.fromtimestamp(math.ceil(utc.timestamp()), timezone.utc)
-    return whole.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-SQL_FUNCTIONS: dict[str, tuple[int, Callable]] = {"name_matches": (2, name_matches)}
-"""The Python functions `index_where`'s SQL calls (name: (argument count, function)), for the index's connection."""
+    return datetime.fromtimestamp(math.ceil(utc.timestamp()), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Selection(NamedTuple):
@@ -70,91 +47,60 @@ class RowFilter:
         self.sweep = sweep
         """A sweep's id or unique id prefix: only its items (rows are listed under their sweep, `SnapshotRow.sweep`)."""
         self.stop_reasons = tuple(dict.fromkeys(stop_reasons))
-        self._wanted_reasons = frozenset(self.stop_reasons)
-        self._clauses = self._build(tuple(states), since, until, name, backend, unsigned, signed_by)
-        self._reason_clause = self._for_reasons()
+        self._facts = self._on_facts(tuple(states), since, until, name, backend)
+        self._signed: list[Test] = []
+        """Tests on the sign-offs as judged now: only valid signatures count (`SnapshotRow.signers`)."""
+        if unsigned:
+            self._signed.append(lambda r: not r.signers)
+        if signed_by:
+            self._signed.append(lambda r: signed_by in r.signers)
+        wanted = frozenset(self.stop_reasons)
+        self._reason: Test | None = (lambda r: not wanted.isdisjoint(r.stop_reasons.split(REASON_SEPARATOR))) if wanted else None
 
     def __bool__(self) -> bool:
-        return bool(self.sweep or self._clauses or self._reason_clause)
+        return bool(self.sweep or self._facts or self._signed or self._reason)
 
     @staticmethod
-    def _build(states: tuple[str, ...], since: datetime | None, until: datetime | None, name: str | None, backend: str | None,
-               unsigned: bool, signed_by: str | None) -> list[Clause]:
-        """Every filter but `--sweep` and `--stop-reason`, in the order `select` applies them. The sign-off filters have no
-        SQL form: sign-offs arrive after the seal, so each row's are judged as they are now (`keeps_signers`)."""
-        clauses: list[Clause] = []
+    def _on_facts(states: tuple[str, ...], since: datetime | None, until: datetime | None, name: str | None,
+                  backend: str | None) -> list[Test]:
+        """The tests on what a snapshot is (fixed at its seal), in the order `select` applies them."""
+        tests: list[Test] = []
         if states:
-            shown = (*states, *(f"{SWEEP_STATE} {s}" for s in states))  # a sweep's row shows `sweep <status>`
+            wanted = {*states, *(f"{SWEEP_STATE} {s}" for s in states)}  # a sweep's row shows `sweep <status>`
             any_sweep, any_sealed = SWEEP_STATE in states, SEALED in states  # a sealed row shows its status, not "sealed"
-            wanted = set(shown)
-            clauses.append(Clause(
-                lambda r: r.state in wanted or (any_sweep and r.state.startswith(SWEEP_STATE)) or (any_sealed and r.sealed),
-                f"(state IN ({', '.join('?' * len(shown))}) OR (? AND substr(state, 1, ?) = ?) OR ?)",  # index rows are all sealed
-                (*shown, any_sweep, len(SWEEP_STATE), SWEEP_STATE, any_sealed)))
+            tests.append(lambda r: r.state in wanted or (any_sweep and r.state.startswith(SWEEP_STATE)) or (any_sealed and r.sealed))
         if since is not None:
             at = _stamp(since)
-            clauses.append(Clause(lambda r: r.created is not None and r.created >= at, "created >= ?", (at,)))
+            tests.append(lambda r: r.created is not None and r.created >= at)
         if until is not None:
             before = _stamp(until)
-            clauses.append(Clause(lambda r: r.created is not None and r.created < before, "created < ?", (before,)))
+            tests.append(lambda r: r.created is not None and r.created < before)
         if name:
-            clauses.append(Clause(lambda r: name_matches(r.name, name), "name_matches(name, ?)", (name,)))
+            tests.append(lambda r: name_matches(r.name, name))
         if backend:
-            clauses.append(Clause(lambda r: r.backend == backend, "backend = ?", (backend,)))
-        if unsigned:
-            clauses.append(_on_signers(lambda signers: not signers))
-        if signed_by:
-            clauses.append(_on_signers(lambda signers: signed_by in signers))
-        return clauses
+            tests.append(lambda r: r.backend == backend)
+        return tests
 
-    def _for_reasons(self) -> Clause | None:
-        """`--stop-reason`: some row stopped by one of them (a sweep's row lists its items' counts, which no reason names)."""
-        if not self.stop_reasons:
-            return None
-        matchable = [reason for reason in self.stop_reasons if REASON_SEPARATOR not in reason]  # no split part holds one
-        padded = f"'{REASON_SEPARATOR}' || stop_reasons || '{REASON_SEPARATOR}'"
-        sql = " OR ".join(f"instr({padded}, ?) > 0" for _ in matchable) or "0"
-        return Clause(lambda r: self.keeps_reasons(r.stop_reasons), f"({sql})",
-                      tuple(f"{REASON_SEPARATOR}{reason}{REASON_SEPARATOR}" for reason in matchable))
+    def keeps(self, row: SnapshotRow) -> bool:
+        """Whether every filter but `--sweep` keeps `row` (its sign-offs as the row says)."""
+        return all(test(row) for test in (*self._facts, *self._signed)) and (self._reason is None or self._reason(row))
 
-    def _active(self, reasons: bool) -> list[Clause]:
-        """The clauses of every filter but `--sweep` (`reasons`: `--stop-reason`'s too)."""
-        return [*self._clauses, self._reason_clause] if reasons and self._reason_clause else self._clauses
-
-    def keeps(self, row: SnapshotRow, *, reasons: bool = True) -> bool:
-        """Whether every filter but `--sweep` keeps `row` (`reasons`: `--stop-reason` too)."""
-        return all(clause.keeps(row) for clause in self._active(reasons))
-
-    @property
-    def judges_signoffs(self) -> bool:
-        """A sign-off filter is set: `index_where` leaves it out, and each row the SQL keeps is judged by `keeps_signers`."""
-        return any(clause.signers is not None for clause in self._clauses)
-
-    def keeps_signers(self, signers: tuple[str, ...]) -> bool:
-        """Whether the sign-off filters keep a row signed off by `signers` (records that hold, as judged now)."""
-        return all(clause.signers(signers) for clause in self._clauses if clause.signers is not None)
-
-    def keeps_reasons(self, stop_reasons: str) -> bool:
-        """Whether `--stop-reason` keeps a row whose stop-reason cell is `stop_reasons` (`SnapshotRow.stop_reasons`)."""
-        return not self._wanted_reasons or not self._wanted_reasons.isdisjoint(stop_reasons.split(REASON_SEPARATOR))
-
-    def index_where(self, *, reasons: bool = True) -> tuple[str, tuple]:
-        """SQL over the index's rows keeping what `keeps` keeps but for the sign-off filters (`keeps_signers` judges them
-        as they are now), with its parameters."""
-        clauses = [clause for clause in self._active(reasons) if clause.sql is not None]
-        return " AND ".join(clause.sql for clause in clauses if clause.sql) or "1", tuple(p for c in clauses for p in c.parameters)
-
-    def select(self, rows: list[SnapshotRow]) -> Selection:
-        """The rows the filters keep, in the listing's order (`rows` grouped: each item's `sweep` set)."""
+    def select(self, rows: list[SnapshotRow], signed_now: Callable[[SnapshotRow], SnapshotRow]) -> Selection:
+        """The rows the filters keep, in the listing's order (`rows` grouped: each item's `sweep` set). With a sign-off
+        filter, each row the other filters keep is first given its sign-offs as they are now (`signed_now`)."""
         if self.sweep:
             sweep = find_sweep([r.id for r in rows if r.members is not None], self.sweep)
             rows = [r for r in rows if r.sweep == sweep]
-        for clause in self._clauses:  # each filter narrows the rows in turn (one pass each)
-            rows = [r for r in rows if clause.keeps(r)]
+        for test in self._facts:  # each filter narrows the rows in turn (one pass each)
+            rows = [r for r in rows if test(r)]
+        if self._signed:
+            rows = list(map(signed_now, rows))
+            for test in self._signed:
+                rows = [r for r in rows if test(r)]
         notes: list[str] = []
-        if self._reason_clause is not None:  # last: the reasons the other filters' rows have are what a typo is told
+        if self._reason is not None:  # last: the reasons the other filters' rows have are what a typo is told
             notes = self.reasons_not_found(r.stop_reasons for r in rows if r.members is None)
-            rows = [r for r in rows if self._reason_clause.keeps(r)]
+            rows = [r for r in rows if self._reason(r)]
         return Selection(rows, notes)
 
     def reasons_not_found(self, present: Iterable[str]) -> list[str]:

@@ -4,13 +4,16 @@ Runs are stand-ins (a result, a stop record, a request with a backend), sealed e
 sweep plan naming their items. What `ls` reads of each is what a real run writes (the same file names and keys).
 """
 
+import os
 import sqlite3
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
 from genrun.runner.store import create_snapshot, seal_snapshot
-from genrun.runner.store_index import INDEX_DIR, INDEX_FILE
 from genrun.schemas import layout
 
 
@@ -42,7 +45,10 @@ def make_sweep(store: Path, items: list[Path], name: str = "sweep") -> Path:
 
 
 def index_file(store: Path) -> Path:
-    return store / INDEX_DIR / INDEX_FILE
+    """The user's listing cache of `store` (in the cache folder the tests point at, never in the store)."""
+    from genrun.runner.listing_cache import cache_file
+
+    return cache_file(store)
 
 
 def indexed_ids(store: Path) -> set[str]:
@@ -60,3 +66,52 @@ def reseal_as_failed(victim: Path) -> None:
 
     (victim / layout.MANIFEST).write_text("\n".join(
         f"{sha256_file(victim / layout.RESULT)}  {layout.RESULT}" if line.endswith(f"  {layout.RESULT}") else line for line in manifest) + "\n")
+
+
+class Signers(NamedTuple):
+    """Real ed25519 keys (made by ssh-keygen) of some principals, and an allowed-signers file listing them."""
+
+    keys: dict[str, Path]
+    allowed: Path
+
+
+def make_signers(root: Path, principals: Sequence[str], options: str = "") -> Signers:
+    """A key for each principal under `root`; `options` (e.g. `valid-before="20260101"`) on every allowed-signers line."""
+    root.mkdir(parents=True, exist_ok=True)
+    keys, lines = {}, []
+    for n, principal in enumerate(principals):
+        key = root / f"key{n}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", principal, "-f", str(key)], check=True)
+        keys[principal] = key
+        public = " ".join(key.with_suffix(".pub").read_text().split()[:2])
+        lines.append(f"{principal} {options} {public}" if options else f"{principal} {public}")
+    allowed = root / "allowed_signers"
+    allowed.write_text("\n".join(lines) + "\n")
+    return Signers(keys, allowed)
+
+
+def sign(snapshot: Path, by: str, signers: Signers, decision: str = "accept") -> None:
+    """A signed sign-off record by `by` (its key), as `genrun signoff --key` writes it."""
+    from conftest import run_cli
+
+    done = run_cli("signoff", snapshot, "--decision", decision, "--by", by, "--key", signers.keys[by], "--allowed-signers", signers.allowed)
+    assert done.returncode == 0, done.stderr
+
+
+def link_copies(seed: Path, store: Path, count: int) -> list[Path]:
+    """`count` copies of the sealed snapshot `seed` under new ids, one second apart, their files hard links (sealed files
+    are read-only): a big store in a fraction of the time real runs take."""
+    from datetime import datetime, timedelta, timezone
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    store.mkdir(parents=True, exist_ok=True)
+    made = []
+    for i in range(count):
+        target = store / f"{(start + timedelta(seconds=i)).strftime('%Y%m%dT%H%M%SZ')}-copy-{i:06x}"
+        for folder, _, files in os.walk(seed):
+            here = target / Path(folder).relative_to(seed)
+            here.mkdir()
+            for name in files:
+                os.link(Path(folder) / name, here / name)
+        made.append(target)
+    return made

@@ -67,9 +67,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Keep genrun's hash cache out of ~/.cache and never let transformers reach for the hub."""
+    """Keep genrun's caches (hashes, listings) out of ~/.cache and never let transformers reach for the hub."""
     cache = tmp_path_factory.mktemp("genrun-cache")
     os.environ["GENRUN_CACHE_DIR"] = str(cache)
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))  # for any cache that reads XDG alone
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.pop("GENRUN_STORE", None)
     return cache

@@ -4,11 +4,12 @@ import io
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from _store_helpers import make_run, make_sweep
+from _store_helpers import Signers, make_run, make_signers, make_sweep, sign
 from conftest import run_cli
 
 from genrun.runner.cli import main
@@ -18,7 +19,16 @@ LONG_SIGNER = "a.reviewer.with.a.very.long.address@an-evaluation-team.example.co
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def signers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Signers]:
+    """Keys of bob and of a long-named signer, trusted by every `ls` of this module (`GENRUN_ALLOWED_SIGNERS`)."""
+    made = make_signers(tmp_path_factory.mktemp("keys"), ["bob@example.com", LONG_SIGNER])
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("GENRUN_ALLOWED_SIGNERS", str(made.allowed))
+        yield made
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, signers: Signers) -> Path:
     root = tmp_path_factory.mktemp("ls") / "store"
     make_run(root, "eval-a", reasons=("eos", "max_length"), generated=120)
     make_run(root, "eval-b", status="failed", reasons=("exception",), generated=3, backend="diffusers")
@@ -26,7 +36,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_sweep(root, items, name="nightly")
     signed = make_run(root, "chat", reasons=("stop_string",), generated=40)
     for by in ("bob@example.com", LONG_SIGNER):
-        assert run_cli("signoff", signed, "--decision", "accept", "--by", by).returncode == 0
+        sign(signed, by, signers)
     make_run(root, "draft", seal=False)
     return root
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from _store_helpers import indexed_ids, make_run, make_sweep, reseal_as_failed
+from _store_helpers import Signers, indexed_ids, make_run, make_signers, make_sweep, reseal_as_failed, sign
 from conftest import run_cli
 
 from genrun.runner import listing as listing_module
@@ -24,12 +24,18 @@ ALICE, BOB, CAROL = "alice@example.com", "bob@example.com", "carol@example.com"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def _sign(snapshot: Path, by: str) -> None:
-    signed = run_cli("signoff", snapshot, "--decision", "accept", "--by", by)
-    assert signed.returncode == 0, signed.stderr
+@pytest.fixture(scope="module", autouse=True)
+def signers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Signers]:
+    """Keys of alice, bob and carol, trusted by every `ls` of this module (`GENRUN_ALLOWED_SIGNERS`)."""
+    made = make_signers(tmp_path_factory.mktemp("keys"), [ALICE, BOB, CAROL])
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("GENRUN_ALLOWED_SIGNERS", str(made.allowed))
+        yield made
 
 
-def _make_store(root: Path) -> Path:
+
+
+def _make_store(root: Path, signers: Signers) -> Path:
     """Ten rows an hour apart (so --since/--until split them): runs of each state, backend and sign-off, a sweep whose
     items are listed under it, an unsealed run; indexed by a first listing."""
     store = root / "store"
@@ -39,10 +45,10 @@ def _make_store(root: Path) -> Path:
         patched.setattr(store_module, "new_snapshot_id", lambda name, now=None: real(name, START + timedelta(hours=next(hours))))
         make_run(store, "eval-a", reasons=("eos",), generated=5)
         make_run(store, "eval-b", status="failed", reasons=("exception",), backend="diffusers")
-        _sign(make_run(store, "chat", reasons=("max_new_tokens",), generated=40), ALICE)
+        sign(make_run(store, "chat", reasons=("max_new_tokens",), generated=40), ALICE, signers)
         items = [make_run(store, f"item{i}", reasons=("eos",) if i % 2 else ("max_new_tokens",)) for i in range(3)]
         make_sweep(store, items, name="nightly")
-        _sign(make_run(store, "eval-c", reasons=("max_new_tokens", "eos"), generated=7), BOB)
+        sign(make_run(store, "eval-c", reasons=("max_new_tokens", "eos"), generated=7), BOB, signers)
         make_run(store, "late", status="failed", reasons=("max_new_tokens",))
         make_run(store, "draft", seal=False)
     assert list_store(store).total == 10 and len(indexed_ids(store)) == 9
@@ -50,14 +56,14 @@ def _make_store(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _make_store(tmp_path_factory.mktemp("filtered"))
+def shared(tmp_path_factory: pytest.TempPathFactory, signers: Signers) -> Path:
+    return _make_store(tmp_path_factory.mktemp("filtered"), signers)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def store(tmp_path: Path, signers: Signers) -> Path:
     """A store of its own, for a test that changes it."""
-    return _make_store(tmp_path)
+    return _make_store(tmp_path, signers)
 
 
 @pytest.fixture
@@ -95,7 +101,7 @@ ARRANGED = [[], ["--limit", "2"], ["--limit", "2", "--reverse"], ["--reverse"], 
 
 
 def test_each_filter_lists_from_the_index_what_it_lists_from_the_files(shared: Path, listed: list[Listing]) -> None:
-    whole = list_store(shared, use_index=False).rows
+    whole = list_store(shared, use_cache=False).rows
     sealed = sum(row.sealed for row in whole)
     assert [row.sweep is not None for row in whole].count(True) == 3  # the items under their sweep
     for filters in FILTERS:
@@ -144,9 +150,9 @@ def test_a_terminal_shows_the_newest_matched_rows_and_counts_the_rest(shared: Pa
         assert listed[-1].unchecked == 9 - 2  # the terminal's rows alone were read
 
 
-def test_sign_offs_added_or_revoked_after_indexing_are_judged_as_they_are_now(store: Path) -> None:
+def test_sign_offs_added_or_revoked_after_indexing_are_judged_as_they_are_now(store: Path, signers: Signers) -> None:
     eval_a, chat = _id(store, "eval-a"), _id(store, "chat")
-    _sign(store / eval_a, CAROL)  # the oldest row: outside any window of the newest
+    sign(store / eval_a, CAROL, signers)  # the oldest row: outside any window of the newest
     record = next(p.name for p in (store / chat / layout.SIGNOFFS_DIR).iterdir() if p.suffix == ".json")
     revoked = run_cli("signoff", store / chat, "--revoke", record, "--by", ALICE)
     assert revoked.returncode == 0, revoked.stderr
@@ -168,7 +174,7 @@ def test_a_seal_changed_on_a_shown_row_is_marked_and_on_one_not_shown_is_not_rea
     assert eval_a not in _ids(store, "--state", "failed", "--limit", "5") and eval_a in _ids(store, "--no-index", "--state", "failed")
     reseal_as_failed(store / eval_c)  # shown: every row is read and judged, as without the index
     human = run_cli("ls", "--store", store, "--backend", "transformers", "--limit", "3")
-    assert "(seal changed)" in human.stdout and f"note: {eval_c}: the seal changed since it was indexed" in human.stderr
+    assert "(seal changed)" in human.stdout and f"note: {eval_c}: the seal changed since it was cached" in human.stderr
     changed = next(row for row in listed[-1].rows if row.id == eval_c)
     assert (changed.state, changed.generated) == ("failed", 99) and listed[-1].unchecked == 0
     for args in (["--state", "succeeded", "--limit", "2"], ["--name", "eval-*", "--limit", "1", "--reverse"]):

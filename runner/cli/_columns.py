@@ -1,8 +1,9 @@
 """Plain-text columns for `genrun ls`: fast at 100,000 lines, readable at 80 and 120 columns and when piped.
 
-Free-text cells (stop reasons, sign-offs) are capped, so one long sign-off never widens every line; `--json` has them
-whole. With a width (a terminal, or `COLUMNS` even when piped) the capped columns shrink first, then columns are left
-out from the right; ids are never cut.
+Free-text cells (stop reasons, sign-offs) are capped when the table does not fit (or piped, with no width), so one long
+sign-off never widens every line; `--json` has them whole. With a width (a terminal, or `COLUMNS` even when piped) a
+table that fits is shown whole; else the capped columns shrink first, then columns are left out from the right; ids
+are never cut.
 """
 
 import os
@@ -35,10 +36,13 @@ def output_width() -> int | None:
 
 
 def fit(headers: tuple[str, ...], columns: Sequence[Sequence[str]], width: int | None) -> Layout:
-    """Column widths: natural, capped; then shrink capped columns, then leave columns out from the right, to fit `width`."""
+    """Column widths: natural where they fit `width`; else capped, then capped columns shrunk, then columns left out from
+    the right, to fit it."""
     natural = [max(len(h), max(map(len, column), default=0)) for h, column in zip(headers, columns, strict=True)]
-    widths = [min(w, CAPS.get(h, w)) for w, h in zip(natural, headers, strict=True)]
     shown = list(range(len(headers)))
+    if width is not None and sum(natural) + len(GAP) * (len(natural) - 1) <= width:
+        return Layout(shown, natural, [])
+    widths = [min(w, CAPS.get(h, w)) for w, h in zip(natural, headers, strict=True)]
     if width is None:
         return Layout(shown, [widths[i] for i in shown], [])
 

@@ -1,7 +1,8 @@
 """`genrun ls`: the snapshots in a store, their state and stop reasons at a glance; filtered, sorted, limited.
 
-Sealed snapshots come from the store index (`<store>/.genrun-index/`, a cache rebuilt by `genrun index --rebuild`)
-while their seal is unchanged; everything else is read from its files each time.
+`ls` lists, `verify` proves: a sealed snapshot's row may come from your private listing cache (docs/listing.md) while its
+seal is unchanged, its sign-offs judged as they are now; every row shown is checked against its seal, and `--check`
+reads every row from its files. Unsealed snapshots are read from their files each time.
 """
 
 import argparse
@@ -12,15 +13,14 @@ from datetime import datetime, timedelta, timezone
 from itertools import repeat
 from pathlib import Path
 
-from genrun.runner._collector import collector_paused
 from genrun.runner.errors import UsageError
-from genrun.runner.listing import ROW_STATES, SEALED, SnapshotRow, describe, group_sweeps
+from genrun.runner.listing import ROW_STATES, SEALED, SnapshotRow, group_sweeps
 from genrun.runner.row_filter import RowFilter
 
 from ._columns import fit, output_width, render
 from ._options import add_allowed_signers, add_store
 
-__all__ = ["COLUMNS", "SnapshotRow", "arranged", "describe", "group_sweeps", "handle", "limited"]
+__all__ = ["COLUMNS", "SnapshotRow", "arranged", "group_sweeps", "handle", "limited"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
@@ -70,11 +70,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"the newest N rows (after filtering and sorting: the last N in time order, the first N with --reverse; "
                              f"the first N of a --sort); 0: every row. Default: every row when piped or with --json; on a terminal "
                              f"the newest {TERMINAL_ROWS} the same way, with a line saying how many are left out")
-    parser.add_argument("--no-index", action="store_true", help="read every snapshot from its files (ignore the store index)")
+    parser.add_argument("--no-cache", "--no-index", dest="no_cache", action="store_true",
+                        help="read every snapshot from its files; the listing cache is neither read nor written")
+    parser.add_argument("--check", action="store_true",
+                        help="read every snapshot from its files and name those whose seal changed since the listing cache read "
+                             "them (exit status 1 when one did); 'genrun verify' proves what a snapshot holds")
     parser.set_defaults(handler=handle)
 
 
-@collector_paused()  # the listing and its output: 100,000s of rows, no cycles
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
     from genrun.runner.store import locate_store, missing_store
@@ -84,9 +87,14 @@ def handle(args: argparse.Namespace) -> int:
     since, until = _when("--since", args.since), _when("--until", args.until)
     location = locate_store(args.store)
     store = location.path
-    listing = list_store(store, args.allowed_signers, use_index=not args.no_index, window=_window(args), keep=_keep(args, since, until),
-                         progress=lambda text: _notes([f"note: {text}"]))
+    listing = list_store(store, args.allowed_signers, use_cache=not args.no_cache, check=args.check, window=_window(args),
+                         keep=_keep(args, since, until), progress=lambda text: _notes([f"note: {text}"]))
     notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
+    if args.check:
+        notes.append(f"note: --check read {listing.total:,} row(s) from their files: " +
+                     (f"{len(listing.changed):,} seal(s) changed since cached: {', '.join(listing.changed)} (run 'genrun verify ID')"
+                      if listing.changed else "no seal changed since cached"))
+    status = 1 if listing.changed and args.check else 0
     rows = arranged(listing.rows, args)
     if args.json:
         _notes(notes)
@@ -94,7 +102,7 @@ def handle(args: argparse.Namespace) -> int:
 
         # each row as a dict made in C (`_asdict` costs twice as much: 100,000 rows in a whole listing)
         print_json({"store": str(store), "total": listing.total, "snapshots": list(map(dict, map(zip, repeat(SnapshotRow._fields), rows)))})
-        return 0
+        return status
     more = ""
     if args.limit is None and sys.stdout.isatty() and listing.matched > TERMINAL_ROWS:
         hidden = f"{listing.matched - TERMINAL_ROWS:,} {'earlier' if _newest_last(args) else 'later'}"
@@ -102,7 +110,7 @@ def handle(args: argparse.Namespace) -> int:
         more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
     _notes(notes + [f"note: {row.id}: {row.changed or row.problem}" for row in rows if row.changed or row.problem])
     _print_table(rows, listing.total, store, more)
-    return 0
+    return status
 
 
 def _window(args: argparse.Namespace) -> slice | None:

@@ -1,0 +1,201 @@
+"""The listing cache: what `genrun ls` showed of each *sealed* snapshot, private to the user, never inside the store.
+
+Only a cache, kept as pip and Hugging Face keep theirs: one SQLite file per store under `<cache dir>/listing/` (the cache
+dir is `$GENRUN_CACHE_DIR`, else `$XDG_CACHE_HOME/genrun`, else `~/.cache/genrun`), named by the store's identity (its
+device, inode and real path). Nothing in the store is written or read for it: a teammate who can write the store
+cannot edit what your `ls` believes, and a folder planted in the store (the `.genrun-index/` of older genruns, a link)
+is never opened. The folder must be a directory of yours that nobody else may write, and the file a regular file of
+yours (opened without following a link, never blocking on a FIFO); anything else is left alone and `ls` answers from
+the files, saying why.
+
+A row is the snapshot's `SnapshotRow` (`listing.ROW_FIELDS`, one column each) under two keys: the manifest's stat (a
+sealed snapshot's facts never change, so they hold while its seal does) and the sign-off key (`listing.SignoffKey`:
+what the sign-off judgement depends on, with the time it expires). Every row is validated as it is read (the SQL in
+`_VALID`: types and allowed values); a row that does not validate is treated as absent and read again from its files.
+"""
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from ._hash_cache import cache_dir
+
+FORMAT = 1
+"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache)."""
+BUSY_TIMEOUT_S = 2.0  # another `ls` holds the lock for one transaction; after this, answer without the cache
+
+SEAL_COLUMNS = ("seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns")
+"""The manifest's stat the row's facts were read under (`SealKey`)."""
+JUDGEMENT_COLUMNS = ("signoffs_key", "signoffs_until")
+"""What the sign-off judgement (the `signoffs` and `signers` cells) was made under, and when it stops holding (epoch
+seconds; NULL: never, no signature involved)."""
+
+
+class SealKey(NamedTuple):
+    """The manifest file's stat: any rewrite, replacement or chmod of it changes one of these."""
+
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, manifest: str) -> "SealKey | None":
+        """None when no regular file is there (not sealed; a link is never a seal)."""
+        try:
+            st = os.lstat(manifest)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+class Cached(NamedTuple):
+    """One validated row of the cache: its keys and its cells (in `listing.ROW_FIELDS`' order)."""
+
+    seal: SealKey
+    signoffs_key: str
+    signoffs_until: float | None
+    cells: tuple
+
+
+class CacheUnavailable(Exception):
+    """The cache cannot be used now; the message says why (the caller answers from the files and says so)."""
+
+    def __init__(self, message: str, *, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+        """The file is no SQLite database (or a malformed one): replacing it loses nothing."""
+
+
+def cache_file(store: Path) -> Path:
+    """Where the cache of `store` lives: named by the store directory's device, inode and real path (a store moved or
+    replaced gets a cache of its own)."""
+    st = os.stat(store)
+    identity = f"{st.st_dev}:{st.st_ino}:{os.path.realpath(store)}"
+    return cache_dir() / "listing" / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.sqlite3"
+
+
+def _private_directory(directory: Path) -> None:
+    """Make `directory` (mode 0700) if needed; refuse one that is a link, not ours, or writable by others."""
+    with contextlib.suppress(FileExistsError):
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(directory, 0o700)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise CacheUnavailable(f"the listing cache folder {directory} is not a directory of yours that only you may write "
+                               "(a link, or another user's): it is not used; remove it, and `ls` makes its own")
+
+
+def _private_file(path: Path) -> None:
+    """Create `path` (0600) if absent; refuse a link, a FIFO or anything but a regular file of ours writable by us alone.
+    Opened with O_NOFOLLOW and O_NONBLOCK: a link is never followed, a FIFO never waited on."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise CacheUnavailable(f"the listing cache {path} cannot be opened ({exc.strerror or exc}; a link is never followed): "
+                               "it is not used; remove it, and `ls` makes its own") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise CacheUnavailable(f"the listing cache {path} is not a regular file of yours that only you may write: "
+                               "it is not used; remove it, and `ls` makes its own")
+
+
+class ListingCache:
+    """The open cache of one store; use as a context manager. Every method may raise `CacheUnavailable`."""
+
+    def __init__(self, store: Path, fields: tuple[str, ...], valid: str) -> None:
+        """`fields`: the row's cached cells (`listing.ROW_FIELDS`); `valid`: SQL true of a row whose cells are well-typed
+        and allowed (`listing.VALID_ROW`)."""
+        self.fields, self.valid = fields, valid
+        self._db: sqlite3.Connection | None = None
+        try:
+            self.path = cache_file(store)
+            _private_directory(self.path.parent)
+            _private_file(self.path)
+            # The folder is ours alone (checked above), so nothing can swap the file between the check and this open.
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > FORMAT:  # a newer genrun's: left to it
+                raise CacheUnavailable(f"the listing cache {self.path} is format {version}, newer than this genrun's {FORMAT}: "
+                                       "answering from the files ('genrun index --rebuild' replaces it)")
+            if version < FORMAT:
+                self._create()
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise CacheUnavailable(f"the listing cache {self.path} cannot be used ({exc}); answering from the files "
+                                   "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
+        except OSError as exc:
+            self.close()
+            raise CacheUnavailable(f"the listing cache cannot be opened ({exc.strerror or exc}); answering from the files") from None
+
+    def _create(self) -> None:
+        assert self._db is not None
+        columns = ", ".join(("id TEXT PRIMARY KEY", *SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *(f for f in self.fields if f != "id")))
+        with self._transaction():
+            self._db.execute("DROP TABLE IF EXISTS rows")
+            self._db.execute(f"CREATE TABLE rows ({columns})")
+            self._db.execute(f"PRAGMA user_version = {FORMAT}")
+
+    def __enter__(self) -> "ListingCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def rows(self) -> dict[str, Cached]:
+        """Every row that validates, by id (one query; a row that does not validate is left out: it is read again)."""
+        assert self._db is not None
+        sql = f"SELECT {', '.join((*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))} FROM rows WHERE {self.valid}"
+        try:
+            return {r[6]: Cached(SealKey(*r[:4]), r[4], r[5], r[6:]) for r in self._db.execute(sql)}
+        except sqlite3.DatabaseError as exc:
+            raise CacheUnavailable(f"the listing cache {self.path} cannot be read ({exc}); answering from the files "
+                                   "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
+
+    def write(self, rows: Iterable[tuple[SealKey, str, float | None, tuple]], gone: Iterable[str] = (), *, replace: bool = False) -> None:
+        """Add or replace these rows (`Cached`'s parts) and forget the ids `gone`, in one transaction; `replace`: drop
+        every other row first."""
+        assert self._db is not None
+        marks = ", ".join("?" * (len(SEAL_COLUMNS) + len(JUDGEMENT_COLUMNS) + len(self.fields)))
+        names = ", ".join((*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))
+        try:
+            with self._transaction():
+                if replace:
+                    self._db.execute("DELETE FROM rows")
+                self._db.executemany(f"INSERT OR REPLACE INTO rows ({names}) VALUES ({marks})",
+                                     ((*seal, key, until, *cells) for seal, key, until, cells in rows))
+                self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
+        except sqlite3.DatabaseError as exc:
+            raise CacheUnavailable(f"the listing cache {self.path} was not updated ({exc})") from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        assert self._db is not None
+        self._db.execute("BEGIN IMMEDIATE")  # the write lock now: a second writer waits, then gives up
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+
+def _damaged(exc: sqlite3.DatabaseError) -> bool:
+    """Not a lock or a full disk: the file is no database, or a malformed one."""
+    return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc) or "not a database" in str(exc)
+
+
+__all__ = ["BUSY_TIMEOUT_S", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file"]
