@@ -1,36 +1,31 @@
-"""A store that holds a team's year: `genrun ls`, the store index and the store page at 1,000 / 10,000 / 100,000 snapshots.
+"""A store that holds a team's year: `genrun ls` and the store page at 1,000 / 10,000 / 100,000 snapshots, this genrun
+beside an earlier one (`--before`, 04185e5 by default: the last with the store index inside the store), in one run.
 
 Each store is made by hard-linking a few *real* sealed snapshots under new ids (`<time>-<name>-<hex>`, one second
 apart): a real `genrun run` of the tiny model (eos) and a `max_new_tokens` stop, and a real 20-item sweep of the tiny
-model (its items too), made once (or any store of real sealed snapshots with a sweep: `--seeds`). Sealed files are read-only, so links
-are safe, and a 100,000-snapshot store takes minutes, not the days 100,000 runs would. The copies share their seeds' inodes
-and page cache: every side reads warmer files than in a real store of that size (the same for the pre-index `ls`).
+model (its items too), made once (or any store of real sealed snapshots with a sweep: `--seeds`). Sealed files are
+read-only, so links are safe, and a 100,000-snapshot store takes minutes, not the days 100,000 runs would. The copies
+share their seeds' inodes and page cache: every side reads warmer files than in a real store of that size.
 
-Measured, each in a fresh process (`python -m genrun.runner.cli ...`, output to /dev/null), in one run, as wall seconds
-and as CPU seconds (user + system of the process: on a shared machine the wall figure grows with the load, the CPU figure
-much less, so ratios are given for both):
+Measured for each genrun, each in a fresh process (`python -m genrun.runner.cli ...`, output to /dev/null), as wall
+seconds and as CPU seconds (user + system of the process and its children: on a shared machine the wall figure grows
+with the load, the CPU figure much less):
 
-- today: `ls --json` of the pre-index genrun, whole (`git archive` of `--before`, the last commit without the index,
-  laid out as the installed package and put first on PYTHONPATH): what a user had before;
-- no index: `ls --no-index --json` (this genrun reading every snapshot from its files), at every size: it also reads
-  every file once before the cold build, as `today` does where it runs;
-- cold: `ls --json` with no index (reads every snapshot, in a process per core from 1,000 of them, and builds the index);
-  best of as many runs as `today` had (each after deleting the index); its CPU figure counts the workers too;
-- warm: `ls --limit 0` (every row, as piped) and `ls --json` with the index built; `ls --limit 200`, what `genrun ls`
-  shows on a terminal (the newest 200: only they are checked against their seals, the others placed by the index);
-- filtered: `ls --state succeeded --stop-reason max_new_tokens --unsigned` (warm), every row it keeps (piped) and the
-  newest 200 of them (a terminal's), and `ls --stop-reason eos --limit 200`;
+- cold: `ls --json` with no cache (every snapshot read from its files; the cache filled): best of as many runs as
+  allowed (each after removing the cache: this genrun's private folder, `--before`'s `<store>/.genrun-index`);
+- warm: `ls --limit 0` (every row, as piped), `ls --json`, and `ls --limit 200` (what `genrun ls` shows on a terminal);
+- sign-offs: `ls --signed-by alice@example.com` (every row's sign-offs looked at now; none signed) and
+  `ls --unsigned --limit 200`;
+- filtered: `ls --state succeeded --stop-reason max_new_tokens` (every row it keeps, piped);
 - page: `report --store DIR --html FILE` (warm; the index pages, without review pages);
-- startup: `ls` of an empty store, for each genrun: the floor under its figures (imports, parser), taken off before
-  the per-snapshot figures are divided;
-- `verify SWEEP` of a 1,000-item sweep (every item hashed and checked; a process per core): the items are copies of a
-  real sweep's items (`make_big_sweep`), since 1,000 real runs take half an hour on two cores.
+- startup: `ls` of an empty store: the floor under every figure (imports, parser), taken off the per-snapshot figures.
 
-Every process may write its bytecode cache (an installed genrun has one; PYTHONDONTWRITEBYTECODE is dropped for the
-children), and one `--version` of each genrun runs first to write it.
+Every process may write its bytecode cache, and one `--version` of each genrun runs first to write it. This genrun's
+cache goes to a folder of the run's own (`GENRUN_CACHE_DIR`), never the user's.
 
-Usage: python bench/store.py [--sizes 1000 10000 100000] [--sweep-items 1000] [--repeat 3] [--work DIR] [--seeds STORE] [--reuse]
-Goals: warm ls of 100,000 < 1 s and <= 2x its 1,000 figure; cold >= 5x faster per snapshot than today; page < 5 s at 100,000.
+Usage: python bench/store.py [--sizes 1000 10000 100000] [--repeat 3] [--work DIR] [--seeds STORE] [--reuse] [--sweep-items 0]
+Goals: warm ls of 100,000 < 1 s (terminal and --json), the terminal's <= 2x its 1,000 figure; a sign-off filter of
+100,000 < 2 s; the page < 5 s at 100,000; cold no slower per snapshot than --before.
 """
 
 import argparse
@@ -43,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import NamedTuple
@@ -181,75 +177,74 @@ def before_tree(work: Path, commit: str) -> dict[str, str]:
     where = subprocess.run([sys.executable, "-c", "import genrun.runner.cli.ls as m; print(m.__file__)"], env=env, cwd=work,
                            capture_output=True, text=True, check=True).stdout.strip()
     if not where.startswith(str(root)):
-        raise SystemExit(f"the pre-index genrun is not the one imported (got {where})")
+        raise SystemExit(f"the earlier genrun is not the one imported (got {where})")
     return env
 
 
-def measure(store: Path, repeat: int, work: Path, before: dict[str, str], today_up_to: int) -> dict[str, Timed]:
+class Side(NamedTuple):
+    """One genrun measured: how to run it and how to drop its cache of a store."""
+
+    name: str
+    env: dict[str, str]
+    forget: Callable[[Path], None]
+
+
+def sides(work: Path, before: str) -> list[Side]:
+    cache = work / "listing-cache"
+    now = {**CHILD_ENV, "GENRUN_CACHE_DIR": str(cache)}
+    return [Side(before, before_tree(work, before), lambda store: shutil.rmtree(store / ".genrun-index", ignore_errors=True)),
+            Side("now", now, lambda store: shutil.rmtree(cache, ignore_errors=True))]
+
+
+FIGURES = (("cold", ["--json"]), ("warm", ["--limit", "0"]), ("warm_json", ["--json"]), ("window", ["--limit", str(TERMINAL_ROWS)]),
+           ("signed_by", ["--signed-by", "alice@example.com"]), ("unsigned_window", ["--unsigned", "--limit", str(TERMINAL_ROWS)]),
+           ("filtered", ["--state", "succeeded", "--stop-reason", "max_new_tokens"]))
+LABELS = {"cold": "ls --json, cold (fills the cache)", "warm": "ls --limit 0, warm", "warm_json": "ls --json, warm",
+          "window": f"ls --limit {TERMINAL_ROWS} (a terminal's), warm", "signed_by": "ls --signed-by X, warm",
+          "unsigned_window": f"ls --unsigned --limit {TERMINAL_ROWS}, warm", "filtered": "ls --state --stop-reason, warm",
+          "page": "store page (index pages), warm"}
+
+
+def measure(store: Path, repeat: int, work: Path, side: Side) -> dict[str, Timed]:
     size = sum(1 for p in store.iterdir() if not p.name.startswith("."))
     once = 1 if size > 10_000 else repeat
-    nothing = Timed(float("nan"), float("nan"))
-    figures = {"today": nothing}
-    if size <= today_up_to:
-        runs = [timed([*GENRUN, "ls", "--store", str(store), "--json"], env=before, cwd=work) for _ in range(once)]
-        figures["today"] = fastest(runs)
-    # also where `today` is not run: every snapshot's files read once before the cold build, at every size alike (else
-    # the first build of 100,000 reads what the machine has dropped from its page cache since the store was made)
-    figures["no_index"] = best(once, "ls", "--store", store, "--no-index", "--json")
-    colds = []
-    for _ in range(once):  # best of as many as `today` had: each with no index
-        shutil.rmtree(store / ".genrun-index", ignore_errors=True)
-        colds.append(genrun("ls", "--store", store, "--json"))
-    figures["cold"] = fastest(colds)
-    figures["warm"] = best(repeat, "ls", "--store", store, "--limit", "0")
-    figures["window"] = best(repeat, "ls", "--store", store, "--limit", str(TERMINAL_ROWS))
-    figures["warm_json"] = best(repeat, "ls", "--store", store, "--json")
-    filters = ("--state", "succeeded", "--stop-reason", "max_new_tokens", "--unsigned")
-    figures["filtered"] = best(repeat, "ls", "--store", store, *filters)
-    figures["filtered_window"] = best(repeat, "ls", "--store", store, *filters, "--limit", str(TERMINAL_ROWS))
-    figures["reason_window"] = best(repeat, "ls", "--store", store, "--stop-reason", "eos", "--limit", str(TERMINAL_ROWS))
-    site = work / f"site-{size}"
+    figures = {}
+    for key, args in FIGURES:
+        runs = []
+        for _ in range(once if key == "cold" else repeat):
+            if key == "cold":
+                side.forget(store)
+            runs.append(timed([*GENRUN, "ls", "--store", str(store), *args], env=side.env, cwd=work))
+        figures[key] = fastest(runs)
+    site = work / f"site-{side.name}-{size}"
     shutil.rmtree(site, ignore_errors=True)
     site.mkdir()
-    figures["page"] = best(repeat, "report", "--store", store, "--html", site / "index.html")
-    pages = list(site.glob("index*.html"))
-    kb = sum(p.stat().st_size for p in pages) / len(pages) / 1024
-    figures["page_kb"] = Timed(kb, kb)
+    figures["page"] = fastest([timed([*GENRUN, "report", "--store", str(store), "--html", str(site / "index.html")], env=side.env, cwd=work)
+                               for _ in range(repeat)])
     return figures
 
 
-LABELS = (("today", "ls --json before the index"), ("no_index", "ls --json --no-index"), ("cold", "ls --json, cold (builds index)"),
-          ("warm", "ls --limit 0, warm"), ("window", f"ls --limit {TERMINAL_ROWS} (a terminal's), warm"), ("warm_json", "ls --json, warm"), ("filtered", "ls filtered, warm"),
-          ("filtered_window", f"ls filtered --limit {TERMINAL_ROWS}, warm"), ("reason_window", f"ls --stop-reason eos --limit {TERMINAL_ROWS}, warm"),
-          ("page", "store page (index pages)"))
-
-
-def report(rows: dict[int, dict[str, Timed]], startup: dict[str, Timed], field: str, sizes: list[int]) -> None:
-    """One table of `field` (wall or cpu) and the goals' ratios measured from it."""
+def report(rows: dict[int, dict[str, dict[str, Timed]]], startup: dict[str, Timed], field: str, sizes: list[int], names: list[str]) -> None:
+    """One table of `field` (wall or cpu), each genrun side by side, and the goals measured from it."""
     pick = lambda t: getattr(t, field)  # noqa: E731
-    print(f"\n{field} seconds{'':24}" + "".join(f"{s:>12,}" for s in sizes))
-    for key, label in LABELS:
-        print(f"{label:36}" + "".join(f"{pick(rows[s][key]):>12.2f}" for s in sizes))
-    # per snapshot, less the process start-up every figure pays
-    per = {s: ((pick(rows[s]["today"]) - pick(startup["today"])) / s, (pick(rows[s]["cold"]) - pick(startup["now"])) / s) for s in sizes}
-    print(f"{'ms per snapshot, today (- startup)':36}" + "".join(f"{1000 * t:>12.3f}" for t, _ in per.values()))
-    print(f"{'ms per snapshot, cold (- startup)':36}" + "".join(f"{1000 * c:>12.3f}" for _, c in per.values()))
-    print(f"{'cold vs today, per snapshot':36}" + "".join(f"{t / c:>11.1f}x" for t, c in per.values()))
+    print(f"\n{field} seconds{'':34}" + "".join(f"{f'{n} {s:,}':>16}" for s in sizes for n in names))
+    for key, label in LABELS.items():
+        print(f"{label:44}" + "".join(f"{pick(rows[s][n][key]):>16.2f}" for s in sizes for n in names))
+    per = {n: [(pick(rows[s][n]["cold"]) - pick(startup[n])) / s * 1000 for s in sizes] for n in names}
+    print(f"{'ms per snapshot, cold (- startup)':44}" + "".join(f"{per[n][i]:>16.3f}" for i in range(len(sizes)) for n in names))
     big, small = max(sizes), min(sizes)
-    ratios = [t / c for t, c in per.values() if t == t]
-    for key in ("warm", "window"):
-        print(f"goal ({field}), {dict(LABELS)[key]}: {big:,} = {pick(rows[big][key]):.2f} s (< 1 s), "
-              f"{pick(rows[big][key]) / pick(rows[small][key]):.1f}x its {small:,} figure (<= 2x)")
-    print(f"goals ({field}): cold {min(ratios, default=float('nan')):.1f}x faster per snapshot than today (>= 5x); "
-          f"page {pick(rows[big]['page']):.2f} s (< 5 s); startup {pick(startup['now']):.2f} s (before the index: {pick(startup['today']):.2f} s)")
+    now = rows[big]["now"]
+    print(f"goals ({field}, now, {big:,}): warm --limit 0 {pick(now['warm']):.2f} s, --json {pick(now['warm_json']):.2f} s, terminal "
+          f"{pick(now['window']):.2f} s (< 1 s; terminal {pick(now['window']) / pick(rows[small]['now']['window']):.1f}x its {small:,} figure, <= 2x); "
+          f"sign-off filter {pick(now['signed_by']):.2f} s (< 2 s); page {pick(now['page']):.2f} s (< 5 s); cold per snapshot "
+          f"{per['now'][-1]:.3f} ms vs {per[names[0]][-1]:.3f} ms before; startup {pick(startup['now']):.2f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--sweep-items", type=int, default=1_000, help="items of the sweep that is verified")
-    parser.add_argument("--before", default="acaead3", help="the commit whose `ls` is 'today' (the last one without the index)")
-    parser.add_argument("--today-up-to", type=int, default=10**9, help="skip the pre-index figures above this size (linear in size)")
+    parser.add_argument("--sweep-items", type=int, default=1_000, help="items of the sweep that is verified (0: none)")
+    parser.add_argument("--before", default="04185e5", help="the earlier genrun measured beside this one (a commit)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N for the warm figures")
     parser.add_argument("--work", type=Path, help="keep the seeds and stores here (default: a temporary directory)")
     parser.add_argument("--seeds", type=Path, help="a store of real sealed snapshots with one sweep to copy (default: made here)")
@@ -261,15 +256,16 @@ def main() -> None:
         seeds, sweep = args.seeds, next(p for p in args.seeds.iterdir() if (p / "sweep-plan.json").is_file())
     else:
         seeds, sweep = make_seeds(work, 20)
-    before = before_tree(work, args.before)
-    timed([*GENRUN, "--version"], env=before, cwd=work)  # write each genrun's bytecode cache before anything is timed
-    genrun("--version")
-    loads = [os.getloadavg()]
+    measured = sides(work, args.before)
+    names = [side.name for side in measured]
     empty = work / "empty-store"
     empty.mkdir(exist_ok=True)
-    runs = [timed([*GENRUN, "ls", "--store", str(empty), "--json"], env=before, cwd=work) for _ in range(args.repeat)]
-    startup = {"today": fastest(runs), "now": best(args.repeat, "ls", "--store", empty, "--json")}
-    rows = {}
+    startup = {}
+    for side in measured:
+        timed([*GENRUN, "--version"], env=side.env, cwd=work)  # its bytecode cache written before anything is timed
+        startup[side.name] = fastest([timed([*GENRUN, "ls", "--store", str(empty), "--json"], env=side.env, cwd=work) for _ in range(args.repeat)])
+    loads = [os.getloadavg()]
+    rows: dict[int, dict[str, dict[str, Timed]]] = {}
     for size in args.sizes:
         store = work / f"store-{size}"
         t = time.perf_counter()
@@ -277,23 +273,29 @@ def main() -> None:
             shutil.rmtree(store, ignore_errors=True)
             make_store(seeds, size, store)
         made = time.perf_counter() - t
+        rows[size] = {}
+        for side in measured:
+            loads.append(os.getloadavg())
+            rows[size][side.name] = measure(store, args.repeat, work, side)
+            print(f"{size:,} snapshots, {side.name}: {rows[size][side.name]}; load {os.getloadavg()}", file=sys.stderr, flush=True)
         loads.append(os.getloadavg())
-        rows[size] = measure(store, args.repeat, work, before, args.today_up_to)
-        loads.append(os.getloadavg())
-        print(f"{size:,} snapshots: store made in {made:.1f} s; {rows[size]}", file=sys.stderr)
+        print(f"{size:,} snapshots: store made in {made:.1f} s", file=sys.stderr)
         if not args.reuse:
             shutil.rmtree(store)
-    shutil.rmtree(work / "sweep-store", ignore_errors=True)
-    big_sweep = make_big_sweep(sweep, args.sweep_items, work / "sweep-store")
-    verify = genrun("verify", big_sweep)
-    loads.append(os.getloadavg())
-    print(f"load averages (1, 5, 15 min) before and after each size: {[tuple(round(x, 1) for x in load) for load in loads]} on {os.cpu_count()} CPUs")
-    print(f"best of {args.repeat} for warm figures; startup (`ls` of an empty store): {startup['now'].wall:.2f} s wall, {startup['now'].cpu:.2f} s CPU "
-          f"(before the index: {startup['today'].wall:.2f} s, {startup['today'].cpu:.2f} s)")
+    verify = None
+    if args.sweep_items:
+        shutil.rmtree(work / "sweep-store", ignore_errors=True)
+        verify = genrun("verify", make_big_sweep(sweep, args.sweep_items, work / "sweep-store"))
+        loads.append(os.getloadavg())
+    print(f"load averages (1, 5, 15 min) before and after each size and genrun: {[tuple(round(x, 1) for x in load) for load in loads]} "
+          f"on {os.cpu_count()} CPUs")
+    print(f"best of {args.repeat} for warm figures; startup (`ls` of an empty store): " +
+          ", ".join(f"{n} {startup[n].wall:.2f} s wall, {startup[n].cpu:.2f} s CPU" for n in names))
     for field in ("wall", "cpu"):
-        report(rows, startup, field, args.sizes)
-    print(f"\nstore page, kB per page file: " + ", ".join(f"{rows[s]['page_kb'].wall:.0f} at {s:,}" for s in args.sizes))
-    print(f"verify of the {args.sweep_items}-item sweep: {verify.wall:.1f} s wall, {verify.cpu:.1f} s CPU (all processes)")
+        report(rows, startup, field, args.sizes, names)
+    if verify is not None:
+        print(f"verify of the {args.sweep_items}-item sweep: {verify.wall:.1f} s wall, {verify.cpu:.1f} s CPU (all processes)")
+
 
 if __name__ == "__main__":
     main()

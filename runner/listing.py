@@ -4,19 +4,16 @@
 the cache names it). A sealed snapshot's facts (state, stop reasons, units, backend, times) never change after the seal,
 so they may come from the private listing cache (`listing_cache`) while the seal they were read under is unchanged; its
 sign-offs are judged as they are now (records arrive after the seal, keys expire), from the cache only while nothing
-the judgement depends on changed (`SignoffKey`). Every row `ls` shows is checked against its seal; the rows it does not
+the judgement depends on changed (`signoff_judgement`). Every row `ls` shows is checked against its seal; the rows it does not
 show (outside a `--limit`, or left out by a filter) are placed and matched by the cache alone, and `ls --check` reads
 every row from its files. One process: no worker, no shared memory.
 """
 
-import hashlib
 import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime, timezone
-from itertools import repeat
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, get_args
 
@@ -25,11 +22,10 @@ from genrun.schemas.digests import sha256_bytes
 from genrun.schemas.sweep import SweepStatus
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
-from .listing_cache import Cached, CacheUnavailable, ListingCache, SealKey
+from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, SealKey, remove_cache
+from .signoff_judgement import Judgement, Trust, judge_now, signoffs_key, unchanged_key
 
 if TYPE_CHECKING:
-    from genrun.analysis.signoffs import SignoffStatus
-
     from .row_filter import RowFilter
 
 UNREADABLE = "unreadable"
@@ -103,19 +99,20 @@ def _valid_row_sql() -> str:
 VALID_ROW = _valid_row_sql()
 
 
-def _from_cache(cells: tuple) -> SnapshotRow:
-    fields = dict(zip(ROW_FIELDS, cells))
-    fields["signers"] = tuple(fields["signers"].split("\n")) if fields["signers"] else ()
-    if fields["members"] is not None:
-        fields["members"] = tuple(fields["members"].split("\n")) if fields["members"] else ()
-    return SnapshotRow(sealed=True, **fields)
+def _from_cache(entry: Cached) -> SnapshotRow:
+    """The row a cache entry holds (its cells in `ROW_FIELDS`' order)."""
+    (id, state, generated, stop_reasons, signoffs, name, created, backend, unit, seal_digest, signers,  # noqa: A001
+     members) = entry[CELLS:]
+    return SnapshotRow(id=id, state=state, sealed=True, generated=generated, stop_reasons=stop_reasons, signoffs=signoffs,
+                       name=name, created=created, backend=backend, unit=unit, seal_digest=seal_digest,
+                       signers=tuple(signers.split("\n")) if signers else (),
+                       members=None if members is None else tuple(members.split("\n")) if members else ())
 
 
-def _to_cache(row: SnapshotRow) -> tuple:
-    cells = dict(zip(SnapshotRow._fields, row))
-    cells["signers"] = "\n".join(row.signers)
-    cells["members"] = None if row.members is None else "\n".join(row.members)
-    return tuple(cells[field] for field in ROW_FIELDS)
+def _cached(seal: tuple[int, ...], key: str, until: float | None, row: SnapshotRow) -> Cached:
+    """The cache entry of a sealed row read under `seal`, its sign-offs judged under `key` until `until`."""
+    cells = {**row._asdict(), "signers": "\n".join(row.signers), "members": None if row.members is None else "\n".join(row.members)}
+    return (*seal, key, until, *(cells[field] for field in ROW_FIELDS))
 
 
 class Listing(NamedTuple):
@@ -132,101 +129,6 @@ class Listing(NamedTuple):
     """Rows placed or matched by the cache alone, their seals not checked: kept outside the `window`, or not kept."""
     changed: tuple[str, ...] = ()
     """Ids of the rows read whose seal changed since the cache read it (every one, with `check`)."""
-
-
-# -- sign-offs: judged as they are now -------------------------------------------------------------------------------
-
-_TIME_LIMIT = re.compile(r"valid-(?:after|before)=\"?(\d{8}(?:\d{4}(?:\d{2})?)?)(z?)\"?")
-_MAX_ALLOWED_SIGNERS = 4 << 20  # bytes: an allowed-signers file of a team is a few kB
-
-
-class Trust(NamedTuple):
-    """The allowed-signers file a listing judges signatures against: its identity (path and content) and the moments
-    (`valid-after`/`valid-before` of its keys) at which a judgement made with it may change."""
-
-    path: Path | None
-    identity: str
-    limits: tuple[float, ...]
-    """Epoch seconds of every key's time limit; -inf for one that could not be read (no judgement then outlives now)."""
-
-    @classmethod
-    def of(cls, path: Path | None) -> "Trust":
-        if path is None:
-            return cls(None, "-", ())
-        try:
-            with open(path, "rb") as file:
-                data = file.read(_MAX_ALLOWED_SIGNERS + 1)
-        except OSError as exc:
-            return cls(path, f"{path}|{exc.strerror}", ())
-        limits: list[float] = []
-        for line in data.decode(errors="replace").lower().splitlines():
-            found = _TIME_LIMIT.findall(line)
-            # a limit not read, or a certificate authority (whose certificates carry their own validity): judged each time
-            if len(found) != line.count("valid-after") + line.count("valid-before") or "cert-authority" in line:
-                limits.append(float("-inf"))
-            for digits, utc in found:  # a date alone: its start and its end, whichever ssh-keygen takes
-                limits += [_epoch(digits, utc == "z"), *([_epoch(digits, utc == "z") + 86_400] if len(digits) == 8 else [])]
-        return cls(path, f"{path}|{hashlib.sha256(data).hexdigest()}", tuple(limits))
-
-    def until(self, now: float) -> float | None:
-        """When a judgement made `now` may stop holding: the next time limit of a key (None: none comes)."""
-        if float("-inf") in self.limits:
-            return now
-        return min((limit for limit in self.limits if limit > now), default=None)
-
-
-def _epoch(digits: str, utc: bool) -> float:
-    """ssh-keygen's `YYYYMMDD[HHMM[SS]]` (UTC with `Z`, else local time), as epoch seconds."""
-    when = datetime.strptime(digits.ljust(14, "0"), "%Y%m%d%H%M%S")
-    return when.replace(tzinfo=timezone.utc).timestamp() if utc else time.mktime(when.timetuple())
-
-
-def signoffs_key(base: str, trust: Trust) -> str:
-    """What a snapshot's sign-off judgement depends on besides time: each record's stat under `signoffs/`, the plan it
-    binds (`frozen-sha256.txt`) and the allowed-signers file (`base`: the snapshot's path ending in "/"). "-" when it has
-    no `signoffs/`: nothing to judge, nothing that expires."""
-    folder = base + layout.SIGNOFFS_DIR
-    if not os.access(folder, os.F_OK, follow_symlinks=False):
-        return "-"
-    parts = [trust.identity]
-    try:
-        for name in [layout.FROZEN_MANIFEST, *(f"{layout.SIGNOFFS_DIR}/{n}" for n in sorted(os.listdir(folder)))]:
-            st = os.lstat(base + name)
-            parts.append(f"{name}|{st.st_mode}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}")
-    except OSError as exc:
-        parts.append(f"unreadable {exc.errno}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-class Judgement(NamedTuple):
-    signoffs: str
-    signers: tuple[str, ...]
-    until: float | None
-    """When it may stop holding (epoch seconds); None: never (no signature was judged against the allowed signers)."""
-
-
-_RANK = {"valid": 0, "unverified": 1, "unsigned": 2, "invalid": 3, "revoked": 4}
-
-
-def judge(snapshot: Path, trust: Trust) -> Judgement:
-    """The sign-offs of `snapshot` as they are now (`analysis.signoffs.judge_signoffs`, as verify judges them)."""
-    from genrun.analysis.signoffs import judge_signoffs
-
-    now = time.time()
-    statuses = judge_signoffs(snapshot, trust.path)
-    if not statuses:
-        return Judgement("-", (), None)
-    signers = tuple(dict.fromkeys(s.by for s in statuses if s.by and s.state == "valid" and s.decision != "revoke"))
-    shown = sorted(statuses, key=lambda s: (s.decision == "revoke", _RANK[s.state]))  # those that hold first: a cut keeps them
-    until = trust.until(now) if trust.path is not None and any(s.state in ("valid", "invalid") for s in statuses) else None
-    return Judgement(", ".join(map(_summary, shown)), signers, until)
-
-
-def _summary(status: "SignoffStatus") -> str:
-    label = f"{status.decision or status.file} {status.state}"
-    if status.state == "invalid":
-        return f"{label}: {status.reason.split(':')[0].split(' (')[0]}"
-    return label if status.state == "revoked" else f"{label} ({status.by})"
 
 
 # -- one snapshot from its files -------------------------------------------------------------------------------------
@@ -276,11 +178,7 @@ def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
     row = row._replace(seal_digest=sha256_bytes(manifest))
     if SealKey.of(f"{snapshot}/{layout.MANIFEST}") != key or os.path.islink(snapshot):  # changed while read (the row may
         return Read(row, None)  # mix two seals), or a link to a snapshot (listed through it as before, never cached)
-    return Read(row, Cached(key, judged_under, judgement.until, _to_cache(row)))
-
-
-def judge_now(snapshot: Path, trust: Trust, key: str) -> Judgement:
-    return Judgement("-", (), None) if key == "-" else judge(snapshot, trust)
+    return Read(row, _cached(key, judged_under, judgement.until, row))
 
 
 def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[str] | None = None,
@@ -381,25 +279,30 @@ class _Rows:
     """The rows of one listing as they are found: from the cache (unchecked until `check`ed) or read from the files;
     collects what the cache should learn (`fresh`) and the rows whose seal changed since cached."""
 
-    def __init__(self, store: Path, trust: Trust, cached: Mapping[str, Cached]) -> None:
+    def __init__(self, store: Path, trust: Trust, cached: dict[str, Cached], complete: Callable[[list[str]], dict[str, Cached]] | None = None) -> None:
         self.store, self.trust, self.cached = store, trust, cached
+        self.complete = complete
+        """Fetches the whole entries of these ids, where `cached` holds only what places them (`ListingCache.rows`)."""
         self.prefix = f"{store}/"
         self.fresh: list[Cached] = []
         self.changed: list[str] = []
         self.checked: set[str] = set()
         """Ids looked at in this listing: read from their files, or their seal compared with the cached one."""
+        self._from_files: set[str] = set()
         self._judged: dict[str, Judgement] = {}
+        self._now = time.time()  # judgements are of the moment the listing began
 
     def read(self, name: str) -> SnapshotRow | None:
         """`name` from its files; a sealed one is cached unless its seal changed since the cache read it (verify judges
         it; `genrun index --rebuild` accepts it)."""
         self.checked.add(name)
+        self._from_files.add(name)
         found = read_snapshot(self.store, name, self.trust)
         if found is None:
             return None
         row, fresh = found
         before = self.cached.get(name)
-        then = before.cells[ROW_FIELDS.index("seal_digest")] if before is not None else None
+        then = before[CELLS + ROW_FIELDS.index("seal_digest")] if before is not None else None
         if then is not None and row.seal_digest is not None and then != row.seal_digest:
             self.changed.append(name)
             return row._replace(changed=f"the seal changed since it was cached (sha256 {then[:12]}… then, {row.seal_digest[:12]}… now): "
@@ -412,33 +315,31 @@ class _Rows:
         """A cached row with its sign-offs as they are now: the cached judgement while nothing it depends on changed and
         its time has not come, else judged again (and cached). A row read from its files was judged as it was read."""
         entry = self.cached.get(row.id)
-        if entry is None or row.id in self.checked and row.id not in self._judged:
+        if entry is None or row.id in self._from_files:
             return row
         judgement = self._judged.get(row.id)
         if judgement is None:
-            key = signoffs_key(f"{self.prefix}{row.id}/", self.trust)
-            if key == entry.signoffs_key and (entry.signoffs_until is None or time.time() < entry.signoffs_until):
-                judgement = Judgement(row.signoffs, row.signers, entry.signoffs_until)
-            else:
-                judgement = judge_now(self.store / row.id, self.trust, key)
-                self.fresh.append(Cached(entry.seal, key, judgement.until, _to_cache(row._replace(signoffs=judgement.signoffs,
-                                                                                                  signers=judgement.signers))))
-            self._judged[row.id] = judgement
+            base = f"{self.prefix}{row.id}/"
+            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], base, self.trust):
+                return row
+            key = signoffs_key(base, self.trust)  # before judging: a record added meanwhile changes it
+            judgement = self._judged[row.id] = judge_now(self.store / row.id, self.trust, key)
+            self.fresh.append(_cached(entry[SEAL], key, judgement.until, row._replace(signoffs=judgement.signoffs, signers=judgement.signers)))
         return row._replace(signoffs=judgement.signoffs, signers=judgement.signers)
 
     def check(self, row: SnapshotRow) -> SnapshotRow | None:
         """A row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has its
         sign-offs judged now; any other is read from its files (None: gone)."""
-        if row.id not in self.cached or row.id in self.checked and row.id not in self._judged:
+        entry = self.cached.get(row.id)
+        if entry is None or row.id in self.checked:
             return row
+        self.checked.add(row.id)
         try:
-            unchanged = SealKey.of(f"{self.prefix}{row.id}/{layout.MANIFEST}") == self.cached[row.id].seal
+            unchanged = SealKey.of(f"{self.prefix}{row.id}/{layout.MANIFEST}") == entry[SEAL]
         except OSError:
             unchanged = False  # `read` says why
         if unchanged:
-            row = self.signed_now(row)
-            self.checked.add(row.id)
-            return row
+            return self.signed_now(row)
         read = self.read(row.id)
         return None if read is None else read._replace(sweep=row.sweep)
 
@@ -466,21 +367,20 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
-    """The store's cache and its valid rows; a damaged one is made anew (it is ours and only a cache), once."""
+def _open_cache(store: Path, notes: list[str], *, placing: bool = False, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
+    """The store's cache and its valid rows (`placing`: what places them); a damaged one is made anew (it is ours and
+    only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        return cache, cache.rows()
+        return cache, cache.rows(placing=placing)
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
         if exc.damaged and again:
-            from .listing_cache import cache_file
-
-            os.unlink(cache_file(store))  # a regular file of ours (checked before it was opened)
+            remove_cache(store)
             notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
-            return _open_cache(store, notes, again=False)
+            return _open_cache(store, notes, placing=placing, again=False)
         notes.append(str(exc))
         return None, {}
 
@@ -499,19 +399,21 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
 
     trust = Trust.of(resolve_allowed_signers(allowed_signers))  # once: it may ask git
     notes: list[str] = []
-    cache, cached = _open_cache(store, notes) if use_cache and store.is_dir() else (None, {})
+    placing = keep is None and window is not None and not check  # only the window's rows are made
+    cache, cached = _open_cache(store, notes, placing=placing) if use_cache and store.is_dir() else (None, {})
     try:
         names, planning = _scan(store)
-        unread = len(names) if check else sum(1 for name in names if name not in cached)
-        if progress is not None and unread >= _PROGRESS_FROM:
+        held = sum(map(cached.__contains__, names))
+        if progress is not None and (unread := len(names) - (0 if check else held)) >= _PROGRESS_FROM:
             progress(f"reading {unread:,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
-        listing, found = _listed(_Rows(store, trust, cached), names, planning, check, window, keep)
+        complete = cache.rows if cache is not None and placing else None
+        listing, found = _listed(_Rows(store, trust, cached, complete), names, planning, check, window, keep)
         if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
-            listing, found = _listed(_Rows(store, trust, cached), names, planning, True, window, keep)
+            listing, found = _listed(_Rows(store, trust, found.cached), names, planning, True, window, keep)
         if cache is not None:
             try:
-                cache.write(found.fresh, set(cached).difference(names))
+                cache.write(found.fresh, set(cached).difference(names) if held < len(cached) else ())
             except CacheUnavailable as exc:
                 notes.append(str(exc))
     finally:
@@ -522,14 +424,57 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
 
 def _listed(found: _Rows, names: list[str], planning: list[str], check: bool, window: slice | None,
             keep: "RowFilter | None") -> tuple[Listing, _Rows]:
-    """`list_store`'s listing of these names, every one read from its files with `check`."""
+    """`list_store`'s listing of these names, every one read from its files with `check`. Cached rows are made into
+    `SnapshotRow`s only where needed: all of them for a filter, only the window's without one (the others are placed
+    by their ids and sweeps' members alone)."""
     cached = found.cached
-    rows = [row for name in names if (row := _from_cache(cached[name].cells) if name in cached and not check else found.read(name))]
-    rows = group_sweeps(rows + [_planning_row(found.store / name) for name in planning])
-    kept, said = (rows, []) if keep is None else keep.select(rows, found.signed_now)
-    shown = [row for row in map(found.check, kept if window is None else kept[window]) if row is not None]
-    unchecked = sum(1 for name in names if name in cached and name not in found.checked)
-    return Listing(shown, said, len(rows), len(kept), unchecked, tuple(found.changed)), found
+    placed: list[SnapshotRow | Cached] = [x for name in names if (x := cached[name] if name in cached and not check else found.read(name))]
+    placed += [_planning_row(found.store / name) for name in planning]
+    if keep is None:
+        grouped = _grouped(placed)
+        total = matched = len(grouped)
+        chosen = grouped if window is None else grouped[window]
+        if found.complete is not None:  # the window's cached rows fetched whole (one gone meanwhile: read from its files)
+            cached.update(found.complete([x[CELLS] for x, _ in chosen if not isinstance(x, SnapshotRow)]))
+            chosen = [(x if isinstance(x, SnapshotRow) else cached.get(x[CELLS]) if cached[x[CELLS]][0] is not None else found.read(x[CELLS]),
+                       sweep) for x, sweep in chosen]
+        kept, said = [_row(x, sweep) for x, sweep in chosen if x is not None], list[str]()
+    else:
+        rows = [_row(x, sweep) for x, sweep in _grouped(placed)]
+        kept, said = keep.select(rows, found.signed_now)
+        total, matched = len(rows), len(kept)
+        kept = kept if window is None else kept[window]
+    shown = [row for row in map(found.check, kept) if row is not None]
+    unchecked = sum(map(cached.__contains__, names)) - sum(map(cached.__contains__, found.checked))
+    return Listing(shown, said, total, matched, unchecked, tuple(found.changed)), found
+
+
+def _row(placed: "SnapshotRow | Cached", sweep: str | None = None) -> SnapshotRow:
+    row = placed if isinstance(placed, SnapshotRow) else _from_cache(placed)
+    return row if sweep is None else row._replace(sweep=sweep)
+
+
+_MEMBERS = CELLS + ROW_FIELDS.index("members")
+
+
+def _grouped(placed: list) -> list:
+    """Each sweep's items (every attempt) right under the sweep, as (row or cache entry, its sweep); others in order."""
+    ids = [x.id if isinstance(x, SnapshotRow) else x[CELLS] for x in placed]
+    members: dict[str, Sequence[str]] = {}
+    for sid, x in zip(ids, placed):
+        items = x.members if isinstance(x, SnapshotRow) else x[_MEMBERS] and x[_MEMBERS].split("\n")
+        if items:
+            members[sid] = items
+    if not members:
+        return [(x, None) for x in placed]
+    by_id = dict(zip(ids, placed))
+    under = {sweep: [(by_id[sid], sweep) for sid in items if sid in by_id] for sweep, items in members.items()}
+    grouped = {sid for items in members.values() for sid in items if sid in by_id}
+    ordered: list = []
+    for sid, x in zip(ids, placed):
+        if sid not in grouped:
+            ordered += [(x, None), *under.get(sid, ())]
+    return ordered
 
 
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
@@ -537,43 +482,19 @@ def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Ca
     followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
     from genrun.analysis.signoffs import resolve_allowed_signers
 
-    from .listing_cache import cache_file
-
     trust = Trust.of(resolve_allowed_signers(allowed_signers))
-    path = cache_file(store)
     names, _ = _scan(store)
     if progress is not None and len(names) >= _PROGRESS_FROM:
         progress(f"reading {len(names):,} snapshots from their files")
     found = _Rows(store, trust, {})
     for name in names:
         found.read(name)
-    if os.path.lexists(path) and not os.path.isdir(path):
-        os.unlink(path)  # a link is removed, its target untouched
+    remove_cache(store)
     with ListingCache(store, ROW_FIELDS, VALID_ROW) as cache:
         cache.write(found.fresh, replace=True)
-    return path, len(found.fresh)
+    return cache.path, len(found.fresh)
 
 
 def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
     """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
-    members = {row.id: row.members for row in rows if row.members}
-    if not members:
-        return rows
-    by_id = {row.id: row for row in rows}
-    return [by_id[sid] if sweep is None else by_id[sid]._replace(sweep=sweep) for sid, sweep in grouped_order([row.id for row in rows], members)]
-
-
-def grouped_order(ids: list[str], members: Mapping[str, Sequence[str]]) -> list[tuple[str, str | None]]:
-    """(id, its sweep) in listing order: each sweep's items (every attempt) right under the sweep, other ids in order."""
-    if not members:
-        return list(zip(ids, repeat(None)))
-    present = set(ids)
-    under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items()}
-    grouped = {sid for items in under.values() for sid in items}
-    ordered: list[tuple[str, str | None]] = []
-    for sid in ids:
-        if sid in grouped:
-            continue
-        ordered.append((sid, None))
-        ordered.extend((item, sid) for item in under.get(sid, ()))
-    return ordered
+    return [_row(row, sweep) for row, sweep in _grouped(list(rows))]

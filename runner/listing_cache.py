@@ -19,7 +19,7 @@ import hashlib
 import os
 import sqlite3
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,6 +28,7 @@ from ._hash_cache import cache_dir
 FORMAT = 1
 """`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache)."""
 BUSY_TIMEOUT_S = 2.0  # another `ls` holds the lock for one transaction; after this, answer without the cache
+_IDS_PER_QUERY = 500  # under any sqlite's limit on the parameters of one statement (999 before 3.32)
 
 SEAL_COLUMNS = ("seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns")
 """The manifest's stat the row's facts were read under (`SealKey`)."""
@@ -54,13 +55,11 @@ class SealKey(NamedTuple):
         return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
-class Cached(NamedTuple):
-    """One validated row of the cache: its keys and its cells (in `listing.ROW_FIELDS`' order)."""
-
-    seal: SealKey
-    signoffs_key: str
-    signoffs_until: float | None
-    cells: tuple
+Cached = tuple
+"""One row of the cache as read and written: the manifest's `SealKey` (4 integers), the sign-off key, when the judgement
+stops holding (or None), then the row's cells (`listing.ROW_FIELDS`): a plain tuple, since a listing reads 100,000."""
+SEAL, KEY, UNTIL, CELLS = slice(0, 4), 4, 5, 6
+"""Where each part of a `Cached` is."""
 
 
 class CacheUnavailable(Exception):
@@ -106,6 +105,14 @@ def _private_file(path: Path) -> None:
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise CacheUnavailable(f"the listing cache {path} is not a regular file of yours that only you may write: "
                                "it is not used; remove it, and `ls` makes its own")
+
+
+def remove_cache(store: Path) -> None:
+    """Remove whatever is at the place of `store`'s cache (a link is removed, never followed), in a private folder only."""
+    path = cache_file(store)
+    _private_directory(path.parent)
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        os.unlink(path)
 
 
 class ListingCache:
@@ -155,19 +162,26 @@ class ListingCache:
             self._db.close()
             self._db = None
 
-    def rows(self) -> dict[str, Cached]:
-        """Every row that validates, by id (one query; a row that does not validate is left out: it is read again)."""
+    def rows(self, ids: Sequence[str] | None = None, *, placing: bool = False) -> dict[str, Cached]:
+        """Every row that validates (or those of `ids`), by id; a row that does not validate is left out: it is read
+        again. `placing`: only each row's id and sweep members are fetched (the other cells NULL), enough to place
+        100,000 rows of which a terminal shows 200 (`rows(ids)` fetches those)."""
         assert self._db is not None
-        sql = f"SELECT {', '.join((*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))} FROM rows WHERE {self.valid}"
+        fetched = {*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields} if not placing else {"id", "members"}
+        columns = ", ".join(c if c in fetched else "NULL" for c in (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))
+        found: dict[str, Cached] = {}
         try:
-            return {r[6]: Cached(SealKey(*r[:4]), r[4], r[5], r[6:]) for r in self._db.execute(sql)}
+            for start in range(0, len(ids), _IDS_PER_QUERY) if ids is not None else [0]:
+                chosen = ids[start:start + _IDS_PER_QUERY] if ids is not None else None
+                where = self.valid if chosen is None else f"id IN ({', '.join('?' * len(chosen))}) AND {self.valid}"
+                found.update((r[CELLS], r) for r in self._db.execute(f"SELECT {columns} FROM rows WHERE {where}", chosen or ()))
+            return found
         except sqlite3.DatabaseError as exc:
             raise CacheUnavailable(f"the listing cache {self.path} cannot be read ({exc}); answering from the files "
                                    "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
 
-    def write(self, rows: Iterable[tuple[SealKey, str, float | None, tuple]], gone: Iterable[str] = (), *, replace: bool = False) -> None:
-        """Add or replace these rows (`Cached`'s parts) and forget the ids `gone`, in one transaction; `replace`: drop
-        every other row first."""
+    def write(self, rows: Iterable[Cached], gone: Iterable[str] = (), *, replace: bool = False) -> None:
+        """Add or replace these rows and forget the ids `gone`, in one transaction; `replace`: drop every other row first."""
         assert self._db is not None
         marks = ", ".join("?" * (len(SEAL_COLUMNS) + len(JUDGEMENT_COLUMNS) + len(self.fields)))
         names = ", ".join((*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))
@@ -175,8 +189,7 @@ class ListingCache:
             with self._transaction():
                 if replace:
                     self._db.execute("DELETE FROM rows")
-                self._db.executemany(f"INSERT OR REPLACE INTO rows ({names}) VALUES ({marks})",
-                                     ((*seal, key, until, *cells) for seal, key, until, cells in rows))
+                self._db.executemany(f"INSERT OR REPLACE INTO rows ({names}) VALUES ({marks})", rows)
                 self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
         except sqlite3.DatabaseError as exc:
             raise CacheUnavailable(f"the listing cache {self.path} was not updated ({exc})") from None
@@ -198,4 +211,4 @@ def _damaged(exc: sqlite3.DatabaseError) -> bool:
     return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc) or "not a database" in str(exc)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file"]
+__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file", "remove_cache"]

@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
@@ -388,3 +389,35 @@ def test_the_store_page_escapes_every_value_of_its_rows() -> None:
     assert "<script>" not in page and "<img" not in page
     # per row: the link's target and text, the state as class and as text, the items, the stop reasons, the sign-offs
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;&amp;") == 2 * 7
+
+
+# -- what a cached row and a cached judgement hold ------------------------------------------------------------------
+
+
+def test_a_cache_entry_holds_every_field_of_a_sealed_row() -> None:
+    from genrun.runner.listing import _cached, _from_cache
+    from genrun.runner.listing_cache import SealKey
+
+    for members in (None, (), ("a", "b")):
+        row = listing.SnapshotRow(id="20260101T000000Z-x-abcdef", state="succeeded", sealed=True, generated=3, stop_reasons="eos",
+                                  signoffs="accept valid (a@x)", name="x", created="2026-01-01T00:00:00Z", backend="transformers",
+                                  unit="token", seal_digest="0" * 64, signers=("a@x", "b@x"), members=members)
+        assert _from_cache(_cached(SealKey(1, 2, 3, 4), "key", None, row)) == row
+
+
+def test_a_judgement_lasts_until_the_next_time_limit_of_a_key(tmp_path: Path) -> None:
+    from genrun.runner.signoff_judgement import Trust
+
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text('a@x valid-after="20260101",valid-before="20260301120000Z" ssh-ed25519 AAAA\n'
+                       'b@x namespaces="accept@genrun" valid-before="202602011200" ssh-ed25519 BBBB\n')
+    trust = Trust.of(allowed)
+    jan_1 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert trust.until(jan_1 - 3600 * 24) == min(trust.limits)  # before the first limit: that one
+    assert trust.until(datetime(2026, 3, 1, 12, tzinfo=timezone.utc).timestamp() - 1) == datetime(2026, 3, 1, 12, tzinfo=timezone.utc).timestamp()
+    assert trust.until(datetime(2027, 1, 1, tzinfo=timezone.utc).timestamp()) is None  # every limit passed: nothing changes
+    allowed.write_text('a@x valid-before="next tuesday" ssh-ed25519 AAAA\n')  # not read: judged every time
+    assert Trust.of(allowed).until(jan_1) == jan_1
+    allowed.write_text("@cert-authority ca@x cert-authority ssh-ed25519 CCCC\n")  # certificates carry their own validity
+    assert Trust.of(allowed).until(jan_1) == jan_1
+    assert Trust.of(None).until(jan_1) is None and Trust.of(None).identity == "-"

@@ -1,6 +1,7 @@
 """`genrun ls`: filters, sort and limit over a store; columns readable at 80 and 120 columns and piped, COLUMNS respected."""
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -192,7 +193,8 @@ def test_columns_respected_even_when_piped(store: Path, columns: str) -> None:
 def test_a_real_terminal_of_80_columns(store: Path) -> None:
     narrow = subprocess.run(
         ["script", "-qec", f"{sys.executable} -m genrun.runner.cli ls --store {store}", "/dev/null"],
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "LINES": "40", "TERM": "xterm"}, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "LINES": "40", "TERM": "xterm", "GENRUN_CACHE_DIR": os.environ["GENRUN_CACHE_DIR"]},
+        capture_output=True, text=True, timeout=120,
     )
     screen = re.sub(r"\x1b\[[0-9;]*m", "", narrow.stdout).replace("\r", "")
     assert narrow.returncode == 0, screen

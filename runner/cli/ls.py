@@ -61,8 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "repeatable. A REASON no listed snapshot has is named on stderr with the reasons they do have")
     parser.add_argument("--backend", metavar="NAME", help="only snapshots run with this backend")
     signed = parser.add_mutually_exclusive_group()
-    signed.add_argument("--unsigned", action="store_true", help="only snapshots with no sign-off that holds (none, or only invalid/revoked)")
-    signed.add_argument("--signed-by", metavar="PRINCIPAL", help="only snapshots with a sign-off by PRINCIPAL that holds")
+    signed.add_argument("--unsigned", action="store_true",
+                        help="only snapshots with no sign-off whose signature verifies now (none, or only unsigned/invalid/revoked)")
+    signed.add_argument("--signed-by", metavar="PRINCIPAL", help="only snapshots with a sign-off by PRINCIPAL whose signature verifies now")
     parser.add_argument("--sort", choices=SORT_KEYS, metavar="KEY",
                         help=f"order by KEY ({', '.join(SORT_KEYS)}); default: time, each sweep's items under their sweep")
     parser.add_argument("--reverse", action="store_true", help="the opposite order (newest first by default)")
