@@ -59,3 +59,19 @@ def test_diff_of_two_vllm_snapshots_compares_engine_sampling_ids_and_stops(engin
     (row,) = diff.sequences
     assert (row.reason_a, row.reason_b) == ("eos", "stop_string") and stops(b)[0]["evidence"]["stop_string"] == "fgh"
     assert row.first_divergence == len(ids(b)[0]) and not row.identical
+
+
+def test_rerun_sets_engine_arguments_by_the_tables_name(engine: Any, run_on: Any) -> None:
+    """`--set engine.max_model_len=64` (the fix a refused or cut run calls for) reaches `[engine]`; the child starts its
+    own engine with it, and the cut is the engine's context, not max_tokens."""
+    from genrun.runner.rerun import rerun_snapshot
+
+    parent, _ = run_on(engine, prompts=["Count: 0"], generation={"max_tokens": 100, "temperature": 0})
+    outcome = rerun_snapshot(parent, sets=["engine.max_model_len=64"], live=False)
+    child = outcome.child
+    assert outcome.result.status == "succeeded" and problems(child) == []
+    config = json.loads((child / "vllm-config.before-generate.json").read_text())
+    assert config["engine_arguments"]["max_model_len"] == 64 and config["engine"]["max_model_len"] == 64
+    assert [s["reason"] for s in stops(child)] == ["max_length"] and len(ids(child)[0]) == 64 - 8  # "Count: 0" is 8 tokens
+    changes = json.loads((child / "lineage.json").read_text())["changes"]
+    assert [(c["key"], c["action"], c["parent_absent"]) for c in changes] == [("engine.max_model_len", "set", True)]
