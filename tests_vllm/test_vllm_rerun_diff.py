@@ -6,6 +6,8 @@ are in each snapshot."""
 import json
 from typing import Any
 
+import pytest
+
 from _snapshot import ids, problems, stops
 from conftest import SMALL_ENGINE
 
@@ -62,16 +64,17 @@ def test_diff_of_two_vllm_snapshots_compares_engine_sampling_ids_and_stops(engin
 
 
 def test_rerun_sets_engine_arguments_by_the_tables_name(engine: Any, run_on: Any) -> None:
-    """`--set engine.max_model_len=64` (the fix a refused or cut run calls for) reaches `[engine]`; the child starts its
-    own engine with it, and the cut is the engine's context, not max_tokens."""
-    from genrun.runner.rerun import rerun_snapshot
+    """`--set engine.max_model_len=64` reaches `[engine]`: the child's plan holds its budget against that context (refused
+    while max_tokens is 100: no engine starts). Not run to the end here: a child's own in-process engine, released, tears
+    down vLLM's process-wide parallel groups under the session's engines (`test_rerun_of_a_vllm_snapshot...` runs one)."""
+    from genrun.runner.errors import BudgetRefused
+    from genrun.runner.rerun import plan_rerun, rerun_snapshot
 
     parent, _ = run_on(engine, prompts=["Count: 0"], generation={"max_tokens": 100, "temperature": 0})
-    outcome = rerun_snapshot(parent, sets=["engine.max_model_len=64"], live=False)
-    child = outcome.child
-    assert outcome.result.status == "succeeded" and problems(child) == []
-    config = json.loads((child / "vllm-config.before-generate.json").read_text())
-    assert config["engine_arguments"]["max_model_len"] == 64 and config["engine"]["max_model_len"] == 64
-    assert [s["reason"] for s in stops(child)] == ["max_length"] and len(ids(child)[0]) == 64 - 8  # "Count: 0" is 8 tokens
-    changes = json.loads((child / "lineage.json").read_text())["changes"]
-    assert [(c["key"], c["action"], c["parent_absent"]) for c in changes] == [("engine.max_model_len", "set", True)]
+    with pytest.raises(BudgetRefused) as refused:
+        rerun_snapshot(parent, sets=["engine.max_model_len=64"], live=False)
+    assert "exceeds the model's context limit 64; lower [generation] max_tokens to at most 56" in str(refused.value)
+    planned = plan_rerun(parent, sets=["engine.max_model_len=64", "generation.max_tokens=20"])
+    assert planned.request.backend_tables["engine"] == {"enforce_eager": True, "max_model_len": 64}
+    assert [(c.key, c.action, c.parent_absent) for c in planned.lineage.changes] == [("engine.max_model_len", "set", True),
+                                                                                    ("generation.max_tokens", "set", False)]
