@@ -1,10 +1,13 @@
-"""`[model] backend = "vllm"`: text prompts through a vLLM engine, with the same snapshot contract as every backend.
+"""`[model] backend = "vllm"`: text prompts or a conversation through a vLLM engine, with the same snapshot contract as
+every backend.
 
 Built on the public plugin module `genrun.backends` alone, as a third party would build it. `[generation]` takes vLLM's
 `SamplingParams` names, `[engine]` its `EngineArgs`; both are checked against the installed vLLM at plan time
 (`_keys`, `_engine`) and the budget is held against the engine's limits before anything loads (`_budget`). The run is
 the engine's own step loop (`_run`), or, in a sweep worker, one engine thread shared by many items (`_shared`); its
-evidence is declared in `_evidence`. vLLM is imported only inside methods.
+evidence is declared in `_evidence`. `[input] messages` go through vLLM's own chat rendering (`_chat`). The engine-core
+process (vLLM's default) dies with the process that started it and its output goes to the run log (`_core_process`).
+vLLM is imported only inside methods.
 """
 
 import time
