@@ -121,6 +121,7 @@ from genrun.runner.interrupts import RunInterrupted, deferred
 from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.request_loading import unknown_key_message
+from genrun.runner.run_log import add_line_from_another_process
 from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows
 from genrun.schemas import (
     EVIDENCE_KIND_MEANING,
@@ -167,6 +168,8 @@ __all__ = [
     "StageStartEvent", "StageUnit",
     # the `loop` backend's call config (registered with genrun's artifacts)
     "LOOP_CALL_FILE", "LoopCall",
+    # output of a process the backend starts (an engine's own process), read back into the run's run-log.ndjson
+    "add_line_from_another_process",
     # user code named by the request (`module:function`, beside the request)
     "resolve_callable", "user_import_paths",
     # the `token_ids` evidence kind, for a backend that keeps its own ids (needs torch and safetensors)

@@ -228,9 +228,15 @@ def _walk(data: dict[str, Any], key: str, *, create: bool) -> tuple[dict[str, An
         raise RequestError(f"key {key!r} has an empty part; write dotted keys like generation.max_new_tokens")
     table: dict[str, Any] = data
     model: type[BaseModel] | None = Request
+    backend_tables = _backend_tables(data)
+    if len(parts) > 1 and parts[0] not in Request.model_fields and parts[0] in backend_tables:
+        # `engine.max_model_len`: a backend's table, written at the top level of a request file as here (the frozen
+        # request keeps it under `backend_tables`, where the backend validates it at plan)
+        table, model = data.setdefault("backend_tables", {}), None
     for depth, part in enumerate(parts):
         if model is not None and part not in model.model_fields:
-            raise RequestError(f"{unknown_key_message(tuple(parts[:depth]), part, list(model.model_fields))} (in {key!r})")
+            valid = [*model.model_fields, *backend_tables] if depth == 0 else list(model.model_fields)
+            raise RequestError(f"{unknown_key_message(tuple(parts[:depth]), part, valid)} (in {key!r})")
         if depth == len(parts) - 1:
             return table, part
         prefix = ".".join(parts[: depth + 1])
@@ -244,3 +250,15 @@ def _walk(data: dict[str, Any], key: str, *, create: bool) -> tuple[dict[str, An
         table = child
         model = None if prefix in FREE_FORM_TABLES or model is None else _inner_model(model.model_fields[part].annotation)
     raise AssertionError("unreachable")  # the loop returns at the last part
+
+
+def _backend_tables(data: dict[str, Any]) -> list[str]:
+    """The tables the request's backend owns (`[engine]` for vllm) and those the parent's request has."""
+    from .backends import get_backend
+
+    tables = dict.fromkeys(data.get("backend_tables") or {})
+    try:
+        backend = get_backend(str((data.get("model") or {}).get("backend")))
+    except RequestError:  # not installed here: the parent's own tables still route
+        return list(tables)
+    return [*tables, *(t for t in getattr(backend, "request_tables", ()) if t not in tables)]

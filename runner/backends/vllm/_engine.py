@@ -22,6 +22,9 @@ class ResolvedEngine(NamedTuple):
     kv_cache_bytes: int | None
     """KV cache size fixed before start: `[engine] kv_cache_memory_bytes`, or on CPU `VLLM_CPU_KVCACHE_SPACE` GiB (which wins);
     `None` when the engine sizes it at start from free memory (GPU `gpu_memory_utilization`)."""
+    memory_fraction: float
+    """`[engine] gpu_memory_utilization` as resolved (vLLM's default 0.92): on CPU without a fixed KV size, the share of the
+    machine's memory the worker reserves for weights and KV cache at start (vLLM refuses to start if that much is not free)."""
     generation_config: str
     """`auto` merges the checkpoint's generation_config.json into the sampling defaults."""
     checkpoint_sampling: dict[str, Any]
@@ -54,7 +57,7 @@ def resolve_engine(request: Request, model_dir: Path) -> tuple[ResolvedEngine, A
     return ResolvedEngine(
         max_model_len=model.max_model_len, max_num_seqs=config.scheduler_config.max_num_seqs,
         max_num_batched_tokens=config.scheduler_config.max_num_batched_tokens, block_size=cache.block_size,
-        kv_cache_bytes=cache.kv_cache_memory_bytes,
+        kv_cache_bytes=cache.kv_cache_memory_bytes, memory_fraction=float(cache.gpu_memory_utilization),
         generation_config=str(model.generation_config), checkpoint_sampling=dict(model.get_diff_sampling_param()), device=device,
     ), config
 

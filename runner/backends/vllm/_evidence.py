@@ -30,6 +30,17 @@ class RowSampling(_Frozen):
     """Who set each field in `params`."""
 
 
+class VllmChat(_Frozen):
+    """`[input] messages` as vLLM's chat path rendered them (what `LLM.chat` sends the engine)."""
+
+    rendered_prompt: str
+    """The conversation through the chat template, with the generation prompt: the text the engine received."""
+    prompt_token_ids: tuple[int, ...]
+    """Its ids as vLLM's renderer made them (the template emits any BOS/EOS: no special tokens added)."""
+    template_sha256: str
+    """SHA-256 of the chat template vLLM resolved (the checkpoint's, unless the engine was given one), as UTF-8."""
+
+
 class VllmCallConfig(_Frozen):
     """`vllm-config.before-generate.json`: the engine and every request's sampling parameters, frozen before the first token."""
 
@@ -45,6 +56,8 @@ class VllmCallConfig(_Frozen):
     """The tokenizer's EOS id and the checkpoint's other EOS ids (vLLM adds those to each request's stop_token_ids)."""
     requests: tuple[RowSampling, ...]
     """One entry per prompt."""
+    chat: VllmChat | None = None
+    """The rendered conversation for `[input] messages`; `None` for text prompts."""
 
 
 class _VllmStop(TokenStopFacts):

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from genrun.backends import (BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, SequenceStop, TokenRow, deferred,
                              exception_info, generation_timings, save_prompt_ids, save_token_rows)
 
+from ._chat import conversation_of, render_conversation
 from ._engine import engine_arguments, vllm_environment
 from ._evidence import (CALL_CONFIG, RowSampling, VllmCallConfig, VllmEos, VllmFailed, VllmInterrupted, VllmMaxModelLen, VllmMaxTokens,
                         VllmStopString, VllmUnknown)
@@ -48,7 +49,11 @@ class VllmRun:
         check_same_engine(llm, engine_arguments(ctx.request, ctx.model_dir))
         self.tokenizer = loaded.processor
         engine = llm.llm_engine
-        prompts = prompts_of(ctx.request)
+        prompts: tuple[Any, ...] = prompts_of(ctx.request)
+        conversation, chat = conversation_of(ctx.request), None
+        if conversation is not None:  # vLLM's own chat rendering; the engine gets its ids, the call config its record
+            engine_input, chat = render_conversation(llm, conversation)
+            prompts = (engine_input,)
         checkpoint = checkpoint_sampling(llm)
         # the request's seed seeds its own sampling, so a reused engine (seeded by an earlier request) samples the same
         generation = {"seed": ctx.request.seed, **ctx.request.generation}
@@ -59,7 +64,7 @@ class VllmRun:
         self.call = VllmCallConfig(
             vllm_version=_vllm_version(), vllm_environment=loaded_environment(loaded), engine_arguments=engine_arguments(ctx.request, ctx.model_dir),
             engine=resolved_engine(engine), eos_token_ids=eos_ids(self.tokenizer, ctx.model_dir),
-            requests=tuple(RowSampling(row=p * n, params=params, sources=sources) for p in range(len(prompts))))
+            requests=tuple(RowSampling(row=p * n, params=params, sources=sources) for p in range(len(prompts))), chat=chat)
         ctx.snapshot.write(CALL_CONFIG, self.call)
         ctx.recorder.start(ctx.planned_units, len(self.rows))
         ctx.recorder.set_last_ids(lambda: tuple(max(self.rows, key=lambda r: len(r.ids)).ids[-8:]) if self.rows else ())
@@ -74,7 +79,7 @@ class VllmRun:
             self.ended = time.monotonic()
         ctx.recorder.mark_generation_end()
 
-    def _step_alone(self, engine: Any, prompts: tuple[str, ...], sampling: Any, n: int) -> None:
+    def _step_alone(self, engine: Any, prompts: tuple[Any, ...], sampling: Any, n: int) -> None:
         """This run owns the engine: add its requests, step until they finish."""
         try:
             for p, prompt in enumerate(prompts):
@@ -90,7 +95,7 @@ class VllmRun:
             engine.abort_request(unfinished)
             raise
 
-    def _through_shared(self, shared: Any, prompts: tuple[str, ...], sampling: Any, n: int) -> None:
+    def _through_shared(self, shared: Any, prompts: tuple[Any, ...], sampling: Any, n: int) -> None:
         """A sweep worker's engine serves many items at once: hand it this run's requests (ids unique to this snapshot)
         and wait for them; the engine thread keeps the ids and counts progress through `on_output`."""
         tag = self._ctx.snapshot_dir.name
@@ -205,8 +210,13 @@ def _row_eos_set(eos: tuple[int, ...], params: dict[str, Any]) -> tuple[int, ...
 
 
 def prompts_of(request: Any) -> tuple[str, ...]:
-    """The request's text prompts (`prompt` or `prompts`), one vLLM request each."""
+    """The request's text prompts (`prompt` or `prompts`), one vLLM request each (none for `messages`)."""
     return (request.input.prompt,) if request.input.prompt is not None else tuple(request.input.prompts or ())
+
+
+def request_count(request: Any) -> int:
+    """vLLM requests per snapshot: one per text prompt, or one for a conversation."""
+    return len(prompts_of(request)) or (1 if request.input.messages else 0)
 
 
 def eos_ids(tokenizer: Any, model_dir: Path) -> tuple[int, ...]:
