@@ -21,7 +21,8 @@ def prompt_lengths(context: Any, request: Request, model_dir: Path) -> list[int]
     def count() -> list[int]:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        # loaded once per context: `genrun serve` plans every request with one, each with prompts of its own
+        tokenizer = context.cached(("vllm-tokenizer", str(model_dir)), lambda: AutoTokenizer.from_pretrained(str(model_dir)))
         return [len(tokenizer(p)["input_ids"]) for p in prompts_of(request)]
 
     return context.cached(("vllm-prompt-lengths", str(model_dir), prompts_of(request)), count)
