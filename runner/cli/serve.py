@@ -5,6 +5,7 @@ from pathlib import Path
 
 from genrun.runner.interrupts import EXIT_CODES
 
+from ._options import add_store
 from ._output import print_error
 
 
@@ -30,11 +31,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("request", type=Path, help="the base request file (model, backend, [engine], default [generation])")
-    parser.add_argument("--store", type=Path, default=None, help="where snapshots go (default: $GENRUN_STORE, then ./snapshots)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' on every request (or set {API_KEY_ENV})")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+    add_store(parser, "snapshot store directory, one snapshot per answered request")
+    parser.add_argument("--host", metavar="ADDR", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key)")
+    parser.add_argument("--port", metavar="N", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--api-key", metavar="KEY", default=None,
+                        help=f"require 'Authorization: Bearer KEY' on every request (default: ${API_KEY_ENV}, else none)")
+    parser.add_argument("--max-body-bytes", metavar="N", type=int, default=DEFAULT_MAX_BODY_BYTES,
                         help=f"larger request bodies are answered 413 (default {DEFAULT_MAX_BODY_BYTES:,})")
     parser.set_defaults(handler=handle)
 
@@ -42,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.serve import serve
 
-    stopped_by = serve(args.request, store=args.store, host=args.host, port=args.port, api_key=args.api_key,
+    stopped_by = serve(args.request, store=Path(args.store) if args.store else None, host=args.host, port=args.port, api_key=args.api_key,
                        max_body_bytes=args.max_body_bytes)
     if stopped_by is not None:
         print_error(f"genrun serve stopped by {stopped_by}: every request in flight was sealed, the engine is stopped")
