@@ -3,8 +3,8 @@ snapshot that verifies and holds the answered text.
 
 One server serves the whole module (its engine start is the slow part): tiny-vllm-lm copied with a chat template added,
 a 40-block KV cache (so holding capacity is reachable: 409 and "can never fit" 400), an API key, a 64 KiB body limit, at
-vLLM's default VLLM_ENABLE_V1_MULTIPROCESSING=1 (an engine-core process, which SIGTERM must stop). The last test stops it
-with SIGTERM; a test run alone starts its own.
+vLLM's default VLLM_ENABLE_V1_MULTIPROCESSING=1 (an engine-core process, which SIGTERM must stop). The SIGTERM test,
+the last to use it, stops it (a test run alone starts its own); the SIGKILL test starts a server of its own.
 """
 
 import json
@@ -304,3 +304,41 @@ def test_sigterm_seals_every_request_in_flight_interrupted_and_stops_the_engine_
         assert (server.store / snapshot / "manifest-sha256.txt").is_file()
         assert problems(server.store / snapshot, allowed_warns=("completeness",)) == [], snapshot  # WARN: partial outputs
     assert process_states({core}) == {core: "gone"}, "the engine core outlived the server"
+
+
+def test_sigkill_leaves_the_requests_in_flight_unsealed_and_ls_says_so(tmp_path: Path) -> None:
+    """A server of its own (its engine in-process: what outlives a SIGKILLed engine-core parent is the vLLM backend's
+    watchdog's business, not this test's)."""
+    port, store, log = _free_port(), tmp_path / "store", tmp_path / "serve.log"
+    process = subprocess.Popen(_serve_command(_base_request(tmp_path), store, port), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                               env=_environment(VLLM_ENABLE_V1_MULTIPROCESSING="0"))
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while b"genrun serve: tiny-serve on" not in log.read_bytes():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        body = {"model": "tiny-serve", "prompt": "Count: 0", "max_tokens": 1000, "ignore_eos": True}
+        threads = [threading.Thread(target=lambda: _posted(url, body), daemon=True) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        while sum((store / s / "progress.ndjson").exists() for s in (os.listdir(store) if store.is_dir() else ())) < 2:
+            assert time.monotonic() < deadline and process.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.02)
+        process.kill()
+        process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    listed = subprocess.run([sys.executable, "-m", "genrun", "ls", "--store", str(store), "--json"], capture_output=True, text=True,
+                            timeout=120, env=_environment())
+    rows = json.loads(listed.stdout)["snapshots"]
+    assert len(rows) == 2 and all(not row["sealed"] and row["state"] in ("running", "incomplete") for row in rows), rows
+
+
+def _posted(url: str, body: dict[str, Any]) -> None:
+    try:
+        httpx.post(url, json=body, timeout=ANSWER_TIMEOUT_S)
+    except httpx.HTTPError:  # the server was killed: no answer is the point
+        pass

@@ -22,7 +22,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..errors import RequestError
+from ..errors import GenrunError, RequestError
 from ._fields import Endpoint, FieldError, parse_body
 from ._served import Answer, Busy, CannotFit, ServedModel, ShuttingDown
 
@@ -87,6 +87,8 @@ def create_app(served: ServedModel, settings: Settings) -> FastAPI:
             return _error(409, str(exc), "ConflictError", None, headers={"Retry-After": str(RETRY_AFTER_S)})
         except ShuttingDown as exc:
             return _error(503, str(exc), "ServiceUnavailableError", None)
+        except GenrunError as exc:  # execution refused the frozen plan (its files or code changed under the server): nothing ran
+            return _error(500, str(exc), "InternalServerError", None)
         headers = {SNAPSHOT_HEADER: done.snapshot.name}
         if done.result.status != "succeeded":
             code = 503 if done.result.status == "interrupted" else 500
