@@ -37,6 +37,8 @@ class PreparedPlan(NamedTuple):
     """The request's name (part of the snapshot id)."""
     freeze: Callable[[Path], None]
     """Writes the frozen files into a new snapshot directory."""
+    budget: TokenBudget
+    """The pre-flight that passed (`genrun serve` holds the engine's KV cache and rows for it before freezing)."""
 
 
 def plan_request(
@@ -101,7 +103,8 @@ def prepare_plan(
     with user_import_paths([base_dir]):
         budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
-    declaration = declaration_of(backend, request)
+    # the same for every plan of one backend and unit (its JSON Schemas take pydantic ~0.1 s to generate): once per context
+    declaration = context.cached(("backend-declaration", backend.name, backend.progress_unit(request)), lambda: declaration_of(backend, request))
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment()
 
@@ -121,7 +124,7 @@ def prepare_plan(
         if processor is not None:
             freeze_processor(processor, directory)
 
-    return PreparedPlan(request.name, freeze)
+    return PreparedPlan(request.name, freeze, budget)
 
 
 def with_processor_path(request: Request, processor: ProcessorIdentity | None) -> Request:

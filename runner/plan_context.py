@@ -22,9 +22,13 @@ T = TypeVar("T")
 
 
 class PlanContext:
-    """Cached reads shared by everything one plan (or one sweep plan) checks."""
+    """Cached reads shared by everything one plan (or one sweep plan) checks.
 
-    def __init__(self) -> None:
+    `keep`: at most this many values, the least recently asked for dropped first (`genrun serve` plans every request of
+    its life with one context: its prompts must not pile up); `None` keeps every value (one plan, one sweep)."""
+
+    def __init__(self, keep: int | None = None) -> None:
+        self._keep = keep
         self._values: dict[Hashable, object] = {}
         self._key_locks: dict[Hashable, threading.Lock] = {}
         self._lock = threading.Lock()  # guards the two dicts; a computation holds only its key's lock
@@ -33,6 +37,8 @@ class PlanContext:
         """`compute()` the first time `key` is asked for, the same value afterwards (a failure is not kept)."""
         with self._lock:
             if key in self._values:
+                if self._keep is not None:
+                    self._values[key] = self._values.pop(key)  # the most recently asked for last
                 return cast(T, self._values[key])
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:  # a second thread asking for the same key waits for the first one's value
@@ -42,6 +48,10 @@ class PlanContext:
             value = compute()
             with self._lock:
                 self._values[key] = value
+                while self._keep is not None and len(self._values) > self._keep:
+                    oldest = next(iter(self._values))
+                    del self._values[oldest]
+                    self._key_locks.pop(oldest, None)
             return value
 
     def environment(self) -> Environment:

@@ -71,3 +71,16 @@ def test_configs_are_handed_out_as_copies_and_the_tokenizer_is_shared(tiny_lm: P
     assert checkpoint_generation_config(context, tiny_lm).max_new_tokens != 12345
     assert checkpoint_tokenizer(context, tiny_lm, False) is checkpoint_tokenizer(context, tiny_lm, False)
     assert checkpoint_tokenizer(PlanContext(), tiny_lm, False) is not checkpoint_tokenizer(context, tiny_lm, False)
+
+
+def test_a_bounded_context_drops_the_value_asked_for_least_recently() -> None:
+    """`genrun serve` plans every request of its life with one context: each request's own reads (its prompt) must not pile
+    up, while the facts every request asks for stay."""
+    context, computed = PlanContext(keep=2), []
+
+    def value(key: str) -> str:
+        return context.cached(key, lambda: computed.append(key) or key.upper())
+
+    assert [value("shared"), value("prompt-1"), value("shared"), value("prompt-2"), value("shared"), value("prompt-1")] == \
+        ["SHARED", "PROMPT-1", "SHARED", "PROMPT-2", "SHARED", "PROMPT-1"]
+    assert computed == ["shared", "prompt-1", "prompt-2", "prompt-1"]  # "shared" kept (asked for last), prompt-1 dropped once

@@ -15,7 +15,8 @@ from genrun.runner.phases import process_start
 from ._interrupt import SIGINT_EXIT, exit_with_on_late_signal, stopped_message
 from ._output import print_error, set_quiet
 
-SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "verify", "report", "watch", "diff", "signoff", "ls", "index", "gc", "export", "schema")
+SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "serve", "verify", "report", "watch", "diff", "signoff", "ls", "index", "gc", "export",
+               "schema")
 """Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
 
 

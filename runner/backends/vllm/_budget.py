@@ -26,7 +26,8 @@ def prompt_lengths(context: Any, request: Request, model_dir: Path) -> list[int]
     def count() -> list[int]:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        # loaded once per context: `genrun serve` plans every request with one, each with prompts of its own
+        tokenizer = context.cached(("vllm-tokenizer", str(model_dir)), lambda: AutoTokenizer.from_pretrained(str(model_dir)))
         if conversation is not None:  # the template emits its own special tokens, as vLLM's chat path tokenises it
             return [len(tokenizer(rendered_for_budget(tokenizer, conversation, str(model_dir)), add_special_tokens=False)["input_ids"])]
         return [len(tokenizer(p)["input_ids"]) for p in prompts_of(request)]
