@@ -60,7 +60,7 @@ class StageEndEvent(_StageEvent):
 
 
 AnyStageEvent = Annotated[StageStartEvent | StageProgressEvent | StageEndEvent, Field(discriminator="event")]
-STAGE_EVENT = TypeAdapter(AnyStageEvent)
+STAGE_EVENT: TypeAdapter[StageStartEvent | StageProgressEvent | StageEndEvent] = TypeAdapter(AnyStageEvent)
 """Parses one line of `stage-progress.ndjson`."""
 
 
