@@ -220,8 +220,18 @@ def seal_snapshot(snapshot_dir: Path) -> str:
 
     Returns the snapshot digest. Directories stay writable so `signoffs/` can grow and the
     snapshot can be deleted by its owner; verify reports any file the manifest does not list.
+    In a sweep worker's item (`group_commit.GroupCommit.owning`), the seal waits for the worker's next group commit.
     """
-    snapshot_dir = Path(snapshot_dir)
+    from .group_commit import current
+
+    group = current()
+    if group is not None:
+        return group.seal(Path(snapshot_dir))
+    return seal_files(Path(snapshot_dir))
+
+
+def seal_files(snapshot_dir: Path) -> str:
+    """`seal_snapshot`'s work: hash, read-only, manifest; returns the snapshot digest."""
     files = manifest_candidates(snapshot_dir)
     entries = [(rel, _sha256_beneath(snapshot_dir, rel)) for rel in files]
     (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)
