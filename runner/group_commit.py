@@ -28,7 +28,7 @@ from pathlib import Path
 from . import _io
 
 AUDIT_EVENT = "genrun.group_commit"
-"""`sys.audit` event raised before each step: `("files-synced", store, group)` before step 1's sync, `("seal", snapshot)`
+"""`sys.audit` event raised before each step: `("queued", snapshot)` when an item asks for its seal, `("files-synced", store, group)` before step 1's sync, `("seal", snapshot)`
 before each item's seal, `("manifests-synced", store, group)` before step 3's sync (`group`: the snapshots' paths)."""
 
 _current = threading.local()
@@ -73,6 +73,7 @@ class GroupCommit:
     def seal(self, snapshot: Path) -> str:
         """Seal `snapshot` in the next group; returns its digest once its manifest is on disk (`seal_snapshot`'s errors)."""
         pending = _Pending(Path(snapshot))
+        sys.audit(AUDIT_EVENT, "queued", str(snapshot))
         with self._lock:
             if self._closed:
                 raise RuntimeError("the group commit is closed; no seal may be asked of it")

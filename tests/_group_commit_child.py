@@ -6,8 +6,9 @@ the worker's `run_item` (the items' backend, `loop`, loads nothing that threads 
 (`genrun.runner.group_commit.AUDIT_EVENT`) and, at step number `at`, either SIGKILLs the child or raises an `OSError`
 inside the committer (a failed write-back), before the step happens. A job with `at = null` records the steps.
 
-The first group is held at its first step until every other item waits for its seal, so the second group has all of
-them: a run always has a group of several items, and a point between two items' seals. Used only by tests.
+The groups are made the same in every run: the first item to ask for its seal is committed alone, and held at its first
+step until every other item waits, so the second group has all of them (a group of several items, and a point between
+two items' seals). Used only by tests.
 """
 
 import errno
@@ -31,20 +32,28 @@ def _child(job: dict) -> int:
     group = worker._group_commit  # the worker's own, made by start_worker (the test holds its first group)
     assert group is not None
     steps: list[list] = []
-    held = [False]
+    first_queued: list[str] = []
+    first_group = threading.Event()
 
-    def hold_first_group(in_group: int) -> None:
+    def hold_first_group() -> None:
+        """The committer, at its first group (the first item alone): until every other item waits for its seal."""
+        first_group.set()
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and group.waiting() < len(items) - in_group:
+        while time.monotonic() < deadline and group.waiting() < len(items) - 1:
             time.sleep(0.02)
 
     def hook(event: str, args: tuple) -> None:
         if event != group_commit.AUDIT_EVENT:
             return
         step = args[0]
-        if step == "files-synced" and not held[0]:
-            held[0] = True
-            hold_first_group(len(args[2]))
+        if step == "queued":  # the first item to ask goes alone; the others ask once the committer has taken it
+            if not first_queued:
+                first_queued.append(args[1])
+            elif args[1] not in first_queued:
+                first_group.wait(300)
+            return
+        if step == "files-synced" and not first_group.is_set():
+            hold_first_group()
         steps.append([step, [os.path.basename(p) for p in args[2]] if len(args) > 2 else [os.path.basename(args[1])]])
         if at is not None and len(steps) == at:
             if action == "SIGKILL":

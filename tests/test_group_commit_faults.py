@@ -2,7 +2,7 @@
 
 A worker's items are synced together and then sealed one after another (`genrun.runner.group_commit`). Three items of
 a `loop`-backend request (torch-free, so they can run on threads of one process) run at once in a forked worker process
-(`tests/_group_commit_child.py`); the first group is held until the other items wait, so one group holds several. At
+(`tests/_group_commit_child.py`); the first item is committed alone, the other two together (held so, every run). At
 each step of each group (before the files' sync, before each item's seal: the first right after the sync, the next
 between two items' seals; before the manifests' sync) the process is either SIGKILLed or gets an `OSError` in the
 committer. Afterwards every item is sealed and verifies, or is unsealed and `genrun ls` and `genrun verify`
@@ -84,11 +84,9 @@ def steps(planned: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFact
 def test_the_steps_cover_a_group_of_several_items(steps: tuple[Path, list[list]]) -> None:
     _, recorded = steps
     names = [step for step, _ in recorded]
-    groups = [members for step, members in recorded if step == "files-synced"]
-    assert names.count("manifests-synced") == len(groups) in (1, 2), recorded  # the first group held until the rest wait
-    assert sorted(sum(groups, [])) == sorted(set(sum(groups, []))) and len(sum(groups, [])) == ITEMS, recorded
-    assert names.count("seal") == ITEMS and max(len(g) for g in groups) >= 2, recorded
-    assert any(a == b == "seal" for a, b in zip(names, names[1:])), recorded  # a point between two items' seals
+    assert names == ["files-synced", "seal", "manifests-synced", "files-synced"] + ["seal"] * (ITEMS - 1) + ["manifests-synced"], recorded
+    first, second = recorded[0][1], recorded[3][1]
+    assert len(first) == 1 and sorted(first + second) == sorted({*first, *second}) and len(first + second) == ITEMS, recorded
 
 
 @pytest.mark.parametrize("action", ["SIGKILL", "OSError"])
@@ -99,7 +97,7 @@ def test_stopped_at_every_step(planned: tuple[Path, list[str]], steps: tuple[Pat
     assert len(results) == len(jobs)
     sealed_somewhere = unsealed_somewhere = 0
     for n, (job, got) in enumerate(zip(jobs, results), start=1):
-        where = f"{action} before step {n} (in the clean run: {recorded[n - 1]})"  # groups form as items finish: may differ
+        where = f"{action} before step {n} {recorded[n - 1][0]}"
         err = Path(job["stderr"]).read_text()
         if action == "SIGKILL":
             assert got["returncode"] == -9, f"{where}: exit {got['returncode']}: {err[-2000:]}"
