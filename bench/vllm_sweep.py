@@ -20,6 +20,9 @@ over the window. Evidence cost per item = (vLLM sweep window - bare generate) / 
 item is about fixed, so the ratio tells how it compares with an item's share of generation: on the bundled model a whole
 item's 256 tokens take ~25 ms of the batch, about what its evidence takes.
 
+Where an item's time goes (CPU per item on the items' threads and in the worker's group commit, a profile):
+`bench/vllm_sweep_profile.py`, which runs the same worker code in its own process.
+
 Usage (the vLLM environment): python bench/vllm_sweep.py [--items 64] [--tokens 256] [--tf-items 8] [--model DIR]
 Goal: the vLLM sweep at >= 0.90 of bare `LLM.generate`'s tokens/s.
 """

@@ -4,9 +4,13 @@ Snapshot artifacts are written through `genrun.snapshot_dir.SnapshotDir.write` /
 """
 
 import contextlib
+import ctypes
 import errno
 import os
 import secrets
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -91,7 +95,7 @@ def _write_bytes_atomic(path: Path, data: bytes, beneath: Path | None = None) ->
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                sync(f.fileno())
             os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -122,7 +126,50 @@ def fsync_dir(directory: Path) -> None:
     """Persist a rename or a new entry in `directory`."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync(fd)
+    finally:
+        os.close(fd)
+
+
+_deferring = threading.local()
+"""`device`: the filesystem whose syncs this thread leaves to its group commit (`syncs_deferred_on`)."""
+
+
+@contextlib.contextmanager
+def syncs_deferred_on(device: int) -> Iterator[None]:
+    """On this thread, a file (or folder) on filesystem `device` is not fsynced where it is written: the caller syncs
+    that whole filesystem (`syncfs`) before it writes anything that vouches for the file (a seal). One sync then
+    serves the ten-odd files of many snapshots (`genrun.runner.group_commit`)."""
+    outer = getattr(_deferring, "device", None)
+    _deferring.device = device
+    try:
+        yield
+    finally:
+        _deferring.device = outer
+
+
+def sync(fd: int) -> None:
+    """fsync `fd`, unless this thread defers the syncs of its filesystem (`syncs_deferred_on`)."""
+    device = getattr(_deferring, "device", None)
+    if device is not None and os.fstat(fd).st_dev == device:
+        return
+    os.fsync(fd)
+
+
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def syncfs(path: Path) -> None:
+    """Every written file and entry of the filesystem holding `path` on disk: Linux's `syncfs(2)` (the one filesystem),
+    elsewhere `sync(2)` (all of them); raises OSError when the filesystem reports a failed write-back."""
+    if _libc is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if _libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
     finally:
         os.close(fd)
 

@@ -56,7 +56,7 @@ def genrun_code_set() -> CodeSet:
         if os.path.basename(directory) == "schemas":
             json_dir = os.path.join(directory, "json")
             files.update(os.path.join(json_dir, n) for n in os.listdir(json_dir) if n.endswith(".json") and not n.startswith("."))
-    return code_set(os.path.commonpath([os.path.dirname(d) for d in package_dirs]), sorted(files))
+    return code_set(os.path.commonpath([os.path.dirname(d) for d in package_dirs]), sorted(files), absolute=True)
 
 
 def identify_code(
@@ -147,11 +147,12 @@ def _file_digest(state: FileState, root: str) -> FileDigest:
     return FileDigest(path=Path(state[0]).relative_to(root).as_posix(), size=state[3], sha256=sha256)
 
 
-def code_set(root: str | Path, files: Iterable[str | Path]) -> CodeSet:
+def code_set(root: str | Path, files: Iterable[str | Path], *, absolute: bool = False) -> CodeSet:
     """Hash `files` (all under `root`) into a `CodeSet`: paths relative to `root`, sorted, one aggregate digest.
-    Every file is stat'ed on every call; a set whose files all have the states of an earlier call is that call's."""
+    Every file is stat'ed on every call; a set whose files all have the states of an earlier call is that call's.
+    `absolute`: the caller's paths are absolute and normal already (genrun's own, from `_package_dir`)."""
     top = os.path.abspath(root)
-    states = tuple(_file_state(os.path.abspath(f)) for f in files)
+    states = tuple(_file_state(os.fspath(f)) for f in files) if absolute else tuple(_file_state(os.path.abspath(f)) for f in files)
     known = _code_sets_seen.get((top, states))
     if known is None:
         digests = sorted((_file_digest(state, top) for state in states), key=lambda d: d.path)
@@ -188,9 +189,30 @@ def _python_files(directory: Path) -> list[Path]:
 
 
 def _python_file_paths(directory: str) -> list[str]:
-    """`_python_files` as strings."""
+    """`_python_files` as strings. A tree walked before is listed again only when one of its folders changed (a name added,
+    removed or renamed changes its folder's mtime and ctime): a stat per folder instead of a listing per folder, for a
+    sweep worker that checks genrun's code before each item. (The file states' memo above rests on the same timestamps.)"""
+    seen = _walks_seen.get(directory)
+    if seen is not None and all(_folder_state(folder) == state for folder, state in seen[0]):
+        return seen[1]
     found: list[str] = []
+    folders: list[tuple[str, FolderState]] = []
     for dirpath, dirnames, filenames in os.walk(directory):
+        folders.append((dirpath, _folder_state(dirpath)))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         found.extend(os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
+    _walks_seen[directory] = (tuple(folders), found)
     return found
+
+
+FolderState = tuple[int, int, int, int] | None
+_walks_seen: dict[str, tuple[tuple[tuple[str, FolderState], ...], list[str]]] = {}
+"""Tree -> (each folder walked and its state, the files found): for this process only, like `_code_sets_seen`."""
+
+
+def _folder_state(path: str) -> FolderState:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)

@@ -22,6 +22,7 @@ from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenE
 from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
+from ._io import sync
 from .memory import MemoryProbe
 
 LIVE_REFRESH_S = 0.25  # seconds between live-bar refreshes (the file cadence is the request's)
@@ -145,12 +146,13 @@ class ProgressRecorder:
         self._terminal(InterruptedEvent(signal=signal_name, **self._common(time.monotonic())))
 
     def close(self) -> None:
-        """fsync and close (idempotent); a terminal event does this itself."""
+        """fsync (`_io.sync`: a sweep worker's group commit may do it) and close (idempotent); a terminal event does this
+        itself."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
         try:
-            os.fsync(fd)
+            sync(fd)
         finally:
             os.close(fd)
             self.memory.close()

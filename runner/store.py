@@ -220,15 +220,23 @@ def seal_snapshot(snapshot_dir: Path) -> str:
 
     Returns the snapshot digest. Directories stay writable so `signoffs/` can grow and the
     snapshot can be deleted by its owner; verify reports any file the manifest does not list.
+    In a sweep worker's item (`group_commit.GroupCommit.owning`), the seal waits for the worker's next group commit.
     """
-    snapshot_dir = Path(snapshot_dir)
+    from .group_commit import current
+
+    group = current()
+    if group is not None:
+        return group.seal(Path(snapshot_dir))
+    return seal_files(Path(snapshot_dir))
+
+
+def seal_files(snapshot_dir: Path) -> str:
+    """`seal_snapshot`'s work: hash, read-only, manifest; returns the snapshot digest."""
     files = manifest_candidates(snapshot_dir)
-    entries = [(rel, _sha256_beneath(snapshot_dir, rel)) for rel in files]
     (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)
     # Read-only before the manifest exists: a kill in this loop leaves an unsealed snapshot, never a sealed
     # one with writable files. Links are never followed (a planted link must not chmod its target).
-    for rel in files:
-        _make_read_only(snapshot_dir, rel)
+    entries = [(rel, _hash_and_make_read_only(snapshot_dir, rel)) for rel in files]
     SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.MANIFEST, render_sha256sum(entries))
     os.chmod(snapshot_dir / layout.MANIFEST, READ_ONLY)
     fsync_dir(snapshot_dir)
@@ -245,25 +253,25 @@ def _sha256_beneath(snapshot_dir: Path, rel: str) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _make_read_only(snapshot_dir: Path, rel: str) -> None:
-    """chmod 0444 through a descriptor opened without following a link (nor a linked folder on the way): only a regular file
-    with no other name is changed (a hard link's other name may be outside the store, and a chmod through it would change a
-    file genrun does not own)."""
+def _hash_and_make_read_only(snapshot_dir: Path, rel: str) -> str:
+    """sha256 of a file of the snapshot, then chmod 0444, through one descriptor opened without following a link (nor a
+    linked folder on the way): only a regular file with no other name is hashed and changed (a hard link's other name may
+    be outside the store, and a chmod through it would change a file genrun does not own)."""
     path = snapshot_dir / rel
     try:
         fd = open_beneath(snapshot_dir, rel)
     except UnsafeFile as exc:
         raise SnapshotError(f"{path} {exc}: remove it") from None
-    try:
+    with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise SnapshotError(f"{path} is not a regular file; a snapshot holds regular files only: remove it")
         if st.st_nlink > 1:
             raise SnapshotError(f"{path} has {st.st_nlink} hard links (the same file has another name, perhaps outside the store); "
                                 "the seal never changes such a file: replace it by a copy or plan again")
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
         os.fchmod(fd, READ_ONLY)
-    finally:
-        os.close(fd)
+    return digest
 
 
 def is_sealed(snapshot_dir: Path) -> bool:

@@ -71,9 +71,12 @@ class BatchWorker:
 
     def close(self) -> None:
         """No more items: close the batch and free the kept model (`LoadedModelCache.release`: vLLM's engine core)."""
+        from .worker import release_kept_model
+
         with self._lock:
             self._close_batch()
         self.cache.release()
+        release_kept_model()  # the worker's group commit
 
     def _open_batch(self, loaded: LoadedModel) -> None:
         self._close_batch()

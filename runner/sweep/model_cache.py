@@ -11,6 +11,7 @@ with it.
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -33,6 +34,8 @@ class LoadedModelCache:
     """Items that used the kept model so far."""
     loads: int = 0
     """How often this worker really loaded weights."""
+    _last_plan: tuple[Path, Any] | None = None
+    """(item, its frozen plan) last read by `_plan_of`."""
 
     def model_for(self, snapshot: Path) -> tuple[LoadedModel | None, dict[str, WorkerModel]]:
         """The model for this planned item (loading it when the kept one does not fit) and the record to seal with it.
@@ -40,10 +43,10 @@ class LoadedModelCache:
         A plan that cannot be read or a model that fails to load gives `(None, {})`: the item is then
         executed as any snapshot is, and its own execution refuses it or records the failure.
         """
-        from ..execute import load_for_snapshot, load_frozen
+        from ..execute import load_for_snapshot
 
         try:
-            plan = load_frozen(snapshot)
+            plan = self._plan_of(snapshot)
         except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
             return None, {}
         key = plan_key(plan)
@@ -71,12 +74,20 @@ class LoadedModelCache:
 
     def keeps_model_for(self, snapshot: Path) -> bool:
         """Whether the kept model (if any) is the one this planned item needs (an unreadable plan: yes, execute refuses it)."""
-        from ..execute import load_frozen
-
         try:
-            return self.key is None or self.key == plan_key(load_frozen(snapshot))
+            return self.key is None or self.key == plan_key(self._plan_of(snapshot))
         except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
             return True
+
+    def _plan_of(self, snapshot: Path):  # noqa: ANN202 (genrun.runner.execute.FrozenPlan)
+        """The item's frozen plan, parsed once for `keeps_model_for` and then `model_for` (the item's own execution
+        verifies and parses it again: this one only picks the model)."""
+        from ..execute import load_frozen
+
+        last = self._last_plan
+        if last is None or last[0] != snapshot:
+            last = self._last_plan = (snapshot, load_frozen(snapshot))
+        return last[1]
 
 
 def plan_key(plan) -> str:  # noqa: ANN001 (genrun.runner.execute.FrozenPlan)

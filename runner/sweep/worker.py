@@ -2,9 +2,11 @@
 
 `execute_item` is the one function both executors call. The worker's kept model (`model_cache`)
 is passed to each item as `execute_snapshot(..., loaded=)`; each item is still a full, ordinary
-`execute_snapshot`: frozen files and model re-verified, every generate call instrumented, sealed.
+`execute_snapshot`: frozen files and model re-verified, every generate call instrumented, sealed. A worker's items
+are made durable and sealed in groups (`group_commit`): one filesystem sync serves many items' files.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -15,6 +17,7 @@ from genrun.schemas.sweep import ItemStatus, WorkerModel
 
 from ..backends import LoadedModel
 from ..errors import GenrunError
+from ..group_commit import GroupCommit
 from .model_cache import LoadedModelCache, active_cache, install_cache
 
 
@@ -33,6 +36,8 @@ class ItemReport(NamedTuple):
 
 
 _interrupt_requested: str | None = None
+_group_commit: GroupCommit | None = None
+"""This worker's group commit (`start_worker`); `None` outside a worker: an item then seals alone, as a single run."""
 
 
 def _note_interrupt(signum: int, _frame: object) -> None:
@@ -60,13 +65,21 @@ def start_worker(name: str) -> None:
     offline_hub()
     if active_cache() is None:
         install_cache(LoadedModelCache(worker=name))
+    global _group_commit
+    if _group_commit is None:
+        _group_commit = GroupCommit()
 
 
 def release_kept_model() -> None:
-    """The worker ends: free its kept model (`LoadedModelCache.release`)."""
+    """The worker ends: free its kept model (`LoadedModelCache.release`) and stop its group commit (every item's seal
+    was waited for before it was reported)."""
+    global _group_commit
     cache = active_cache()
     if cache is not None:
         cache.release()
+    if _group_commit is not None:
+        _group_commit.close()
+        _group_commit = None
 
 
 def execute_item(snapshot: str | Path) -> ItemReport:
@@ -102,7 +115,8 @@ def run_item(snapshot: Path, loaded: LoadedModel | None, records: dict[str, Work
     from ..execute import execute_snapshot
 
     try:
-        result = execute_snapshot(snapshot, live=False, loaded=loaded, records=records)
+        with _group_commit.owning(snapshot) if _group_commit is not None else contextlib.nullcontext():
+            result = execute_snapshot(snapshot, live=False, loaded=loaded, records=records)
     except GenrunError as exc:  # refused before running (frozen files changed, already executed): nothing sealed
         return ItemReport(str(snapshot), "failed", f"refused: {exc}", worker, os.getpid())
     ended_by = f"{result.exception.type}: {result.exception.message}" if result.exception else (result.signal or None)
