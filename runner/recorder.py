@@ -22,6 +22,7 @@ from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenE
 from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
+from .executing_process import refuse_other_process
 from .memory import MemoryProbe
 
 LIVE_REFRESH_S = 0.25  # seconds between live-bar refreshes (the file cadence is the request's)
@@ -205,6 +206,7 @@ class ProgressRecorder:
     def _write(self, event: _Event) -> None:
         if self._fd is None:
             raise RuntimeError("progress.ndjson is already closed; no event may follow a terminal one")
+        refuse_other_process("writing progress.ndjson")
         line = orjson.dumps(event.model_dump(mode="json")) + b"\n"
         with interrupts.deferred():  # a signal here would leave a written line uncounted
             written = os.write(self._fd, line)

@@ -12,6 +12,8 @@ from typing import NamedTuple
 from genrun.schemas import ExceptionInfo
 
 from .backends import Backend, BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, Run, exception_info
+from .errors import ForkedChildReturned
+from .executing_process import forked_returns, refuse_other_process
 from .interrupts import disarm, interrupt_gate
 from .phases import PhaseClock
 from .recorder import ProgressRecorder
@@ -52,12 +54,25 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
                 disarm()  # generation is over: from here a signal is counted, never acted on
         except BaseException as exc:  # what ended the run is evidence: classified, never re-raised
             end = GenerationEnd.raised(exc)
+    refuse_other_process("the run's generate step ended", ctx.snapshot_dir)  # a child forked by user code ends here
+    end = _with_forked_returns(end, ctx)
     load_s = loaded.load_s if loaded is not None else None
     if run is None:  # the backend could not even start a run: no stop records, the exception in result.json
         return _record(bare_outcome(ctx.recorder), end, None, load_s, notes)
     enter("evidence")
     outcome, finish_failure = _finish(run, end, ctx.recorder)
     return _record(outcome, end, finish_failure, load_s, notes)
+
+
+def _with_forked_returns(end: GenerationEnd, ctx: ExecutionContext) -> GenerationEnd:
+    """A child forked by user code that returned into genrun fails the run (it was stopped before writing anything)."""
+    returned = forked_returns(ctx.snapshot_dir)
+    if not returned or end.signal is not None:  # a signal's interruption stays what ended the run
+        return end
+    return GenerationEnd.raised(ForkedChildReturned(
+        f"{len(returned)} process(es) forked by user code returned into genrun instead of ending with os._exit(): "
+        f"{'; '.join(returned)}; each was stopped before it touched the snapshot, and this run is failed because its code "
+        "ran twice"))
 
 
 def _finish(run: Run, end: GenerationEnd, recorder: ProgressRecorder) -> tuple[BackendOutcome, BaseException | None]:

@@ -23,6 +23,7 @@ from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256
 from genrun.snapshot_dir import SnapshotDir
 
 from ._io import DIR_MODE, fsync_dir
+from .executing_process import refuse_other_process
 from ._locks import lock_holder, try_exclusive
 from .errors import SnapshotError, StoreError, UsageError
 from .interrupts import deferred
@@ -222,6 +223,7 @@ def seal_snapshot(snapshot_dir: Path) -> str:
     snapshot can be deleted by its owner; verify reports any file the manifest does not list.
     """
     snapshot_dir = Path(snapshot_dir)
+    refuse_other_process("sealing", snapshot_dir)
     files = manifest_candidates(snapshot_dir)
     entries = [(rel, _sha256_beneath(snapshot_dir, rel)) for rel in files]
     (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ plugin module `genrun.backends` only.
 """
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,8 +44,8 @@ from genrun.backends import (
     write_model_atomic,
 )
 
-from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall
-from .recorder import LoopRecorder, Stage
+from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall, stop_evidence_model
+from .recorder import LoopRecorder, RecorderMisuse, Stage
 
 LOOP_KEYS = ("callable", "kwargs", "budget")
 
@@ -170,8 +171,10 @@ class LoopRun:
                                 every_seconds=progress.every_seconds, on_config=self._write_call, outputs_dir=ctx.outputs_dir)
         ctx.recorder.start(ctx.planned_units, None)
         self._started = time.monotonic()
+        before = set(threading.enumerate())
         with user_import_paths(ctx.import_paths):
             function(ctx.model_dir, self._inputs, dict(ctx.request.generation), self.rec, **self._table.get("kwargs", {}))
+        refuse_running_threads(before)
 
     def _write_call(self, config: dict[str, Any] | None) -> None:
         call = LoopCall(callable=self._table["callable"], kwargs=self._table.get("kwargs", {}), budget=self._table.get("budget"), config=config)
@@ -203,6 +206,16 @@ class LoopRun:
                               notes=(stage_timings(stages),) if stages else ())
 
 
+def refuse_running_threads(before: set[threading.Thread]) -> None:
+    """A loop that returns while a thread it started still runs has not finished: what that thread writes would land after
+    the evidence is written (or the seal), so the run fails naming the threads."""
+    running = [t for t in threading.enumerate() if t not in before]
+    if running:
+        names = ", ".join(repr(t.name) for t in running)
+        raise RecorderMisuse(f"the loop returned while {len(running)} thread(s) it started still run ({names}); join every thread "
+                             "before returning: what they write after the return would not be the run's evidence")
+
+
 def _stage_stops(index: int, stage: Stage, end: GenerationEnd, counted: bool) -> list[SequenceStop]:
     """One record per row of the stage: the loop's stop, else what ended the run (`unknown` when the loop returned)."""
     records = []
@@ -218,7 +231,7 @@ def _stage_stops(index: int, stage: Stage, end: GenerationEnd, counted: bool) ->
             reason, facts["raised"], failure = "exception", type(end.failure).__name__, exception_info(end.failure)
         else:
             reason = "unknown"
-        model = next(m for m in LOOP_STOP_EVIDENCE if m.model_fields["reason"].default == reason)
+        model = stop_evidence_model(reason)
         records.append(SequenceStop(index=row, call_index=index, reason=reason, generated=units if counted else 0, exception=failure,
                                     evidence=model(**facts)))
     return records
