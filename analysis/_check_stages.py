@@ -74,6 +74,8 @@ def _stop_problems(snap: Snapshot, stages: Stages, stage_ids: StageIds, problems
     """Check each stop record against its stage's ids; returns how many claims were checked."""
     config = snap.call_config_json.get("config") if isinstance(snap.call_config_json, dict) else None
     declared_eos = config.get("eos_token_ids") if isinstance(config, dict) else None
+    if isinstance(declared_eos, int) and not isinstance(declared_eos, bool):
+        declared_eos = [declared_eos]  # one id, as a GenerationConfig may give it
     rows = {(s.name, r) for s in stages.stages for r in range(s.rows)}
     checked = 0
     for stop in snap.stop.sequences if snap.stop else ():
@@ -99,7 +101,10 @@ def _stop_problems(snap: Snapshot, stages: Stages, stage_ids: StageIds, problems
 def _claim_problem(stop: SequenceStop, row_ids: tuple[int, ...], declared_eos: Any) -> str | None:
     if stop.reason == "eos":
         claimed = stop.evidence.fact("eos_token_id")
-        eos_set = stop.evidence.fact("eos_token_ids") or declared_eos or [claimed]
+        claimed_set = stop.evidence.fact("eos_token_ids")
+        if isinstance(declared_eos, list) and claimed_set and not set(claimed_set) <= set(declared_eos):
+            return f"claims eos with the set {list(claimed_set)}, but the loop declared eos_token_ids {declared_eos} in rec.config"
+        eos_set = declared_eos if isinstance(declared_eos, list) else claimed_set or [claimed]  # the declared set, when there is one
         last = row_ids[-1] if row_ids else None
         if last is None or last != claimed or last not in eos_set:
             return f"claims eos (id {claimed}, declared set {list(eos_set)}) but its last id is {last}"

@@ -12,12 +12,14 @@ from typing import NamedTuple
 
 from pydantic import BaseModel
 
-from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
+from genrun.schemas import BackendDeclaration, ProcessorIdentity, Request, TokenBudget, layout
+from genrun.schemas.declared_schema import UnsafeSchema, compile_declared
 from genrun.snapshot_dir import SnapshotDir
 
 from . import _hash_cache
 from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
+from .errors import RequestError
 from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
@@ -102,6 +104,7 @@ def prepare_plan(
         budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     enforce(budget)
     declaration = declaration_of(backend, request)
+    refuse_unsafe_schemas(declaration)
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment()
 
@@ -131,3 +134,19 @@ def with_processor_path(request: Request, processor: ProcessorIdentity | None) -
         return request
     return request.model_copy(update={"model": request.model.model_copy(update={"processor": processor.resolved_path})})
 
+
+
+def refuse_unsafe_schemas(declaration: BackendDeclaration) -> None:
+    """A declared schema that verify could not apply safely (too deep, too large, a pattern that needs backtracking) is
+    refused now, naming it, instead of reaching every reader of every snapshot of the backend."""
+    schemas = [(f"the stop-evidence schema of the {declaration.backend!r} backend", declaration.stop_evidence_schema)]
+    if declaration.call_config is not None:
+        schemas.append((f"the call-config schema {declaration.call_config.model}", declaration.call_config.json_schema))
+    for what, schema in schemas:
+        if schema is None:
+            continue
+        try:
+            compile_declared(schema, what)
+        except UnsafeSchema as exc:
+            raise RequestError(f"the {declaration.backend!r} backend's declared evidence is refused: {exc}; its models must give "
+                               "schemas verify can apply (fix the backend's models)") from None

@@ -7,12 +7,13 @@ arrives after generation ended is counted by the disarmed gate and noted in `res
 acted on, whichever backend ran.
 """
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from genrun.schemas import ExceptionInfo
 
 from .backends import Backend, BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, Run, exception_info
-from .errors import ForkedChildReturned
+from .errors import BackendContractError, ForkedChildReturned
 from .executing_process import forked_returns, refuse_other_process
 from .interrupts import disarm, interrupt_gate
 from .phases import PhaseClock
@@ -61,7 +62,8 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
         return _record(bare_outcome(ctx.recorder), end, None, load_s, notes)
     enter("evidence")
     outcome, finish_failure = _finish(run, end, ctx.recorder)
-    return _record(outcome, end, finish_failure, load_s, notes)
+    outcome, contradiction = held_to_the_recorder(outcome, ctx.recorder, backend.name)
+    return _record(outcome, end, finish_failure or contradiction, load_s, notes)
 
 
 def _with_forked_returns(end: GenerationEnd, ctx: ExecutionContext) -> GenerationEnd:
@@ -81,6 +83,19 @@ def _finish(run: Run, end: GenerationEnd, recorder: ProgressRecorder) -> tuple[B
     except BaseException as exc:  # a failure of the backend's own evidence writing: still a sealed, failed snapshot
         return bare_outcome(recorder), exc
     return outcome, outcome.failure
+
+
+def held_to_the_recorder(outcome: BackendOutcome, recorder: ProgressRecorder, backend: str) -> tuple[BackendOutcome, BaseException | None]:
+    """A backend's count is its claim; genrun's recorder counted the furthest row itself. Rows of one call advance together
+    and sequential calls add up, so no honest count exceeds the recorder's times the rows (stop records). A count beyond
+    that is not written as the run's: result.json gets the recorder's count, and the run fails naming both."""
+    rows = max(1, len(outcome.stops))
+    if outcome.generated <= recorder.generated * rows:
+        return outcome, None
+    claim = BackendContractError(f"the {backend!r} backend reported generated={outcome.generated:,} {outcome.unit}s, but genrun's recorder "
+                                 f"counted {recorder.generated:,} (at most {recorder.generated * rows:,} over {rows} row(s)); "
+                                 "result.json records genrun's count")
+    return replace(outcome, generated=recorder.generated), claim
 
 
 def _record(outcome: BackendOutcome, end: GenerationEnd, finish_failure: BaseException | None, load_s: float | None,

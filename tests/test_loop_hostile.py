@@ -185,3 +185,173 @@ def test_a_non_finite_config_value_or_rate_is_refused_at_the_call(tmp_path: Path
         done, snapshot = run(_loop(case, f"    {call}\n"), case / "store")
         assert done.returncode == 1 and snapshot is not None, done.stderr
         assert expected in read(snapshot, "result.json")["exception"]["message"]
+
+
+# -- claims held against what genrun recorded itself ----------------------------------------------------------
+
+
+def test_an_eos_claim_outside_the_declared_eos_set_fails_verify(tmp_path: Path) -> None:
+    """The stop's own `eos_token_ids` used to replace the set the loop declared in rec.config: claiming [7] passed."""
+    body = """\
+    rec.config({"eos_token_ids": [2]})
+    with rec.stage("lm", unit="token", rows=1) as lm:
+        lm.emit(0, [5, 6, 7])
+        lm.stop(0, "eos", eos_token_id=7, eos_token_ids=[7])
+"""
+    done, snapshot = run(_loop(tmp_path, body), tmp_path / "store")
+    assert done.returncode == 0 and snapshot is not None, done.stderr
+    code, findings = verify(snapshot)
+    assert code != 0 and findings["stages"]["status"] == "FAIL"
+    assert "claims eos with the set [7], but the loop declared eos_token_ids [2] in rec.config" in findings["stages"]["message"]
+
+
+LIAR = '''\
+"""The counter backend, reporting a count its recorder never counted."""
+import dataclasses
+
+import counter_backend
+
+
+class LyingRun(counter_backend.CounterRun):
+    def finish(self, end):
+        return dataclasses.replace(super().finish(end), generated=1000)
+
+
+class LyingBackend(counter_backend.CounterBackend):
+    def start(self, ctx):
+        return LyingRun(ctx)
+
+
+def create_backend():
+    return LyingBackend()
+'''
+
+
+def test_a_plugins_count_beyond_what_genrun_counted_fails_the_run_and_is_not_recorded(tmp_path: Path) -> None:
+    from test_backend_plugin import findings_of, install_counter, plan_and_execute
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "liar_backend.py").write_text(LIAR)
+    env = install_counter(tmp_path / "site", target="liar_backend:create_backend")
+    snapshot, executed = plan_and_execute(tmp_path, env)
+    assert executed.returncode == 1, executed.stderr
+    result = json.loads(executed.stdout)
+    assert (result["status"], result["generated"]) == ("failed", 4)  # the recorder's count, not the claim
+    assert result["exception"]["type"].endswith("BackendContractError")
+    assert "reported generated=1,000 steps, but genrun's recorder counted 4" in result["exception"]["message"]
+    assert "1,000 steps" not in executed.stderr and "1000" not in json.dumps(result["units_per_s"])
+    assert not [f for f in findings_of(snapshot).values() if f.status == "FAIL"]
+
+    # A result.json that claims the count (written by a genrun without the check) fails verify, naming both counts.
+    for path in (snapshot, snapshot / "result.json"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (snapshot / "result.json").write_text(json.dumps({**result, "generated": 1000, "status": "succeeded", "exit_code": 0,
+                                                       "exception": None}))
+    (snapshot / "progress.ndjson").chmod(0o644)
+    lines = (snapshot / "progress.ndjson").read_text().splitlines()
+    last = json.loads(lines[-1])
+    terminal = {k: last[k] for k in ("seq", "t", "generated", "rss_bytes")} | {"event": "end", "units_per_s": 1.0, "last_ids": []}
+    (snapshot / "progress.ndjson").write_text("\n".join([*lines[:-1], json.dumps(terminal)]) + "\n")
+    stream = findings_of(snapshot)["progress_stream"]
+    assert stream.status == "FAIL" and "result.json says generated 1,000 steps, but genrun's recorder counted 4" in stream.message
+
+
+# -- declared schemas: applied without backtracking, hostile ones refused at plan ----------------------------
+
+LABELLED = '''\
+"""The counter backend with a stop-evidence field constrained by a pattern that backtracks catastrophically in a
+backtracking regex engine."""
+from pydantic import Field
+
+import counter_backend
+
+
+class Labelled(counter_backend.CountedAll):
+    label: str = Field("a", pattern=r"^(a+)+$")
+
+
+class LabelledBackend(counter_backend.CounterBackend):
+    evidence = counter_backend.EvidenceDeclaration(
+        kinds=("call_config", "stop_records"), stop_evidence=(Labelled, counter_backend.CountInterrupted, counter_backend.CountFailed),
+        call_config_name=counter_backend.CALL_CONFIG, call_config_model=counter_backend.CounterCall)
+
+
+def create_backend():
+    return LabelledBackend()
+'''
+
+
+def test_a_declared_pattern_that_backtracks_catastrophically_is_checked_in_linear_time(tmp_path: Path) -> None:
+    """With the `jsonschema` package, `verify` and `report --html` never finished on this value."""
+    import subprocess
+
+    from test_backend_plugin import genrun, install_counter, plan_and_execute
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "labelled_backend.py").write_text(LABELLED)
+    env = install_counter(tmp_path / "site", target="labelled_backend:create_backend")
+    snapshot, executed = plan_and_execute(tmp_path, env)
+    assert executed.returncode == 0, executed.stderr
+    stop_file = snapshot / "generation-stop.json"
+    for path in (snapshot, stop_file):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    stops = json.loads(stop_file.read_bytes())
+    stops["sequences"][0]["evidence"]["label"] = "a" * 34 + "!"
+    stop_file.write_text(json.dumps(stops))
+    try:
+        verified = genrun("verify", str(snapshot), "--json", env=env, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail("verify did not finish: the declared pattern backtracked")
+    findings = {f["name"]: f for f in json.loads(verified.stdout)["findings"]}
+    assert findings["stop_evidence"]["status"] == "FAIL", findings["stop_evidence"]
+    assert "label" in findings["stop_evidence"]["message"] and "does not match" in findings["stop_evidence"]["message"]
+
+
+HOSTILE_SCHEMA = '''\
+"""The counter backend whose call-config model gives a schema verify cannot apply safely."""
+import os
+
+import counter_backend
+
+
+def _schema():
+    if os.environ["HOSTILE_SCHEMA"] == "deep":
+        schema = {"type": "object"}
+        for _ in range(200):
+            schema = {"type": "object", "properties": {"x": schema}}
+        return schema
+    return {"type": "object", "properties": {"start": {"type": "string", "pattern": "(a+)\\\\1"}}}
+
+
+class HostileCall(counter_backend.CounterCall):
+    @classmethod
+    def model_json_schema(cls, *args, **kwargs):
+        return _schema()
+
+
+class HostileBackend(counter_backend.CounterBackend):
+    evidence = counter_backend.EvidenceDeclaration(
+        kinds=("call_config", "stop_records"), stop_evidence=counter_backend.CounterBackend.evidence.stop_evidence,
+        call_config_name=counter_backend.CALL_CONFIG, call_config_model=HostileCall)
+
+
+def create_backend():
+    return HostileBackend()
+'''
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("deep", "levels deep; a declared schema may nest at most 64"),
+    ("backreference", "cannot be applied: \"(a+)\\\\1\" is not a \"regex\""),
+])
+def test_a_declared_schema_verify_cannot_apply_safely_is_refused_at_plan(tmp_path: Path, kind: str, expected: str) -> None:
+    from test_backend_plugin import counter_request, genrun, install_counter
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "hostile_backend.py").write_text(HOSTILE_SCHEMA)
+    env = install_counter(tmp_path / "site", target="hostile_backend:create_backend") | {"HOSTILE_SCHEMA": kind}
+    planned = genrun("plan", str(counter_request(tmp_path)), "--store", str(tmp_path / "store"), env=env, cwd=tmp_path)
+    assert planned.returncode == 2, planned.stderr
+    assert "the 'counter' backend's declared evidence is refused: the call-config schema hostile_backend:HostileCall" in planned.stderr
+    assert expected in planned.stderr and "Traceback" not in planned.stderr
+    assert not (tmp_path / "store").exists() or not [p for p in (tmp_path / "store").iterdir() if not p.name.startswith(".")]
