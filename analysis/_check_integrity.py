@@ -91,8 +91,23 @@ def check_artifacts_valid(snap: Snapshot, ctx: CheckContext) -> Finding:
         listed = "; ".join(f"{f}: {why}" for f, why in sorted(problems.items()))
         return Finding(name=name, status="FAIL", message=f"{len(problems)} file(s) do not load: {listed}",
                        evidence={"problems": problems}, examined=examined)
+    undeclared = undeclared_files(snap)
+    if undeclared:
+        return Finding(name=name, status="WARN", message=f"{len(present)} artifact files parse with their schemas; {len(undeclared)} file(s) "
+                       f"neither genrun's format nor the {snap.declaration.backend!r} backend's declaration names, so nothing checks "
+                       f"them: {', '.join(undeclared[:10])}", evidence={"files": sorted(present), "undeclared": undeclared}, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(present)} artifact files parse with their schemas",
                    evidence={"files": sorted(present)}, examined=examined)
+
+
+def undeclared_files(snap: Snapshot) -> list[str]:
+    """Files no entry of the format (`genrun.schemas.artifacts`) and no declaration of the backend names (`outputs/` holds
+    anything the run produced)."""
+    from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+
+    call_config = snap.declaration.call_config
+    declared = {call_config.name} if call_config is not None else set()
+    return sorted(f for f in snap.files if f not in declared and artifact_for(f, SNAPSHOT_ARTIFACTS) is None)
 
 
 def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:

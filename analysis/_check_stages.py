@@ -57,8 +57,12 @@ def check_stages(snap: Snapshot, ctx: CheckContext) -> Finding:
                 problems.append(f"stage {stage.name!r} row {row}: {units} units counted but {len(row_ids)} ids saved")
         if stage.consumes is not None:
             source = produced.get(stage.consumes)
-            if source is not None and stage.consumed != source:
-                warns.append(f"stage {stage.name!r} consumed {stage.consumed} of the {source} {stage.consumes!r} units its source produced")
+            consumed = stage.consumed
+            if consumed is not None and source is not None and not 0 <= consumed <= source:  # both counted by genrun: a contradiction
+                problems.append(f"stage {stage.name!r} consumed {consumed} of the {source} {stage.consumes!r} units its source produced; "
+                                f"a stage reads between 0 and what its source made")
+            elif source is not None and consumed != source:  # reading less than was made is allowed, and named
+                warns.append(f"stage {stage.name!r} consumed {consumed} of the {source} {stage.consumes!r} units its source produced")
     claims = _stop_problems(snap, stages, stage_ids, problems, warns)
     evidence: dict[str, Any] = {"stages": [s.model_dump(mode="json", include={"name", "unit", "rows", "units", "consumed", "seconds"})
                                            for s in stages.stages], "stop_claims_checked": claims}

@@ -39,6 +39,19 @@ class PreparedPlan(NamedTuple):
     """The request's name (part of the snapshot id)."""
     freeze: Callable[[Path], None]
     """Writes the frozen files into a new snapshot directory."""
+    model_dir: Path | None = None
+    """The resolved `[model] path` (a store must not lie inside it)."""
+
+    def refuse_the_store(self, store: Path) -> None:
+        """A store inside the model directory would change the model's files with every snapshot written there (so every
+        execute would refuse with "model files changed since planning"): refused, naming both, before anything is written."""
+        if self.model_dir is None:
+            return
+        store_at, model_at = Path(store).resolve(), self.model_dir.resolve()
+        if store_at == model_at or model_at in store_at.parents:
+            raise RequestError(f"the store {store_at} is inside the model directory {model_at} ([model] path): every snapshot "
+                               "written there would change the model's files; use a store outside it (--store DIR or "
+                               "$GENRUN_STORE), or point [model] path at the folder that holds only the model")
 
 
 def plan_request(
@@ -58,6 +71,7 @@ def plan_request(
     clock = clock if clock is not None else PlanClock()
     with _hash_cache.held_until_planned():  # a refused plan leaves no cache entry either
         prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen, clock=clock)
+        prepared.refuse_the_store(root)
         clock.enter("freeze")
         return create_snapshot(root, prepared.name, prepared.freeze)
 
@@ -124,7 +138,7 @@ def prepare_plan(
         if processor is not None:
             freeze_processor(processor, directory)
 
-    return PreparedPlan(request.name, freeze)
+    return PreparedPlan(request.name, freeze, resolved.path)
 
 
 def with_processor_path(request: Request, processor: ProcessorIdentity | None) -> Request:

@@ -355,3 +355,46 @@ def test_a_declared_schema_verify_cannot_apply_safely_is_refused_at_plan(tmp_pat
     assert "the 'counter' backend's declared evidence is refused: the call-config schema hostile_backend:HostileCall" in planned.stderr
     assert expected in planned.stderr and "Traceback" not in planned.stderr
     assert not (tmp_path / "store").exists() or not [p for p in (tmp_path / "store").iterdir() if not p.name.startswith(".")]
+
+
+# -- smaller: consumption beyond the source, files nobody declares --------------------------------------------
+
+
+def test_consuming_more_than_the_source_produced_fails_verify(tmp_path: Path) -> None:
+    """Both counts are genrun's own (stages.json): reading 1,000 of 3 units is a contradiction, not a warning."""
+    body = "".join(f"    {line}\n" for line in (
+        'with rec.stage("ar", unit="token", rows=1) as ar:', '    ar.emit(0, [3, 4, 5])',
+        'with rec.stage("decode", unit="window", rows=1, consumes="ar") as dec:', '    dec.advance(0, 1, consumed=1000)'))
+    done, snapshot = run(_loop(tmp_path, body), tmp_path / "store")
+    assert done.returncode == 0 and snapshot is not None, done.stderr
+    code, findings = verify(snapshot)
+    assert code != 0 and findings["stages"]["status"] == "FAIL", findings["stages"]
+    assert "stage 'decode' consumed 1000 of the 3 'ar' units its source produced" in findings["stages"]["message"]
+
+
+def test_a_file_neither_the_format_nor_the_backend_declares_is_named_by_verify(tmp_path: Path) -> None:
+    body = """\
+    (Path(os.readlink(rec.outputs_dir)).parent / "extra-evidence.bin").write_bytes(b"unchecked")
+    with rec.stage("lm", unit="token", rows=1) as lm:
+        lm.emit(0, [5])
+        lm.stop(0, "completed")
+"""
+    done, snapshot = run(_loop(tmp_path, body), tmp_path / "store")
+    assert done.returncode == 0 and snapshot is not None, done.stderr
+    _, findings = verify(snapshot)
+    artifacts = findings["artifacts_valid"]
+    assert artifacts["status"] == "WARN" and "neither genrun's format nor the 'loop' backend's declaration names" in artifacts["message"]
+    assert "extra-evidence.bin" in artifacts["message"] and artifacts["evidence"]["undeclared"] == ["extra-evidence.bin"]
+
+
+def test_a_store_inside_the_model_directory_is_refused_at_plan_naming_both(tmp_path: Path) -> None:
+    """`[model] path = "."` with the default `./snapshots` beside the request: every snapshot changed the model's files, and
+    every execute refused with "model files changed since planning", for ever."""
+    request = _loop(tmp_path, "    pass\n")
+    request.write_text(request.read_text().replace('path = "model"', 'path = "."'))
+    planned = run_cli("plan", request, cwd=tmp_path)
+    assert planned.returncode == 2, planned.stderr
+    assert f"the store {tmp_path / 'snapshots'} is inside the model directory {tmp_path} ([model] path)" in planned.stderr
+    assert not (tmp_path / "snapshots").exists()
+    elsewhere = run_cli("run", request, "--store", tmp_path.parent / f"{tmp_path.name}-store", cwd=tmp_path)
+    assert elsewhere.returncode == 0, elsewhere.stderr

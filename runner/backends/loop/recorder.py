@@ -131,7 +131,8 @@ class Stage:
             self._on_due()
 
     def consume(self, n: int) -> None:
-        """Record that this stage read `n` more units of the stage it `consumes`."""
+        """Record that this stage read `n` more units of the stage it `consumes` (each source unit once: verify names a total
+        below what the source made, and fails one above it)."""
         if self.consumed is None:
             raise RecorderMisuse(f"stage {self.name!r}: consume({n!r}) but the stage was opened without consumes=\"<stage>\"")
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= self.consumed + n <= ID_MAX or n < 0:
