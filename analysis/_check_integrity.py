@@ -76,6 +76,7 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
             if snap.progress.truncated_tail:
                 message += f"; the final line of progress.ndjson is cut off ({snap.progress.truncated_tail})"
                 evidence["truncated_tail"] = snap.progress.truncated_tail
+        message += _executor_note(snap)
     else:
         message = "incomplete: result.json exists but the snapshot was never sealed (no manifest-sha256.txt); its files are not protected"
     return Finding(name=name, status="FAIL", message=message, evidence=evidence, examined=examined)
@@ -108,6 +109,17 @@ def undeclared_files(snap: Snapshot) -> list[str]:
     call_config = snap.declaration.call_config
     declared = {call_config.name} if call_config is not None else set()
     return sorted(f for f in snap.files if f not in declared and artifact_for(f, SNAPSHOT_ARTIFACTS) is None)
+
+
+def _executor_note(snap: Snapshot) -> str:
+    """Whether a process still executes the snapshot (its execution lock), where this machine can tell."""
+    from .watch import execution_lock_held
+
+    held = execution_lock_held(snap.path)
+    if held is None:
+        return ""
+    return ("; a process still holds its execution lock: the run may still be going (verify again once it is sealed)" if held
+            else "; no process holds its execution lock: the executor is gone and will never seal it")
 
 
 def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:

@@ -14,6 +14,7 @@ from is not failed after the fact (a sealed snapshot is never rewritten).
 import contextlib
 import errno
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -35,7 +36,8 @@ def executing(snapshot_dir: Path) -> Iterator[None]:
     """Mark this process as the one executing `snapshot_dir` until the block ends."""
     global _pid, _running, _pipe
     with _lock:
-        if _pipe is None or _pid != os.getpid():  # a fresh process (or a child of an executing one) starts its own
+        if _pipe is None or _pid != os.getpid() or not stat.S_ISFIFO(_fstat_mode(_pipe[0])):  # a fresh process, a child of an
+            # executing one, or a pipe user code closed: a new one
             _pipe, _running = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC), 0
         if _running == 0:  # notes of children of earlier runs (returned after their seal) are not this run's
             _drain(_pipe[0])
@@ -56,8 +58,9 @@ def refuse_other_process(what: str, snapshot_dir: Path | None = None) -> None:
     me = os.getpid()
     where = f" of snapshot {snapshot_dir}" if snapshot_dir is not None else ""
     note = f"{me}\t{snapshot_dir or ''}\t{what}"[:500] + "\n"
-    with contextlib.suppress(OSError, TypeError):
-        os.write(_pipe[1], note.encode())  # type: ignore[index]  # one write below PIPE_BUF: atomic
+    if _pipe is not None and stat.S_ISFIFO(_fstat_mode(_pipe[1])):  # never into a file that took a closed pipe's number
+        with contextlib.suppress(OSError):
+            os.write(_pipe[1], note.encode())  # one write below PIPE_BUF: atomic
     with contextlib.suppress(OSError):
         os.write(sys.stderr.fileno(), (f"genrun: process {me}, forked by user code from the executing process {pid}, returned into "
                                        f"genrun ({what}{where}); it exits without touching the snapshot. A forked child must end "
@@ -76,6 +79,8 @@ def forked_returns(snapshot_dir: Path) -> list[str]:
 
 
 def _drain(fd: int) -> None:
+    if not stat.S_ISFIFO(_fstat_mode(fd)):  # user code closed the pipe (its number may be a file of its own now)
+        return
     chunks = b""
     while True:
         try:
@@ -88,3 +93,10 @@ def _drain(fd: int) -> None:
             break
         chunks += chunk
     _notes.extend(line for line in chunks.decode(errors="replace").splitlines() if line.count("\t") >= 2)
+
+
+def _fstat_mode(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_mode
+    except OSError:
+        return 0

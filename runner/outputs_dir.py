@@ -21,6 +21,7 @@ from pathlib import Path
 from genrun.schemas import layout
 
 from ._io import DIR_MODE
+from ._locks import still_ours
 from .errors import SnapshotError
 
 _PROC_FD = Path("/proc/self/fd")
@@ -39,6 +40,7 @@ class OutputsDir:
                 os.mkdir(layout.OUTPUTS_DIR, DIR_MODE, dir_fd=snapshot_fd)
             try:
                 self.fd = os.open(layout.OUTPUTS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=snapshot_fd)
+                self._opened = os.fstat(self.fd)
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
@@ -60,6 +62,8 @@ class OutputsDir:
         if self.fd < 0:
             return
         fd, self.fd = self.fd, -1
+        if not still_ours(fd, self._opened):  # user code closed it: its number is not ours to close
+            return
         stray = [t for t in threading.enumerate() if t not in self._threads_before and t is not threading.current_thread()]
         if stray:
             os.dup2(_tombstone(), fd)  # atomic: the number never becomes free while a stray thread may hold its path

@@ -22,6 +22,7 @@ from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenE
 from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
+from ._locks import still_ours
 from .executing_process import refuse_other_process
 from .memory import MemoryProbe
 
@@ -59,6 +60,7 @@ class ProgressRecorder:
         # Held until close: `genrun watch` probes it to tell a live writer from a killed one (the kernel
         # releases it when this process dies, SIGKILL included). Advisory; nothing else contends for it.
         fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._opened = os.fstat(self._fd)
         self._origin = origin
         self.unit = unit
         self._every_units = every_units
@@ -150,6 +152,10 @@ class ProgressRecorder:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        if not still_ours(fd, self._opened):  # user code closed it: its number is not ours to sync or close
+            self.memory.close()
+            self.closed = True
+            return
         try:
             os.fsync(fd)
         finally:

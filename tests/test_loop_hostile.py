@@ -398,3 +398,36 @@ def test_a_store_inside_the_model_directory_is_refused_at_plan_naming_both(tmp_p
     assert not (tmp_path / "snapshots").exists()
     elsewhere = run_cli("run", request, "--store", tmp_path.parent / f"{tmp_path.name}-store", cwd=tmp_path)
     assert elsewhere.returncode == 0, elsewhere.stderr
+
+
+# -- an executor that is gone: ls and verify say so, from the execution lock ----------------------------------
+
+
+@pytest.mark.parametrize(("action", "exit_code"), [
+    pytest.param("os._exit(0)", 0, id="os-exit"),  # the process ends there: nothing of genrun's can change its exit code
+    pytest.param("os.closerange(3, 4096)", 1, id="closed-descriptors"),
+])
+def test_a_loop_that_kills_its_executor_leaves_a_snapshot_called_incomplete(tmp_path: Path, action: str, exit_code: int) -> None:
+    """Such a snapshot stayed `running` for ever in ls; closing genrun's descriptors also ended in an execution_lock
+    traceback. A subprocess: the loop takes its process down with it."""
+    from conftest import run_cli_subprocess
+
+    body = f"""\
+    with rec.stage("lm", unit="token", rows=1) as lm:
+        lm.emit(0, [5, 6])
+        {action}
+        lm.emit(0, [7])
+        lm.stop(0, "completed")
+"""
+    store = tmp_path / "store"
+    done = run_cli_subprocess("run", _loop(tmp_path, body), "--store", store)
+    assert done.returncode == exit_code, done.stderr
+    assert "Traceback" not in done.stderr
+    if exit_code:
+        assert "the snapshot is left unsealed (incomplete)" in done.stderr
+    (snapshot,) = [p for p in store.iterdir() if not p.name.startswith(".")]
+    listed = run_cli("ls", "--store", store, "--json")
+    assert [row["state"] for row in json.loads(listed.stdout)["snapshots"]] == ["incomplete"], listed.stdout
+    _, findings = verify(snapshot)
+    completeness = findings["completeness"]
+    assert completeness["status"] == "FAIL" and "no process holds its execution lock: the executor is gone" in completeness["message"]

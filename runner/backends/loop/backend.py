@@ -9,6 +9,7 @@ loop's module and the environment like any run, and loads nothing: at execution 
 plugin module `genrun.backends` only.
 """
 
+import contextlib
 import os
 import threading
 import time
@@ -183,14 +184,15 @@ class LoopRun:
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         ctx = self._ctx
-        if self._fd is not None:
-            os.close(self._fd)
         stages = self.rec.stages if self.rec is not None else []
         if self.rec is not None and not self._call_written:
             self._write_call(None)
         if self.rec is not None:
             write_model_atomic(ctx.snapshot_dir / STAGE_IDS_FILE, StageIds(ids={s.name: tuple(tuple(r) for r in s.ids) for s in stages}))
             write_model_atomic(ctx.snapshot_dir / STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
+        if self._fd is not None:
+            with contextlib.suppress(OSError):  # after the evidence: a loop that closed it (EBADF) loses nothing of it
+                os.close(self._fd)
         unit = ctx.recorder.unit
         counted = [s for s in stages if s.unit == unit]
         generated = sum(sum(s.units()) for s in counted)
