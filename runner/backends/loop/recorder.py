@@ -135,10 +135,14 @@ class Stage:
         below what the source made, and fails one above it)."""
         if self.consumed is None:
             raise RecorderMisuse(f"stage {self.name!r}: consume({n!r}) but the stage was opened without consumes=\"<stage>\"")
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= self.consumed + n <= ID_MAX or n < 0:
+        try:
+            count = _index(n) if not isinstance(n, bool) else -1  # a numpy integer too; never a float or a bool
+        except TypeError:
+            count = -1
+        if count < 0 or self.consumed + count > ID_MAX:
             raise RecorderMisuse(f"stage {self.name!r}: consume({n!r}): n is a whole number of {self.consumes!r} units read, "
                                  f">= 0 (so far {self.consumed}; the total stays below 2**63)")
-        self.consumed += n
+        self.consumed += count
 
     def stop(self, row: int, reason: str, **evidence: Any) -> None:
         """Why `row` stopped: a reason of genrun's vocabulary with its fact (`eos` needs `eos_token_id`, `max_new_tokens` and
