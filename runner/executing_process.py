@@ -62,9 +62,9 @@ def refuse_other_process(what: str, snapshot_dir: Path | None = None) -> None:
         with contextlib.suppress(OSError):
             os.write(_pipe[1], note.encode())  # one write below PIPE_BUF: atomic
     with contextlib.suppress(OSError):
-        os.write(sys.stderr.fileno(), (f"genrun: process {me}, forked by user code from the executing process {pid}, returned into "
-                                       f"genrun ({what}{where}); it exits without touching the snapshot. A forked child must end "
-                                       "with os._exit().\n").encode())
+        os.write(sys.stderr.fileno(), (f"genrun: process {me}, forked by user code from the executing process {pid}, reached genrun's "
+                                       f"writing ({what}{where}: it returned, raised or called the recorder); it exits without "
+                                       "touching the snapshot. A forked child must end with os._exit().\n").encode())
     os._exit(CHILD_EXIT)
 
 

@@ -72,7 +72,8 @@ def _with_forked_returns(end: GenerationEnd, ctx: ExecutionContext) -> Generatio
     if not returned or end.signal is not None:  # a signal's interruption stays what ended the run
         return end
     return GenerationEnd.raised(ForkedChildReturned(
-        f"{len(returned)} process(es) forked by user code returned into genrun instead of ending with os._exit(): "
+        f"{len(returned)} process(es) forked by user code returned into genrun (or called its recorder) instead of ending "
+        "with os._exit(): "
         f"{'; '.join(returned)}; each was stopped before it touched the snapshot, and this run is failed because its code "
         "ran twice"))
 
