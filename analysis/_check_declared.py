@@ -3,8 +3,9 @@ validate against the models it declared. genrun's own models are applied directl
 migrated); a third-party backend's are applied through the JSON Schemas recorded at plan time, so
 its artifacts are checked without its code.
 
-JSON Schema validation uses `jsonschema` when it is installed; without it these checks say so
-(SKIP) instead of guessing.
+JSON Schema validation uses `jsonschema-rs` (a dependency of genrun: its regex engine cannot backtrack, so a hostile
+pattern cannot make verify hang; `genrun.schemas.declared_schema`); without it these checks say so (SKIP) instead of
+guessing, and a declared schema that cannot be applied safely is a FAIL naming it.
 """
 
 from typing import Any
@@ -12,25 +13,25 @@ from typing import Any
 from pydantic import ValidationError
 
 from genrun.schemas import layout
+from genrun.schemas.declared_schema import MAX_ERRORS, UnsafeSchema, compile_declared, schema_errors
 from genrun.schemas.evidence import GENRUN_EVIDENCE_MODELS, stop_evidence_adapter
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 
-MAX_SCHEMA_ERRORS = 5
+MAX_SCHEMA_ERRORS = MAX_ERRORS
 """Schema errors named per file (enough to find the damage)."""
 
 
-def _schema_errors(schema: dict[str, Any], data: Any) -> list[str] | None:
-    """`path: message` per violation (at most `MAX_SCHEMA_ERRORS`); `None` when `jsonschema` is not installed."""
+def _schema_errors(schema: dict[str, Any], data: Any, what: str) -> list[str] | None:
+    """`path: message` per violation (at most `MAX_SCHEMA_ERRORS`); `None` when `jsonschema-rs` is not installed; a schema
+    that cannot be applied safely is one violation naming it."""
     try:
-        import jsonschema  # optional: see the module docstring
-    except ImportError:
-        return None
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    return [f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message[:200]}" for e in errors[:MAX_SCHEMA_ERRORS]]
+        validator = compile_declared(schema, what)
+    except UnsafeSchema as exc:
+        return [f"(schema) {exc}"]
+    return None if validator is None else schema_errors(validator, data, what)
 
 
 def _model_errors(validate: Any, data: Any) -> list[str]:
@@ -46,7 +47,7 @@ def _unknown_models(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n not in GENRUN_EVIDENCE_MODELS]
 
 
-NO_JSONSCHEMA = "jsonschema is not installed, so the recorded schema cannot be applied (pip install jsonschema)"
+NO_JSONSCHEMA = "jsonschema-rs is not installed, so the recorded schema cannot be applied (pip install jsonschema-rs)"
 
 
 def check_call_config(snap: Snapshot, ctx: CheckContext) -> Finding:
@@ -65,7 +66,7 @@ def check_call_config(snap: Snapshot, ctx: CheckContext) -> Finding:
         why = snap.problems.get(declared.name, "unreadable")
         return Finding(name=name, status="FAIL", message=f"{declared.name}: {why}", evidence=evidence, examined=Examined(files=1))
     if declared.json_schema is not None:
-        errors = _schema_errors(declared.json_schema, snap.call_config_json)
+        errors = _schema_errors(declared.json_schema, snap.call_config_json, f"the call-config schema of {declared.model}")
     elif _unknown_models((declared.model,)):
         return Finding(name=name, status="FAIL", message=f"{layout.BACKEND} names {declared.model} as the call config's model, "
                        "which is not one of genrun's, and records no schema for it", evidence=evidence, examined=Examined(files=1))
@@ -96,12 +97,17 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     if schema is None and unknown:
         problems.append(f"{layout.BACKEND} names stop-evidence models that are not genrun's and records no schema for them: {', '.join(unknown)}")
     adapter = stop_evidence_adapter(tuple(GENRUN_EVIDENCE_MODELS[m] for m in declared.stop_evidence_models)) if schema is None and not unknown else None
+    validator, what = None, f"the stop-evidence schema of the {declared.backend!r} backend"
+    if schema is not None:
+        try:
+            validator = compile_declared(schema, what)  # once for every row
+        except UnsafeSchema as exc:
+            problems.append(str(exc))
+            schema = None
     validated = 0
-    for stop in snap.stop.sequences if schema is not None or adapter is not None else ():
+    for stop in snap.stop.sequences if validator is not None or adapter is not None else ():
         facts = stop.evidence.model_dump(mode="json")
-        errors = _model_errors(adapter.validate_python, facts) if adapter is not None else _schema_errors(schema or {}, facts)
-        if errors is None:
-            break
+        errors = _model_errors(adapter.validate_python, facts) if adapter is not None else schema_errors(validator, facts, what)
         validated += 1
         if errors:
             problems.append(f"sequence {stop.index}: evidence does not match the declared models: " + "; ".join(errors))
@@ -113,7 +119,7 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     examined = Examined(files=3)
     if problems:
         return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)
-    if validated < len(snap.stop.sequences):  # only when jsonschema is missing (a problem above is reported first)
+    if validated < len(snap.stop.sequences):  # only when jsonschema-rs is missing (a problem above is reported first)
         return Finding(name=name, status="SKIP", message=f"reasons are declared ones; {NO_JSONSCHEMA}", evidence=evidence, examined=examined)
     models = ", ".join(m.rsplit(":", 1)[-1] for m in declared.stop_evidence_models)
     return Finding(name=name, status="PASS", message=f"{validated} stop record(s): declared reasons, evidence valid against {models}",

@@ -76,6 +76,7 @@ def check_completeness(snap: Snapshot, ctx: CheckContext) -> Finding:
             if snap.progress.truncated_tail:
                 message += f"; the final line of progress.ndjson is cut off ({snap.progress.truncated_tail})"
                 evidence["truncated_tail"] = snap.progress.truncated_tail
+        message += _executor_note(snap)
     else:
         message = "incomplete: result.json exists but the snapshot was never sealed (no manifest-sha256.txt); its files are not protected"
     return Finding(name=name, status="FAIL", message=message, evidence=evidence, examined=examined)
@@ -91,8 +92,34 @@ def check_artifacts_valid(snap: Snapshot, ctx: CheckContext) -> Finding:
         listed = "; ".join(f"{f}: {why}" for f, why in sorted(problems.items()))
         return Finding(name=name, status="FAIL", message=f"{len(problems)} file(s) do not load: {listed}",
                        evidence={"problems": problems}, examined=examined)
+    undeclared = undeclared_files(snap)
+    if undeclared:
+        return Finding(name=name, status="WARN", message=f"{len(present)} artifact files parse with their schemas; {len(undeclared)} file(s) "
+                       f"neither genrun's format nor the {snap.declaration.backend!r} backend's declaration names, so nothing checks "
+                       f"them: {', '.join(undeclared[:10])}", evidence={"files": sorted(present), "undeclared": undeclared}, examined=examined)
     return Finding(name=name, status="PASS", message=f"{len(present)} artifact files parse with their schemas",
                    evidence={"files": sorted(present)}, examined=examined)
+
+
+def undeclared_files(snap: Snapshot) -> list[str]:
+    """Files no entry of the format (`genrun.schemas.artifacts`) and no declaration of the backend names (`outputs/` holds
+    anything the run produced)."""
+    from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+
+    call_config = snap.declaration.call_config
+    declared = {call_config.name} if call_config is not None else set()
+    return sorted(f for f in snap.files if f not in declared and artifact_for(f, SNAPSHOT_ARTIFACTS) is None)
+
+
+def _executor_note(snap: Snapshot) -> str:
+    """Whether a process still executes the snapshot (its execution lock), where this machine can tell."""
+    from .watch import execution_lock_held
+
+    held = execution_lock_held(snap.path)
+    if held is None:
+        return ""
+    return ("; a process still holds its execution lock: the run may still be going (verify again once it is sealed)" if held
+            else "; no process holds its execution lock: the executor is gone and will never seal it")
 
 
 def check_manifest_integrity(snap: Snapshot, ctx: CheckContext) -> Finding:

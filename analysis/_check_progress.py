@@ -47,6 +47,7 @@ def check_progress_stream(snap: Snapshot, ctx: CheckContext) -> Finding:
                 problems.append(f"the terminal '{last.event}' record (seq {last.seq}) is not the single last record")
             if TERMINAL_STATUS[last.event] != snap.result.status:
                 problems.append(f"the stream ends with '{last.event}' but result.json status is {snap.result.status!r}")
+            problems += _count_beyond_the_recorder(snap, last)
     elif terminals:
         warns.append(f"the stream ends with '{terminals[-1][1].event}' but no result.json was written")
     if log.truncated_tail:
@@ -79,3 +80,14 @@ def _order_problems(events: tuple) -> list[str]:
 def _ended_while_loading(events: Sequence[Any]) -> bool:
     """A run that failed or was interrupted while loading writes only its terminal record (no `start`)."""
     return len(events) == 1 and events[0].event in ("exception", "interrupted") and events[0].generated == 0
+
+
+def _count_beyond_the_recorder(snap: Snapshot, terminal: Any) -> list[str]:
+    """result.json's `generated` is the backend's count; the terminal record's is genrun's recorder (the furthest row).
+    Rows of a call advance together and calls add up, so an honest count is at most the recorder's times the rows."""
+    result = snap.result
+    rows = max(1, len(snap.stop.sequences) if snap.stop is not None else 0)
+    if result is None or result.generated <= terminal.generated * rows:
+        return []
+    return [f"result.json says generated {result.generated:,} {result.unit}s, but genrun's recorder counted {terminal.generated:,} "
+            f"(its '{terminal.event}' record, seq {terminal.seq}): at most {terminal.generated * rows:,} over {rows} row(s)"]

@@ -57,8 +57,12 @@ def check_stages(snap: Snapshot, ctx: CheckContext) -> Finding:
                 problems.append(f"stage {stage.name!r} row {row}: {units} units counted but {len(row_ids)} ids saved")
         if stage.consumes is not None:
             source = produced.get(stage.consumes)
-            if source is not None and stage.consumed != source:
-                warns.append(f"stage {stage.name!r} consumed {stage.consumed} of the {source} {stage.consumes!r} units its source produced")
+            consumed = stage.consumed
+            if consumed is not None and source is not None and not 0 <= consumed <= source:  # both counted by genrun: a contradiction
+                problems.append(f"stage {stage.name!r} consumed {consumed} of the {source} {stage.consumes!r} units its source produced; "
+                                f"a stage reads between 0 and what its source made")
+            elif source is not None and consumed != source:  # reading less than was made is allowed, and named
+                warns.append(f"stage {stage.name!r} consumed {consumed} of the {source} {stage.consumes!r} units its source produced")
     claims = _stop_problems(snap, stages, stage_ids, problems, warns)
     evidence: dict[str, Any] = {"stages": [s.model_dump(mode="json", include={"name", "unit", "rows", "units", "consumed", "seconds"})
                                            for s in stages.stages], "stop_claims_checked": claims}
@@ -74,6 +78,8 @@ def _stop_problems(snap: Snapshot, stages: Stages, stage_ids: StageIds, problems
     """Check each stop record against its stage's ids; returns how many claims were checked."""
     config = snap.call_config_json.get("config") if isinstance(snap.call_config_json, dict) else None
     declared_eos = config.get("eos_token_ids") if isinstance(config, dict) else None
+    if isinstance(declared_eos, int) and not isinstance(declared_eos, bool):
+        declared_eos = [declared_eos]  # one id, as a GenerationConfig may give it
     rows = {(s.name, r) for s in stages.stages for r in range(s.rows)}
     checked = 0
     for stop in snap.stop.sequences if snap.stop else ():
@@ -99,7 +105,10 @@ def _stop_problems(snap: Snapshot, stages: Stages, stage_ids: StageIds, problems
 def _claim_problem(stop: SequenceStop, row_ids: tuple[int, ...], declared_eos: Any) -> str | None:
     if stop.reason == "eos":
         claimed = stop.evidence.fact("eos_token_id")
-        eos_set = stop.evidence.fact("eos_token_ids") or declared_eos or [claimed]
+        claimed_set = stop.evidence.fact("eos_token_ids")
+        if isinstance(declared_eos, list) and claimed_set and not set(claimed_set) <= set(declared_eos):
+            return f"claims eos with the set {list(claimed_set)}, but the loop declared eos_token_ids {declared_eos} in rec.config"
+        eos_set = declared_eos if isinstance(declared_eos, list) else claimed_set or [claimed]  # the declared set, when there is one
         last = row_ids[-1] if row_ids else None
         if last is None or last != claimed or last not in eos_set:
             return f"claims eos (id {claimed}, declared set {list(eos_set)}) but its last id is {last}"

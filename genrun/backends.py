@@ -66,7 +66,9 @@ did-you-mean), and leaves the content to your `validate_request`.
 
 In `generate`, write the call-config artifact (`ctx.snapshot.write(name, model)`: the snapshot as a
 writable `SnapshotDir`, every write atomic), call `ctx.recorder.start(planned_units, rows)`, then `ctx.recorder.step()` once per
-generated unit; hold a signal to stop at a clean point with `deferred()`. In `finish(end)`, write
+generated unit; hold a signal to stop at a clean point with `deferred()`. A file you append to yourself is written
+after `refuse_other_process(what)`: a child forked by user code that returns into your code ends there (genrun's
+own writes and the seal check the same). In `finish(end)`, write
 your outputs under `ctx.outputs_dir` (partial ones too; `ctx.snapshot.write_bytes("outputs/NAME", data)`
 writes one atomically) and return a `BackendOutcome` with one
 `SequenceStop` per row whose reason agrees with `end` (`end.returned`, `end.signal`,
@@ -117,6 +119,7 @@ from genrun.runner.backends import (
 )
 from genrun.runner.budget import MemoryFit, memory_fit, refusals_for, with_refusals
 from genrun.runner.errors import RequestError
+from genrun.runner.executing_process import refuse_other_process
 from genrun.runner.interrupts import RunInterrupted, deferred
 from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
@@ -153,8 +156,8 @@ __all__ = [
     # evidence: the declaration and the stop records
     "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "STOP_REASON_MEANING", "SequenceStop",
     "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
-    # signals
-    "RunInterrupted", "deferred",
+    # signals; a process forked by user code never writes (its own appends: `refuse_other_process` first)
+    "RunInterrupted", "deferred", "refuse_other_process",
     # optional: many snapshots' generation at once on one loaded model (a sweep worker's items; see section 6)
     "BatchingBackend", "ItemBatch",
     # refusing a request

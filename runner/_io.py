@@ -19,6 +19,8 @@ from pydantic import BaseModel
 from genrun._safe_read import open_beneath
 from genrun.schemas import layout
 
+from .executing_process import refuse_other_process
+
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
 # mkstemp creates 0600 files; snapshot files should get the permissions a plain open() would.
@@ -67,6 +69,7 @@ def write_bytes_atomic(path: Path, data: bytes, *, beneath: Path | None = None) 
     without following a link (`open_beneath`), so a folder swapped for a link after a check never carries the write out.
     On a full disk, a space reserve held for this snapshot (`reserve_space`) is released and the write tried once more.
     """
+    refuse_other_process(f"writing {Path(path).name}")
     try:
         _write_bytes_atomic(Path(path), data, beneath)
     except OSError as exc:

@@ -48,9 +48,26 @@ def held_exclusively(path: Path, *, extra_flags: int, unopenable: Callable[[str]
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | extra_flags)
     except OSError as exc:
         raise unopenable(f"{exc.strerror or exc}") from None
+    opened = os.fstat(fd)
     try:
         if not try_exclusive(fd):
             raise busy(lock_holder(fd))
         yield
     finally:
+        _close_if_still_ours(fd, opened)
+
+
+def _close_if_still_ours(fd: int, opened: os.stat_result) -> None:
+    """Close `fd` unless user code closed it meanwhile (the lock went with it)."""
+    if still_ours(fd, opened):
         os.close(fd)
+
+
+def still_ours(fd: int, opened: os.stat_result) -> bool:
+    """Whether `fd` still is the file it was opened as: user code running in the process may have closed it (its number
+    may now be another file of the process's, which genrun must never write to or close)."""
+    try:
+        now = os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)

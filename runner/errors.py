@@ -32,6 +32,18 @@ class StoreError(GenrunError):
     exit_code = 1
 
 
+class BackendContractError(GenrunError):
+    """A backend reported what genrun's own records contradict (a count beyond what its recorder counted)."""
+
+    exit_code = 1
+
+
+class ForkedChildReturned(GenrunError):
+    """A process forked by user code returned into genrun during the run; it was stopped before it wrote anything."""
+
+    exit_code = 1
+
+
 class SnapshotError(GenrunError):
     """A snapshot is missing, incomplete, or not in the state the command needs."""
 

@@ -31,6 +31,7 @@ from .backends import Backend, ExecutionContext, LoadedModel, get_backend
 from .budget import resolve_device
 from .determinism import capture_determinism, deterministic_mode, with_sampling
 from .errors import FrozenMismatch, SnapshotError, StoreError
+from .executing_process import executing
 from .frozen_plan import (FrozenPlan, VerifiedIdentity, load_context, load_frozen, refuse_executed, verify_before_loading, verify_code,
                           verify_model, verify_plan_files)
 from .interrupts import RunInterrupted, deferred, interrupt_gate
@@ -76,7 +77,7 @@ def execute_snapshot(
     clock = PhaseClock(time.monotonic())
     with captured() as log:  # library output from here on goes to the snapshot's run-log.ndjson (`run_log`)
         snapshot_dir = open_snapshot(snapshot_dir)
-        with execution_lock(snapshot_dir):
+        with execution_lock(snapshot_dir), executing(snapshot_dir):
             return _execute_locked(snapshot_dir, clock, log, require_approval, live, loaded, allowed_signers, records or {})
 
 

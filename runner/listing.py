@@ -200,6 +200,8 @@ def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[s
         return _describe_sweep(directory, plan, sealed, judgement)._replace(**named)
     result, stop, request = read(layout.RESULT), read(layout.STOP), read(layout.REQUEST)
     state = layout.SnapshotState.SEALED if sealed else directory.state()  # FileNotFoundError when gone
+    if state is layout.SnapshotState.RUNNING and executor_gone(snapshot):
+        state = layout.SnapshotState.INCOMPLETE
     shown = layout.shown_status(state, result.get("status") if isinstance(result, dict) else None)
     sequences = stop.get("sequences") if stop else None
     reasons = sorted({str(s.get("reason")) for s in sequences if isinstance(s, dict)}) if isinstance(sequences, list) else []
@@ -213,6 +215,14 @@ def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[s
         signoffs=judgement.signoffs, signers=judgement.signers, backend=backend if isinstance(backend, str) else None,
         unit=unit if isinstance(unit, str) else None, **named,
     )
+
+
+def executor_gone(snapshot: Path) -> bool:
+    """A running snapshot whose execution lock no process holds: its executor died (SIGKILL, `os._exit` in user code) or
+    lost the lock (user code closed genrun's descriptors), so it will never be sealed (`incomplete`, not `running`)."""
+    from genrun.analysis.watch import execution_lock_held
+
+    return execution_lock_held(snapshot) is False and not (snapshot / layout.MANIFEST).exists()
 
 
 def _describe_sweep(directory: SnapshotDir, plan: dict, sealed: bool, judgement: Judgement) -> SnapshotRow:

@@ -10,6 +10,8 @@ import resource
 import sys
 from typing import NamedTuple
 
+from ._locks import still_ours
+
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # ru_maxrss is KiB on Linux and bytes on macOS.
 _MAXRSS_SCALE = 1 if sys.platform == "darwin" else 1024
@@ -35,7 +37,8 @@ class MemoryProbe:
         """`cuda_device` (e.g. `cuda:1`) is the device whose counters are read; `None` means torch's current one."""
         self._cuda_device = cuda_device
         try:
-            self._statm: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+            self._statm: int | None = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+            self._opened = os.fstat(self._statm)
         except OSError:  # not Linux: no current RSS, the peak still works
             self._statm = None
         self._max_seen = 0
@@ -44,7 +47,10 @@ class MemoryProbe:
         """Current resident set size (field 2 of statm x page size), `None` where unavailable."""
         if self._statm is None:
             return None
-        rss = int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE_BYTES
+        try:
+            rss = int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE_BYTES
+        except (OSError, ValueError, IndexError):  # user code closed the descriptor (or its number is another file now)
+            return None
         self._max_seen = max(self._max_seen, rss)
         return rss
 
@@ -77,5 +83,6 @@ class MemoryProbe:
     def close(self) -> None:
         """Close the statm descriptor (idempotent)."""
         if self._statm is not None:
-            os.close(self._statm)
+            if still_ours(self._statm, self._opened):
+                os.close(self._statm)
             self._statm = None

@@ -12,12 +12,14 @@ from typing import NamedTuple
 
 from pydantic import BaseModel
 
-from genrun.schemas import ProcessorIdentity, Request, TokenBudget, layout
+from genrun.schemas import BackendDeclaration, ProcessorIdentity, Request, TokenBudget, layout
+from genrun.schemas.declared_schema import UnsafeSchema, compile_declared
 from genrun.snapshot_dir import SnapshotDir
 
 from . import _hash_cache
 from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
+from .errors import RequestError
 from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
 from .device_check import require_device
@@ -39,6 +41,19 @@ class PreparedPlan(NamedTuple):
     """Writes the frozen files into a new snapshot directory."""
     budget: TokenBudget
     """The pre-flight that passed (`genrun serve` holds the engine's KV cache and rows for it before freezing)."""
+    model_dir: Path | None = None
+    """The resolved `[model] path` (a store must not lie inside it)."""
+
+    def refuse_the_store(self, store: Path) -> None:
+        """A store inside the model directory would change the model's files with every snapshot written there (so every
+        execute would refuse with "model files changed since planning"): refused, naming both, before anything is written."""
+        if self.model_dir is None:
+            return
+        store_at, model_at = Path(store).resolve(), self.model_dir.resolve()
+        if store_at == model_at or model_at in store_at.parents:
+            raise RequestError(f"the store {store_at} is inside the model directory {model_at} ([model] path): every snapshot "
+                               "written there would change the model's files; use a store outside it (--store DIR or "
+                               "$GENRUN_STORE), or point [model] path at the folder that holds only the model")
 
 
 def plan_request(
@@ -58,6 +73,7 @@ def plan_request(
     clock = clock if clock is not None else PlanClock()
     with _hash_cache.held_until_planned():  # a refused plan leaves no cache entry either
         prepared = prepare_plan(request_path, force=force, base_dir=base_dir, extra_frozen=extra_frozen, clock=clock)
+        prepared.refuse_the_store(root)
         clock.enter("freeze")
         return create_snapshot(root, prepared.name, prepared.freeze)
 
@@ -105,6 +121,7 @@ def prepare_plan(
     enforce(budget)
     # the same for every plan of one backend and unit (its JSON Schemas take pydantic ~0.1 s to generate): once per context
     declaration = context.cached(("backend-declaration", backend.name, backend.progress_unit(request)), lambda: declaration_of(backend, request))
+    refuse_unsafe_schemas(declaration)
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment()
 
@@ -124,7 +141,7 @@ def prepare_plan(
         if processor is not None:
             freeze_processor(processor, directory)
 
-    return PreparedPlan(request.name, freeze, budget)
+    return PreparedPlan(request.name, freeze, budget, resolved.path)
 
 
 def with_processor_path(request: Request, processor: ProcessorIdentity | None) -> Request:
@@ -134,3 +151,19 @@ def with_processor_path(request: Request, processor: ProcessorIdentity | None) -
         return request
     return request.model_copy(update={"model": request.model.model_copy(update={"processor": processor.resolved_path})})
 
+
+
+def refuse_unsafe_schemas(declaration: BackendDeclaration) -> None:
+    """A declared schema that verify could not apply safely (too deep, too large, a pattern that needs backtracking) is
+    refused now, naming it, instead of reaching every reader of every snapshot of the backend."""
+    schemas = [(f"the stop-evidence schema of the {declaration.backend!r} backend", declaration.stop_evidence_schema)]
+    if declaration.call_config is not None:
+        schemas.append((f"the call-config schema {declaration.call_config.model}", declaration.call_config.json_schema))
+    for what, schema in schemas:
+        if schema is None:
+            continue
+        try:
+            compile_declared(schema, what)
+        except UnsafeSchema as exc:
+            raise RequestError(f"the {declaration.backend!r} backend's declared evidence is refused: {exc}; its models must give "
+                               "schemas verify can apply (fix the backend's models)") from None

@@ -23,6 +23,8 @@ from genrun.schemas.progress import Unit, _Event
 
 from . import interrupts
 from ._io import sync
+from ._locks import still_ours
+from .executing_process import refuse_other_process
 from .memory import MemoryProbe
 
 LIVE_REFRESH_S = 0.25  # seconds between live-bar refreshes (the file cadence is the request's)
@@ -59,6 +61,7 @@ class ProgressRecorder:
         # Held until close: `genrun watch` probes it to tell a live writer from a killed one (the kernel
         # releases it when this process dies, SIGKILL included). Advisory; nothing else contends for it.
         fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._opened = os.fstat(self._fd)
         self._origin = origin
         self.unit = unit
         self._every_units = every_units
@@ -151,6 +154,10 @@ class ProgressRecorder:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        if not still_ours(fd, self._opened):  # user code closed it: its number is not ours to sync or close
+            self.memory.close()
+            self.closed = True
+            return
         try:
             sync(fd)
         finally:
@@ -207,6 +214,7 @@ class ProgressRecorder:
     def _write(self, event: _Event) -> None:
         if self._fd is None:
             raise RuntimeError("progress.ndjson is already closed; no event may follow a terminal one")
+        refuse_other_process("writing progress.ndjson")
         line = orjson.dumps(event.model_dump(mode="json")) + b"\n"
         with interrupts.deferred():  # a signal here would leave a written line uncounted
             written = os.write(self._fd, line)

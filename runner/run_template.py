@@ -7,11 +7,14 @@ arrives after generation ended is counted by the disarmed gate and noted in `res
 acted on, whichever backend ran.
 """
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from genrun.schemas import ExceptionInfo
 
 from .backends import Backend, BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, Run, exception_info
+from .errors import BackendContractError, ForkedChildReturned
+from .executing_process import forked_returns, refuse_other_process
 from .interrupts import disarm, interrupt_gate
 from .phases import PhaseClock
 from .recorder import ProgressRecorder
@@ -52,12 +55,27 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
                 disarm()  # generation is over: from here a signal is counted, never acted on
         except BaseException as exc:  # what ended the run is evidence: classified, never re-raised
             end = GenerationEnd.raised(exc)
+    refuse_other_process("the run's generate step ended", ctx.snapshot_dir)  # a child forked by user code ends here
+    end = _with_forked_returns(end, ctx)
     load_s = loaded.load_s if loaded is not None else None
     if run is None:  # the backend could not even start a run: no stop records, the exception in result.json
         return _record(bare_outcome(ctx.recorder), end, None, load_s, notes)
     enter("evidence")
     outcome, finish_failure = _finish(run, end, ctx.recorder)
-    return _record(outcome, end, finish_failure, load_s, notes)
+    outcome, contradiction = held_to_the_recorder(outcome, ctx.recorder, backend.name)
+    return _record(outcome, end, finish_failure or contradiction, load_s, notes)
+
+
+def _with_forked_returns(end: GenerationEnd, ctx: ExecutionContext) -> GenerationEnd:
+    """A child forked by user code that returned into genrun fails the run (it was stopped before writing anything)."""
+    returned = forked_returns(ctx.snapshot_dir)
+    if not returned or end.signal is not None:  # a signal's interruption stays what ended the run
+        return end
+    return GenerationEnd.raised(ForkedChildReturned(
+        f"{len(returned)} process(es) forked by user code returned into genrun (or called its recorder) instead of ending "
+        "with os._exit(): "
+        f"{'; '.join(returned)}; each was stopped before it touched the snapshot, and this run is failed because its code "
+        "ran twice"))
 
 
 def _finish(run: Run, end: GenerationEnd, recorder: ProgressRecorder) -> tuple[BackendOutcome, BaseException | None]:
@@ -66,6 +84,19 @@ def _finish(run: Run, end: GenerationEnd, recorder: ProgressRecorder) -> tuple[B
     except BaseException as exc:  # a failure of the backend's own evidence writing: still a sealed, failed snapshot
         return bare_outcome(recorder), exc
     return outcome, outcome.failure
+
+
+def held_to_the_recorder(outcome: BackendOutcome, recorder: ProgressRecorder, backend: str) -> tuple[BackendOutcome, BaseException | None]:
+    """A backend's count is its claim; genrun's recorder counted the furthest row itself. Rows of one call advance together
+    and sequential calls add up, so no honest count exceeds the recorder's times the rows (stop records). A count beyond
+    that is not written as the run's: result.json gets the recorder's count, and the run fails naming both."""
+    rows = max(1, len(outcome.stops))
+    if outcome.generated <= recorder.generated * rows:
+        return outcome, None
+    claim = BackendContractError(f"the {backend!r} backend reported generated={outcome.generated:,} {outcome.unit}s, but genrun's recorder "
+                                 f"counted {recorder.generated:,} (at most {recorder.generated * rows:,} over {rows} row(s)); "
+                                 "result.json records genrun's count")
+    return replace(outcome, generated=recorder.generated), claim
 
 
 def _record(outcome: BackendOutcome, end: GenerationEnd, finish_failure: BaseException | None, load_s: float | None,

@@ -23,6 +23,7 @@ from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256
 from genrun.snapshot_dir import SnapshotDir
 
 from ._io import DIR_MODE, fsync_dir
+from .executing_process import refuse_other_process
 from ._locks import lock_holder, try_exclusive
 from .errors import SnapshotError, StoreError, UsageError
 from .interrupts import deferred
@@ -222,12 +223,14 @@ def seal_snapshot(snapshot_dir: Path) -> str:
     snapshot can be deleted by its owner; verify reports any file the manifest does not list.
     In a sweep worker's item (`group_commit.GroupCommit.owning`), the seal waits for the worker's next group commit.
     """
+    snapshot_dir = Path(snapshot_dir)
+    refuse_other_process("sealing", snapshot_dir)
     from .group_commit import current
 
     group = current()
     if group is not None:
-        return group.seal(Path(snapshot_dir))
-    return seal_files(Path(snapshot_dir))
+        return group.seal(snapshot_dir)
+    return seal_files(snapshot_dir)
 
 
 def seal_files(snapshot_dir: Path) -> str:

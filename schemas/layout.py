@@ -160,7 +160,8 @@ directory while it lives, so a `.tmp-*` directory nobody holds was left by a kil
 
 class SnapshotState(str, Enum):
     """Where a snapshot is in its life, derived from the files present (see `snapshot_state`); `abandoned` also
-    needs the planner's lock (a `.tmp-*` directory no process holds)."""
+    needs the planner's lock (a `.tmp-*` directory no process holds), and a started run whose execution lock no
+    process holds is `incomplete`, not `running` (readers that can see the lock say so: `ls`, `watch`, `verify`)."""
 
     PLANNING = "planning"
     ABANDONED = "abandoned"
@@ -174,8 +175,9 @@ STATE_MEANING: Mapping[SnapshotState, str] = MappingProxyType({
     SnapshotState.PLANNING: "a `.tmp-*` directory without `frozen-sha256.txt` yet, locked by its planner: the plan is being frozen",
     SnapshotState.ABANDONED: "a `.tmp-*` directory no planner holds (killed while planning): never a plan; `genrun gc --yes` removes it",
     SnapshotState.PLANNED: "frozen, not executed: no execution file yet",
-    SnapshotState.RUNNING: "execution started, no `result.json` yet: still running, or killed (files alone cannot tell)",
-    SnapshotState.INCOMPLETE: "`result.json` written but never sealed: never `succeeded`, its files are not protected",
+    SnapshotState.RUNNING: "execution started, no `result.json` yet, and a process holds its execution lock: still running",
+    SnapshotState.INCOMPLETE: "never sealed and no process executes it any more (`result.json` written but no seal, or no process "
+                              "holds the execution lock of a started run): never `succeeded`, its files are not protected",
     SnapshotState.SEALED: "`manifest-sha256.txt` present (the seal is written last): complete and protected",
 })
 """State -> what it means (shown by the format doc)."""

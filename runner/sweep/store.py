@@ -52,6 +52,7 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
     context = PlanContext()  # environment, genrun's code hash, the model's config and tokenizer: once for all items
     for item in items:
         prepared.append(prepare_item(sweep, item, force, context))
+        prepared[-1].refuse_the_store(root)
         if on_item is not None:
             on_item(item.index + 1, len(items))
     planned: list[Path] = []

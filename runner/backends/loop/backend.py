@@ -9,7 +9,9 @@ loop's module and the environment like any run, and loads nothing: at execution 
 plugin module `genrun.backends` only.
 """
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,8 +45,8 @@ from genrun.backends import (
     write_model_atomic,
 )
 
-from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall
-from .recorder import LoopRecorder, Stage
+from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall, stop_evidence_model
+from .recorder import LoopRecorder, RecorderMisuse, Stage
 
 LOOP_KEYS = ("callable", "kwargs", "budget")
 
@@ -170,8 +172,10 @@ class LoopRun:
                                 every_seconds=progress.every_seconds, on_config=self._write_call, outputs_dir=ctx.outputs_dir)
         ctx.recorder.start(ctx.planned_units, None)
         self._started = time.monotonic()
+        before = set(threading.enumerate())
         with user_import_paths(ctx.import_paths):
             function(ctx.model_dir, self._inputs, dict(ctx.request.generation), self.rec, **self._table.get("kwargs", {}))
+        refuse_running_threads(before)
 
     def _write_call(self, config: dict[str, Any] | None) -> None:
         call = LoopCall(callable=self._table["callable"], kwargs=self._table.get("kwargs", {}), budget=self._table.get("budget"), config=config)
@@ -180,14 +184,15 @@ class LoopRun:
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         ctx = self._ctx
-        if self._fd is not None:
-            os.close(self._fd)
         stages = self.rec.stages if self.rec is not None else []
         if self.rec is not None and not self._call_written:
             self._write_call(None)
         if self.rec is not None:
             write_model_atomic(ctx.snapshot_dir / STAGE_IDS_FILE, StageIds(ids={s.name: tuple(tuple(r) for r in s.ids) for s in stages}))
             write_model_atomic(ctx.snapshot_dir / STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
+        if self._fd is not None:
+            with contextlib.suppress(OSError):  # after the evidence: a loop that closed it (EBADF) loses nothing of it
+                os.close(self._fd)
         unit = ctx.recorder.unit
         counted = [s for s in stages if s.unit == unit]
         generated = sum(sum(s.units()) for s in counted)
@@ -201,6 +206,16 @@ class LoopRun:
         return BackendOutcome(unit=unit, generated=generated, generated_tokens=sum(len(i) for s in counted for i in s.ids),
                               first_unit_s=first_unit_s, decode_s=decode_s, stops=stops, outputs=outputs, produced_seconds=produced,
                               notes=(stage_timings(stages),) if stages else ())
+
+
+def refuse_running_threads(before: set[threading.Thread]) -> None:
+    """A loop that returns while a thread it started still runs has not finished: what that thread writes would land after
+    the evidence is written (or the seal), so the run fails naming the threads."""
+    running = [t for t in threading.enumerate() if t not in before]
+    if running:
+        names = ", ".join(repr(t.name) for t in running)
+        raise RecorderMisuse(f"the loop returned while {len(running)} thread(s) it started still run ({names}); join every thread "
+                             "before returning: what they write after the return would not be the run's evidence")
 
 
 def _stage_stops(index: int, stage: Stage, end: GenerationEnd, counted: bool) -> list[SequenceStop]:
@@ -218,7 +233,7 @@ def _stage_stops(index: int, stage: Stage, end: GenerationEnd, counted: bool) ->
             reason, facts["raised"], failure = "exception", type(end.failure).__name__, exception_info(end.failure)
         else:
             reason = "unknown"
-        model = next(m for m in LOOP_STOP_EVIDENCE if m.model_fields["reason"].default == reason)
+        model = stop_evidence_model(reason)
         records.append(SequenceStop(index=row, call_index=index, reason=reason, generated=units if counted else 0, exception=failure,
                                     evidence=model(**facts)))
     return records

@@ -11,7 +11,7 @@ from pydantic import ConfigDict
 from genrun.backends import LOOP_CALL_FILE, LoopCall, StopEvidence
 
 CALL_CONFIG = LOOP_CALL_FILE
-__all__ = ["CALL_CONFIG", "LOOP_STOP_EVIDENCE", "LoopCall"]
+__all__ = ["CALL_CONFIG", "LOOP_STOP_EVIDENCE", "LoopCall", "stop_evidence_model"]
 
 
 class _StageFacts(StopEvidence):
@@ -107,3 +107,8 @@ class LoopUnknown(_StageFacts):
 
 LOOP_STOP_EVIDENCE = (LoopEos, LoopMaxNewTokens, LoopMaxLength, LoopStopString, LoopMaxTime, LoopCompleted, LoopCustom,
                       LoopInterrupted, LoopException, LoopUnknown)
+
+
+def stop_evidence_model(reason: str) -> type[_StageFacts]:
+    """The evidence model of `reason` (one of `LOOP_STOP_EVIDENCE`'s)."""
+    return next(m for m in LOOP_STOP_EVIDENCE if m.model_fields["reason"].default == reason)

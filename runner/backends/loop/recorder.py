@@ -17,6 +17,7 @@ the run's ProgressRecorder is told the count, and a record written, only when th
 cadence is due. Nothing here imports torch.
 """
 
+import math
 import operator
 import os
 import time
@@ -27,10 +28,17 @@ from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
-from genrun.backends import ProgressRecorder, StageEndEvent, StageProgressEvent, StageRecord, StageStartEvent, StageUnit, StopReason
+from genrun.backends import (ProgressRecorder, StageEndEvent, StageProgressEvent, StageRecord, StageStartEvent, StageUnit, StopReason,
+                             refuse_other_process)
+
+from .evidence import stop_evidence_model
 
 _index = operator.index  # int -> itself, numpy integer -> int, in C; a float or a string raises TypeError
 _monotonic = time.monotonic
+ID_MAX = 2**63 - 1
+"""The largest id or count the evidence files hold (int64, as safetensors and orjson write them)."""
+_NOT_ID_SEQUENCES = (bytes, bytearray, memoryview, str)
+"""Iterables of integers (or one-character strings) that are text or raw bytes, never a row of ids."""
 
 STAGE_UNITS: tuple[str, ...] = ("token", "frame", "window", "step", "sample")
 VOCABULARY_FACTS: Mapping[str, tuple[str, ...]] = {
@@ -91,6 +99,9 @@ class Stage:
         if kept is None:
             self._check(row, "emit")  # raises, naming what is wrong
             kept = self._taking[int(row)]  # it did not: a subclass of int (an IntEnum row)
+        if isinstance(ids, _NOT_ID_SEQUENCES):  # bytes iterate as integers: b"hi" would be kept as ids 104, 105
+            raise RecorderMisuse(f"stage {self.name!r}: emit(row {row}, {ids[:16]!r}): a {type(ids).__name__} is text or bytes, not ids; "
+                                 "emit token/code ids (a list, a tuple, a numpy array of integers)")
         given = ids if ids.__class__ is list else ids.tolist() if hasattr(ids, "tolist") else ids  # numpy -> python numbers, in C
         try:
             values = [*map(_index, given)]
@@ -98,6 +109,10 @@ class Stage:
             _invalid_ids(ids, self.name, row, exc)  # raises, naming the value
         if bool in map(type, given):  # operator.index turns True into 1
             _invalid_ids(given, self.name, row, None)
+        if values and (min(values) < 0 or max(values) > ID_MAX):  # what stage-ids.json cannot hold is refused here, not at finish
+            bad = next(v for v in values if not 0 <= v <= ID_MAX)
+            raise RecorderMisuse(f"stage {self.name!r}: emit(row {row}, ...): id {bad} is outside 0..2**63-1; ids are non-negative int64 "
+                                 "token/code ids")
         kept.extend(values)
         self._counted += len(values)
         if self._counted >= self._due_units or _monotonic() >= self._due_t:
@@ -106,8 +121,8 @@ class Stage:
     def advance(self, row: int, n: int = 1, *, consumed: int | None = None) -> None:
         """Count `n` units of `row` that have no ids (windows decoded, samples written); `consumed`: source units read."""
         self._check(row, "advance")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise RecorderMisuse(f"stage {self.name!r}: advance(row {row}, n={n!r}): n must be an integer >= 0")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= ID_MAX:
+            raise RecorderMisuse(f"stage {self.name!r}: advance(row {row}, n={n!r}): n must be an integer in 0..2**63-1")
         if consumed is not None:
             self.consume(consumed)
         self.advanced[row] += n
@@ -116,10 +131,18 @@ class Stage:
             self._on_due()
 
     def consume(self, n: int) -> None:
-        """Record that this stage read `n` more units of the stage it `consumes`."""
+        """Record that this stage read `n` more units of the stage it `consumes` (each source unit once: verify names a total
+        below what the source made, and fails one above it)."""
         if self.consumed is None:
             raise RecorderMisuse(f"stage {self.name!r}: consume({n!r}) but the stage was opened without consumes=\"<stage>\"")
-        self.consumed += n
+        try:
+            count = _index(n) if not isinstance(n, bool) else -1  # a numpy integer too; never a float or a bool
+        except TypeError:
+            count = -1
+        if count < 0 or self.consumed + count > ID_MAX:
+            raise RecorderMisuse(f"stage {self.name!r}: consume({n!r}): n is a whole number of {self.consumes!r} units read, "
+                                 f">= 0 (so far {self.consumed}; the total stays below 2**63)")
+        self.consumed += count
 
     def stop(self, row: int, reason: str, **evidence: Any) -> None:
         """Why `row` stopped: a reason of genrun's vocabulary with its fact (`eos` needs `eos_token_id`, `max_new_tokens` and
@@ -133,14 +156,13 @@ class Stage:
         missing = [fact for fact in VOCABULARY_FACTS.get(reason, ()) if fact not in evidence]
         if missing:
             raise RecorderMisuse(f"{call} needs {', '.join(f'{m}=...' for m in missing)} as evidence (verify checks it against the ids)")
-        try:
-            facts = orjson.loads(orjson.dumps(evidence, option=orjson.OPT_SERIALIZE_NUMPY))
-        except TypeError as exc:
-            raise RecorderMisuse(f"{call}: evidence must be JSON values (numbers, strings, lists): {exc}") from exc
-        if reason in VOCABULARY_FACTS:
-            self.stops[row] = RowStop(reason, facts)  # type: ignore[arg-type]
-        else:
-            self.stops[row] = RowStop("custom", {"loop_reason": reason, **facts})
+        facts = _json_values(evidence, f"{call}: evidence")
+        stop = RowStop(reason, facts) if reason in VOCABULARY_FACTS else RowStop("custom", {"loop_reason": reason, **facts})  # type: ignore[arg-type]
+        try:  # what the stop record cannot hold is refused now, while the loop can still be told
+            stop_evidence_model(stop.reason)(**{**stop.facts, "stage": self.name, "units": 0, "ids": 0})
+        except ValueError as exc:
+            raise RecorderMisuse(f"{call}: the evidence does not fit its stop record: {_first_error(exc)}") from None
+        self.stops[row] = stop
         del self._taking[row]
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -230,11 +252,7 @@ class LoopRecorder:
             raise RecorderMisuse(f"rec.config(...) called {when}: the configuration is frozen before the first unit; call it once, first")
         if not isinstance(mapping, Mapping):
             raise RecorderMisuse(f"rec.config({type(mapping).__name__}): pass a mapping of the loop's settings")
-        try:
-            config = orjson.loads(orjson.dumps(dict(mapping), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
-        except TypeError as exc:
-            raise RecorderMisuse(f"rec.config(...): values must be JSON values (numbers, strings, lists, mappings): {exc}") from exc
-        self._freeze(config)
+        self._freeze(_json_values(dict(mapping), "rec.config(...): values"))
 
     def stage(self, name: str, *, unit: str, per_second: float | None = None, rows: int, consumes: str | None = None) -> Stage:
         """A stage to run next (`with rec.stage(...) as s:`); `unit` is one of token, frame, window, step, sample."""
@@ -247,7 +265,7 @@ class LoopRecorder:
             raise RecorderMisuse(f"{call}: unit={unit!r} is not one of {', '.join(STAGE_UNITS)}")
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise RecorderMisuse(f"{call}: rows={rows!r} must be an integer >= 1")
-        if per_second is not None and (isinstance(per_second, bool) or not isinstance(per_second, int | float) or per_second <= 0):
+        if per_second is not None and (isinstance(per_second, bool) or not isinstance(per_second, int | float) or not 0 < per_second < math.inf):
             raise RecorderMisuse(f"{call}: per_second={per_second!r} must be a positive number (units per second of output) or None")
         if consumes is not None and not any(s.name == consumes for s in self.stages):
             ran = ", ".join(repr(s.name) for s in self.stages) or "none yet"
@@ -273,6 +291,7 @@ class LoopRecorder:
         record = event(seq=self._seq, t=time.monotonic() - self.origin, stage=stage.name, units=stage.units(),
                        ids=tuple(len(i) for i in stage.ids), rss_bytes=self.core.memory.rss_bytes(), **extra)
         self._seq += 1
+        refuse_other_process("writing stage-progress.ndjson")
         os.write(self._fd, record.model_dump_json().encode() + b"\n")
 
     def _freeze(self, config: dict[str, Any] | None) -> None:
@@ -292,3 +311,44 @@ def _invalid_ids(ids: Any, stage: str, row: int, error: TypeError | None) -> NoR
             raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): {value!r} is not an integer id; emit token/code ids only")
     raise RecorderMisuse(f"stage {stage!r}: emit(row {row}, ...): the ids could not be read as integers ({error}); "
                          "pass a list, a tuple or a numpy array of ids")
+
+
+def _json_values(mapping: dict[str, Any], what: str) -> dict[str, Any]:
+    """`mapping` as the JSON its file will hold; a value JSON cannot hold exactly (NaN, infinity, an integer beyond 64 bits,
+    an object) is refused naming it, instead of failing the write when the run finishes."""
+    try:
+        data = orjson.dumps(mapping, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError as exc:
+        raise RecorderMisuse(f"{what} must be JSON values (numbers, strings, lists, mappings): {exc}") from None
+    bad = _not_finite(mapping, "")
+    if bad is not None:  # orjson writes NaN and infinity as null: the value would change on its way to the file
+        raise RecorderMisuse(f"{what} must be finite numbers: {bad or 'the value'} is NaN or infinite (JSON has neither); "
+                             "record None or a string")
+    return orjson.loads(data)
+
+
+def _not_finite(value: Any, path: str) -> str | None:
+    """The key path of the first NaN or infinite number in `value` (numpy values and arrays included); None: there is none."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # a numpy array or scalar
+        value = value.tolist()
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _not_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(exc)

@@ -44,6 +44,9 @@ class RowTokens(NamedTuple):
     """What the criteria list saw; `None` if generate never built it."""
     stop_within_ids: bool
     """The recorded stop step is among the kept ids (False: the run ended before that step's id arrived)."""
+    prompt_length: int | None = None
+    """This row's own prompt length when rows of the call had prompts of their own (continuous batching); `None`: the
+    call's (a padded batch shares one)."""
 
 
 @dataclass
@@ -125,7 +128,8 @@ class CallCapture:
         """Per row: ids up to and including the recorded stop step (trailing pads and post-stop ids dropped)."""
         if self.requests is not None:
             return tuple(
-                RowTokens(self.index, row, torch.tensor(r.ids, dtype=torch.long), r.criteria, True) for row, r in enumerate(self.requests)
+                RowTokens(self.index, row, torch.tensor(r.ids, dtype=torch.long), r.criteria, True, r.prompt_length)
+                for row, r in enumerate(self.requests)
             )
         ids = self.new_ids()
         states: tuple[RowCriteria | None, ...] = self.criteria.row_states() if self.criteria is not None else ()

@@ -185,19 +185,24 @@ def _count_drafts(outer: CallCapture, kwargs: dict, result: Any) -> None:
 
 
 def _outermost_call(original: Any, signature: inspect.Signature, kind: CallPath, session: CaptureSession, model: Any, args: tuple, kwargs: dict) -> Any:
-    try:
-        call, named = _prepare_call(signature, kind, session, model, args, kwargs)
+    prepared: CallCapture | None = None
+    try:  # everything genrun does before the call, the session's callback and the instance hooks included
+        prepared, named = _prepare_call(signature, kind, session, model, args, kwargs)
+        session.calls.append(prepared)
+        session.on_call_start(prepared)
+        restore = _hook_instance(model, session)
     except Exception as exc:  # genrun's own failure: the call must run exactly as without genrun
+        if prepared is not None and session.calls and session.calls[-1] is prepared:
+            session.calls.pop()
         call = CallCapture(index=len(session.calls), model=model, arguments=CallArguments(None, {}, {}), caller=session.caller,
                            stream=None, input_rows=None, path=kind)
         call.missing.append(f"genrun could not prepare its instrumentation ({type(exc).__name__}: {exc}); the call ran uninstrumented")
         session.calls.append(call)
+        with contextlib.suppress(Exception):  # the recorder drops the previous call's last ids (this call streams none)
+            session.on_call_start(call)
         return _run_and_record(call, lambda: original(model, *args, **kwargs), restore=lambda: None)
-    session.calls.append(call)
-    session.on_call_start(call)
-    restore = _hook_instance(model, session)
-    _CURRENT.set(call)
-    return _run_and_record(call, lambda: original(model, **named), restore)
+    _CURRENT.set(prepared)
+    return _run_and_record(prepared, lambda: original(model, **named), restore)
 
 
 def _run_and_record(call: CallCapture, run: Any, restore: Any) -> Any:

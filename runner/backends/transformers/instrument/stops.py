@@ -72,7 +72,7 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
         eos_token_ids=config.eos_token_ids if config else (),
         max_new_tokens=config.effective.get("max_new_tokens") if config else None,
         max_length=config.effective.get("max_length") if config else None,
-        prompt_length=call.prompt_length,
+        prompt_length=tokens.prompt_length if tokens.prompt_length is not None else call.prompt_length,  # a request's own prompt
     )
     state = tokens.criteria
     if state is not None and state.finished and tokens.stop_within_ids:
