@@ -4,6 +4,8 @@ charts run over the recorded span, never past the run's end."""
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,22 @@ def test_run_shows_the_plans_share_and_the_parts_add_up_to_the_whole_command(tmp
     _assert_adds_up(printed)
     result = json.loads((next((tmp_path / "store").iterdir()) / layout.RESULT).read_text())
     assert printed["time"]["execute"] == round(result["timings"]["total_s"], 2)  # result.json keeps the execution's own
+
+
+SHELL_DELAY_S = 8
+"""What a shell runs before it execs genrun in its own process: long against genrun's own start on a loaded machine."""
+
+
+def test_startup_counts_from_genruns_start_not_from_what_the_shell_ran_before(tmp_path: Path) -> None:
+    """`bash -c 'sleep 8; genrun run ...'` (bash execs its last command in its own process, whose start is then the
+    shell's): the recorded startup was 9.8 s, the sleep included; it must leave the sleep out."""
+    command = [sys.executable, "-m", "genrun.runner.cli", "run", str(EXAMPLES / "tiny.toml"), "--store", str(tmp_path / "store"), "--json"]
+    proc = subprocess.run(["bash", "-c", f'sleep {SHELL_DELAY_S}; exec "$@"', "bash", *command],
+                          capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    planned = json.loads(proc.stdout)["plan_timings"]
+    assert planned["startup_s"] is not None
+    assert 0 <= planned["startup_s"] < SHELL_DELAY_S, planned
 
 
 def test_run_in_process_shows_planning_and_json_gives_its_phases(tmp_path: Path) -> None:
