@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, TypeVar, get_args
 
@@ -26,14 +27,17 @@ P = TypeVar("P", bound=str)
 
 
 class _Clock(Generic[P]):
-    def __init__(self, origin: float, first: P) -> None:
+    def __init__(self, origin: float, first: P, on_enter: Callable[[P], None] | None = None) -> None:
         self.origin = origin
         """`time.monotonic()` when the clock started."""
         self._entered: list[tuple[P, float]] = [(first, origin)]
+        self._on_enter = on_enter
 
     def enter(self, phase: P) -> None:
-        """End the current phase now and begin `phase`."""
+        """End the current phase now and begin `phase` (and tell `on_enter`, e.g. a terminal's status line)."""
         self._entered.append((phase, time.monotonic()))
+        if self._on_enter is not None:
+            self._on_enter(phase)
 
     def _stop(self) -> tuple[float, dict[str, float]]:
         """`(total_s, {"<phase>_s": seconds})`, both ending now; phases never entered are absent."""
@@ -87,11 +91,11 @@ class PlanPhases(NamedTuple):
 class PlanClock(_Clock[PlanPhase]):
     """Started in `checks` now, or in `startup` at `started` (`process_start()`); `enter` the next phase at each boundary."""
 
-    def __init__(self, started: float | None = None) -> None:
+    def __init__(self, started: float | None = None, on_enter: Callable[[PlanPhase], None] | None = None) -> None:
         if started is None:
-            super().__init__(time.monotonic(), "checks")
+            super().__init__(time.monotonic(), "checks", on_enter)
         else:
-            super().__init__(started, "startup")
+            super().__init__(started, "startup", on_enter)
 
     def stop(self) -> PlanPhases:
         """Planning's phases, ending now."""
