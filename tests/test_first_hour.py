@@ -399,3 +399,18 @@ def test_readme_commands_create_only_git_ignored_paths_inside_the_checkout() -> 
         assert not path.startswith("/"), f"the README writes {path}, outside the checkout"
         ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO)
         assert ignored.returncode == 0, f"the README creates {path}, which git does not ignore"
+
+
+# round 4 (issue 41), item 11: the memory line says what the model needs apart from the margin kept free ---------------
+
+
+def test_memory_line_gives_the_models_share_apart_from_the_margin() -> None:
+    """It read "needs ~2.35 GiB = weights 309 KiB + … margin 2.35 GiB", as if the tiny model needed gigabytes."""
+    from types import SimpleNamespace
+
+    from genrun.analysis import describe_memory
+
+    budget = SimpleNamespace(required_bytes=(10 << 30) // 10 + 3 * 1024, weight_bytes=2048, kv_bytes_at_budget=1024,
+                             activation_bytes_estimate=0, margin_bytes=(10 << 30) // 10, device="cpu", device_memory_total_bytes=10 << 30)
+    assert describe_memory(budget) == ("~1.00 GiB of cpu: the model 3.0 KiB (weights 2.0 KiB + KV cache 1.0 KiB + activations 0 B) "
+                                       "+ margin 1.00 GiB (10% of cpu's 10.00 GiB, kept free whatever the model's size)")

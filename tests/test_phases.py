@@ -143,3 +143,10 @@ def test_the_phase_clock_names_the_phases_result_json_records_in_their_order() -
     from genrun.runner.phases import Phase
 
     assert [f"{p}_s" for p in get_args(Phase)] == list(Phases.model_fields)
+
+
+def test_a_pipelines_steps_are_not_called_decode() -> None:
+    """A diffusion run's summary said "decode" for its denoising steps (issue 41, item 11)."""
+    timings = Timings(load_s=0.5, first_token_s=0.2, decode_s=1.0, total_s=2.0)
+    assert describe_timings(timings, "step") == "load 0.50 s, first step 0.20 s, later steps 1.00 s, total 2.00 s"
+    assert describe_timings(timings, "frame") == "load 0.50 s, first frame 0.20 s, decode 1.00 s, total 2.00 s"
