@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from genrun.schemas.rendering import describe_timings
+from genrun.schemas.rendering import after_first, describe_timings
 
 from ._svg import render_chart
 from .html_report import IndexLine, ReviewPage, StoreIndex, charts
@@ -60,7 +60,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 
 <h2 id="request">Request</h2>
 <table>{% for key, value in (r.request.model_dump(mode="json", exclude_none=True) if r.request else {}).items() if key not in ("input", "input_kind") %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}
-{% for key, value in r.identity.model_dump(mode="json", exclude_none=True).items() %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>
+{% for key, value in identity_rows(r) %}<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>
 {% if page.inputs %}<p><b>Input</b> ({{ page.inputs|length }})</p>{% for text in page.inputs %}<pre class="input">{{ text }}</pre>{% endfor %}{% endif %}
 
 {% if r.limits %}<h2 id="limits">Effective limits (as generate used them) and their sources</h2>
@@ -100,10 +100,10 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 {% for chart in charts %}{{ chart }}{% endfor %}
 
 <h2 id="timings">Timings</h2>
-<table><tr><th>load</th><th>first token</th><th>decode</th><th>total</th><th>rate</th></tr>
+<table><tr><th>load</th><th>first {{ r.unit }}</th><th>{{ after_first(r.unit) }}</th><th>total</th><th>rate</th></tr>
 <tr><td>{{ secs(r.timings.load_s) }}</td><td>{{ secs(r.timings.first_token_s) }}</td><td>{{ secs(r.timings.decode_s) }}</td><td>{{ secs(r.timings.total_s) }}</td>
 <td>{{ rate(r.timings.units_per_s) }} {{ r.unit }}s/s</td></tr></table>
-{% if r.timings.phases %}<p>Where the total went (the phases sum to it): {{ describe_timings(r.timings, "first " ~ r.unit) }}.</p>{% endif %}
+{% if r.timings.phases %}<p>Where the total went (the phases sum to it): {{ describe_timings(r.timings, r.unit) }}.</p>{% endif %}
 {% if r.stages %}<h2 id="stages">Stages</h2>
 <table><tr><th>stage</th><th>units</th><th>rows</th><th>read from source</th><th>time</th><th>peak RSS</th></tr>
 <tr><td>load</td><td></td><td></td><td></td><td>{{ secs(r.timings.load_s) }}</td><td></td></tr>
@@ -222,9 +222,25 @@ def _record_rows(record: Any) -> list[tuple[str, Any]]:
     return list(record.model_dump(mode="json", exclude_none=True, exclude={"schema_version"}).items())
 
 
+def _identity_rows(report: Any) -> list[tuple[str, Any]]:
+    """The snapshot's identity, below the request's rows: the dtype and device the run used only where they say more
+    than the request's (`auto` resolved), and then named so; the page listed both twice."""
+    asked = report.request.model_dump(mode="json") if report.request is not None else {}
+    rows = []
+    for key, value in report.identity.model_dump(mode="json", exclude_none=True).items():
+        if key in ("dtype", "device"):
+            if str(value).removeprefix("torch.") == asked.get(key):
+                continue
+            key = f"{key} as run"
+        rows.append((key, value))
+    return rows
+
+
 _HELPERS = {
     "record_rows": _record_rows,
+    "identity_rows": _identity_rows,
     "describe_timings": describe_timings,
+    "after_first": after_first,
     "budget_rows": _budget_rows,
     "evidence_items": _evidence_items,
     "fmt": _fmt,

@@ -12,6 +12,10 @@ class PlotError(RuntimeError):
     """The plot cannot be written (matplotlib missing, or the target is inside the snapshot)."""
 
 
+class PlotExtraMissing(PlotError):
+    """matplotlib (the `plot` extra) is not installed: a missing extra, refused like a backend's (exit 2)."""
+
+
 def write_plot(report: Report, target: Path) -> Path:
     """Write a two-panel PNG (units/s; memory) to `target`, never inside the snapshot directory."""
     target = Path(target)
@@ -25,7 +29,7 @@ def write_plot(report: Report, target: Path) -> Path:
         matplotlib.use("Agg")  # no display needed; must precede pyplot
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotError(f"--plot needs matplotlib, which is not installed: {PLOT_EXTRA} (or omit --plot for the terminal chart)") from None
+        raise PlotExtraMissing(f"--plot needs matplotlib, which is not installed: {PLOT_EXTRA} (or omit --plot for the terminal chart)") from None
     samples = report.samples
     fig, (rate_ax, mem_ax) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     rated = [s for s in samples if s.window_units_per_s is not None]

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from genrun.schemas import PipelineCallBeforeCall, StopEvidence
 from genrun.schemas.budget import NO_LENGTH_LIMIT
-from genrun.schemas.rendering import describe_timings, human_bytes
+from genrun.schemas.rendering import after_first, describe_timings, human_bytes
 
 from .report import Report
 
@@ -142,10 +142,10 @@ def _evidence_facts(evidence: StopEvidence | None) -> dict[str, Any]:
 def _timings_line(report: Report) -> Text:
     t = report.timings
     if t.phases is not None:
-        parts = [describe_timings(t, f"first {report.unit}")]
+        parts = [describe_timings(t, report.unit)]
     else:  # no result.json, or one from before phases: what is known, each part on its own
         parts = [f"{label} {_seconds(value)}" for value, label in
-                 ((t.load_s, "load"), (t.first_token_s, "first token"), (t.decode_s, "decode"), (t.total_s, "total"))]
+                 ((t.load_s, "load"), (t.first_token_s, f"first {report.unit}"), (t.decode_s, after_first(report.unit)), (t.total_s, "total"))]
     rate = t.units_per_s
     if rate and t.rows and t.rows > 1:
         parts.append(f"{rate:,.1f} {report.unit}s/s summed over {t.rows:g} rows")

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ._plot import PLOT_EXTRA, PlotError
+from ._plot import PLOT_EXTRA, PlotError, PlotExtraMissing
 from .sweep import SweepVerification
 
 
@@ -18,7 +18,7 @@ def write_sweep_plot(v: SweepVerification, target: Path) -> Path:
         matplotlib.use("Agg")  # no display needed; must precede pyplot
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotError(f"--plot needs matplotlib, which is not installed: {PLOT_EXTRA}") from None
+        raise PlotExtraMissing(f"--plot needs matplotlib, which is not installed: {PLOT_EXTRA}") from None
     colours = {"succeeded": "tab:green", "failed": "tab:red", "lost": "black", "interrupted": "tab:orange", "not_run": "tab:gray"}
     fig, (units_ax, reasons_ax) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     units_ax.bar([i.index for i in v.items], [i.generated or 0 for i in v.items], color=[colours.get(i.status, "tab:blue") for i in v.items])
@@ -26,6 +26,10 @@ def write_sweep_plot(v: SweepVerification, target: Path) -> Path:
     units_ax.set_xlabel("item")
     units_ax.set_ylabel(f"{unit}s generated")
     units_ax.set_title(f"{v.sweep_id}: units per item (colour: status)", fontsize=9)
+    from matplotlib.patches import Patch
+
+    statuses = sorted({i.status for i in v.items})
+    units_ax.legend(handles=[Patch(color=colours.get(s, "tab:blue"), label=s) for s in statuses], title="status", fontsize=8)
     reasons = sorted(v.distribution.stop_reasons.items(), key=lambda kv: -kv[1])
     reasons_ax.bar([r for r, _ in reasons], [n for _, n in reasons])
     reasons_ax.set_title("items per stop reason", fontsize=9)

@@ -40,8 +40,12 @@ def memory_parts(budget: BudgetBytes) -> tuple[MemoryPart, ...]:
 
 
 def describe_memory(budget: BudgetBytes) -> str:
-    """`~2.35 GiB of cpu = weights 309.3 KiB + KV cache 11.0 KiB + activations 1.0 MiB + margin 2.34 GiB (10 % of cpu's 23.4 GiB)`."""
-    terms = " + ".join(f"{part.name} {human_bytes(part.bytes)}" for part in memory_parts(budget))
+    """`~2.35 GiB of cpu: the model 1.3 MiB (weights 309.3 KiB + KV cache 11.0 KiB + activations 1.0 MiB) + margin 2.34 GiB
+    (10% of cpu's 23.4 GiB, kept free whatever the model's size)`: the model's own share first, since on a small model
+    the margin (a floor of free memory, a fraction of the device's total) is nearly all of the total."""
+    *model, margin = memory_parts(budget)
+    terms = " + ".join(f"{part.name} {human_bytes(part.bytes)}" for part in model)
     total = budget.device_memory_total_bytes
-    share = f" ({budget.margin_bytes / total:.0%} of {budget.device}'s {human_bytes(total)}, kept free)" if total else ""
-    return f"~{human_bytes(budget.required_bytes)} of {budget.device} = {terms}{share}"
+    share = f" ({margin.bytes / total:.0%} of {budget.device}'s {human_bytes(total)}, kept free whatever the model's size)" if total else ""
+    return (f"~{human_bytes(budget.required_bytes)} of {budget.device}: the model {human_bytes(sum(p.bytes for p in model))} ({terms})"
+            f" + {margin.name} {human_bytes(margin.bytes)}{share}")

@@ -265,10 +265,15 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
         return _sealed(snapshot, common)
     progress = snapshot / layout.PROGRESS
     if not progress.is_file():
-        if waited_s > stall_after and execution_lock_held(snapshot) is False:
+        held = execution_lock_held(snapshot)
+        if held is False and waited_s > stall_after:
             return WatchUpdate(state="not_executing", stalled=False, writer="gone", exit_code=NOT_EXECUTING_EXIT,
                                message=f"planned, not executing: no process holds its execution lock after {waited_s:.0f} s; "
                                        f"run it with 'genrun execute {snapshot}', then watch again", **common)
+        if held is False:  # said at once, not after --stall-after: an `execute` starting now takes the lock within it
+            return WatchUpdate(state="waiting", stalled=False, writer="unknown", **common,
+                               message=f"waiting: no process is executing this plan yet (start it with 'genrun execute {snapshot}'); "
+                                       f"watch gives up if none has after {stall_after:g} s")
         note = (f"; nothing after {waited_s:.0f} s: not executed yet, or still loading weights" if waited_s > stall_after else "")
         return WatchUpdate(state="waiting", stalled=False, writer="unknown", message=f"waiting for {layout.PROGRESS}{note}", **common)
     last_event = last.event if last is not None else None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort  # here, not in open_engine: a machine without it is told at plan time, with the pip line
 from tokenizers import Tokenizer
 
 NextLogits = Callable[[list[int]], np.ndarray]
@@ -22,13 +23,11 @@ NextLogits = Callable[[list[int]], np.ndarray]
 def open_engine(engine: str, model_dir: Path) -> NextLogits:
     """The model file of `model_dir` on `engine`, one CPU thread (deterministic and polite on a shared machine)."""
     if engine == "onnxruntime":
-        import onnxruntime as ort
-
         options = ort.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1
         session = ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])
         return lambda ids: session.run(["logits"], {"input_ids": np.asarray([ids], dtype=np.int64)})[0][0, -1]
-    if engine == "mnn":
+    if engine == "mnn":  # imported only when chosen: importing MNN prints a line to stdout, which a plan must not
         import MNN.expr as F
         import MNN.nn as nn
 

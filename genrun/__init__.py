@@ -20,6 +20,8 @@ Heavy imports (torch, transformers) happen inside `plan`/`execute`/`run`; `open_
 
 from __future__ import annotations
 
+from genrun import _started  # noqa: F401 - first: when genrun began to run (the startup phase is timed from it)
+
 import importlib
 import os
 from pathlib import Path

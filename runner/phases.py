@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, TypeVar, get_args
 
@@ -26,14 +27,17 @@ P = TypeVar("P", bound=str)
 
 
 class _Clock(Generic[P]):
-    def __init__(self, origin: float, first: P) -> None:
+    def __init__(self, origin: float, first: P, on_enter: Callable[[P], None] | None = None) -> None:
         self.origin = origin
         """`time.monotonic()` when the clock started."""
         self._entered: list[tuple[P, float]] = [(first, origin)]
+        self._on_enter = on_enter
 
     def enter(self, phase: P) -> None:
-        """End the current phase now and begin `phase`."""
+        """End the current phase now and begin `phase` (and tell `on_enter`, e.g. a terminal's status line)."""
         self._entered.append((phase, time.monotonic()))
+        if self._on_enter is not None:
+            self._on_enter(phase)
 
     def _stop(self) -> tuple[float, dict[str, float]]:
         """`(total_s, {"<phase>_s": seconds})`, both ending now; phases never entered are absent."""
@@ -62,9 +66,9 @@ class PlanPhases(NamedTuple):
     """Where planning's `total_s` went, seconds; the phases reached sum to it. `None`: planning never reached that phase."""
 
     total_s: float
-    """From the start of planning (of the process, with `startup_s`) to the end of freezing."""
+    """From the start of planning (of genrun in the process, with `startup_s`) to the end of freezing."""
     startup_s: float | None
-    """From the process's start to planning: Python's start, genrun's imports, reading the command line."""
+    """From genrun's start in the process (`process_start`) to planning: genrun's imports, reading the command line."""
     checks_s: float | None
     """Reading the request and checking it: the backend's own validation (which reads the checkpoint's config, importing
     what that needs), the model path, the device, user code's references."""
@@ -87,11 +91,11 @@ class PlanPhases(NamedTuple):
 class PlanClock(_Clock[PlanPhase]):
     """Started in `checks` now, or in `startup` at `started` (`process_start()`); `enter` the next phase at each boundary."""
 
-    def __init__(self, started: float | None = None) -> None:
+    def __init__(self, started: float | None = None, on_enter: Callable[[PlanPhase], None] | None = None) -> None:
         if started is None:
-            super().__init__(time.monotonic(), "checks")
+            super().__init__(time.monotonic(), "checks", on_enter)
         else:
-            super().__init__(started, "startup")
+            super().__init__(started, "startup", on_enter)
 
     def stop(self) -> PlanPhases:
         """Planning's phases, ending now."""
@@ -102,8 +106,22 @@ class PlanClock(_Clock[PlanPhase]):
 assert [f"{p}_s" for p in get_args(PlanPhase)] == list(PlanPhases._fields[1:]), "PlanPhase and PlanPhases name the same phases, in order"
 
 
-def process_start() -> float | None:
-    """This process's start on the `time.monotonic()` clock (Linux: `/proc/self/stat`, 10 ms ticks); `None` where unknown."""
+def process_start() -> float:
+    """When this process began to run genrun, on the `time.monotonic()` clock: the later of the process's start and
+    genrun's first import (`genrun._started`).
+
+    The process's start alone (Linux: `/proc/self/stat`, 10 ms ticks) counts what a shell ran before it exec'd genrun
+    in its own process (`bash -c 'pip install ...; genrun run ...'`); the first import alone counts from a parent's
+    import in a process forked from one that had imported genrun. Python's own start before genrun's first import
+    (tens of milliseconds) is left out."""
+    from genrun import _started
+
+    forked = _os_process_start()
+    return max(forked, _started.MONOTONIC) if forked is not None else _started.MONOTONIC
+
+
+def _os_process_start() -> float | None:
+    """This process's start (its fork, not its exec) on the `time.monotonic()` clock; `None` where unknown."""
     try:  # the fields after "pid (command)": starttime, in clock ticks after boot, is the 20th of them
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         after_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")

@@ -19,7 +19,8 @@ is used through ssh-agent, as git does); with neither the record is unsigned, an
 
 Signer. `--by` defaults to the principal the allowed-signers file lists for the signing key (so
 the record names the principal verification will look up), then git's `user.email`. An explicit
-`--by` that the file lists under other principals only is refused before anything is written.
+`--by` that the file lists under other principals only is refused before anything is written, and so
+is a signing key the file does not list at all (the refusal prints the line that lists it).
 
 Revocation. `revoke` appends a record binding the sha256 of an earlier record (signed like the
 rest); the earlier record is then reported `revoked`. Records are still never modified.
@@ -169,15 +170,18 @@ def resolve_signer(by: str | None, key: "SigningKey | None" = None, allowed_sign
                    namespace: str | None = None) -> str:
     """`--by`, else the principal the allowed-signers file lists for `key`, else git's `user.email`.
 
-    An explicit `--by` that the file lists the key under other principals only is refused: every
-    verification of the record would fail, and a record can never be changed.
+    An explicit `--by` that the file lists the key under other principals only is refused, and so is a key the file
+    does not list: every verification of the record would fail, and a record can never be changed.
     """
     listed = _listed_principals(key, allowed_signers, namespace)
+    if listed == [] and key is not None and allowed_signers is not None:  # a file that does not list this key
+        _refuse_an_unlisted_key(by, key, allowed_signers, namespace)
     if by is not None and listed and by not in listed:
         raise SignoffError(
             f"--by {by!r} does not match the signing key: {allowed_signers} lists that key for {', '.join(listed)}; "
             f"pass --by {listed[0]} (or omit --by), or list the key for {by} in the allowed-signers file"
         )
+    listed = listed or []
     if by is None and len(listed) > 1:
         raise SignoffError(f"{allowed_signers} lists the signing key for several principals ({', '.join(listed)}): pass --by one of them")
     signer = by if by is not None else (listed[0] if listed else git_config("user.email"))
@@ -191,12 +195,25 @@ def resolve_signer(by: str | None, key: "SigningKey | None" = None, allowed_sign
     return signer
 
 
-def _listed_principals(key: "SigningKey | None", allowed_signers: Path | None, namespace: str | None) -> list[str]:
-    """Principals the allowed-signers file lists for the key's public half; [] when unknown."""
+def _listed_principals(key: "SigningKey | None", allowed_signers: Path | None, namespace: str | None) -> list[str] | None:
+    """Principals the allowed-signers file lists for the key's public half; None when that cannot be told (no key, no
+    file, a key whose public half needs its passphrase)."""
     if key is None or allowed_signers is None or namespace is None or not allowed_signers.is_file():
-        return []
+        return None
     public = public_key_of(key)
-    return principals_for_key(allowed_signers, public, namespace) if public else []
+    return principals_for_key(allowed_signers, public, namespace) if public else None
+
+
+def _refuse_an_unlisted_key(by: str | None, key: "SigningKey", allowed_signers: Path, namespace: str | None) -> None:
+    """SignoffError naming the line to add: a record signed with a key the file does not list fails every `verify`
+    (and the gate), and a record can never be changed, only revoked."""
+    public = public_key_of(key)
+    principal = by or git_config("user.email") or "you@example.com"
+    raise SignoffError(
+        f"{allowed_signers} does not list the signing key{f' for {namespace}' if namespace else ''} ({public}): "
+        f"'genrun verify' would report the record as invalid, and records cannot be changed. Nothing was written. "
+        f"List the key, then sign again: echo '{principal} {public}' >> {allowed_signers}"
+    )
 
 
 def public_key_of(key: SigningKey) -> str | None:
@@ -380,6 +397,6 @@ def _approval_refusal(snapshot_dir: Path, approvals: list[SignoffStatus], allowe
     return (
         f"{snapshot_dir.name} may not run without an approve sign-off for its current plan digest "
         f"{short(plan_digest(snapshot_dir))}; rule: {rule}; {found}. "
-        f"The plan is kept, not executed: review it, run 'genrun signoff {snapshot_dir} --decision approve --key ~/.ssh/id_ed25519' "
+        f"The plan is kept, not executed: review it, run 'genrun signoff {snapshot_dir} --decision approve --key ~/.ssh/genrun_ed25519' "
         f"(and list the key in the allowed-signers file), then 'genrun execute {snapshot_dir} --require-approval'"
     )

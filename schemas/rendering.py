@@ -39,21 +39,28 @@ def array_or(describe: Callable[[Any], str]) -> Callable[[Any], Any]:
     return leaf
 
 
-def describe_timings(timings: Any, first: str = "first token") -> str:
+def describe_timings(timings: Any, unit: str = "token") -> str:
     """`checks 0.12 s, imports 4.10 s, …, generate 0.60 s (first token 0.03 s, decode 0.52 s), evidence 0.05 s = total 6.21 s`.
 
-    `timings` is a `Timings` (or the report's summary of one). With `phases` the parts sum to the total; generation's
-    own parts are inside `generate`. Without (snapshots written before phases were recorded): load, first, decode, total.
+    `timings` is a `Timings` (or the report's summary of one); `unit` what the run counted (`token`, `frame`, `step`).
+    With `phases` the parts sum to the total; generation's own parts are inside `generate`. Without (snapshots written
+    before phases were recorded): load, first, decode, total.
     """
     if getattr(timings, "phases", None) is None:
-        return describe_phases(timings, first)
-    return describe_phases(timings, first) + f" = total {timings.total_s:.2f} s"
+        return describe_phases(timings, unit)
+    return describe_phases(timings, unit) + f" = total {timings.total_s:.2f} s"
 
 
-def describe_phases(timings: Any, first: str = "first token") -> str:
+def after_first(unit: str) -> str:
+    """What generation after the first unit is called: `decode` for tokens and frames; a pipeline's `later steps`
+    (a diffusion step decodes nothing)."""
+    return "decode" if unit in ("token", "frame") else f"later {unit}s"
+
+
+def describe_phases(timings: Any, unit: str = "token") -> str:
     """`describe_timings` without ` = total …` when `timings` has phases (what `genrun run` prints under the plan's share)."""
     phases = getattr(timings, "phases", None)
-    inner = [(first, timings.first_token_s), ("decode", timings.decode_s)]
+    inner = [(f"first {unit}", timings.first_token_s), (after_first(unit), timings.decode_s)]
     if phases is None:
         parts = [("load", timings.load_s), *inner, ("total", timings.total_s)]
         return ", ".join(f"{name} {value:.2f} s" for name, value in parts if value is not None)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import orjson
 import pytest
 
-from conftest import CliRun, run_cli, tiny_request, write_request
+from conftest import REPO, CliRun, run_cli, tiny_request, write_request
 from genrun.runner.store import write_frozen_manifest
 from genrun.schemas import Signoff, layout
 
@@ -161,6 +161,15 @@ def test_policy_true_means_signed(setup: Setup, tiny_lm: Path) -> None:
     proc = genrun(setup, "execute", snapshot)  # no flag: the request's policy asks for it
     assert proc.returncode == 1 and "signed approve record whose signature verifies" in _one_line(proc.stderr)
     assert "no allowed-signers file" in _one_line(proc.stderr)
+    assert _not_executed(snapshot)
+
+
+def test_the_gates_refusal_names_the_readme_recipes_key(setup: Setup, tiny_lm: Path) -> None:
+    snapshot = _plan(setup, tiny_lm)
+    proc = genrun(setup, "execute", snapshot, "--require-approval", "--allowed-signers", setup.allowed)
+    assert proc.returncode == 1
+    assert f"run 'genrun signoff {snapshot} --decision approve --key ~/.ssh/genrun_ed25519'" in _one_line(proc.stderr)
+    assert "ssh-keygen -t ed25519 -N '' -f ~/.ssh/genrun_ed25519" in (REPO / "README.md").read_text()
     assert _not_executed(snapshot)
 
 

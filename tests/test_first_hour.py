@@ -377,3 +377,40 @@ def test_readme_states_the_format_this_genrun_writes() -> None:
     readme = " ".join((REPO / "README.md").read_text().split())
     stated = re.findall(r"This genrun writes format (\d+) and reads every earlier format", readme)
     assert stated == [str(layout.FORMAT_VERSION)], stated
+
+
+# round 4 (issue 41), item 8: the README's commands keep what they create inside the checkout, git-ignored ------------
+
+
+def test_readme_commands_create_only_git_ignored_paths_inside_the_checkout() -> None:
+    """`.venv-vllm/` was not ignored (later snapshots recorded `git dirty: true`) and the recipe wrote /tmp/torch-pin.txt,
+    a path every user of the machine shares. Environments (`python3 -m venv X`) and files written by redirection must be
+    relative and git-ignored; the sign-off recipe's `~/` paths are the one exception, and the README says so in bold."""
+    import subprocess
+
+    readme = (REPO / "README.md").read_text()
+    commands = re.sub(r"\s#.*", "", "\n".join(re.findall(r"```bash\n(.*?)```", readme, re.S)))  # comments left out
+    created = [f"{d}/" for d in re.findall(r"python3 -m venv (\S+)", commands)] + re.findall(r"\s>>?\s+([^\s&|;)]+)", commands)
+    assert ".venv-vllm/" in created and ".venv-vllm/torch-pin.txt" in created, created
+    in_home = [path for path in created if path.startswith("~/")]
+    assert in_home == ["~/.config/genrun_allowed_signers"], in_home
+    assert "**writes a new key pair into `~/.ssh/` and appends to\n`~/.config/genrun_allowed_signers`**" in readme
+    for path in (p for p in created if not p.startswith("~/")):
+        assert not path.startswith("/"), f"the README writes {path}, outside the checkout"
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO)
+        assert ignored.returncode == 0, f"the README creates {path}, which git does not ignore"
+
+
+# round 4 (issue 41), item 11: the memory line says what the model needs apart from the margin kept free ---------------
+
+
+def test_memory_line_gives_the_models_share_apart_from_the_margin() -> None:
+    """It read "needs ~2.35 GiB = weights 309 KiB + … margin 2.35 GiB", as if the tiny model needed gigabytes."""
+    from types import SimpleNamespace
+
+    from genrun.analysis import describe_memory
+
+    budget = SimpleNamespace(required_bytes=(10 << 30) // 10 + 3 * 1024, weight_bytes=2048, kv_bytes_at_budget=1024,
+                             activation_bytes_estimate=0, margin_bytes=(10 << 30) // 10, device="cpu", device_memory_total_bytes=10 << 30)
+    assert describe_memory(budget) == ("~1.00 GiB of cpu: the model 3.0 KiB (weights 2.0 KiB + KV cache 1.0 KiB + activations 0 B) "
+                                       "+ margin 1.00 GiB (10% of cpu's 10.00 GiB, kept free whatever the model's size)")

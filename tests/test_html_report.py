@@ -114,6 +114,15 @@ def test_succeeded_snapshot_reads_well(snapshots, browser, tmp_path: Path) -> No
         opened.close()
 
 
+def test_dtype_and_device_are_listed_once(snapshots, tmp_path: Path) -> None:  # noqa: F811
+    """The request's rows named them, then the identity's again (issue 41, item 11); a run that resolved `auto` would
+    name them a second time as `dtype as run`."""
+    text = write_page(snapshots.get("eos"), tmp_path / "eos.html").read_text()
+    request_section = text.split('<h2 id="request">', 1)[1].split("<h2", 1)[0]
+    named = re.findall(r"<th>((?:dtype|device)[^<]*)</th>", request_section)
+    assert named == ["dtype", "device"], named
+
+
 def test_failed_snapshot_shows_the_exception_and_its_fail(snapshots, browser, tmp_path: Path) -> None:  # noqa: F811
     html = write_page(snapshots.get("exception"), tmp_path / "exception.html")
     opened = Opened(browser, html)

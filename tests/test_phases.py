@@ -4,6 +4,8 @@ charts run over the recorded span, never past the run's end."""
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,22 @@ def test_run_shows_the_plans_share_and_the_parts_add_up_to_the_whole_command(tmp
     assert printed["time"]["execute"] == round(result["timings"]["total_s"], 2)  # result.json keeps the execution's own
 
 
+SHELL_DELAY_S = 8
+"""What a shell runs before it execs genrun in its own process: long against genrun's own start on a loaded machine."""
+
+
+def test_startup_counts_from_genruns_start_not_from_what_the_shell_ran_before(tmp_path: Path) -> None:
+    """`bash -c 'sleep 8; genrun run ...'` (bash execs its last command in its own process, whose start is then the
+    shell's): the recorded startup was 9.8 s, the sleep included; it must leave the sleep out."""
+    command = [sys.executable, "-m", "genrun.runner.cli", "run", str(EXAMPLES / "tiny.toml"), "--store", str(tmp_path / "store"), "--json"]
+    proc = subprocess.run(["bash", "-c", f'sleep {SHELL_DELAY_S}; exec "$@"', "bash", *command],
+                          capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    planned = json.loads(proc.stdout)["plan_timings"]
+    assert planned["startup_s"] is not None
+    assert 0 <= planned["startup_s"] < SHELL_DELAY_S, planned
+
+
 def test_run_in_process_shows_planning_and_json_gives_its_phases(tmp_path: Path) -> None:
     printed = _printed_time(run_cli("run", EXAMPLES / "tiny.toml", "--store", tmp_path / "a").stderr)
     assert list(printed["plan"]) == ["checks", "imports", "hashing", "budget", "environment", "freeze"]  # no process start of its own
@@ -125,3 +143,10 @@ def test_the_phase_clock_names_the_phases_result_json_records_in_their_order() -
     from genrun.runner.phases import Phase
 
     assert [f"{p}_s" for p in get_args(Phase)] == list(Phases.model_fields)
+
+
+def test_a_pipelines_steps_are_not_called_decode() -> None:
+    """A diffusion run's summary said "decode" for its denoising steps (issue 41, item 11)."""
+    timings = Timings(load_s=0.5, first_token_s=0.2, decode_s=1.0, total_s=2.0)
+    assert describe_timings(timings, "step") == "load 0.50 s, first step 0.20 s, later steps 1.00 s, total 2.00 s"
+    assert describe_timings(timings, "frame") == "load 0.50 s, first frame 0.20 s, decode 1.00 s, total 2.00 s"

@@ -273,6 +273,31 @@ def test_signer_missing_from_allowed_signers_is_reported(tmp_path: Path, keys: K
         check_approval(snapshot, keys.allowed)
 
 
+def test_signing_with_a_key_the_allowed_signers_file_does_not_list_is_refused_with_the_line_to_add(tmp_path: Path, keys: Keys) -> None:
+    """It used to succeed silently, and `verify` then failed until the record was revoked (issue 41, item 9)."""
+    snapshot = make_sealed_snapshot(tmp_path / "store")
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_bytes(keys.allowed.read_bytes())  # lists alice only
+    refused = genrun("signoff", str(snapshot), "--decision", "accept", "--by", BOB, "--key", str(keys.bob), "--allowed-signers", str(allowed))
+    assert refused.returncode == 2
+    message = " ".join(refused.stderr.split())
+    assert f"{allowed} does not list the signing key for accept@genrun ({_public(keys.bob)})" in message
+    assert not (snapshot / layout.SIGNOFFS_DIR).exists() or not list((snapshot / layout.SIGNOFFS_DIR).iterdir())
+    fix = message.partition("List the key, then sign again: ")[2]
+    assert fix == f"echo '{BOB} {_public(keys.bob)}' >> {allowed}"
+    subprocess.run(["bash", "-c", fix], check=True)  # the line, as printed, is the fix
+    signed = genrun("signoff", str(snapshot), "--decision", "accept", "--by", BOB, "--key", str(keys.bob), "--allowed-signers", str(allowed))
+    assert signed.returncode == 0, signed.stderr
+    assert only(evaluate_signoffs(snapshot, allowed)).state == "valid"
+
+
+def test_a_key_listed_for_other_decisions_only_is_refused_too(tmp_path: Path, keys: Keys) -> None:
+    snapshot = make_planned_snapshot(tmp_path / "store")  # bob may sign accept@genrun only
+    with pytest.raises(SignoffError, match="does not list the signing key for approve@genrun"):
+        make_signoff(snapshot, "approve", BOB, keys.bob, None, [], allowed_signers=keys.allowed_both)
+    assert not (snapshot / layout.SIGNOFFS_DIR).exists() or not list((snapshot / layout.SIGNOFFS_DIR).iterdir())
+
+
 def test_record_claiming_another_signer_is_reported(tmp_path: Path, keys: Keys) -> None:
     snapshot = make_sealed_snapshot(tmp_path / "store")
     make_signoff(snapshot, "accept", ALICE, keys.bob, None, [])  # says alice, signed with bob's key

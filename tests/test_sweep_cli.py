@@ -95,6 +95,19 @@ def test_failed_and_lost_items_are_listed_as_words_not_python_lists(executed: Ex
     assert "[]" not in shown.stdout
 
 
+def test_the_sweep_plot_has_a_legend_of_the_item_statuses(executed: Executed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bars are coloured by status; without a legend the colours said nothing (issue 41, item 11)."""
+    import matplotlib.pyplot as plt
+
+    closed = []
+    monkeypatch.setattr(plt, "close", closed.append)  # the figure, as written, instead of freed
+    assert run_cli("report", executed.sweep, "--plot", tmp_path / "sweep.png").returncode == 0
+    (figure,) = closed
+    legend = figure.axes[0].get_legend()
+    statuses = {item["status"] for item in json.loads(run_cli("verify", executed.sweep, "--json").stdout)["items"]}
+    assert legend is not None and {t.get_text() for t in legend.get_texts()} == statuses
+
+
 def test_report_plot_of_a_sweep_is_written_and_said_as_a_runs_is(executed: Executed, tmp_path: Path) -> None:
     """`report SWEEP --plot FILE`: a real PNG, `wrote FILE` on stderr as for one run, and its path in the JSON."""
     plot = tmp_path / "sweep.png"

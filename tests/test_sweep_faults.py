@@ -178,7 +178,8 @@ def test_verify_and_report_show_the_sweep_by_path_or_id(faulty_sweep: dict, by: 
     failed_id = [i for i in document["items"] if i["index"] == FAILED][0]["snapshot_id"]
     report = run_cli("report", ref, "--store", store, env={"COLUMNS": "80"})
     assert report.returncode == 0, report.stderr
-    assert f"verify sweep {sweep.name}" in report.stdout.replace("\n", "") and "items needing attention" in report.stdout
+    assert f"report sweep {sweep.name}" in report.stdout.replace("\n", "") and "items needing attention" in report.stdout
+    assert "verify sweep" not in report.stdout  # the report's table was titled after verify
     assert failed_id in report.stdout  # an item id is never folded in half, even at 80 columns
     assert "ended without a result" not in report.stdout and "external termination" not in report.stdout  # the single-run reading
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,8 @@ def test_driver_killed_then_resume_completes_without_rerunning(tmp_path: Path) -
 
     resumed = run_cli("sweep", "resume", sweep, timeout=900)
     assert resumed.returncode == 0, resumed.stderr
+    counters = re.findall(r"^\[(\d+)/4\] item", resumed.stderr, re.M)
+    assert counters == ["1", "2", "3", "4"], resumed.stderr  # the items found done counted one by one (it printed [2/4] twice)
     result = read(sweep / "sweep-result.json")
     assert result["status"] == "completed" and result["counts"] == {"succeeded": 4}
     for i, manifest in done_before.items():  # finished items were not re-run: same snapshot, same digest, one attempt

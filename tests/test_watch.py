@@ -155,6 +155,17 @@ def test_watch_on_a_plan_nobody_executes_says_so_and_exits_5(snapshots, capsys) 
     assert "planned, not executing: no process holds its execution lock" in out and f"genrun execute {planned}" in out
 
 
+def test_watch_says_at_once_that_nobody_executes_the_plan(snapshots) -> None:  # noqa: F811
+    """It said nothing about it for --stall-after (3 x every_seconds, 90 s by default) (issue 41, item 11)."""
+    from genrun.analysis.watch import ProgressTail, assess
+
+    planned = snapshots.planned_only()
+    update = assess(planned, ProgressTail(planned), stall_after=90.0, waited_s=0.0)
+    assert update.state == "waiting" and update.exit_code is None
+    assert update.message == (f"waiting: no process is executing this plan yet (start it with 'genrun execute {planned}'); "
+                              "watch gives up if none has after 90 s")
+
+
 def test_a_plan_being_executed_is_not_called_abandoned(snapshots, tmp_path: Path) -> None:  # noqa: F811
     """While a process holds the executor's lock (as `genrun execute` does while weights load), watch keeps waiting."""
     from genrun.analysis.watch import ProgressTail, assess, execution_lock_held

@@ -56,6 +56,11 @@ def resolve_callable(reference: str, field: str) -> Callable[..., Any]:
         raise RequestError(f"{field} {reference!r}: {module_name!r} is part of Python's standard library, not user code; {fix}")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or module_name == exc.name or module_name.startswith(f"{exc.name}."):  # the module named itself
+            raise RequestError(f"{field} {reference!r}: cannot import module {module_name!r} ({exc}); check the module name and its location") from exc
+        raise RequestError(f"{field} {reference!r}: module {module_name!r} imports {exc.name!r}, which is not installed here; "
+                           f"install it: {pip_line_for(exc.name)}") from exc
     except ImportError as exc:
         raise RequestError(f"{field} {reference!r}: cannot import module {module_name!r} ({exc}); check the module name and its location") from exc
     function = getattr(module, function_name, None)
@@ -67,6 +72,24 @@ def resolve_callable(reference: str, field: str) -> Callable[..., Any]:
         raise RequestError(f"{field} {reference!r}: {function_name!r} is defined in {function.__module__!r}, not in {module_name!r} "
                            f"(which imports it); name the module that defines it: '{function.__module__}:{function.__qualname__}'")
     return function
+
+
+DISTRIBUTIONS = {
+    "numpy": "numpy", "onnxruntime": "onnxruntime", "MNN": "MNN", "tokenizers": "tokenizers", "torch": "torch",
+    "transformers": "transformers", "safetensors": "safetensors", "PIL": "pillow", "cv2": "opencv-python", "yaml": "PyYAML",
+    "sklearn": "scikit-learn", "scipy": "scipy", "soundfile": "soundfile", "librosa": "librosa", "tensorrt": "tensorrt",
+    "openvino": "openvino", "llama_cpp": "llama-cpp-python", "ctranslate2": "ctranslate2", "mlx": "mlx",
+}
+"""Top-level import name -> the distribution `pip install` installs it from, where the two are not simply the same
+(and the engines genrun's own examples use)."""
+
+
+def pip_line_for(import_name: str) -> str:
+    """`pip install onnxruntime` for a missing module `onnxruntime.capi`; a guess, said as one, for names not known here."""
+    top = import_name.partition(".")[0]
+    if top in DISTRIBUTIONS:
+        return f"pip install {DISTRIBUTIONS[top]}"
+    return f"pip install {top} (the distribution that provides {top!r}, when its name differs)"
 
 
 _fallback = array_or(str)

@@ -1,6 +1,8 @@
 """Output conventions: human text on stderr via rich, `--json` documents alone on stdout."""
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,18 @@ def print_error(message: str) -> None:
 def print_note(text: str) -> None:
     """`note: <text>` on stderr (e.g. progress on long work): rich markup and wrapping off, so paths print as they are."""
     stderr_console.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def working(message: str) -> Iterator[Callable[[str], None]]:
+    """A status line (rich's spinner) on stderr while the block's work runs, so a long quiet step is not mistaken for a
+    hang; it yields a function that changes the line. Only on a terminal and without `--quiet`: piped output and
+    scripts get nothing extra (the yielded function does nothing there)."""
+    if not stderr_console.is_terminal or stderr_console.quiet:
+        yield lambda _text: None
+        return
+    with stderr_console.status(escape(message)) as status:
+        yield lambda text: status.update(escape(text))
 
 
 def counted(count: int, noun: str) -> str:

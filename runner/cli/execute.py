@@ -114,14 +114,13 @@ def render_summary(snapshot_dir: Path, result: Result, planned: PlanPhases | Non
 def describe_time(result: Result, planned: PlanPhases | None) -> list[str]:
     """`  time: checks 0.04 s, …, evidence 0.03 s = total 2.03 s`; after a plan in the same command, three lines:
     `  time: plan 7.30 s + execute 2.03 s = total 9.33 s`, then each one's phases (which sum to it)."""
-    first = f"first {result.unit}"
     if planned is None:
-        return ["  time: " + describe_timings(result.timings, first)]
+        return ["  time: " + describe_timings(result.timings, result.unit)]
     executed = result.timings.total_s
     return [
         f"  time: plan {planned.total_s:.2f} s + execute {executed:.2f} s = total {planned.total_s + executed:.2f} s",
         "    plan: " + ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in planned.parts()),
-        "    execute: " + describe_phases(result.timings, first),
+        "    execute: " + describe_phases(result.timings, result.unit),
     ]
 
 

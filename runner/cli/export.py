@@ -2,7 +2,7 @@
 
 import argparse
 
-from ._output import add_store_lookup, counted, print_json, stderr_console
+from ._output import add_store_lookup, counted, print_json, stderr_console, working
 
 EPILOG = """\
 Params: the request and the effective generation config (with each limit's source). Metrics: every
@@ -41,7 +41,8 @@ def handle(args: argparse.Namespace) -> int:
     snapshot, is_sweep = resolve_target(args.snapshot, args.store)
     if is_sweep:
         refuse_sweep(snapshot, "export", f"Export its items one by one ('{list_items_command(snapshot)}' lists them): genrun export ITEM --mlflow")
-    exported = export_to_mlflow(snapshot, args.tracking_uri, args.experiment, again=args.again, artifact_location=args.artifact_location)
+    with working(f"exporting {snapshot.name} to MLflow (importing mlflow, then logging params, metrics and files)"):
+        exported = export_to_mlflow(snapshot, args.tracking_uri, args.experiment, again=args.again, artifact_location=args.artifact_location)
     if args.json:
         print_json(exported._asdict())
     else:

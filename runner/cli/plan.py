@@ -1,6 +1,7 @@
 """`genrun plan REQUEST`: freeze a request into a snapshot without running it."""
 
 import argparse
+from collections.abc import Callable
 
 from rich.markup import escape
 
@@ -13,7 +14,7 @@ from genrun.snapshot_dir import SnapshotDir
 
 from ._library_output import add_quiet_argument
 from ._options import add_store
-from ._output import print_json, print_quiet_result, stderr_console
+from ._output import print_json, print_quiet_result, stderr_console, working
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,9 +39,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from genrun.runner.phases import PlanClock
     from genrun.runner.plan import plan_request
 
-    snapshot = plan_request(args.request, store=args.store, force=args.force)
+    with working(f"planning {args.request}") as say:
+        snapshot = plan_request(args.request, store=args.store, force=args.force, clock=PlanClock(on_enter=planning_status(say, args.request)))
     budget = SnapshotDir(snapshot).read(layout.TOKEN_BUDGET, TokenBudget)
     if args.json:
         print_json({"snapshot": str(snapshot), "plan_digest": plan_digest(snapshot), "token_budget": budget.model_dump(mode="json")})
@@ -48,6 +51,19 @@ def handle(args: argparse.Namespace) -> int:
         print_plan_summary(snapshot, budget)
         print_quiet_result(args, snapshot)
     return 0
+
+
+PLANNING_STEPS = {
+    "startup": "starting", "checks": "checking the request", "imports": "importing the backend's libraries",
+    "hashing": "hashing code, inputs and weights", "budget": "checking the token and memory budget",
+    "environment": "recording the environment", "freeze": "writing the snapshot",
+}
+"""What a terminal's status line says in each planning phase (`genrun.runner.phases.PlanPhase`)."""
+
+
+def planning_status(say: Callable[[str], None], request: str) -> Callable[[str], None]:
+    """A `PlanClock` `on_enter` that puts the phase on the status line: `planning req.toml: hashing code, inputs and weights`."""
+    return lambda phase: say(f"planning {request}: {PLANNING_STEPS[phase]}")
 
 
 def print_plan_summary(snapshot, budget: TokenBudget) -> None:

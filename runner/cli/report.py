@@ -40,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
         return html_report.handle(args)
     from genrun.analysis import PlotError, SnapshotNotFound, render_report, report_snapshot, write_plot
     from genrun.analysis.signoffs import evaluate_signoffs, summarize_signoffs
-    from genrun.runner.errors import GenrunError, SnapshotError, UsageError
+    from genrun.runner.errors import SnapshotError, UsageError
 
     if args.snapshot is None:
         raise UsageError("report needs SNAPSHOT (a path, an id or a unique id prefix); "
@@ -60,7 +60,7 @@ def handle(args: argparse.Namespace) -> int:
         try:
             written = write_plot(report, args.plot)
         except PlotError as exc:
-            raise GenrunError(str(exc)) from None
+            raise plot_refusal(exc) from None
     if args.json:
         document = report.model_dump(mode="json")
         if args.plot is not None:
@@ -71,3 +71,12 @@ def handle(args: argparse.Namespace) -> int:
     if args.plot is not None:
         stderr_console.print(f"wrote {written}", markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def plot_refusal(exc: Exception) -> Exception:
+    """The error `--plot` ends with: a missing matplotlib is a missing extra, exit 2 as a backend's is (the README's
+    exit codes); any other plot failure (a target inside the snapshot, a failed write) exit 1."""
+    from genrun.analysis._plot import PlotExtraMissing
+    from genrun.runner.errors import GenrunError, UsageError
+
+    return UsageError(str(exc)) if isinstance(exc, PlotExtraMissing) else GenrunError(str(exc))

@@ -8,9 +8,9 @@ from genrun.snapshot_dir import SnapshotDir
 from genrun.runner.interrupts import RunInterrupted
 
 from ._interrupt import report_interrupt
-from ._output import print_json, print_quiet_result
+from ._output import print_json, print_quiet_result, working
 from .execute import add_approval_arguments
-from .plan import add_plan_arguments, print_plan_summary
+from .plan import add_plan_arguments, planning_status, print_plan_summary
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "example: genrun run examples/tiny.toml\n"
             "  planned snapshots/20261129T101500Z-tiny-3fa2c1 (plan digest 9b1e4c0d2f7a…)\n"
             "    budget: 64 tokens (request), prompt 5 tokens, context 256\n"
-            "    memory: needs ~2.35 GiB of cpu = weights 309.3 KiB + KV cache 19.0 KiB + activations 192 B + margin 2.35 GiB (…)\n"
+            "    memory: needs ~2.35 GiB of cpu: the model 328.5 KiB (weights 309.3 KiB + KV cache 19.0 KiB + activations 192 B) + margin 2.35 GiB (…)\n"
             "  succeeded: snapshots/20261129T101500Z-tiny-3fa2c1\n"
             "    sequence 0: eos (id 2) after 13 tokens\n"
             "Ctrl-C before execution starts keeps the plan (exit 130): run it later with 'genrun execute ID'.\n"
@@ -44,9 +44,11 @@ def handle(args: argparse.Namespace) -> int:
     from .execute import render_summary
 
     snapshot = None
-    clock = PlanClock(args.started)  # the process's start and planning come first: their share is shown beside execution's
     try:
-        snapshot = plan_request(args.request, store=args.store, force=args.force, clock=clock)
+        with working(f"planning {args.request}") as say:
+            # the process's start and planning come first: their share is shown beside execution's
+            clock = PlanClock(args.started, on_enter=planning_status(say, args.request))
+            snapshot = plan_request(args.request, store=args.store, force=args.force, clock=clock)
         if not args.json:
             print_plan_summary(snapshot, SnapshotDir(snapshot).read(layout.TOKEN_BUDGET, TokenBudget))
         planned = clock.stop()

@@ -17,13 +17,14 @@ approve binds the plan digest (before 'genrun execute'); accept and reject bind 
 digest and need a sealed snapshot. Each sign-off is a new file under SNAPSHOT/signoffs/. With
 --key (or git's user.signingkey when gpg.format = ssh) it is signed with
 'ssh-keygen -Y sign -n <decision>@genrun'; check it with 'genrun verify --allowed-signers FILE'.
---by defaults to the principal the allowed-signers file lists for the key (then git's user.email).
+--by defaults to the principal the allowed-signers file lists for the key (then git's user.email);
+a key that an allowed-signers file exists but does not list is refused, with the line to add.
 A record is never changed: '--revoke RECORD' appends a revocation, and verify then shows RECORD as revoked.
 
-example: genrun signoff snapshots/20261129T101500Z-tiny-3fa2c1 --decision approve --key ~/.ssh/id_ed25519 --accept-gap "no CUDA numbers"
+example: genrun signoff snapshots/20261129T101500Z-tiny-3fa2c1 --decision approve --key ~/.ssh/genrun_ed25519 --accept-gap "no CUDA numbers"
   signed approve by alice@example.com, plan digest 9b1e4c0d2f7a…
   snapshots/20261129T101500Z-tiny-3fa2c1/signoffs/20261129T101702Z-approve-5c1e9a02.json
-example: genrun signoff 20261129T101500Z-tiny --revoke 20261129T101702Z-approve-5c1e9a02.json --key ~/.ssh/id_ed25519
+example: genrun signoff 20261129T101500Z-tiny --revoke 20261129T101702Z-approve-5c1e9a02.json --key ~/.ssh/genrun_ed25519
   signed revoke by alice@example.com of 20261129T101702Z-approve-5c1e9a02.json"""
 
 

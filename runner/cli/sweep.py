@@ -2,13 +2,15 @@
 
 import argparse
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
 from ._options import add_store
-from ._output import counted, print_json, shown_path, stderr_console
+from ._output import counted, print_json, shown_path, stderr_console, working
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
     from rich.progress import TaskID
@@ -52,7 +54,8 @@ def handle(args: argparse.Namespace) -> int:
     from genrun.runner.sweep.store import plan_sweep
 
     if action in ("run", "plan"):
-        sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else _checking)
+        with working(f"planning the sweep {path}: checking its items") as say:
+            sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else partial(_checking, say))
         if not args.json:
             count = _item_count(sweep_dir)
             stderr_console.print(f"planned {counted(count, 'item')} in {shown_path(sweep_dir)}", markup=False, highlight=False)
@@ -99,7 +102,8 @@ def _execute(sweep_dir: Path, as_json: bool) -> int:
     return run.exit_code
 
 
-def _checking(done: int, total: int) -> None:
+def _checking(say: Callable[[str], None], done: int, total: int) -> None:
+    say(f"planning the sweep: validated {done}/{total} items")
     if done == total or done % 50 == 0:
         stderr_console.print(f"validated {done}/{total} items", markup=False, highlight=False)
 

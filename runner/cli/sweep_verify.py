@@ -23,24 +23,25 @@ def handle_sweep(args: argparse.Namespace, sweep: Path) -> int:
         document["exit_code"] = verification.exit_code(strict)
         print_json(document)
     else:
-        render_sweep(verification)
+        render_sweep(verification, "verify")
     return verification.exit_code(strict)
 
 
 def handle_sweep_report(args: argparse.Namespace, sweep: Path) -> int:
     """report: the same distribution, plus a plot (units per item, items per stop reason) with --plot."""
     from genrun.analysis.sweep import sweep_summary_line, verify_sweep
-    from genrun.runner.errors import GenrunError
 
     verification = verify_sweep(sweep, allowed_signers=getattr(args, "allowed_signers", None))
     if args.plot is not None:
         from genrun.analysis._sweep_plot import write_sweep_plot
         from genrun.analysis._plot import PlotError
 
+        from .report import plot_refusal
+
         try:
             written = write_sweep_plot(verification, args.plot)
         except PlotError as exc:
-            raise GenrunError(str(exc)) from None
+            raise plot_refusal(exc) from None
     if args.json:
         document = verification.model_dump(mode="json")
         document["summary_line"] = sweep_summary_line(verification)
@@ -48,18 +49,19 @@ def handle_sweep_report(args: argparse.Namespace, sweep: Path) -> int:
             document["plot"] = str(written)
         print_json(document)
     else:
-        render_sweep(verification)
+        render_sweep(verification, "report")
     if args.plot is not None:  # as a run's report says it: on stderr, stdout stays the report (or the JSON)
         stderr_console.print(f"wrote {written}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
-def render_sweep(v) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, imported lazily)
-    """Sweep checks, the distribution tables, items needing attention, the summary line."""
+def render_sweep(v, command: str) -> None:  # noqa: ANN001 (analysis.sweep.SweepVerification, imported lazily)
+    """Sweep checks, the distribution tables, items needing attention, the summary line; the first table is titled
+    after the command that shows it (`verify sweep ...`, `report sweep ...`)."""
     from genrun.analysis.sweep import sweep_summary_line
 
     d = v.distribution
-    checks = Table(title=Text(f"verify sweep {v.sweep_id} ({v.status})"), title_justify="left")
+    checks = Table(title=Text(f"{command} sweep {v.sweep_id} ({v.status})"), title_justify="left")
     for column in ("check", "status", "finding"):
         checks.add_column(column, overflow="fold")
     for f in v.findings:

@@ -138,12 +138,13 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
     log = AttemptLog(sweep_dir)
     origin = time.monotonic()
     total = len(states)
-    done = sum(1 for s in states if s.outcome is not None)
+    done = 0
     notify = on_event or (lambda *_: None)
     for state in states:
         if state.taken_over is not None:
             _log_end(log, state, *state.taken_over, origin, None)
-        if state.outcome is not None:
+        if state.outcome is not None:  # items an earlier driver finished, counted one by one as they are shown
+            done += 1
             notify("done", state.outcome, done, total)
     pending = [s for s in states if s.outcome is None]
     pending.reverse()  # pop() from the end takes items in order

@@ -18,28 +18,35 @@ from ._prompts import encode_input
 
 MAX_CONFIG_BYTES = 16 << 20
 """A checkpoint's `config.json` is a few KB; a larger one is not a config (a weights file renamed, a sparse file)."""
+_CHECKPOINT_FIX = "give the directory a transformers model was saved to (the one holding config.json), or name another [model] backend"
 
 
 def require_checkpoint_config(context: PlanContext, request: Request, model_dir: Path) -> Any:
     """The checkpoint's `config.json`, read by transformers: checked first, before anything walks or hashes the directory
     (`[model] path = "/"` or `"~"` is refused at once instead of hashing every file under it)."""
+    config_file = require_config_file(request, model_dir)
+    try:
+        return checkpoint_config(context, model_dir, request.model.trust_remote_code)
+    except Exception as exc:  # whatever transformers raises for a config it cannot use: the directory is the user's input
+        raise RequestError(f"[model] path {request.model.path!r}: transformers cannot use {config_file} "
+                           f"({_cause(exc)}); {_CHECKPOINT_FIX}") from None
+
+
+def require_config_file(request: Request, model_dir: Path) -> Path:
+    """`model_dir/config.json` when it is a regular file of a config's size, else RequestError naming the directory; reads
+    nothing and imports no transformers, so a wrong `[model] path` is refused at once."""
     config_file = model_dir / "config.json"
     try:
         st: os.stat_result | None = config_file.stat()
     except OSError:
         st = None
-    fix = "give the directory a transformers model was saved to (the one holding config.json), or name another [model] backend"
     if st is None or not stat.S_ISREG(st.st_mode):
         found = "holds no config.json" if st is None else f"holds a config.json that is {kind_of(st.st_mode)}"
-        raise RequestError(f"[model] path {request.model.path!r} is the directory {model_dir}, which {found}; {fix}")
+        raise RequestError(f"[model] path {request.model.path!r} is the directory {model_dir}, which {found}; {_CHECKPOINT_FIX}")
     if st.st_size > MAX_CONFIG_BYTES:
         raise RequestError(f"[model] path {request.model.path!r}: {config_file} is {st.st_size:,} bytes, more than a config "
-                           f"({MAX_CONFIG_BYTES:,} at most); {fix}")
-    try:
-        return checkpoint_config(context, model_dir, request.model.trust_remote_code)
-    except Exception as exc:  # whatever transformers raises for a config it cannot use: the directory is the user's input
-        raise RequestError(f"[model] path {request.model.path!r}: transformers cannot use {config_file} "
-                           f"({_cause(exc)}); {fix}") from None
+                           f"({MAX_CONFIG_BYTES:,} at most); {_CHECKPOINT_FIX}")
+    return config_file
 
 
 def plan_tokenizer(context: PlanContext, request: Request, tokenizer_dir: Path) -> Any:

@@ -10,30 +10,32 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 
 from ... import interrupts
-from .instrument import CallCapture, CaptureSession, ClassifiedRow, classify_calls, generation_calls, instrument_generate, stop_records
 from ...errors import RequestError
 from ...plan_context import PlanContext
 from ...token_rows import save_prompt_ids, write_sequence_texts
-from .token_artifacts import summarise, write_token_ids, write_token_summary
 from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, refuse_generation
 from . import musicgen
 from ...input_files import input_path, read_input_files
-from ._processor import (architecture, load_processor, model_auto_class, processor_source, require_checkpoint_config, tokenizer_of,
-                         validate_media_request, validate_processor_override)
+from ._processor import (architecture, load_processor, model_auto_class, processor_source, require_checkpoint_config, require_config_file,
+                         tokenizer_of, validate_media_request, validate_processor_override)
 from ._prompts import encode_input
 from ._decoder_prompt import forced_decoder_prompts
 from ._generate_values import generate_value_problems
 from ._generation_modes import mode_problems
 from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
-from ._transformers_keys import generation_problems
+from ._transformers_keys import generation_problems, quick_generation_problems
 from ..entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+
+if TYPE_CHECKING:  # `instrument` and `token_artifacts` import torch and transformers: only execution imports them, so a
+    # request's mistakes are refused at plan time without them (`_transformers_keys.quick_generation_problems`)
+    from .instrument import CallCapture, CaptureSession, ClassifiedRow
 
 
 class TransformersBackend:
@@ -44,7 +46,9 @@ class TransformersBackend:
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
-        require_checkpoint_config(context, request, model_dir)  # first: a directory without one is refused before anything reads it
+        config_file = require_config_file(request, model_dir)  # first: a directory without one is refused before anything reads it
+        refuse_generation(quick_generation_problems(request.generation, config_file, request.model.trust_remote_code))  # no torch yet
+        require_checkpoint_config(context, request, model_dir)
         if request.input.is_empty() and request.entrypoint is None:
             raise RequestError("[input] is empty; a transformers model needs one of 'prompt', 'prompts' or 'messages', or 'audio' / 'images' files")
         validate_media_request(request)
@@ -98,7 +102,7 @@ class TransformersRun:
         self.model: Any = None
         self.tokenizer: Any = None
         """The text tokenizer (of the processor, for media models); `None` until loaded."""
-        self.session: CaptureSession | None = None
+        self.session: "CaptureSession | None" = None
         self.audio: list[musicgen.AudioOutput] = []
         """MusicGen-style models: the decoded audio of each call, saved as WAV."""
         self.generation_started: float | None = None
@@ -113,6 +117,8 @@ class TransformersRun:
         self.model, self.tokenizer = loaded.model, tokenizer_of(loaded.processor)
         with user_import_paths(ctx.import_paths):
             import torch
+
+            from .instrument import CaptureSession, instrument_generate
 
             torch.manual_seed(ctx.request.seed)
             self.session = CaptureSession(
@@ -161,6 +167,9 @@ class TransformersRun:
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         """Token ids, summary, texts, the entry point's result, audio and `generation-calls.json`, partial ones too."""
+        from .instrument import classify_calls
+        from .token_artifacts import summarise, write_token_ids, write_token_summary
+
         ctx, state = self._ctx, self
         calls = state.session.calls if state.session is not None else []
         rows = classify_calls(calls, state.tokenizer, exception_info)
@@ -187,7 +196,7 @@ class TransformersRun:
         return self._outcome(ctx, state, rows, outputs)
 
     @staticmethod
-    def _save_audio(ctx: ExecutionContext, state: "TransformersRun", calls: list[CallCapture]) -> tuple[str, ...]:
+    def _save_audio(ctx: ExecutionContext, state: "TransformersRun", calls: "list[CallCapture]") -> tuple[str, ...]:
         """MusicGen-style calls returned decoded audio: WAV files, with frames and seconds from the codec."""
         codec = musicgen.codec(state.model) if state.model is not None else None
         written: list[str] = []
@@ -199,8 +208,10 @@ class TransformersRun:
         return tuple(written)
 
     @staticmethod
-    def _write_call_evidence(ctx: ExecutionContext, state: "TransformersRun", session: CaptureSession) -> None:
+    def _write_call_evidence(ctx: ExecutionContext, state: "TransformersRun", session: "CaptureSession") -> None:
         """`generation-calls.json`, and a note for what the summary should say about it."""
+        from .instrument import generation_calls
+
         evidence = generation_calls(session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
         ctx.snapshot.write(layout.GENERATION_CALLS, evidence)
         if session.nested_calls:
@@ -210,7 +221,9 @@ class TransformersRun:
         if evidence.evidence_level == "partial":
             state.notes.append(f"evidence partial: see {layout.GENERATION_CALLS}")
 
-    def _outcome(self, ctx: ExecutionContext, state: "TransformersRun", rows: tuple[ClassifiedRow, ...], outputs: tuple[str, ...]) -> BackendOutcome:
+    def _outcome(self, ctx: ExecutionContext, state: "TransformersRun", rows: "tuple[ClassifiedRow, ...]", outputs: tuple[str, ...]) -> BackendOutcome:
+        from .instrument import stop_records
+
         units = ctx.request.units
         unit, per_unit = self._backend.progress_unit(ctx.request)
         counts = [int(r.tokens.ids.shape[0]) for r in rows]
@@ -269,7 +282,7 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
     return model, load_processor(ctx.request, ctx.processor_dir)
 
 
-def write_effective_config(ctx: ExecutionContext, call: CallCapture) -> None:
+def write_effective_config(ctx: ExecutionContext, call: "CallCapture") -> None:
     """Inside generate, before the first token: `generation-config.before-generate[.<i>].json`."""
     name = layout.GENERATION_CONFIG if call.index == 0 else layout.extra_generation_config_name(call.index)
     assert call.config is not None, "the instrument calls on_config only once it has recorded the call's config"
@@ -282,5 +295,5 @@ def _planned_rows(model: Any, ctx: ExecutionContext, batch: int) -> int:
     return batch * int(sequences)
 
 
-def _first_config(calls: list[CallCapture]) -> Any:
+def _first_config(calls: "list[CallCapture]") -> Any:
     return next((c.config for c in calls if c.config is not None), None)
