@@ -2,7 +2,6 @@
 
 from genrun.schemas import layout
 
-from ._check_tokens import undeclared
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
@@ -11,8 +10,6 @@ from ._load import Snapshot
 def check_call_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Every generate call was recorded with full evidence; a partial one is a WARN naming what is missing and why."""
     name = "call_evidence"
-    if not snap.declares("generation_calls"):
-        return skip(name, undeclared(snap, "generation_calls"))
     calls = snap.generation_calls
     if calls is None:
         if layout.GENERATION_CALLS in snap.files:

@@ -1,6 +1,5 @@
-"""Diffusion pipelines: steps done against steps planned, across the stop file, progress and result."""
+"""The `diffusion_steps` evidence kind: steps done against steps planned, across the stop file, progress and result."""
 
-from ._check_tokens import undeclared
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
@@ -10,8 +9,6 @@ from ._rows import steps_of
 def check_diffusion_steps(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`completed` means every planned step ran; an interruption or exception ran at most that many; progress and result agree."""
     name = "diffusion_steps"
-    if not snap.declares("diffusion_steps"):
-        return skip(name, undeclared(snap, "diffusion_steps"))
     if snap.stop is None or not snap.stop.sequences:
         return skip(name, "no generation-stop.json record (the run did not finish)")
     problems: list[str] = []
@@ -33,7 +30,7 @@ def check_diffusion_steps(snap: Snapshot, ctx: CheckContext) -> Finding:
     call = snap.pipeline_call
     planned_first = planned_of[snap.stop.sequences[0].index]
     if call is not None and call.timesteps_planned is not None and planned_first not in (None, call.timesteps_planned):
-        problems.append(f"the stop file plans {planned_first} steps, the pipeline call "
+        problems.append(f"the stop file plans {planned_first} steps, the call config "
                         f"{call.timesteps_planned} scheduler timesteps")
     done_total = sum(s.generated for s in snap.stop.sequences)
     events = snap.progress.events if snap.progress else ()
@@ -46,7 +43,7 @@ def check_diffusion_steps(snap: Snapshot, ctx: CheckContext) -> Finding:
         if snap.result.generated != done_total:
             problems.append(f"result.json generated {snap.result.generated} != {done_total} steps in the stop file")
         if snap.result.status == "succeeded" and not snap.result.outputs:
-            problems.append("the pipeline completed but result.json lists no output files")
+            problems.append("the run completed but result.json lists no output files")
     examined = Examined(files=3, progress_records=len(events))
     if problems:
         return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=examined)

@@ -10,7 +10,6 @@ from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 from ._rows import audio_frames, eos_positions, rows_of, token_facts, total_ids
-from ._check_tokens import undeclared
 from ._check_stages import stages_early_stop
 from ._produced_duration import judge_produced_duration
 
@@ -42,8 +41,6 @@ def check_hidden_cap(snap: Snapshot, ctx: CheckContext) -> Finding:
     other reason is a WARN: that is what a run silently cut at 16,384 tokens looks like.
     """
     name = "hidden_cap"
-    if not snap.declares("token_ids"):
-        return skip(name, undeclared(snap, "token_ids"))
     if snap.stop is None:
         return skip(name, "no generation-stop.json (the run did not finish)")
     warns, notes, evidence = [], [], {}
@@ -124,8 +121,6 @@ def _limit_origin(snap: Snapshot, stop: SequenceStop) -> str:
 def check_library_default_limit(snap: Snapshot, ctx: CheckContext) -> Finding:
     """A row cut by a length nobody set (transformers 5.x: `max_length` = prompt + 20) is a WARN."""
     name = "library_default_limit"
-    if not snap.declares("generation_config"):
-        return skip(name, undeclared(snap, "generation_config"))
     if not snap.generation_configs:
         return skip(name, "no generation-config.before-generate.json")
     defaults = {c.call_index: c for c in snap.generation_configs if "library_default" in (c.limit_sources.get(k) for k in _LENGTH_REASONS)}
@@ -156,8 +151,6 @@ def check_budget_truncation(snap: Snapshot, ctx: CheckContext) -> Finding:
     must pass on ordinary runs that asked for N tokens and got N.
     """
     name = "budget_truncation"
-    if not snap.declares("token_ids"):
-        return skip(name, undeclared(snap, "token_ids"))
     if snap.stop is None:
         return skip(name, "no generation-stop.json (the run did not finish)")
     cut = [s for s in snap.stop.sequences if s.reason in _LENGTH_REASONS]

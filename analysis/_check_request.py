@@ -4,7 +4,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from genrun.schemas import GenerationConfigBeforeGenerate, Request, layout
+from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, Request, layout
+from genrun.schemas.evidence import qualified_name
 
 from ._context import CheckContext
 from ._diffing import ABSENT, Change, diff_values, same_json, short_value
@@ -78,17 +79,21 @@ def _source_leaf_changes(source: Any, normalised: Any, path: str = "") -> list[C
 def _count_leaves(value: Any) -> int:
     return sum(_count_leaves(v) for v in value.values()) if isinstance(value, dict) else 1
 
+PIPELINE_CALL_MODEL = qualified_name(PipelineCallBeforeCall)
+"""The declared call-config model whose file records the call's arguments as made (`call_arguments`)."""
+
 
 def check_limits_reached_config(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Each `[generation]` value reached generate's overrides and effective config; derived `max_length` = prompt + `max_new_tokens`."""
     name = "limits_reached_config"
     if snap.request is None:
         return skip(name, "request.json is missing or invalid")
-    if snap.declares("diffusion_steps"):
+    declared = snap.declaration.call_config
+    if declared is not None and declared.model == PIPELINE_CALL_MODEL:  # the call as made, with the values it was given
         return _pipeline_limits(snap, name)
     if not snap.declares("generation_config"):
-        return skip(name, f"the {snap.declaration.backend!r} backend declares no generation-config or pipeline-call evidence; "
-                          f"its call configuration is checked by call_config")
+        return skip(name, f"the {snap.declaration.backend!r} backend declares no generation-config evidence and no call config "
+                          f"genrun reads with its own model; its call configuration is checked by call_config")
     if not snap.generation_configs:
         if snap.result is not None and snap.result.status != "succeeded":
             return skip(name, f"the run {snap.result.status} before generate recorded its effective config")

@@ -11,7 +11,6 @@ from typing import Any
 from genrun.schemas import SequenceStop, describe_stop, layout
 from genrun.schemas.stages import StageIds, Stages
 
-from ._check_tokens import undeclared
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
@@ -22,13 +21,11 @@ def check_stages(snap: Snapshot, ctx: CheckContext) -> Finding:
     """Each stage's ids agree with its counted units per row, `eos` claims end with a declared EOS id, `max_new_tokens` claims
     have exactly the limit, every row has a stop (`unknown` is a WARN naming it), a consuming stage read what its source made."""
     name = "stages"
-    if not snap.declares("stages"):
-        return skip(name, undeclared(snap, "stages"))
     stages, stage_ids = snap.stages, snap.stage_ids
     if stages is None or stage_ids is None:
         files = (layout.STAGES, layout.STAGE_IDS, layout.STAGE_PROGRESS)
         if not any(f in snap.files for f in files):
-            return skip(name, "no stage evidence (the loop never started)")
+            return skip(name, "no stage evidence (no stage was started)")
         why = "; ".join(f"{f}: {snap.problems.get(f, 'missing')}" for f in files[:2] if f not in snap.files or f in snap.problems)
         return Finding(name=name, status="FAIL", message=f"the stage evidence is incomplete: {why}", examined=Examined(files=3))
     problems: list[str] = []
@@ -96,7 +93,7 @@ def _stop_problems(snap: Snapshot, stages: Stages, stage_ids: StageIds, problems
         if problem:
             problems.append(f"{where}: {problem}")
         elif stop.reason == "unknown":
-            warns.append(f"{where}: unknown: the loop returned without saying why the row stopped (call stage.stop(row, reason))")
+            warns.append(f"{where}: unknown: the run returned without saying why the row stopped (call stage.stop(row, reason))")
     for stage, row in sorted(rows):
         warns.append(f"stage {stage!r} row {row}: no stop record")
     return checked

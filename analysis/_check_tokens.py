@@ -12,13 +12,6 @@ from ._rows import Row, audio_frames, eos_positions, rows_of, token_facts, total
 from ._tokenizer import DecoderUnavailable, TextDecoder
 
 
-def undeclared(snap: Snapshot, kind: str) -> str:
-    """The SKIP message of a check whose evidence kind the snapshot's backend did not declare."""
-    declared = snap.declaration
-    return (f"the {declared.backend!r} backend declares no {kind} evidence (it declares {', '.join(declared.evidence)}); "
-            f"its outputs are checked through the manifest")
-
-
 def _no_ids_reason(snap: Snapshot) -> Finding | None:
     """A FAIL when a finished run lacks its ids; None when the ids are there."""
     if snap.token_ids is not None:
@@ -32,8 +25,6 @@ def _no_ids_reason(snap: Snapshot) -> Finding | None:
 def check_token_counts(snap: Snapshot, ctx: CheckContext) -> Finding:
     """The count per row agrees across the ids file, its summary and the stop file; totals agree with result.json and the last progress record."""
     name = "token_counts"
-    if not snap.declares("token_ids"):
-        return skip(name, undeclared(snap, "token_ids"))
     if (missing := _no_ids_reason(snap)) is not None:
         return missing.model_copy(update={"name": name})
     rows = rows_of(snap)
@@ -93,8 +84,6 @@ def _decoding_steps(snap: Snapshot, counts: dict[int, int]) -> int:
 def check_token_summary(snap: Snapshot, ctx: CheckContext) -> Finding:
     """`generated-token-ids.json` describes the saved ids: last `LAST_IDS_KEPT` ids, EOS positions, EOS set and prompt length."""
     name = "token_summary"
-    if not snap.declares("token_ids"):
-        return skip(name, undeclared(snap, "token_ids"))
     if snap.token_ids is None or snap.token_summary is None:
         return skip(name, "generated-token-ids.safetensors or generated-token-ids.json is missing or invalid (see token_counts)")
     summary = snap.token_summary
@@ -259,8 +248,6 @@ def _judge_status(snap: Snapshot) -> tuple[Status, str]:
 def check_saved_text(snap: Snapshot, ctx: CheckContext) -> Finding:
     """The saved text (summary decodes, `outputs/sequence_<i>.txt`) equals the decode of the saved ids."""
     name = "saved_text"
-    if not snap.declares("token_ids"):
-        return skip(name, undeclared(snap, "token_ids"))
     if snap.token_ids is None or snap.token_summary is None:
         return skip(name, "no saved ids or summary to decode (see token_counts)")
     problems: list[str] = []

@@ -9,6 +9,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from genrun.schemas import EvidenceKind
+
 from ._check_calls import check_call_evidence
 from ._check_declared import check_call_config, check_stop_evidence
 from ._check_diffusion import check_diffusion_steps
@@ -29,7 +31,7 @@ from ._check_signoffs import check_signoffs
 from ._check_stages import check_stages
 from ._check_tokens import check_saved_text, check_stop_reasons, check_token_counts, check_token_summary
 from ._context import CheckContext
-from ._finding import Examined, Finding
+from ._finding import Examined, Finding, skip
 from ._load import Snapshot
 
 Check = Callable[[Snapshot, CheckContext], Finding]
@@ -41,6 +43,9 @@ class CheckSpec(NamedTuple):
     name: str
     """The finding name it reports."""
     run: Check
+    needs: tuple[EvidenceKind, ...] = ()
+    """Evidence kinds the check reads: where the snapshot's backend declares one of them not, `run_checks` SKIPs the check
+    without running it (a check never asks which backend wrote the snapshot)."""
 
     @property
     def contract(self) -> str:
@@ -60,19 +65,19 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("input_coverage", check_input_coverage),
     CheckSpec("limits_reached_config", check_limits_reached_config),
     CheckSpec("call_config", check_call_config),
-    CheckSpec("token_counts", check_token_counts),
-    CheckSpec("token_summary", check_token_summary),
+    CheckSpec("token_counts", check_token_counts, ("token_ids",)),
+    CheckSpec("token_summary", check_token_summary, ("token_ids",)),
     CheckSpec("stop_reasons", check_stop_reasons),
     CheckSpec("stop_evidence", check_stop_evidence),
-    CheckSpec("call_evidence", check_call_evidence),
-    CheckSpec("hidden_cap", check_hidden_cap),
-    CheckSpec("library_default_limit", check_library_default_limit),
-    CheckSpec("budget_truncation", check_budget_truncation),
+    CheckSpec("call_evidence", check_call_evidence, ("generation_calls",)),
+    CheckSpec("hidden_cap", check_hidden_cap, ("token_ids",)),
+    CheckSpec("library_default_limit", check_library_default_limit, ("generation_config",)),
+    CheckSpec("budget_truncation", check_budget_truncation, ("token_ids",)),
     CheckSpec("early_stop", check_early_stop),
-    CheckSpec("diffusion_steps", check_diffusion_steps),
-    CheckSpec("stages", check_stages),
+    CheckSpec("diffusion_steps", check_diffusion_steps, ("diffusion_steps",)),
+    CheckSpec("stages", check_stages, ("stages",)),
     CheckSpec("progress_stream", check_progress_stream),
-    CheckSpec("saved_text", check_saved_text),
+    CheckSpec("saved_text", check_saved_text, ("token_ids",)),
     CheckSpec("outputs_listed", check_outputs_listed),
     CheckSpec("signoffs", check_signoffs),
     CheckSpec("lineage", check_lineage),
@@ -84,13 +89,21 @@ def run_checks(snap: Snapshot, ctx: CheckContext, checks: Sequence[CheckSpec] = 
     """Run each check; a check that raises on a damaged snapshot becomes a FAIL naming the exception (never a crash, never hidden)."""
     findings = []
     for spec in checks:
+        undeclared_kind = next((kind for kind in spec.needs if not snap.declares(kind)), None)
         try:
-            finding = spec.run(snap, ctx)
+            finding = spec.run(snap, ctx) if undeclared_kind is None else skip(spec.name, undeclared(snap, undeclared_kind))
         except Exception as exc:  # a damaged snapshot must produce a report, not a traceback; the FAIL carries the traceback
             finding = Finding(name=spec.name, status="FAIL", message=f"the check could not run on this snapshot: {type(exc).__name__}: {exc}",
                               evidence={"traceback": traceback.format_exc()}, examined=Examined())
         findings.append(bounded(finding).model_copy(update={"name": spec.name}))
     return findings
+
+
+def undeclared(snap: Snapshot, kind: EvidenceKind) -> str:
+    """The SKIP message of a check whose evidence kind the snapshot's backend did not declare."""
+    declared = snap.declaration
+    return (f"the {declared.backend!r} backend declares no {kind} evidence (it declares {', '.join(declared.evidence)}); "
+            f"its outputs are checked through the manifest")
 
 
 MESSAGE_CHARS = 4000

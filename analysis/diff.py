@@ -188,8 +188,8 @@ def _configs(snap: Snapshot) -> dict[str, Any]:
     configs = {f"call_{c.call_index}": comparable(c) for c in snap.generation_configs}
     if snap.pipeline_call is not None:
         configs["pipeline_call"] = comparable(snap.pipeline_call)
-    typed = snap.declares("generation_config") or snap.declares("diffusion_steps")  # compared through their models above
-    if not typed and isinstance(snap.call_config_json, dict):  # any other backend: its declared call config, as recorded
+    declared = snap.declaration.call_config  # one read with genrun's own model is compared through it above
+    if declared is not None and not declared.read_as_model and isinstance(snap.call_config_json, dict):  # as recorded
         configs["call_config"] = snap.call_config_json
     return configs
 

@@ -259,10 +259,10 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
 
 
 def _declared_call_config(snap: Snapshot) -> dict[str, Any]:
-    """The call config of a backend whose evidence kinds name no model for it (the limits and pipeline tables show the others)."""
+    """The declared call config as recorded, where the declaration records its schema (a call config read with genrun's own
+    model is shown by the limits and pipeline tables, typed)."""
     declared = snap.declaration.call_config
-    typed = snap.declares("generation_config") or snap.declares("diffusion_steps")
-    if typed or declared is None or not isinstance(snap.call_config_json, dict):
+    if declared is None or declared.read_as_model or not isinstance(snap.call_config_json, dict):
         return {}
     return {"call_config": snap.call_config_json, "call_config_name": declared.name}
 

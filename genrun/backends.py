@@ -1,109 +1,143 @@
 """Writing a genrun backend: everything a third-party backend imports, from this one module.
 
-A backend is a model family or engine genrun can plan and run (`transformers` and `diffusers` are
-built in). Anything under `genrun.runner`, `genrun.schemas` or `genrun.analysis` is genrun's own
-and may change between releases; what is named here is the plugin contract.
+A backend is a model family or engine genrun can plan and run. Four are built in (`transformers`,
+`diffusers`, `loop`, `vllm`) and use genrun only through this module, as yours will. Anything under
+`genrun.runner`, `genrun.schemas` or `genrun.analysis` is genrun's own and may change between
+releases; what is named here is the plugin contract. A complete, runnable example ships with genrun:
+`genrun.examples.counter_backend` (read its source; `help()` it, or copy it).
 
-**1. Register it.** Declare a factory in your distribution's entry points; genrun finds it by the
-`[model] backend` value of a request and never compares backend names itself::
+**1. Register it.** Declare a factory (no arguments, returns your backend) in your distribution's
+entry points; genrun finds it by the `[model] backend` value of a request and never compares names
+itself. Two installed distributions registering one name are refused, naming both::
 
     [project.entry-points."genrun.backends"]
-    counter = "my_package.counter:create_backend"    # create_backend() -> a Backend
+    counter = "my_package.counter:create_backend"    # add " [extra]" to name an extra it needs
 
-**2. Declare your evidence** (`EvidenceDeclaration`, the backend's `evidence` attribute). `genrun
-plan` freezes it into each snapshot as `backend.json`, with the JSON Schema of your models, so
-`verify`, `report` and `diff` check your snapshots without importing your code::
+**2. The backend object: every required member** (a missing one is refused at plan time, named)::
 
-    class CounterCall(BaseModel): ...                        # your call-config artifact's model
+    class CounterBackend:
+        name = "counter"                              # str: the entry-point name; `[model] backend` it serves
+        evidence = EvidenceDeclaration(...)           # what it writes and analysis may check (section 3)
 
-    class CountedAll(StopEvidence):                          # one model per stop reason
-        reason: Literal["completed"] = "completed"
+        def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None: ...
+        def prepare_inputs(self, request: Request, processor: Any) -> Any: ...
+        def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool,
+                            context: PlanContext) -> TokenBudget: ...
+        def progress_unit(self, request: Request) -> tuple[Unit, int]: ...
+        def load(self, ctx: LoadContext) -> LoadedModel: ...
+        def start(self, ctx: ExecutionContext) -> Run: ...   # Run: generate(loaded) -> None, finish(end) -> BackendOutcome
+
+- `validate_request`, at plan time before anything is hashed or written: refuse what you cannot run
+  with `RequestError` (exit 2); collect `[generation]` problems and call `refuse_generation(problems)`;
+  `unknown_key_message(("generation",), key, valid_keys)` words an unknown key with a did-you-mean.
+  `context.cached(key, compute)` caches a read (a checkpoint's config) that a sweep's items share.
+- `prepare_inputs`: the model inputs `[input]` becomes, the same at plan and at execution
+  (`processor`: `LoadedModel.processor` at execution).
+- `estimate_budget`: the pre-flight `token-budget.json`; `force` records refusals instead of refusing.
+  A backend that is not a token language model builds it with one call (no KV-cache fields)::
+
+      unit_budget(request, unit="step", units=steps, weight_bytes=weight_bytes, force=force,
+                  rows=1, working_bytes=0, refusals=(), units_key="steps")
+
+  A token LM fills `TokenBudget` itself (prompt, context, KV bytes) with `memory_fit`, `refusals_for`
+  and `with_refusals`; `DTYPE_BYTES` sizes a dtype, `WEIGHT_SUFFIXES` names weight files.
+- `progress_unit`: what `progress.ndjson` counts (`"token"`, `"frame"`, `"step"`, ...) and how many
+  `recorder.step()` calls make one unit.
+- `load(ctx)`: load the frozen model offline from `ctx.model_dir` onto `ctx.device`; return
+  `LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=ctx.request.model.dtype,
+  device=ctx.device, loader=ctx.request.model.loader, model=..., processor=..., load_s=...)`, with
+  `release=` if dropping it is not enough (e.g. a child process). A sweep may reuse it for other snapshots.
+- `start(ctx)`: your `Run` for one snapshot; cheap, loads and writes nothing.
+
+Optional members: `request_tables = ("engine",)` (top-level request tables you own: genrun parses
+them into `request.backend_tables["engine"]` and refuses tables no one owns); `user_code(request)`
+returning `(field, "module:function")` pairs (hashed into `code.json`; resolve them with
+`resolve_callable(reference, field)` inside `user_import_paths(ctx.import_paths)`); `not_installed()`
+returning the install line when your libraries are missing (`None`: ready); batching (section 6).
+
+**3. Declare your evidence.** `genrun plan` freezes `evidence` into each snapshot as `backend.json`,
+with the JSON Schema of your models, so `verify`, `report` and `diff` check your snapshots without
+importing your code::
+
+    class CounterCall(BaseModel): ...                          # your call-config artifact's model
+
+    class _Counted(StopEvidence):                              # facts every reason of yours carries
         counted: int
 
+    class CountedAll(_Counted):                                # one model per stop reason
+        reason: Literal["completed"] = "completed"
+
+    class CountInterrupted(Interrupted, _Counted): ...         # `signal`, from genrun
+    class CountFailed(Failed, _Counted): ...                   # `raised` (the class name), from genrun
+
     evidence = EvidenceDeclaration(
-        kinds=("call_config", "stop_records"),               # from EVIDENCE_KIND_MEANING
-        stop_evidence=(CountedAll, Interrupted, Failed),
+        kinds=("call_config", "stop_records"),                 # keys of EVIDENCE_KIND_MEANING
+        stop_evidence=(CountedAll, CountInterrupted, CountFailed),
         call_config_name="counter-call.json", call_config_model=CounterCall,
     )
 
 The kinds say which of verify's checks apply. Every backend provides `stop_records`; add
-`call_config` with a call-config artifact; `token_ids` only if you write
-`generated-token-ids.safetensors` and its summary the way the built-in language-model backend does
-and give every stop model the `TokenStopFacts` fields (subclass it; `save_token_rows` writes the
-files from ids a backend kept itself); `diffusion_steps` only if
-your stop evidence carries `steps` as diffusion pipelines do. Reasons come from the core
-vocabulary (`StopReason`, meanings in `STOP_REASON_MEANING`): `completed`, `interrupted` and
-`exception` must agree with how the run ended; the others (`eos`, `max_new_tokens`, ...) are
-yours to justify in your evidence.
-
-**3. Plan-time members** (called by `genrun plan`, before anything is hashed or written; both
-receive the plan's `PlanContext` last, whose `cached(key, compute)` caches a read, such as a checkpoint's
-config, that a sweep's items share): `validate_request(request, model_dir, context)` refuses what you
-cannot run with `RequestError` (exit 2): collect the problems and call `refuse_generation(problems)`;
-`unknown_key_message` words an unknown `[generation]` key with a did-you-mean.
-`estimate_budget(request, model_dir, weight_bytes, force, context)` returns the `TokenBudget` (use
-`memory_fit`, `refusals_for`, `with_refusals`); `progress_unit(request)` says what you count (`"token"`, `"frame"`, `"step"`)
-and how many recorder steps make one unit; `prepare_inputs(request, processor)` builds the model
-inputs the same way at plan and at execution.
-
-A backend that runs user code named in its table lists it with an optional `user_code(request)` member
-returning `(field, "module:function")` pairs: planning hashes those modules into `code.json` (like
-`[entrypoint] callable`), and `validate_request` / `estimate_budget` run with the request's directory
-importable (`resolve_callable`), as the run does with `user_import_paths(ctx.import_paths)`.
-
-A backend that needs its own request table (an engine's `[engine]`, a loop's `[loop]`) lists it in a
-`request_tables = ("engine",)` attribute: genrun parses any top-level table that is not its own into
-`request.backend_tables["engine"]`, refuses a table the chosen backend does not list (exit 2, with a
-did-you-mean), and leaves the content to your `validate_request`.
+`call_config` with a call-config artifact; `token_ids` only if you write the token-id files with
+`save_token_rows` (and `save_prompt_ids`) and give every stop model the `TokenStopFacts` fields;
+`stages` as in section 5. Reasons come from the core vocabulary (`StopReason`, meanings in
+`STOP_REASON_MEANING`): `completed`, `interrupted` and `exception` must agree with how the run ended;
+the others (`eos`, `max_new_tokens`, ...) are yours to justify in your evidence. `Interrupted`,
+`Failed` and `FailedWithMessage` (`type` and `message` instead of `raised`) are the shared models of
+the two reasons the core decides: subclass one first, then your shared facts.
 
 **4. The run** (genrun's core owns the template; you fill its steps)::
 
     run = backend.start(ctx)                   # ExecutionContext -> your Run; loads and writes nothing
-    loaded = backend.load(ctx)                 # LoadContext -> LoadedModel (skipped when a sweep reuses one;
-                                               # give it `release=` if dropping it is not enough, e.g. a child process)
+    loaded = backend.load(ctx)                 # LoadContext -> LoadedModel (skipped when a sweep reuses one)
     run.generate(loaded)                       # may raise anything; RunInterrupted on SIGINT/SIGTERM
     outcome = run.finish(end)                  # GenerationEnd -> BackendOutcome, once, signals already disarmed
 
 In `generate`, write the call-config artifact (`ctx.snapshot.write(name, model)`: the snapshot as a
-writable `SnapshotDir`, every write atomic), call `ctx.recorder.start(planned_units, rows)`, then `ctx.recorder.step()` once per
-generated unit; hold a signal to stop at a clean point with `deferred()`. A file you append to yourself is written
-after `refuse_other_process(what)`: a child forked by user code that returns into your code ends there (genrun's
-own writes and the seal check the same). In `finish(end)`, write
-your outputs under `ctx.outputs_dir` (partial ones too; `ctx.snapshot.write_bytes("outputs/NAME", data)`
-writes one atomically) and return a `BackendOutcome` with one
-`SequenceStop` per row whose reason agrees with `end` (`end.returned`, `end.signal`,
-`end.failure`; `exception_info(end.failure)` fills `SequenceStop.exception`), and timings from
-`generation_timings`. Never catch `BaseException` to classify the run and never disarm signals:
-the core does both, writes `generation-stop.json`, `result.json` and the terminal progress
-event, and seals the snapshot, for every backend alike.
+writable `SnapshotDir`, every write atomic), call `ctx.recorder.start(planned_units, rows)`, then
+`ctx.recorder.step()` once per generated unit; hold a signal to stop at a clean point with
+`deferred()` (`first_signal()` says whether one is held). A file you append to yourself is written after
+`refuse_other_process(what)`: a child forked by user code that returns into your code ends there (genrun's own writes
+and the seal check the same). `[input]` files frozen with the snapshot
+are `read_input_files(ctx.snapshot_dir)` and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
+and `load_image` read them. In `finish(end)`, write your outputs under `ctx.outputs_dir` (partial ones
+too; `ctx.snapshot.write_bytes("outputs/NAME", data)`, or `save_audio`, `save_array`,
+`save_output_fields` for arrays, which need numpy) and return `BackendOutcome(unit=..., generated=...,
+generated_tokens=..., first_unit_s=..., decode_s=..., stops=(SequenceStop(...), ...), outputs=(...))`:
+one `SequenceStop(index=row, call_index=0, reason=..., generated=..., exception=..., evidence=...)`
+per row whose reason agrees with `end` (`end.returned`, `end.signal`, `end.failure`;
+`exception_info(end.failure)` fills `exception`), and timings from
+`generation_timings(ctx.recorder, started, None)`. Never catch `BaseException` to classify the run and
+never disarm signals: the core does both, writes `generation-stop.json`, `result.json` and the terminal
+progress event, and seals the snapshot, for every backend alike.
 
-**5. Stages** (evidence kind `stages`): a backend whose run is a sequence of stages (an autoregressive stage,
-then an acoustic one) writes `STAGE_PROGRESS_FILE` (`StageStartEvent` / `StageProgressEvent` / `StageEndEvent`
-lines), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop record's stage in its
-evidence (`stage`, `units`, `ids`); verify then checks ids against counts per stage and row, `eos` and
-`max_new_tokens` claims against the ids, and what a consuming stage read against what its source made.
+**5. Stages** (evidence kind `stages`): a backend whose run is a sequence of stages (an autoregressive
+stage, then an acoustic one) writes `STAGE_PROGRESS_FILE` (`StageStartEvent` / `StageProgressEvent` /
+`StageEndEvent` lines), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop
+record's stage in its evidence (`stage`, `units`, `ids`); verify then checks ids against counts per
+stage and row, `eos` and `max_new_tokens` claims against the ids, and what a consuming stage read
+against what its source made. The built-in `loop` backend (`genrun.runner.backends.loop`, its
+recorder documented in docs/backends.md) is one.
 
 **6. Batching (optional)**: an engine that batches requests itself may also offer
-`items_per_worker(request, model_dir)` and `open_batch(loaded) -> ItemBatch` (`BatchingBackend`): a local sweep
-worker then runs that many items at once on one loaded model, each still its own snapshot on its own thread, and its
-`generate` hands its requests to the open batch. The `vllm` backend is the example.
+`items_per_worker(request, model_dir) -> int` and `open_batch(loaded) -> ItemBatch` (`BatchingBackend`):
+a local sweep worker then runs that many items at once on one loaded model, each still its own snapshot
+on its own thread, and its `generate` hands its requests to the open batch. The built-in `vllm`
+backend is the example.
 
-The backend under `tests/test_backend_plugin/counter_backend.py` is a complete example that
-imports nothing else from genrun; the `loop` backend (`genrun.runner.backends.loop`) is another,
-with stages. Its recorder is the contract a loop sees::
-
-    def generate(model_dir, inputs, generation, rec, **kwargs):       # [loop] callable
-        rec.config({"eos_token_ids": [2]})                             # once, before the first unit
-        with rec.stage("lm", unit="token", rows=1) as lm:              # stages run in sequence
-            lm.emit(0, [17])                                           # ids: list or numpy array
-            lm.stop(0, "eos", eos_token_id=2)                          # or max_new_tokens (limit=), a loop reason
-        with rec.stage("decode", unit="window", rows=1, consumes="lm") as dec:
-            dec.advance(0, 1, consumed=1)                              # units without ids; source units read
+**Also here**: `ENTRY_POINT_GROUP` (the group's name); `Backend` (the protocol of section 2, for
+`isinstance` and type checkers); `ProgressRecorder` (the type of `ctx.recorder`); `EvidenceKind` (the
+type of a kind); `ExceptionInfo` (what `exception_info` returns); `MemoryFit` (what `memory_fit`
+returns); `DecodedAudio` (what `decode_audio` returns: samples and rate); `StageRecord` and
+`StageUnit` (the parts of `Stages`); `write_bytes_atomic(path, data)` and `write_model_atomic(path,
+model)` (a file outside the snapshot's own layout, atomically); `save_entrypoint_result(outputs_dir,
+value)` (what a user's entry point returned, as `outputs/` files); for `token_ids`, `TokenRow` (one
+row's ids), `summarise_token_rows` (the summary `save_token_rows` writes, without writing) and
+`write_sequence_texts` (each row's decoded text under `outputs/`).
 """
 
 from genrun.runner._io import write_bytes_atomic, write_model_atomic
 from genrun.runner.backends.batching import BatchingBackend, ItemBatch
-from genrun.runner.backends.entrypoint import resolve_callable, user_import_paths
+from genrun.runner.backends.entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 from genrun.runner.backends import (
     ENTRY_POINT_GROUP,
     Backend,
@@ -117,21 +151,29 @@ from genrun.runner.backends import (
     generation_timings,
     refuse_generation,
 )
-from genrun.runner.budget import MemoryFit, memory_fit, refusals_for, with_refusals
+from genrun.runner.backends._audio import DecodedAudio, decode_audio
+from genrun.runner.backends._images import load_image
+from genrun.runner.budget import DTYPE_BYTES, MemoryFit, memory_fit, refusals_for, unit_budget, with_refusals
 from genrun.runner.errors import RequestError
 from genrun.runner.executing_process import refuse_other_process
-from genrun.runner.interrupts import RunInterrupted, deferred
+from genrun.runner.input_files import input_path, read_input_files
+from genrun.runner.interrupts import RunInterrupted, deferred, first_signal
+from genrun.runner.media import save_array, save_audio, save_output_fields
+from genrun.runner.model_identity import WEIGHT_SUFFIXES
 from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.request_loading import unknown_key_message
 from genrun.runner.run_log import add_line_from_another_process
-from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows
+from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows, summarise_token_rows, write_sequence_texts
 from genrun.schemas import (
     EVIDENCE_KIND_MEANING,
     STOP_REASON_MEANING,
     EvidenceDeclaration,
     EvidenceKind,
     ExceptionInfo,
+    Failed,
+    FailedWithMessage,
+    Interrupted,
     Request,
     SequenceStop,
     StopEvidence,
@@ -139,13 +181,12 @@ from genrun.schemas import (
     TokenBudget,
     TokenStopFacts,
 )
-from genrun.schemas.layout import LOOP_CALL as LOOP_CALL_FILE
 from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
 from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
 from genrun.schemas.layout import STAGES as STAGES_FILE
 from genrun.schemas.progress import Unit
+from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
 from genrun.snapshot_dir import SnapshotDir
-from genrun.schemas.stages import LoopCall, StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
 
 __all__ = [
     # registering and the protocol
@@ -154,27 +195,29 @@ __all__ = [
     "BackendOutcome", "ExecutionContext", "GenerationEnd", "LoadContext", "LoadedModel", "ProgressRecorder", "Request", "Unit",
     "generation_timings",
     # evidence: the declaration and the stop records
-    "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "STOP_REASON_MEANING", "SequenceStop",
-    "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
+    "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "Interrupted",
+    "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
     # signals; a process forked by user code never writes (its own appends: `refuse_other_process` first)
-    "RunInterrupted", "deferred", "refuse_other_process",
+    "RunInterrupted", "deferred", "first_signal", "refuse_other_process",
     # optional: many snapshots' generation at once on one loaded model (a sweep worker's items; see section 6)
     "BatchingBackend", "ItemBatch",
     # refusing a request
     "RequestError", "refuse_generation", "unknown_key_message",
     # the plan-time budget
-    "MemoryFit", "PlanContext", "TokenBudget", "memory_fit", "refusals_for", "with_refusals",
+    "DTYPE_BYTES", "MemoryFit", "PlanContext", "TokenBudget", "WEIGHT_SUFFIXES", "memory_fit", "refusals_for", "unit_budget", "with_refusals",
+    # the request's input files, as frozen into the snapshot (`[input]` audio/images)
+    "DecodedAudio", "decode_audio", "input_path", "load_image", "read_input_files",
     # writing an artifact (`ctx.snapshot`; the functions write a file outside a snapshot's own layout atomically)
     "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
+    # writing outputs under `ctx.outputs_dir` (numpy needed when called)
+    "save_array", "save_audio", "save_entrypoint_result", "save_output_fields",
     # the `stages` evidence kind: a run of stages in sequence (its files and their models)
     "STAGES_FILE", "STAGE_IDS_FILE", "STAGE_PROGRESS_FILE", "StageEndEvent", "StageIds", "StageProgressEvent", "StageRecord", "Stages",
     "StageStartEvent", "StageUnit",
-    # the `loop` backend's call config (registered with genrun's artifacts)
-    "LOOP_CALL_FILE", "LoopCall",
     # output of a process the backend starts (an engine's own process), read back into the run's run-log.ndjson
     "add_line_from_another_process",
     # user code named by the request (`module:function`, beside the request)
     "resolve_callable", "user_import_paths",
     # the `token_ids` evidence kind, for a backend that keeps its own ids (needs torch and safetensors)
-    "TokenRow", "save_prompt_ids", "save_token_rows",
+    "TokenRow", "save_prompt_ids", "save_token_rows", "summarise_token_rows", "write_sequence_texts",
 ]

@@ -3,14 +3,15 @@ context and the device memory? Computed from config files and the tokenizer only
 weights are loaded, so a run that cannot fit is refused in seconds instead of failing after hours.
 
 This module holds what every backend shares: dtype sizes, the device and its free memory, the
-memory fit and the refusals. A decoder's KV-cache math is in `kv_budget.py`; the transformers
-length rules are in the transformers backend's package.
+memory fit and the refusals. A decoder's KV-cache math and the transformers length rules are in the
+transformers backend's package.
 """
 
 from pathlib import Path
 from typing import NamedTuple
 
-from genrun.schemas import TokenBudget
+from genrun.schemas import Request, TokenBudget
+from genrun.schemas.progress import Unit
 from genrun.schemas.rendering import human_bytes
 
 from .errors import BudgetRefused, RequestError
@@ -111,9 +112,10 @@ def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tupl
             f"exceeds the model's context limit {limit:,}; lower [generation] {unit_word} to at most {max(allowed, 0):,}"
         )
     if budget.fits_memory is False:
+        kv = ("" if budget.kv_bytes_at_budget is None else
+              f" + KV {human_bytes(budget.kv_bytes_at_budget)} for {budget.rows_per_request} row(s) x {budget.effective_max_length or 0:,} tokens")
         reasons.append(
-            f"needs ~{human_bytes(budget.required_bytes)} (weights {human_bytes(budget.weight_bytes)} + KV {human_bytes(budget.kv_bytes_at_budget or 0)} "
-            f"for {budget.rows_per_request} row(s) x {budget.effective_max_length or 0:,} tokens + activations {human_bytes(budget.activation_bytes_estimate)} "
+            f"needs ~{human_bytes(budget.required_bytes)} (weights {human_bytes(budget.weight_bytes)}{kv} + activations {human_bytes(budget.activation_bytes_estimate)} "
             f"+ margin {human_bytes(budget.margin_bytes)}) but {budget.device} has {human_bytes(budget.device_memory_free_bytes or 0)} free; "
             "lower the budget or the batch, use a smaller dtype, or free memory"
         )
@@ -129,3 +131,21 @@ def enforce(budget: TokenBudget) -> None:
     if budget.refusals and not budget.forced:
         raise BudgetRefused("pre-flight refused the plan:" + "".join(f"\n  - {r}" for r in budget.refusals) + f"\n  {FORCE_ADVICE}")
 
+
+
+def unit_budget(request: Request, *, unit: Unit, units: int | None, weight_bytes: int, force: bool, rows: int = 1, working_bytes: int = 0,
+                refusals: tuple[str, ...] = (), units_key: str = "max_new_tokens") -> TokenBudget:
+    """`token-budget.json` for a backend that is not a token language model: no prompt, context or KV cache, only the units
+    it plans (`units`, `None`: the backend decides as it runs), the rows it runs side by side, and whether the weights plus
+    `working_bytes` (activations, latents, an engine's own buffers) fit the device's free memory with the request's margin.
+
+    `refusals` are the backend's own (each with its fix); a memory refusal is added here, naming `units_key`, the request
+    key that sets `units`. `force` records them instead of refusing, as for every budget."""
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes + working_bytes)
+    draft = TokenBudget(
+        units=unit, prompt_tokens=None, batch_size=rows, requested_units=units, requested_units_source=None if units is None else "request",
+        effective_max_length=None, context_limit=None, fits_context=None, kv_bytes_per_token=None, rows_per_request=rows,
+        kv_bytes_at_budget=None, weight_bytes=weight_bytes, activation_bytes_estimate=working_bytes, **memory._asdict(),
+        domain=None, refusals=(), forced=False,
+    )
+    return with_refusals(draft, refusals_for(draft, units_key) + refusals, force)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         EvidenceKind,
         derived_declaration,
     )
-    from .stop import STOP_REASON_MEANING, TERMINAL_REASONS, ExceptionInfo, GenerationStop, SequenceStop, StopEvidence, StopReason, describe_stop
+    from .stop import STOP_REASON_MEANING, TERMINAL_REASONS, ExceptionInfo, Failed, FailedWithMessage, GenerationStop, Interrupted, SequenceStop, StopEvidence, StopReason, describe_stop
     from .stop_diffusion import DIFFUSION_STOP_EVIDENCE, CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps
     from .stop_tokens import (
         TOKEN_STOP_EVIDENCE,
@@ -74,7 +74,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "run_log": ("RunLogLine",),
     "signoff": ("Decision", "DigestKind", "Signoff"),
     "evidence": ("DIFFUSION_EVIDENCE", "EVIDENCE_KIND_MEANING", "TOKEN_EVIDENCE", "BackendDeclaration", "CallConfigArtifact", "EvidenceDeclaration", "EvidenceKind", "derived_declaration"),
-    "stop": ("STOP_REASON_MEANING", "TERMINAL_REASONS", "ExceptionInfo", "GenerationStop", "SequenceStop", "StopEvidence", "StopReason", "describe_stop"),
+    "stop": ("STOP_REASON_MEANING", "TERMINAL_REASONS", "ExceptionInfo", "Failed", "FailedWithMessage", "GenerationStop", "Interrupted", "SequenceStop", "StopEvidence", "StopReason", "describe_stop"),
     "stop_diffusion": ("DIFFUSION_STOP_EVIDENCE", "CompletedEvidence", "DiffusionExceptionEvidence", "DiffusionInterruptedEvidence", "DiffusionSteps"),
     "stop_tokens": ("TOKEN_STOP_EVIDENCE", "CustomEvidence", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "StopStringEvidence", "TokenStopFacts", "UnknownEvidence"),
     "token_ids": ("GeneratedTokenIds", "TokenSequenceSummary"),

@@ -39,8 +39,8 @@ EVIDENCE_KIND_MEANING: Mapping[str, str] = MappingProxyType({
                  "facts (`TokenStopFacts`): counts, summaries, saved text and stop reasons are checked against the ids",
     "generation_config": "`generation-config.before-generate[.<i>].json`: effective limits and who set each (limit checks)",
     "generation_calls": "`generation-calls.json`: each generate call's path and evidence level",
-    "diffusion_steps": "each row's evidence carries `steps` (done / planned) and the call config is a pipeline call "
-                       "(`pipeline-call.before-call.json`): steps are checked across stop file, progress and result",
+    "diffusion_steps": "each row's evidence carries `steps` (done / planned): steps are checked across stop file, progress "
+                       "and result",
     "stages": "`stages.json`, `stage-ids.json` and `stage-progress.ndjson`: ids agree with each stage's counts per row, `eos` and "
               "`max_new_tokens` claims (the stop record's `stage`) are checked against the ids, a consuming stage's reads against "
               "its source, and a row without a stop is named",
@@ -83,6 +83,11 @@ class CallConfigArtifact(Strict):
     json_schema: dict[str, Any] | None
     """That model's JSON Schema, so readers validate the file without the backend's code; `None` when the model is
     genrun's own (`genrun.schemas`: readers validate with it, older formats migrated, and every snapshot stays small)."""
+
+    @property
+    def read_as_model(self) -> bool:
+        """Readers load the file with genrun's own model (typed, migrated) rather than as JSON checked against `json_schema`."""
+        return self.json_schema is None
 
 
 class BackendDeclaration(Versioned):

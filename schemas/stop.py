@@ -84,6 +84,41 @@ class StopEvidence(Strict):
         return self.model_dump(mode="json").get(name, default)
 
 
+class Interrupted(StopEvidence):
+    """`interrupted`: a signal (SIGINT/SIGTERM) ended the run before this row stopped on its own.
+
+    Every backend's model of this reason: subclass it first, before your own shared facts
+    (`class MyInterrupted(Interrupted, MyFacts)`), to add what the row had counted."""
+
+    reason: Literal["interrupted"] = "interrupted"
+    """Tag."""
+    signal: str
+    """`SIGINT` or `SIGTERM`."""
+
+
+class Failed(StopEvidence):
+    """`exception`: the run raised before this row stopped on its own (the traceback is in the record's `exception`).
+
+    Subclass it first, as `Interrupted`, to add your own shared facts."""
+
+    reason: Literal["exception"] = "exception"
+    """Tag."""
+    raised: str
+    """The exception's class name."""
+
+
+class FailedWithMessage(StopEvidence):
+    """`exception`, recorded as the exception's qualified type and message rather than `Failed`'s class name (the
+    traceback is in the record's `exception`). Subclass it first, as `Interrupted`."""
+
+    reason: Literal["exception"] = "exception"
+    """Tag."""
+    type: str | None
+    """Qualified exception class name."""
+    message: str | None
+    """`str(exception)`."""
+
+
 class SequenceStop(Strict):
     """Stop record of one row (or of one call, for a backend without rows): the same for every backend."""
 

@@ -3,7 +3,7 @@
 from typing import Literal
 
 from ._base import Strict
-from .stop import StopEvidence
+from .stop import FailedWithMessage, Interrupted, StopEvidence
 
 StepsPlannedSource = Literal["denoising_loop", "set_timesteps_dry_run", "requested_num_inference_steps"]
 """Where a diffusion call's planned step count came from, best evidence first."""
@@ -46,26 +46,15 @@ class CompletedEvidence(_StepStop):
     """Tag."""
 
 
-class DiffusionInterruptedEvidence(_StepStop):
+class DiffusionInterruptedEvidence(Interrupted, _StepStop):
     """`interrupted`: a signal stopped the pipeline."""
 
-    reason: Literal["interrupted"] = "interrupted"
-    """Tag."""
-    signal: str
-    """`SIGINT` or `SIGTERM`."""
     interrupt_flag_set_at_step: int | None = None
     """The step at which the pipeline's interrupt flag was set."""
 
 
-class DiffusionExceptionEvidence(_StepStop):
+class DiffusionExceptionEvidence(FailedWithMessage, _StepStop):
     """`exception` (the traceback is in the record's `exception`)."""
-
-    reason: Literal["exception"] = "exception"
-    """Tag."""
-    type: str | None
-    """Qualified exception class name."""
-    message: str | None
-    """`str(exception)`."""
 
 
 DIFFUSION_STOP_EVIDENCE: tuple[type[StopEvidence], ...] = (CompletedEvidence, DiffusionInterruptedEvidence, DiffusionExceptionEvidence)

@@ -8,7 +8,7 @@ row's evidence these fields, so `verify` can hold the recorded reason against th
 from typing import Literal
 
 from .generation_config import LimitSource
-from .stop import StopEvidence
+from .stop import FailedWithMessage, Interrupted, StopEvidence
 
 
 class TokenStopFacts(StopEvidence):
@@ -118,24 +118,12 @@ class UnknownEvidence(_Closed):
     """User criteria that fired."""
 
 
-class InterruptedEvidence(_Closed):
+class InterruptedEvidence(Interrupted, _Closed):
     """`interrupted`: a signal ended generation (the row keeps the ids generated so far)."""
 
-    reason: Literal["interrupted"] = "interrupted"
-    """Tag."""
-    signal: str
-    """`SIGINT` or `SIGTERM`."""
 
-
-class ExceptionEvidence(_Closed):
+class ExceptionEvidence(FailedWithMessage, _Closed):
     """`exception` (the traceback is in the record's `exception`)."""
-
-    reason: Literal["exception"] = "exception"
-    """Tag."""
-    type: str | None
-    """Qualified exception class name."""
-    message: str | None
-    """`str(exception)`."""
 
 
 TOKEN_STOP_EVIDENCE: tuple[type[StopEvidence], ...] = (

@@ -1,4 +1,4 @@
-"""The test plugin backend (`tests/test_backend_plugin/counter_backend.py`) installed in this process, for in-process runs."""
+"""The example plugin backend genrun ships (`genrun.examples.counter_backend`) installed in this process, for in-process runs."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -6,8 +6,6 @@ from pathlib import Path
 import pytest
 
 from genrun.runner.backends import installed_backends
-
-PLUGIN_DIR = Path(__file__).parent / "test_backend_plugin"
 
 
 @pytest.fixture
@@ -17,11 +15,10 @@ def counter_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     dist = tmp_path / "site" / "genrun_counter_backend-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: genrun-counter-backend\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[genrun.backends]\ncounter = counter_backend:create_backend\n")
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    (dist / "entry_points.txt").write_text("[genrun.backends]\ncounter = genrun.examples.counter_backend:create_backend\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     installed_backends.cache_clear()
-    import counter_backend
+    from genrun.examples import counter_backend
 
     yield counter_backend.CounterBackend
     monkeypatch.undo()

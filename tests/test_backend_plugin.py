@@ -5,10 +5,11 @@ Proof that the seam holds end to end: the counter's snapshots plan, execute, sea
 `report` (text, JSON, HTML) and `diff`, checked by the evidence kinds its `backend.json` declares and
 against the JSON Schemas recorded there (nothing diffusers- or transformers-shaped).
 
-The "counter" backend lives only in tests/test_backend_plugin/. Each test installs it the way a
-distribution would, as a `*.dist-info` (METADATA + entry_points.txt) on the `PYTHONPATH` of a
-real `genrun` subprocess: entry points are what is under test, so a subprocess (whose
-`importlib.metadata` sees that path from the start) is the point here.
+The "counter" backend is the example genrun ships (`genrun.examples.counter_backend`), imported from the
+installed package. It is not registered by genrun itself: each test installs it the way a third party's
+distribution would, as a `*.dist-info` (METADATA + entry_points.txt) on the `PYTHONPATH` of a real
+`genrun` subprocess: entry points are what is under test, so a subprocess (whose `importlib.metadata`
+sees that path from the start) is the point here.
 """
 
 import ast
@@ -24,16 +25,16 @@ import pytest
 from genrun.analysis import Finding, read_snapshot, verify_snapshot
 from genrun.schemas import BackendDeclaration, GenerationStop, Result, layout
 
-PLUGIN_DIR = Path(__file__).parent / "test_backend_plugin"
+EXAMPLE = "genrun.examples.counter_backend"
 
 
-def install_counter(site: Path, target: str = "counter_backend:create_backend") -> dict[str, str]:
-    """Write the counter's dist-info under `site`; the environment of a genrun process that sees it."""
-    dist = site / "genrun_counter_backend-0.1.dist-info"
+def install_counter(site: Path, target: str = f"{EXAMPLE}:create_backend", dist_name: str = "genrun-counter-backend") -> dict[str, str]:
+    """Write a dist-info registering the counter under `site`; the environment of a genrun process that sees it."""
+    dist = site / f"{dist_name.replace('-', '_')}-0.1.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: genrun-counter-backend\nVersion: 0.1\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(f'[genrun.backends]\ncounter = {target}\n')
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(PLUGIN_DIR)])}
+    return {**os.environ, "PYTHONPATH": str(site)}
 
 
 def genrun(*args: str, env: dict[str, str] | None = None, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -82,7 +83,7 @@ def test_a_backend_under_tests_plans_executes_seals_and_verifies(tmp_path: Path)
     declared = BackendDeclaration.model_validate_json((snapshot / layout.BACKEND).read_bytes())
     assert (declared.backend, declared.distribution, declared.distribution_version) == ("counter", "genrun-counter-backend", "0.1")
     assert (declared.unit, declared.evidence, declared.stop_reasons) == ("step", ("call_config", "stop_records"), ("completed", "interrupted", "exception"))
-    assert declared.call_config is not None and declared.call_config.model == "counter_backend:CounterCall"
+    assert declared.call_config is not None and declared.call_config.model == "genrun.examples.counter_backend:CounterCall"
     assert layout.BACKEND in (snapshot / layout.FROZEN_MANIFEST).read_text()
 
     verified = genrun("verify", str(snapshot), "--json", env=env, cwd=tmp_path)
@@ -174,7 +175,7 @@ def test_a_backend_that_declares_no_evidence_is_refused_naming_what_it_lacks(tmp
     site = tmp_path / "site"
     env = install_counter(site, target="undeclared_counter:create_backend")
     (site / "undeclared_counter.py").write_text(
-        "import counter_backend\n\n"
+        "from genrun.examples import counter_backend\n\n"
         "class Undeclared(counter_backend.CounterBackend):\n"
         "    evidence = property(lambda self: (_ for _ in ()).throw(AttributeError('evidence')))\n\n"
         "def create_backend():\n    return Undeclared()\n")
@@ -185,7 +186,9 @@ def test_a_backend_that_declares_no_evidence_is_refused_naming_what_it_lacks(tmp
 
 
 def test_the_counter_imports_nothing_from_genrun_but_the_plugin_module() -> None:
-    tree = ast.parse((PLUGIN_DIR / "counter_backend.py").read_text())
+    import genrun.examples.counter_backend as example
+
+    tree = ast.parse(Path(example.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert {name for name in imported if name.split(".")[0] == "genrun"} == {"genrun.backends"}

@@ -8,7 +8,7 @@ import pytest
 from transformers import Qwen3Config
 
 from conftest import run_cli, tiny_request, write_request
-from genrun.runner.kv_budget import kv_bytes_per_token, model_shape
+from genrun.runner.backends.transformers._kv_budget import kv_bytes_per_token, model_shape
 from genrun.runner.plan import plan_request
 from genrun.schemas import TokenBudget, layout
 

@@ -175,23 +175,23 @@ def test_output_kinds_are_saved_as_files(tmp_path: Path) -> None:
     from diffusers.pipelines.pipeline_utils import AudioPipelineOutput, ImagePipelineOutput
     from PIL import Image
 
-    from genrun.runner.backends._media import OTHER_FIELDS_FILE, save_pipeline_output
+    from genrun.runner.media import OTHER_FIELDS_FILE, save_output_fields
 
     rng = np.random.default_rng(0)
     images = ImagePipelineOutput(images=rng.random((2, 8, 8, 3), dtype=np.float32))
-    assert save_pipeline_output(tmp_path, images, None) == ("image_0.png", "image_1.png")
+    assert save_output_fields(tmp_path, images, None) == ("image_0.png", "image_1.png")
     with Image.open(tmp_path / "image_1.png") as png:
         assert np.array_equal(np.asarray(png), (images.images[1] * 255).round().astype(np.uint8))
     latents = ImagePipelineOutput(images=rng.random((1, 4, 8, 8), dtype=np.float32))
-    assert save_pipeline_output(tmp_path, latents, None, latents=True) == ("images.npy",)
+    assert save_output_fields(tmp_path, latents, None, latents=True) == ("images.npy",)
     assert np.array_equal(np.load(tmp_path / "images.npy"), latents.images)
     frames = {"frames": [[Image.new("RGB", (4, 4), (i, 0, 0)) for i in range(3)]], "nsfw_content_detected": [False]}
-    assert save_pipeline_output(tmp_path, frames, None) == ("video_0/frame_00000.png", "video_0/frame_00001.png",
+    assert save_output_fields(tmp_path, frames, None) == ("video_0/frame_00000.png", "video_0/frame_00001.png",
                                                             "video_0/frame_00002.png", OTHER_FIELDS_FILE)
     assert orjson.loads((tmp_path / OTHER_FIELDS_FILE).read_bytes()) == {"nsfw_content_detected": [False]}
     audio = AudioPipelineOutput(audios=rng.uniform(-1, 1, (1, 2, 100)).astype(np.float32))
-    assert save_pipeline_output(tmp_path, audio, None) == ("audios.npy",)  # a WAV with a guessed rate would lie about duration
-    assert save_pipeline_output(tmp_path, audio, 8000) == ("audio_0.wav",)
+    assert save_output_fields(tmp_path, audio, None) == ("audios.npy",)  # a WAV with a guessed rate would lie about duration
+    assert save_output_fields(tmp_path, audio, 8000) == ("audio_0.wav",)
     with wave.open(str(tmp_path / "audio_0.wav")) as clip:
         pcm = np.frombuffer(clip.readframes(100), dtype="<i2").reshape(100, 2).T
     assert np.array_equal(pcm, (audio.audios[0].astype(np.float64) * 32767).round().astype(np.int16))

@@ -63,7 +63,7 @@ def test_transformers_late_signal_while_ids_are_saved(tmp_path: Path, tiny_lm: P
 def test_diffusers_late_signal_while_outputs_are_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from genrun.runner.backends.diffusers import backend as diffusers_backend
 
-    monkeypatch.setattr(diffusers_backend, "save_pipeline_output", _sigint_first(diffusers_backend.save_pipeline_output))
+    monkeypatch.setattr(diffusers_backend, "save_output_fields", _sigint_first(diffusers_backend.save_output_fields))
     result, snapshot = _run(tmp_path, diffusion_request(TINY_DDIM, name="ddim-late", steps=3))
     _assert_late_signal_noted_not_acted_on(result, snapshot, {"completed"})
     assert result.generated == 3 and result.outputs == ("image_0.png",)

@@ -66,7 +66,7 @@ def test_rows_without_a_stop_and_short_consumption_are_warned_by_name(tmp_path: 
     code, findings = verify(snapshot)
     stages = findings["stages"]
     assert code == 0 and stages["status"] == "WARN", stages
-    assert "stage 'ar' row 0: unknown: the loop returned without saying why the row stopped" in stages["message"]
+    assert "stage 'ar' row 0: unknown: the run returned without saying why the row stopped" in stages["message"]
     assert "stage 'decode' consumed 4 of the 5 'ar' units its source produced" in stages["message"]
     custom = read(snapshot, "generation-stop.json")["sequences"][1]
     assert (custom["reason"], custom["evidence"]["loop_reason"], custom["evidence"]["budget"]) == ("custom", "budget_frames", 1)

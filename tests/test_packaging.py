@@ -129,6 +129,10 @@ def test_the_wheel_installs_one_top_level_package(wheel_env: Path) -> None:
     for folder in ("runner", "analysis", "schemas"):
         for path in (REPO / folder).rglob("*.py"):
             assert f"genrun/{path.relative_to(REPO).as_posix()}" in entries, f"{path} is missing from the wheel"
+    # Nor of `genrun` itself: the example backend the plugin docs point to ships in the wheel.
+    for path in (REPO / "genrun").rglob("*.py"):
+        assert path.relative_to(REPO).as_posix() in entries, f"{path} is missing from the wheel"
+    assert "genrun/examples/counter_backend.py" in entries
     assert any(entry.startswith("genrun/schemas/json/") for entry in entries)
 
 

@@ -292,8 +292,23 @@ def declaration_of(backend: Backend, request: Request) -> BackendDeclaration:
 
 @cache
 def installed_backends() -> dict[str, EntryPoint]:
-    """Backend name -> entry point, from every installed distribution's `genrun.backends` group."""
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    """Backend name -> entry point, from every installed distribution's `genrun.backends` group.
+
+    Two distributions registering one name are refused (RequestError naming both): which one a request would get must
+    never depend on the order distributions happen to be found in."""
+    found: dict[str, EntryPoint] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        first = found.setdefault(entry.name, entry)
+        if first is not entry:
+            raise RequestError(f"two installed distributions register the backend {entry.name!r} in the {ENTRY_POINT_GROUP!r} "
+                               f"entry-point group: {_provider(first)} and {_provider(entry)}; uninstall one, or rename its entry point")
+    return found
+
+
+def _provider(entry: EntryPoint) -> str:
+    """`genrun-counter 0.1 (counter:create_backend)`: the distribution behind an entry point, and what it points at."""
+    dist = entry.dist
+    return f"{dist.name} {dist.version} ({entry.value})" if dist is not None else repr(entry.value)
 
 
 def get_backend(name: str) -> Backend:

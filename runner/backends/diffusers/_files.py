@@ -12,10 +12,9 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
+from genrun.backends import WEIGHT_SUFFIXES, RequestError
 
-from genrun.analysis.install_hint import install_hint
 
-from ...errors import RequestError
 
 SAFETENSORS_DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -70,7 +69,7 @@ def pipeline_class(model_dir: Path) -> type:
     try:
         import diffusers
     except ImportError:
-        raise RequestError(f"[model] backend = 'diffusers' needs the diffusers extra: {install_hint('diffusers')}") from None
+        raise RequestError(f"[model] backend = 'diffusers' needs the diffusers extra: pip install 'genrun[diffusers]' (from a checkout of genrun: pip install -e '.[diffusers]')") from None
     found = getattr(diffusers, class_name, None)
     if found is None:
         raise RequestError(f"model_index.json names pipeline class {class_name!r}, which diffusers {diffusers.__version__} does not have")
@@ -146,8 +145,6 @@ def weight_bytes_at(weights: TensorBytes, dtype_bytes: int | None) -> int:
 def _folder_weights(folder: Path) -> TensorBytes:
     safetensors = sorted(p for p in folder.glob("*.safetensors") if not _is_variant(p))
     if not safetensors:
-        from ...model_identity import WEIGHT_SUFFIXES
-
         others = [p for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
         return TensorBytes({}, sum(p.stat().st_size for p in others))
     floats: dict[str, int] = {}

@@ -20,21 +20,17 @@ from typing import Any
 from genrun.schemas import DIFFUSION_EVIDENCE, PipelineCallBeforeCall, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
 from genrun.schemas.rendering import jsonable
+from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, generation_timings, refuse_generation, save_output_fields, unknown_key_message, user_import_paths
 
-from ... import interrupts
-from ...errors import RequestError
-from ...plan_context import PlanContext
-from ...request_loading import unknown_key_message
-from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, generation_timings, refuse_generation
 from . import _files as files
-from .._media import pipeline_sample_rate, save_pipeline_output
 from .budget import DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
 from .loading import denoiser_of, load_pipeline
 from .steps import StepObserver
 from .stop import stop_record
-from ..entrypoint import user_import_paths
 
 CALLBACK = "callback_on_step_end"
+SAMPLE_RATE_SOURCES = (("vocoder", "sampling_rate"), ("vae", "sampling_rate"), ("unet", "sample_rate"), ("transformer", "sample_rate"))
+"""(component, config key) where audio pipelines keep their output sample rate, in lookup order."""
 
 
 class DiffusersBackend:
@@ -119,12 +115,12 @@ class DiffusersRun:
             observer.wrap_progress_bar(pipe)
             pipe.set_progress_bar_config(disable=True)  # genrun draws its own bar; tqdm would interleave with it on stderr
             self.call = describe_call(ctx, pipe, plan, kwargs, timesteps, note, by_callback)
-            with interrupts.deferred():  # complete or absent, never half-written
+            with deferred():  # complete or absent, never half-written
                 ctx.snapshot.write(layout.PIPELINE_CALL, self.call)
             self.started = time.monotonic()
             try:
                 if by_callback:
-                    with interrupts.deferred():  # a signal waits for the next step's callback, which sets the interrupt flag
+                    with deferred():  # a signal waits for the next step's callback, which sets the interrupt flag
                         self.output = pipe(**kwargs)
                 else:
                     self.output = pipe(**kwargs)
@@ -145,7 +141,7 @@ class DiffusersRun:
             ctx.outputs_dir.mkdir(exist_ok=True)
             latents = self.call is not None and self.call.call_arguments.get("output_type") == "latent"
             try:
-                outputs = save_pipeline_output(ctx.outputs_dir, self.output, pipeline_sample_rate(self.pipe), latents=latents)
+                outputs = save_output_fields(ctx.outputs_dir, self.output, pipeline_sample_rate(self.pipe), latents=latents)
             except Exception as exc:  # recorded as the run's failure (below), with the files that were written
                 save_failure = exc
                 written = (p for p in ctx.outputs_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -239,3 +235,13 @@ def _number(value: Any) -> float | None:
 
 def _integer(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def pipeline_sample_rate(pipe: Any) -> int | None:
+    """The audio sample rate from the pipeline's components (vocoder, VAE, UNet config), `None` when none declares one."""
+    for component, key in SAMPLE_RATE_SOURCES:
+        config = getattr(getattr(pipe, component, None), "config", None)
+        value = getattr(config, key, None) if config is not None else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

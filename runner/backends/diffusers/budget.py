@@ -30,9 +30,8 @@ from typing import Any, NamedTuple
 
 from genrun.schemas import Request, TokenBudget
 from genrun.schemas.rendering import human_bytes
+from genrun.backends import DTYPE_BYTES, RequestError, memory_fit, with_refusals
 
-from ...budget import DTYPE_BYTES, memory_fit, with_refusals
-from ...errors import RequestError
 from . import _files as files
 
 LIVE_FEATURE_MAPS = 8

@@ -3,10 +3,9 @@ offline, at the request's dtype (per component for `auto`), checked against what
 
 from pathlib import Path
 from typing import Any
+from genrun.backends import LoadContext, resolve_callable
 
-from .. import LoadContext
 from . import _files as files
-from ..entrypoint import resolve_callable
 
 
 def load_pipeline(ctx: LoadContext) -> Any:

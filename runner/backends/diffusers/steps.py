@@ -10,10 +10,8 @@ timesteps is known, and that is when the `start` event is written.
 """
 
 from typing import Any
+from genrun.backends import ProgressRecorder, RunInterrupted, deferred, first_signal
 
-from ... import interrupts
-from ...interrupts import RunInterrupted
-from ...recorder import ProgressRecorder
 
 
 class StepObserver:
@@ -56,14 +54,14 @@ class StepObserver:
         """`n` steps finished."""
         self.ensure_started()
         # Held together: a signal between the stream's count and ours would leave a record past the stop.
-        with interrupts.deferred():
+        with deferred():
             self._recorder.step(n)
             self.steps += n
 
     def on_step_end(self, pipe: Any, step: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         """`callback_on_step_end(pipe, i, t, kwargs)`: count; on a held signal, ask the loop to skip what remains."""
         self.count()
-        signal_name = interrupts.first_signal()
+        signal_name = first_signal()
         if signal_name is not None and self.interrupt_flag_set_at is None:
             if not isinstance(getattr(type(pipe), "interrupt", None), property):
                 raise RunInterrupted(signal_name)  # this loop never reads the flag: stopping it means raising

@@ -3,8 +3,8 @@
 from genrun.schemas import (CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps, PipelineCallBeforeCall,
                             SequenceStop, StopEvidence)
 from genrun.schemas.stop_diffusion import StepsPlannedSource
+from genrun.backends import exception_info
 
-from .. import exception_info
 from .steps import StepObserver
 
 

@@ -36,12 +36,10 @@ from genrun.backends import (
     Unit,
     exception_info,
     generation_timings,
-    memory_fit,
-    refusals_for,
     resolve_callable,
+    unit_budget,
     unknown_key_message,
     user_import_paths,
-    with_refusals,
     write_model_atomic,
 )
 
@@ -92,16 +90,9 @@ class LoopBackend:
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: Any) -> TokenBudget:
         """The files' size against free memory, and the limits `[loop] budget` reports (each `needed` <= its `limit`); the
         requested length is `[generation] max_new_tokens` for a token loop, and unknown otherwise (the loop sets its own)."""
-        memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes)
         unit = self.progress_unit(request)[0]
-        limit = requested_tokens(request) if unit == "token" else None
-        draft = TokenBudget(
-            units=unit, prompt_tokens=None, batch_size=1, requested_units=limit, requested_units_source=None if limit is None else "request",
-            effective_max_length=None, context_limit=None, fits_context=None, kv_bytes_per_token=None, rows_per_request=1,
-            kv_bytes_at_budget=None, weight_bytes=weight_bytes, activation_bytes_estimate=0, **memory._asdict(),
-            domain=None, refusals=(), forced=False,
-        )
-        return with_refusals(draft, refusals_for(draft) + budget_refusals(request, model_dir, self.prepare_inputs(request, None)), force)
+        return unit_budget(request, unit=unit, units=requested_tokens(request) if unit == "token" else None, weight_bytes=weight_bytes,
+                           force=force, refusals=budget_refusals(request, model_dir, self.prepare_inputs(request, None)))
 
     def progress_unit(self, request: Request) -> tuple[Unit, int]:
         """`[units] name` (token or frame): the stages counting it feed `progress.ndjson` and `result.json`."""

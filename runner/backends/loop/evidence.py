@@ -8,9 +8,10 @@ from typing import Literal
 
 from pydantic import ConfigDict
 
-from genrun.backends import LOOP_CALL_FILE, LoopCall, StopEvidence
+from genrun.backends import Failed, Interrupted, StopEvidence
+from genrun.schemas.layout import LOOP_CALL as CALL_CONFIG
+from genrun.schemas.stages import LoopCall
 
-CALL_CONFIG = LOOP_CALL_FILE
 __all__ = ["CALL_CONFIG", "LOOP_STOP_EVIDENCE", "LoopCall", "stop_evidence_model"]
 
 
@@ -83,20 +84,12 @@ class LoopCustom(_StageFacts):
     """The loop's name for it (e.g. `frame_budget`)."""
 
 
-class LoopInterrupted(_StageFacts):
+class LoopInterrupted(Interrupted, _StageFacts):
     """`interrupted`: a signal ended the run while the row had no stop."""
 
-    reason: Literal["interrupted"] = "interrupted"
-    signal: str
-    """`SIGINT` or `SIGTERM`."""
 
-
-class LoopException(_StageFacts):
+class LoopException(Failed, _StageFacts):
     """`exception`: the loop raised while the row had no stop."""
-
-    reason: Literal["exception"] = "exception"
-    raised: str
-    """The exception's class name."""
 
 
 class LoopUnknown(_StageFacts):

@@ -10,8 +10,8 @@ shared (see `checkpoint_tokenizer`).
 import copy
 from pathlib import Path
 from typing import Any
+from genrun.backends import PlanContext
 
-from ...plan_context import PlanContext
 
 
 def checkpoint_config(context: PlanContext, model_dir: Path, trust_remote_code: bool) -> Any:

@@ -13,8 +13,8 @@ conditions (top_k only when sampling, epsilon_cutoff only inside (0, 1)) and mes
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
+from genrun.backends import PlanContext
 
-from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config, checkpoint_generation_config, checkpoint_tokenizer
 
 # Keys that decide *which* processors generate builds rather than holding a value one checks: when removing

@@ -9,8 +9,8 @@ MusicGen-style models' own `generate` runs greedy search and sampling only.
 
 from pathlib import Path
 from typing import Any
+from genrun.backends import PlanContext
 
-from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_generation_config
 
 # Per mode: the request keys that select it (`GenerationConfig.get_generation_mode`), named in the refusal, and the fix.

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from genrun.schemas import Request
+from genrun.backends import PlanContext, RequestError
 
-from ...errors import RequestError
-from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config
 from ._processor import model_auto_class
 

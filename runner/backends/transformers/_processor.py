@@ -7,12 +7,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from genrun._safe_read import kind_of
 from genrun.schemas import Request
 from genrun.schemas.inputs import Architecture
+from genrun.backends import PlanContext, RequestError
 
-from ...errors import RequestError
-from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config, checkpoint_tokenizer
 from ._prompts import encode_input
 
@@ -41,7 +39,7 @@ def require_config_file(request: Request, model_dir: Path) -> Path:
     except OSError:
         st = None
     if st is None or not stat.S_ISREG(st.st_mode):
-        found = "holds no config.json" if st is None else f"holds a config.json that is {kind_of(st.st_mode)}"
+        found = "holds no config.json" if st is None else f"holds a config.json that is {_kind_of(st.st_mode)}"
         raise RequestError(f"[model] path {request.model.path!r} is the directory {model_dir}, which {found}; {_CHECKPOINT_FIX}")
     if st.st_size > MAX_CONFIG_BYTES:
         raise RequestError(f"[model] path {request.model.path!r}: {config_file} is {st.st_size:,} bytes, more than a config "
@@ -172,3 +170,10 @@ def validate_media_request(request: Request) -> None:
     if prompts is not None and len(prompts) != rows:
         raise RequestError(f"[input] prompts has {len(prompts)} entries but {rows} media file(s) were given; "
                            "give one prompt per file, or a single 'prompt' for all rows")
+
+
+def _kind_of(mode: int) -> str:
+    """`a FIFO`, `a directory`, ... for what stands where a regular file was expected (`stat` follows links)."""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")

@@ -3,8 +3,8 @@
 from typing import Any
 
 from genrun.schemas import InputSpec
+from genrun.backends import RequestError
 
-from ...errors import RequestError
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:

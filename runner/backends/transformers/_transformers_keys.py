@@ -19,8 +19,8 @@ from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 from typing import Any
+from genrun.backends import unknown_key_message
 
-from ...request_loading import unknown_key_message
 
 # Types transformers does not enforce itself; a wrong type otherwise fails deep inside generate.
 _INT_FIELDS = {"max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams", "top_k",

@@ -14,14 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
 from genrun.schemas.progress import Unit
+from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, exception_info, generation_timings, input_path, read_input_files, refuse_generation, resolve_callable, save_entrypoint_result, save_prompt_ids, user_import_paths, write_sequence_texts
 
-from ... import interrupts
-from ...errors import RequestError
-from ...plan_context import PlanContext
-from ...token_rows import save_prompt_ids, write_sequence_texts
-from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, exception_info, generation_timings, refuse_generation
 from . import musicgen
-from ...input_files import input_path, read_input_files
 from ._processor import (architecture, load_processor, model_auto_class, processor_source, require_checkpoint_config, require_config_file,
                          tokenizer_of, validate_media_request, validate_processor_override)
 from ._prompts import encode_input
@@ -31,7 +26,6 @@ from ._generation_modes import mode_problems
 from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems, quick_generation_problems
-from ..entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
 
 if TYPE_CHECKING:  # `instrument` and `token_artifacts` import torch and transformers: only execution imports them, so a
     # request's mistakes are refused at plan time without them (`_transformers_keys.quick_generation_problems`)
@@ -152,7 +146,7 @@ class TransformersRun:
         text_tokenizer = tokenizer_of(tokenizer)
         record = with_loading_facts(prepared.record, processor_dir=layout.PROCESSOR_DIR if ctx.frozen_processor_dir else None,
                                     decoder_prompts=forced_decoder_prompts(model, generation, prepared.model_inputs, text_tokenizer))
-        with interrupts.deferred():  # what the model will receive, on disk before generate starts
+        with deferred():  # what the model will receive, on disk before generate starts
             ctx.snapshot.write(layout.INPUT_PREPARATION, record)
             save_prompt_ids(ctx.snapshot, [(r.row, r.prompt_token_ids) for r in record.rows])
         encoded = prepared.model_inputs.to(model.device)
@@ -286,7 +280,7 @@ def write_effective_config(ctx: ExecutionContext, call: "CallCapture") -> None:
     """Inside generate, before the first token: `generation-config.before-generate[.<i>].json`."""
     name = layout.GENERATION_CONFIG if call.index == 0 else layout.extra_generation_config_name(call.index)
     assert call.config is not None, "the instrument calls on_config only once it has recorded the call's config"
-    with interrupts.deferred():  # the file is complete or absent, never interrupted half-way
+    with deferred():  # the file is complete or absent, never interrupted half-way
         ctx.snapshot.write(name, call.config)
 
 

@@ -4,10 +4,10 @@ from pathlib import Path
 from typing import Any
 
 from genrun.schemas import Request, TokenBudget
+from genrun.backends import DTYPE_BYTES, PlanContext, decode_audio, load_image, memory_fit, refusals_for, with_refusals
 
-from ...budget import DTYPE_BYTES, memory_fit, refusals_for, with_refusals
-from ...kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
-from ...plan_context import PlanContext
+from ._kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
+
 from . import musicgen
 from ._checkpoint_config import checkpoint_config, checkpoint_generation_config
 from ._processor import architecture, encode_for_plan, plan_tokenizer, processor_source
@@ -103,8 +103,6 @@ def _checkpoint_generation_config(plan: PlanContext, model_dir: Path) -> dict:
 def media_prompt_shape(request: Request, model_dir: Path) -> tuple[int, int]:
     """(batch, padded prompt tokens) of an audio or vision LLM's prompt, from the processor run on the planned files
     (plan passes their absolute paths), so the audio / image tokens it inserts into the prompt are counted."""
-    from .._audio import decode_audio
-    from .._images import load_image
     from ._processor import load_processor
     from .input_preparation import rendered_texts
 

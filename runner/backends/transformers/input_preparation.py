@@ -12,9 +12,8 @@ from typing import Any, NamedTuple
 
 from genrun.schemas import AudioReceived, DecoderPrompt, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation
 from genrun.schemas.inputs import Architecture
+from genrun.backends import decode_audio, load_image
 
-from .._audio import decode_audio
-from .._images import load_image
 from ._processor import tokenizer_of
 from ._prompts import prepare_tokenizer
 

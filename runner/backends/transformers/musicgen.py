@@ -20,12 +20,10 @@ from typing import Any, NamedTuple
 
 from genrun.schemas import Request
 from genrun.schemas.request import UnitsSpec
+from genrun.backends import PlanContext, RequestError, save_audio
 
-from ...errors import RequestError
-from ...plan_context import PlanContext
 from ._checkpoint_config import checkpoint_config
 from .length_rules import FrameRate
-from .._media import save_audio
 
 MODEL_TYPES = ("musicgen", "musicgen_melody")
 """`config.json` `model_type`s served here."""

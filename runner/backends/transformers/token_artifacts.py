@@ -13,9 +13,8 @@ from typing import Any
 import safetensors.torch
 
 from genrun.schemas import GeneratedTokenIds, layout
-from genrun.snapshot_dir import SnapshotDir
+from genrun.backends import SnapshotDir, TokenRow, summarise_token_rows
 
-from ...token_rows import TokenRow, summarise_token_rows
 from .instrument import ClassifiedRow
 
 

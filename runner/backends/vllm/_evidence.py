@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.backends import TokenStopFacts
+from genrun.backends import Failed, Interrupted, TokenStopFacts
 
 CALL_CONFIG = "vllm-config.before-generate.json"
 SamplingSource = Literal["request", "checkpoint", "vllm_default"]
@@ -115,20 +115,13 @@ class VllmMaxModelLen(_VllmStop):
     """`request` when `[engine] max_model_len` set it, `model_config` when vLLM derived it from the checkpoint."""
 
 
-class VllmInterrupted(_VllmStop):
+class VllmInterrupted(Interrupted, _VllmStop):
     """`interrupted`: a signal stopped the engine loop; the row keeps the ids generated so far and was aborted."""
 
-    reason: Literal["interrupted"] = "interrupted"
-    signal: str
-    """`SIGINT` or `SIGTERM`."""
 
-
-class VllmFailed(_VllmStop):
-    """`exception`: the engine (or genrun's loop around it) raised; the traceback is in the record's `exception`."""
-
-    reason: Literal["exception"] = "exception"
-    raised: str
-    """The exception's class name (`EngineDeadError`: the engine core died)."""
+class VllmFailed(Failed, _VllmStop):
+    """`exception`: the engine (or genrun's loop around it) raised (`raised`: `EngineDeadError` when the engine core died);
+    the traceback is in the record's `exception`."""
 
 
 class VllmUnknown(_VllmStop):

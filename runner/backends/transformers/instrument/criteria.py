@@ -25,8 +25,8 @@ from transformers.generation.stopping_criteria import (
     StoppingCriteriaList,
     StopStringCriteria,
 )
+from genrun.backends import deferred
 
-from genrun.runner import interrupts
 
 CriterionKind = Literal["eos", "stop_string", "max_new_tokens", "max_length", "max_time", "custom"]
 KIND_PRIORITY: tuple[CriterionKind, ...] = ("eos", "stop_string", "max_new_tokens", "max_length", "max_time")
@@ -197,7 +197,7 @@ class RecordingCriteriaList(StoppingCriteriaList):
         length = input_ids.shape[1]
         last = input_ids[:, -1].tolist()
         per_criterion = [r.tolist() for r in results]
-        with interrupts.deferred():  # all rows of this step are recorded, or none
+        with deferred():  # all rows of this step are recorded, or none
             for row in newly.nonzero().flatten().tolist():
                 self._stop_length[row] = length
                 self._last[row] = last[row]

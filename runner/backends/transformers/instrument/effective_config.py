@@ -15,7 +15,8 @@ from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
 from genrun.schemas.rendering import array_or
 from genrun.schemas.rendering import jsonable as plain_json
 
-from genrun.runner.kv_budget import PositionLimit, decoder_context_limit
+from .._kv_budget import PositionLimit, decoder_context_limit
+
 
 LIMIT_KEYS = ("max_new_tokens", "max_time", "stop_strings", "eos_token_id")
 """Limits whose source is looked up directly; `max_length` is derived (see `limit_sources`)."""

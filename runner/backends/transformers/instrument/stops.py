@@ -31,8 +31,8 @@ from genrun.schemas import (
     StopStringEvidence,
     UnknownEvidence,
 )
+from genrun.backends import GenerationEnd
 
-from genrun.runner.interrupts import signal_of
 from .capture import CallCapture, RowTokens
 from .criteria import RowCriteria, primary_kind
 
@@ -91,7 +91,7 @@ def classify_row(call: CallCapture, tokens: RowTokens, index: int, tokenizer: An
 
 
 def _unfinished(exc: BaseException, base: dict[str, Any], facts: dict[str, Any], exception_info: Any) -> SequenceStop:
-    if (signal := signal_of(exc)) is not None:
+    if (signal := GenerationEnd.raised(exc).signal) is not None:
         return SequenceStop(reason="interrupted", evidence=InterruptedEvidence(signal=signal, **facts), **base)
     info: ExceptionInfo = exception_info(exc)
     return SequenceStop(reason="exception", exception=info, evidence=ExceptionEvidence(type=info.type, message=info.message, **facts), **base)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import torch
 from transformers.generation.streamers import BaseStreamer
+from genrun.backends import deferred
 
-from genrun.runner import interrupts
 
 CHUNK_STEPS = 1024  # steps per stacked chunk: one small op per 1024 tokens
 LAST_IDS = 8  # ids of row 0 shown in progress records
@@ -76,6 +76,6 @@ class TeeStreamer(BaseStreamer):
     def _compact(self) -> None:
         if self._chunk:
             stacked = torch.stack(self._chunk).to(torch.long)
-            with interrupts.deferred():  # never drop a chunk between the two stores
+            with deferred():  # never drop a chunk between the two stores
                 self._chunks.append(stacked)
                 self._chunk = []

@@ -6,7 +6,7 @@ an HF `config.json` that offers it) is all these need, so every decoder backend 
 
 from typing import Any, NamedTuple
 
-from .budget import DTYPE_BYTES
+from genrun.backends import DTYPE_BYTES
 
 
 class ModelShape(NamedTuple):

@@ -1,10 +1,14 @@
-"""A third-party backend defined only under tests/: a deterministic "counter" that needs no torch.
+"""The complete example of a genrun backend: a deterministic "counter" that needs no torch. Read it with `genrun.backends`.
 
 It imports nothing from genrun but the public plugin module `genrun.backends` (a test parses this
-file to hold it to that), registers through the `genrun.backends` entry-point group like the
-built-ins (the test writes a `*.dist-info/entry_points.txt` for it), and declares its own
-evidence: its call-config artifact `counter-call.json` (`CounterCall`) and one stop-evidence
-model per reason it uses. The "model" is a directory with a `config.json` `{"start": N}`; a run
+file to hold it to that), as a third party's backend must. genrun does not register it: a
+distribution that wants it declares it, as genrun's tests do::
+
+    [project.entry-points."genrun.backends"]
+    counter = "genrun.examples.counter_backend:create_backend"
+
+It declares its own evidence: its call-config artifact `counter-call.json` (`CounterCall`) and one
+stop-evidence model per reason it uses. The "model" is a directory with a `config.json` `{"start": N}`; a run
 counts `[generation] steps` values from N, one recorder step each, and writes them to
 `outputs/count.txt`. `[generation] fail_at = K` raises after K values (a failure of the model).
 """
@@ -22,7 +26,9 @@ from genrun.backends import (
     BackendOutcome,
     EvidenceDeclaration,
     ExecutionContext,
+    Failed,
     GenerationEnd,
+    Interrupted,
     LoadContext,
     LoadedModel,
     PlanContext,
@@ -33,11 +39,9 @@ from genrun.backends import (
     TokenBudget,
     exception_info,
     generation_timings,
-    memory_fit,
-    refusals_for,
     refuse_generation,
+    unit_budget,
     unknown_key_message,
-    with_refusals,
 )
 
 GENERATION_KEYS = ("steps", "fail_at")
@@ -79,20 +83,12 @@ class CountedAll(_Counted):
     reason: Literal["completed"] = "completed"
 
 
-class CountInterrupted(_Counted):
+class CountInterrupted(Interrupted, _Counted):
     """`interrupted`: a signal stopped the count."""
 
-    reason: Literal["interrupted"] = "interrupted"
-    signal: str
-    """`SIGINT` or `SIGTERM`."""
 
-
-class CountFailed(_Counted):
+class CountFailed(Failed, _Counted):
     """`exception`: counting raised (the traceback is in the record's `exception`)."""
-
-    reason: Literal["exception"] = "exception"
-    raised: str
-    """The exception's class name."""
 
 
 class CounterBackend:
@@ -119,14 +115,7 @@ class CounterBackend:
 
     def estimate_budget(self, request: Request, model_dir: Path, weight_bytes: int, force: bool, context: PlanContext) -> TokenBudget:
         """Steps are the units; the "weights" are the config file."""
-        memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes)
-        draft = TokenBudget(
-            units="step", prompt_tokens=None, batch_size=1, requested_units=_steps(request), requested_units_source="request",
-            effective_max_length=None, context_limit=None, fits_context=None, kv_bytes_per_token=None, rows_per_request=1,
-            kv_bytes_at_budget=None, weight_bytes=weight_bytes, activation_bytes_estimate=0, **memory._asdict(),
-            domain=None, refusals=(), forced=False,
-        )
-        return with_refusals(draft, refusals_for(draft, "steps"), force)
+        return unit_budget(request, unit="step", units=_steps(request), weight_bytes=weight_bytes, force=force, units_key="steps")
 
     def progress_unit(self, request: Request) -> tuple[str, int]:
         """One recorder step per counted value."""
@@ -185,16 +174,16 @@ def _steps(request: Request) -> int:
 
 def _evidence(end: GenerationEnd, values: list[int], steps: int) -> CountedAll | CountInterrupted | CountFailed:
     """The model of the reason `end` means, with how far the count got."""
-    counted = {"counted": len(values), "planned": steps, "last_value": values[-1] if values else None}
+    counted, last_value = len(values), values[-1] if values else None
     if end.signal is not None:
-        return CountInterrupted(signal=end.signal, **counted)
+        return CountInterrupted(signal=end.signal, counted=counted, planned=steps, last_value=last_value)
     if end.failure is not None:
-        return CountFailed(raised=type(end.failure).__name__, **counted)
-    return CountedAll(**counted)
+        return CountFailed(raised=type(end.failure).__name__, counted=counted, planned=steps, last_value=last_value)
+    return CountedAll(counted=counted, planned=steps, last_value=last_value)
 
 
 def create_backend() -> CounterBackend:
-    """The entry point `counter = "counter_backend:create_backend"`."""
+    """The factory an entry point names: `counter = "genrun.examples.counter_backend:create_backend"`."""
     return CounterBackend()
 
 

@@ -1,33 +1,35 @@
-"""Save a diffusers pipeline's output under `outputs/`: PNG images, WAV audio, numbered PNG frames or `.npy` arrays.
+"""Save a generated output under `outputs/`: PNG images, WAV audio, numbered PNG frames or `.npy` arrays.
 
 Every file is written atomically (`write_bytes_atomic`), so a file under `outputs/` is either
-complete or absent. Fields that are not media (e.g. `nsfw_content_detected`) go to
-`pipeline-output.json`, so nothing the pipeline returned is silently dropped.
+complete or absent. Fields of an output object that are not media (e.g. `nsfw_content_detected`) go
+to `pipeline-output.json`, so nothing the model returned is silently dropped. numpy (and Pillow, for
+PNG) are imported by the functions that need them: `genrun.backends` re-exports these without them.
 """
 
 import io
 import wave
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from genrun.schemas.rendering import array_or
 
-from .._io import write_bytes_atomic
+from ._io import write_bytes_atomic
+
+if TYPE_CHECKING:
+    import numpy as np
 
 IMAGE_FIELDS = ("images", "image")
 AUDIO_FIELDS = ("audios", "audio")
 VIDEO_FIELDS = ("frames", "videos", "video")
 OTHER_FIELDS_FILE = "pipeline-output.json"
-SAMPLE_RATE_SOURCES = (("vocoder", "sampling_rate"), ("vae", "sampling_rate"), ("unet", "sample_rate"), ("transformer", "sample_rate"))
-"""(component, config key) where audio pipelines keep their output sample rate, in lookup order."""
 
 
-def save_pipeline_output(outputs_dir: Path, output: Any, sample_rate: int | None, *, latents: bool = False) -> tuple[str, ...]:
-    """Write every field of a pipeline output; returns the paths written, relative to `outputs_dir`.
+def save_output_fields(outputs_dir: Path, output: Any, sample_rate: int | None, *, latents: bool = False) -> tuple[str, ...]:
+    """Write every field of an output object (a mapping, e.g. a diffusers pipeline's output, or one value); returns the
+    paths written, relative to `outputs_dir`. `sample_rate`: of audio fields (`None`: unknown, saved as `.npy`).
 
     `latents` (the call asked for `output_type = "latent"`): arrays are saved as `.npy`, never as
     pictures (4 latent channels would otherwise pass for an RGBA image).
@@ -55,16 +57,6 @@ def save_pipeline_output(outputs_dir: Path, output: Any, sample_rate: int | None
         write_bytes_atomic(outputs_dir / OTHER_FIELDS_FILE, data + b"\n")
         written.append(OTHER_FIELDS_FILE)
     return tuple(written)
-
-
-def pipeline_sample_rate(pipe: Any) -> int | None:
-    """The audio sample rate from the pipeline's components (vocoder, VAE, UNet config), `None` when none declares one."""
-    for component, key in SAMPLE_RATE_SOURCES:
-        config = getattr(getattr(pipe, component, None), "config", None)
-        value = getattr(config, key, None) if config is not None else None
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def save_images(outputs_dir: Path, images: Any, prefix: str) -> list[str]:
@@ -102,8 +94,10 @@ def save_audio(outputs_dir: Path, audio: Any, sample_rate: int | None, prefix: s
     return [write_wav(outputs_dir / f"{prefix}_{i}.wav", item, sample_rate) for i, item in enumerate(array)]
 
 
-def write_wav(path: Path, samples: np.ndarray, sample_rate: int) -> str:
+def write_wav(path: Path, samples: "np.ndarray", sample_rate: int) -> str:
     """One clip `[channels, samples]` as 16-bit PCM (clipped to [-1, 1]); returns the file name."""
+    import numpy as np
+
     pcm = (np.clip(samples.astype(np.float64), -1.0, 1.0) * 32767.0).round().astype("<i2")
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as wav:
@@ -117,6 +111,8 @@ def write_wav(path: Path, samples: np.ndarray, sample_rate: int) -> str:
 
 def save_array(outputs_dir: Path, name: str, value: Any) -> str:
     """Any array or tensor as `.npy` (float32 for bfloat16, which numpy lacks)."""
+    import numpy as np
+
     buffer = io.BytesIO()
     np.save(buffer, _to_numpy(value), allow_pickle=False)
     write_bytes_atomic(outputs_dir / name, buffer.getvalue())
@@ -125,6 +121,7 @@ def save_array(outputs_dir: Path, name: str, value: Any) -> str:
 
 def _save_png(outputs_dir: Path, rel: str, image: Any) -> str:
     """A PIL image or an `[h, w, c]` array as PNG at `outputs_dir/rel`; returns `rel`."""
+    import numpy as np
     from PIL import Image
 
     if not isinstance(image, Image.Image):
@@ -141,10 +138,13 @@ def _save_png(outputs_dir: Path, rel: str, image: Any) -> str:
 
 
 def _is_array(value: Any) -> bool:
-    return isinstance(value, np.ndarray) or type(value).__module__.startswith("torch")
+    cls = type(value)  # by module, so that telling an array apart never imports numpy or torch
+    return (cls.__module__ == "numpy" and cls.__name__ == "ndarray") or cls.__module__.startswith("torch")
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+def _to_numpy(value: Any) -> "np.ndarray":
+    import numpy as np
+
     if isinstance(value, np.ndarray):
         return value
     if type(value).__module__.startswith("torch"):
