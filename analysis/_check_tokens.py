@@ -242,6 +242,10 @@ def _judge_status(snap: Snapshot) -> tuple[Status, str]:
             return "PASS", ""
         return "WARN", f"no rows recorded in generation-stop.json, yet result.json says {snap.result.status!r}"
     expected = "failed" if "exception" in reasons else "interrupted" if "interrupted" in reasons else "succeeded"
+    if expected == "succeeded" and snap.result.status == "failed" and snap.result.exception is not None:
+        # generation ended as the rows say; then writing the run's evidence failed (genrun's own step, after the rows)
+        return "WARN", (f"the rows ended {sorted(reasons)}, then the run failed: {snap.result.exception.type}: "
+                        f"{snap.result.exception.message}")
     if snap.result.status != expected:
         return "FAIL", f"result.json status {snap.result.status!r}, but the stop reasons {sorted(reasons)} mean {expected!r}"
     return "PASS", ""

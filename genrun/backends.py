@@ -77,7 +77,7 @@ event, and seals the snapshot, for every backend alike.
 
 **5. Stages** (evidence kind `stages`): a backend whose run is a sequence of stages (an autoregressive stage,
 then an acoustic one) writes `STAGE_PROGRESS_FILE` (`StageStartEvent` / `StageProgressEvent` / `StageEndEvent`
-lines), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop record's stage in its
+lines, appended through `ctx.snapshot.open_stream(STAGE_PROGRESS_FILE)`, an `AppendStream`), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop record's stage in its
 evidence (`stage`, `units`, `ids`); verify then checks ids against counts per stage and row, `eos` and
 `max_new_tokens` claims against the ids, and what a consuming stage read against what its source made.
 
@@ -85,6 +85,15 @@ evidence (`stage`, `units`, `ids`); verify then checks ids against counts per st
 `items_per_worker(request, model_dir)` and `open_batch(loaded) -> ItemBatch` (`BatchingBackend`): a local sweep
 worker then runs that many items at once on one loaded model, each still its own snapshot on its own thread, and its
 `generate` hands its requests to the open batch. The `vllm` backend is the example.
+
+**7. Runtime (optional)**: the core never imports torch. What depends on the library a backend computes with (which
+devices exist and what `device = "auto"` means, the deterministic switches and thread counts in `determinism.json`,
+free device memory for `memory_fit(..., runtime)`, the CUDA devices and package versions in `environment.json` and
+`report`) it asks the backend's `runtime` attribute, a `Runtime`. Without one a backend gets `Runtime()`: `auto` is the
+CPU, no switches are set and none is claimed (`None`), no packages are named. A torch backend sets
+`runtime = TorchRuntime(("my-library", "torch"))`; another subclasses `Runtime` and overrides what it knows
+(`resolve_device`, `require_device`, `deterministic_mode`, `capture_determinism`, `device_memory`, `set_threads`,
+`cuda_info`; `packages=` names the distributions whose versions shape its generation).
 
 The backend under `tests/test_backend_plugin/counter_backend.py` is a complete example that
 imports nothing else from genrun; the `loop` backend (`genrun.runner.backends.loop`) is another,
@@ -115,12 +124,14 @@ from genrun.runner.backends import (
     generation_timings,
     refuse_generation,
 )
+from genrun.runner.backends._torch_runtime import TorchRuntime
 from genrun.runner.budget import MemoryFit, memory_fit, refusals_for, with_refusals
 from genrun.runner.errors import RequestError
 from genrun.runner.interrupts import RunInterrupted, deferred
 from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.request_loading import unknown_key_message
+from genrun.runner.runtime import DeviceMemory, Runtime
 from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows
 from genrun.schemas import (
     EVIDENCE_KIND_MEANING,
@@ -140,7 +151,7 @@ from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
 from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
 from genrun.schemas.layout import STAGES as STAGES_FILE
 from genrun.schemas.progress import Unit
-from genrun.snapshot_dir import SnapshotDir
+from genrun.snapshot_dir import AppendStream, SnapshotDir
 from genrun.schemas.stages import LoopCall, StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
 
 __all__ = [
@@ -158,10 +169,12 @@ __all__ = [
     "BatchingBackend", "ItemBatch",
     # refusing a request
     "RequestError", "refuse_generation", "unknown_key_message",
+    # optional: the library the backend computes with (devices, determinism, threads, versions; see section 7)
+    "DeviceMemory", "Runtime", "TorchRuntime",
     # the plan-time budget
     "MemoryFit", "PlanContext", "TokenBudget", "memory_fit", "refusals_for", "with_refusals",
     # writing an artifact (`ctx.snapshot`; the functions write a file outside a snapshot's own layout atomically)
-    "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
+    "AppendStream", "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
     # the `stages` evidence kind: a run of stages in sequence (its files and their models)
     "STAGES_FILE", "STAGE_IDS_FILE", "STAGE_PROGRESS_FILE", "StageEndEvent", "StageIds", "StageProgressEvent", "StageRecord", "Stages",
     "StageStartEvent", "StageUnit",

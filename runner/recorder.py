@@ -1,7 +1,7 @@
 """`progress.ndjson`: the append-only event stream of a run (docs/snapshot-format.md, `progress.ndjson`).
 
-One `os.write` per line on an `O_APPEND` descriptor (so a reader or a crash never sees half a
-record from us), `fsync` at most every `fsync_every_s` seconds and at the terminal event.
+One `os.write` per line on the snapshot's append-only stream (`SnapshotDir.open_stream`: so a reader or a crash never
+sees half a record from us), `fsync` at most every `fsync_every_s` seconds and at the terminal event.
 
 The hot path is `step()`, called once per generated token by the streamer tee: one integer
 add and two comparisons (count and a monotonic clock read); everything else happens only
@@ -9,7 +9,6 @@ when a record or a live-bar refresh is due.
 """
 
 import fcntl
-import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -20,6 +19,7 @@ import orjson
 
 from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
 from genrun.schemas.progress import Unit, _Event
+from genrun.snapshot_dir import AppendStream, SnapshotDir
 
 from . import interrupts
 from .memory import MemoryProbe
@@ -52,12 +52,12 @@ class ProgressRecorder:
         memory: MemoryProbe | None = None,
         live: LiveSink | None = None,
     ) -> None:
-        """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it."""
-        # O_EXCL: progress of an earlier execution is evidence and must never be appended to.
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it. `path` is new: progress of
+        an earlier execution is evidence and must never be appended to."""
+        self._stream: AppendStream | None = SnapshotDir(path.parent, writable=True).open_stream(path.name)
         # Held until close: `genrun watch` probes it to tell a live writer from a killed one (the kernel
         # releases it when this process dies, SIGKILL included). Advisory; nothing else contends for it.
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fcntl.flock(self._stream.fd, fcntl.LOCK_EX)
         self._origin = origin
         self.unit = unit
         self._every_units = every_units
@@ -146,13 +146,13 @@ class ProgressRecorder:
 
     def close(self) -> None:
         """fsync and close (idempotent); a terminal event does this itself."""
-        if self._fd is None:
+        if self._stream is None:
             return
-        fd, self._fd = self._fd, None
+        stream, self._stream = self._stream, None
         try:
-            os.fsync(fd)
+            stream.fsync()
         finally:
-            os.close(fd)
+            stream.close()
             self.memory.close()
             self.closed = True
 
@@ -203,16 +203,14 @@ class ProgressRecorder:
         return fields
 
     def _write(self, event: _Event) -> None:
-        if self._fd is None:
+        if self._stream is None:
             raise RuntimeError("progress.ndjson is already closed; no event may follow a terminal one")
         line = orjson.dumps(event.model_dump(mode="json")) + b"\n"
         with interrupts.deferred():  # a signal here would leave a written line uncounted
-            written = os.write(self._fd, line)
+            self._stream.write(line)
             self._seq += 1
-        if written != len(line):
-            raise OSError(f"short write to progress.ndjson ({written} of {len(line)} bytes)")
         if time.monotonic() - self._last_fsync >= self._fsync_every_s:
-            os.fsync(self._fd)
+            self._stream.fsync()
             self._last_fsync = time.monotonic()
 
     def _terminal(self, event: _Event) -> None:

@@ -28,6 +28,7 @@ from ...request_loading import unknown_key_message
 from .. import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, generation_timings, refuse_generation
 from . import _files as files
 from .._media import pipeline_sample_rate, save_pipeline_output
+from .._torch_runtime import DIFFUSERS_RUNTIME
 from .budget import DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
 from .loading import denoiser_of, load_pipeline
 from .steps import StepObserver
@@ -41,6 +42,7 @@ class DiffusersBackend:
     """`[model] backend = "diffusers"`."""
 
     name = "diffusers"
+    runtime = DIFFUSERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
     evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:

@@ -32,6 +32,7 @@ from genrun.schemas import Request, TokenBudget
 from genrun.schemas.rendering import human_bytes
 
 from ...budget import DTYPE_BYTES, memory_fit, with_refusals
+from .._torch_runtime import DIFFUSERS_RUNTIME
 from ...errors import RequestError
 from . import _files as files
 
@@ -85,7 +86,7 @@ def estimate_diffusers_budget(request: Request, model_dir: Path, weight_bytes: i
         dtype_bytes = DTYPE_BYTES.get(stored or "float32", 4)
     latents = latent_bytes(request, plan, denoiser[1] if denoiser else None, files.vae_scale_factor(model_dir, index), dtype_bytes)
     activations = latents * activation_multiplier(denoiser[1] if denoiser else None)
-    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + latents + activations)
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + latents + activations, DIFFUSERS_RUNTIME)
     draft = TokenBudget(
         units="step",
         prompt_tokens=None,

@@ -9,13 +9,13 @@ loop's module and the environment like any run, and loads nothing: at execution 
 plugin module `genrun.backends` only.
 """
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from genrun.backends import (
+    AppendStream,
     STAGE_IDS_FILE,
     STAGE_PROGRESS_FILE,
     STAGES_FILE,
@@ -27,6 +27,7 @@ from genrun.backends import (
     LoadedModel,
     Request,
     RequestError,
+    Runtime,
     SequenceStop,
     StageIds,
     Stages,
@@ -54,6 +55,9 @@ class LoopBackend:
 
     name = "loop"
     request_tables = ("loop",)
+    # The loop brings its own engine: genrun sets no library's switches and names the engines its examples use (recorded
+    # in environment.json as installed or absent), never torch.
+    runtime = Runtime(packages=("onnxruntime", "MNN", "numpy", "tokenizers"))
     evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "stages"), stop_evidence=LOOP_STOP_EVIDENCE,
                                    call_config_name=CALL_CONFIG, call_config_model=LoopCall)
 
@@ -155,7 +159,7 @@ class LoopRun:
         self._ctx, self._inputs = ctx, inputs
         self._table = loop_table(ctx.request)
         self.rec: LoopRecorder | None = None
-        self._fd: int | None = None
+        self._stage_progress: AppendStream | None = None
         self._started: float | None = None
         self._call_written = False
 
@@ -163,10 +167,10 @@ class LoopRun:
         ctx = self._ctx
         with user_import_paths(ctx.import_paths):
             function = resolve_callable(self._table["callable"], "[loop] callable")
-        self._fd = os.open(ctx.snapshot_dir / STAGE_PROGRESS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self._stage_progress = ctx.snapshot.open_stream(STAGE_PROGRESS_FILE)
         ctx.outputs_dir.mkdir(exist_ok=True)
         progress = ctx.request.progress
-        self.rec = LoopRecorder(core=ctx.recorder, progress_fd=self._fd, every_units=progress.every_units,
+        self.rec = LoopRecorder(core=ctx.recorder, progress_fd=self._stage_progress.fd, every_units=progress.every_units,
                                 every_seconds=progress.every_seconds, on_config=self._write_call, outputs_dir=ctx.outputs_dir)
         ctx.recorder.start(ctx.planned_units, None)
         self._started = time.monotonic()
@@ -180,8 +184,8 @@ class LoopRun:
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         ctx = self._ctx
-        if self._fd is not None:
-            os.close(self._fd)
+        if self._stage_progress is not None:
+            self._stage_progress.close()
         stages = self.rec.stages if self.rec is not None else []
         if self.rec is not None and not self._call_written:
             self._write_call(None)

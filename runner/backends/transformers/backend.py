@@ -34,12 +34,14 @@ from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems
 from ..entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+from .._torch_runtime import TRANSFORMERS_RUNTIME
 
 
 class TransformersBackend:
     """`[model] backend = "transformers"`."""
 
     name = "transformers"
+    runtime = TRANSFORMERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
     evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 from genrun.schemas import Request, TokenBudget
 
 from ...budget import DTYPE_BYTES, memory_fit, refusals_for, with_refusals
+from .._torch_runtime import TRANSFORMERS_RUNTIME
 from ...kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
 from ...plan_context import PlanContext
 from . import musicgen
@@ -45,7 +46,7 @@ def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir:
     kv_total = per_token * length.max_length * rows
     weights = _weights_at_run_dtype(stored_weight_bytes, config, shape.dtype)
     activations = rows * shape.vocab_size * 4 * LOGITS_COPIES
-    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + kv_total + activations)
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + kv_total + activations, TRANSFORMERS_RUNTIME)
     tokens_per_unit = request.units.tokens_per_frame if request.units.name == "frame" else 1
     requested_units = length.new_tokens // tokens_per_unit
 
