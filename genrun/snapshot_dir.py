@@ -158,9 +158,10 @@ class SnapshotDir:
             os.close(self._held_fd)
             self._held_fd = None
 
-    def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
-        """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
-        limit = READ_BOUNDS.get(name, MAX_JSON_BYTES)
+    def read_bytes(self, name: str, *, offset: int = 0, limit: int | None = None) -> bytes:
+        """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind
+        (`limit`: by the caller's bound instead, for a file outside the artifacts' own layout)."""
+        limit = limit if limit is not None else READ_BOUNDS.get(name, MAX_JSON_BYTES)
         try:
             if self._held_fd is not None and not offset and "/" not in name:
                 return read_at(self._held_fd, name, limit, self.path)

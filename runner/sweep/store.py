@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from genrun.schemas import Request, layout
-from genrun.schemas.digests import plan_digest
+from genrun.schemas.digests import plan_digest, sha256_bytes
 from genrun.schemas.sweep import DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
 from genrun.snapshot_dir import SnapshotDir, read_sweep_progress
 
@@ -172,6 +172,11 @@ class AttemptLog:
         self._stream.close()
 
 
+MAX_FROZEN_COPY_BYTES = 4 << 30
+"""The most bytes one frozen file of an item may have when a retry copies it (frozen processor and `[input]` files are
+not bounded by their kind as the artifacts are; this refuses a file swapped for something absurd)."""
+
+
 def copy_plan(store: Path, snapshot_dir: Path) -> Path:
     """A new snapshot with the same frozen files (same plan digest) for a retry; the lost one is kept as evidence."""
     original = SnapshotDir(snapshot_dir)
@@ -179,8 +184,12 @@ def copy_plan(store: Path, snapshot_dir: Path) -> Path:
     name = original.read(layout.REQUEST, Request).name
 
     def freeze(directory: Path) -> None:
-        for rel in entries:  # copied byte for byte, whatever their size (a frozen processor's files are not bounded)
-            write_bytes_atomic(directory / rel, (snapshot_dir / rel).read_bytes())
+        for rel, digest in entries.items():  # byte for byte, never through a link, each as the frozen manifest lists it
+            data = original.read_bytes(rel, limit=MAX_FROZEN_COPY_BYTES)
+            if sha256_bytes(data) != digest:
+                raise SnapshotError(f"{snapshot_dir / rel} no longer matches {layout.FROZEN_MANIFEST}; the item's plan was altered, "
+                                    "so it is not retried: plan the sweep again")
+            write_bytes_atomic(directory / rel, data)
 
     return create_snapshot(store, name, freeze)
 
