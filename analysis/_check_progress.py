@@ -45,7 +45,10 @@ def check_progress_stream(snap: Snapshot, ctx: CheckContext) -> Finding:
             index, last = terminals[-1]
             if len(terminals) > 1 or index != len(events) - 1:
                 problems.append(f"the terminal '{last.event}' record (seq {last.seq}) is not the single last record")
-            if TERMINAL_STATUS[last.event] != snap.result.status:
+            if last.event == "end" and snap.result.status == "failed" and snap.result.exception is not None:
+                # generation ended; writing the run's evidence then failed (the terminal record comes before the files)
+                warns.append(f"the stream ends with 'end', then the run failed: {snap.result.exception.type}: {snap.result.exception.message}")
+            elif TERMINAL_STATUS[last.event] != snap.result.status:
                 problems.append(f"the stream ends with '{last.event}' but result.json status is {snap.result.status!r}")
             problems += _count_beyond_the_recorder(snap, last)
     elif terminals:

@@ -239,7 +239,11 @@ def _judge_status(snap: Snapshot) -> tuple[Status, str]:
         return "WARN", f"no rows recorded in generation-stop.json, yet result.json says {snap.result.status!r}"
     expected = "failed" if "exception" in reasons else "interrupted" if "interrupted" in reasons else "succeeded"
     if expected == "succeeded" and _failed_after_the_rows(snap):
-        return "PASS", f"every row ended, then the run failed: {snap.result.exception.type}"  # type: ignore[union-attr]
+        # the rows ended on their own; then the run failed (genrun's own step after the rows, or what it refused of the
+        # user's code): a WARN that names the exception, so the failure is seen beside rows that look finished
+        exception = snap.result.exception
+        assert exception is not None  # _failed_after_the_rows
+        return "WARN", f"the rows ended {sorted(reasons)}, then the run failed: {exception.type}: {exception.message}"
     if snap.result.status != expected:
         return "FAIL", f"result.json status {snap.result.status!r}, but the stop reasons {sorted(reasons)} mean {expected!r}"
     return "PASS", ""

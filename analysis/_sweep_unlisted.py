@@ -9,12 +9,11 @@ plans items with the same names and digests: those are its own, not this one's).
 
 from pathlib import Path
 
-from pydantic import ValidationError
 
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_file
-from genrun.schemas.sweep import ATTEMPT_ADAPTER, SweepPlan, SweepResult
-from genrun.snapshot_dir import ArtifactError, SnapshotDir
+from genrun.schemas.sweep import SweepPlan, SweepResult
+from genrun.snapshot_dir import ArtifactError, SnapshotDir, read_sweep_progress
 
 
 def item_name(snapshot_id: str) -> str:
@@ -58,12 +57,7 @@ def _listed_by_other_sweeps(store: Path, own: str) -> set[str]:
         files = SnapshotDir(entry)
         try:
             listed |= {item.snapshot_id for item in files.read(layout.SWEEP_PLAN, SweepPlan).items}
-            log = files.read_bytes(layout.SWEEP_PROGRESS) if files.has(layout.SWEEP_PROGRESS) else b""
+            listed |= {attempt.snapshot_id for attempt in read_sweep_progress(files).attempts}
         except ArtifactError:
             continue
-        for line in log.split(b"\n"):
-            try:
-                listed.add(ATTEMPT_ADAPTER.validate_json(line).snapshot_id)
-            except ValidationError:
-                continue
     return listed

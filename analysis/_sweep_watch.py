@@ -7,11 +7,9 @@ the sweep with `sweep-result.json`; this reads only those two files.
 from pathlib import Path
 from typing import NamedTuple
 
-import orjson
-
 from genrun.schemas import layout
 from genrun.schemas.sweep import SweepPlan, SweepResult
-from genrun.snapshot_dir import SnapshotDir
+from genrun.snapshot_dir import SnapshotDir, read_sweep_progress
 
 INTERRUPTED_EXIT = 130
 
@@ -44,14 +42,5 @@ def assess_sweep(sweep: Path) -> SweepUpdate:
 def _finished_items(sweep: SnapshotDir) -> int:
     """Distinct items with an `ended` record whose status is final (a lost attempt may be retried). The log is read
     bounded and never through a link or FIFO (`ArtifactError` names it)."""
-    if not sweep.has(layout.SWEEP_PROGRESS):
-        return 0
-    done = set()
-    for line in sweep.read_bytes(layout.SWEEP_PROGRESS).splitlines():
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:  # the driver may be appending this very line
-            continue
-        if record.get("event") == "ended" and record.get("status") != "lost":
-            done.add(record.get("item"))
-    return len(done)
+    attempts = read_sweep_progress(sweep).attempts  # a line being appended is not read yet
+    return len({a.item for a in attempts if a.event == "ended" and a.status != "lost"})

@@ -108,7 +108,7 @@ class IdentitySummary(_Model):
     weight_bytes: int | None = None
     genrun_code_digest: str | None = None
     packages: dict[str, str | None] = {}
-    """torch, transformers, diffusers, tokenizers."""
+    """The installed packages `environment.json` recorded (its backend's, then genrun's own), in its order."""
     host: str | None = None
     cuda: str | None = None
     """Device names, when CUDA devices were visible."""
@@ -285,7 +285,19 @@ def _headline(snap: Snapshot) -> str:
     heard += f"; {produced}" if produced else ""
     if not snap.is_sealed:  # a result without the seal is never a success
         return f"{snap.state.value}: never sealed, so its result.json is no evidence of how it ended; {snap.result.generated} {snap.result.unit}s recorded"
-    return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; stopped by {why}{heard}"
+    ended = f"stopped by {why}"
+    if snap.result.exception is not None:  # what ended the run, named where the stop records cannot say (none were made)
+        raised = f"raised {snap.result.exception.type}: {_first_line(snap.result.exception.message)}"
+        ended = f"{ended}; {raised}" if stops else raised
+    elif snap.result.signal is not None and not stops:
+        ended = f"interrupted by {snap.result.signal}"
+    return f"{snap.result.status}: {snap.result.generated} {snap.result.unit}s in {snap.result.timings.total_s:.2f} s; {ended}{heard}"
+
+
+def _first_line(message: str, limit: int = 200) -> str:
+    """The first line of an exception's message, at most `limit` characters (the headline is one line)."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def _request_essentials(snap: Snapshot) -> RequestSummary | None:
@@ -316,7 +328,7 @@ def _identity(snap: Snapshot) -> IdentitySummary:
         found["genrun_code_digest"] = snap.code.genrun.digest
     if snap.environment is not None:
         env = snap.environment
-        found["packages"] = {k: v for k, v in env.packages.items() if k in ("torch", "transformers", "diffusers", "tokenizers")}
+        found["packages"] = {name: version for name, version in env.packages.items() if version is not None}
         found["host"] = f"{env.hostname} ({env.cpu.model or 'cpu'}, {env.cpu.logical_cores} cores)"
         if env.cuda is not None and env.cuda.devices:
             found["cuda"] = ", ".join(d.name for d in env.cuda.devices)

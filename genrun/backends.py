@@ -112,7 +112,7 @@ progress event, and seals the snapshot, for every backend alike.
 
 **5. Stages** (evidence kind `stages`): a backend whose run is a sequence of stages (an autoregressive
 stage, then an acoustic one) writes `STAGE_PROGRESS_FILE` (`StageStartEvent` / `StageProgressEvent` /
-`StageEndEvent` lines), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop
+`StageEndEvent` lines, appended through `ctx.snapshot.open_stream(STAGE_PROGRESS_FILE)`, an `AppendStream`), `STAGE_IDS_FILE` (`StageIds`) and `STAGES_FILE` (`Stages`), and names each stop
 record's stage in its evidence (`stage`, `units`, `ids`); verify then checks ids against counts per
 stage and row, `eos` and `max_new_tokens` claims against the ids, and what a consuming stage read
 against what its source made. The built-in `loop` backend (`genrun.runner.backends.loop`, its
@@ -124,10 +124,20 @@ a local sweep worker then runs that many items at once on one loaded model, each
 on its own thread, and its `generate` hands its requests to the open batch. The built-in `vllm`
 backend is the example.
 
+**7. Runtime (optional)**: the core never imports torch. What depends on the library a backend computes with (which
+devices exist and what `device = "auto"` means, the deterministic switches and thread counts in `determinism.json`,
+free device memory for `memory_fit(..., runtime)`, the CUDA devices and package versions in `environment.json` and
+`report`) it asks the backend's `runtime` attribute, a `Runtime`. Without one a backend gets `Runtime()`: `auto` is the
+CPU, no switches are set and none is claimed (`None`), no packages are named. A torch backend sets
+`runtime = TorchRuntime(("my-library", *TORCH_PACKAGES))`; another subclasses `Runtime` and overrides what it knows
+(`resolve_device`, `require_device`, `deterministic_mode`, `capture_determinism`, `device_memory`, `set_threads`,
+`cuda_info`; `packages=` names the distributions whose versions shape its generation).
+
 **Also here**: `ENTRY_POINT_GROUP` (the group's name); `Backend` (the protocol of section 2, for
 `isinstance` and type checkers); `ProgressRecorder` (the type of `ctx.recorder`); `EvidenceKind` (the
 type of a kind); `ExceptionInfo` (what `exception_info` returns); `MemoryFit` (what `memory_fit`
-returns); `DecodedAudio` (what `decode_audio` returns: samples and rate); `StageRecord` and
+returns); `DeviceMemory` (what `Runtime.device_memory` returns); `AppendStream` (what
+`ctx.snapshot.open_stream` returns: `write`, `fsync`, `close`); `DecodedAudio` (what `decode_audio` returns: samples and rate); `StageRecord` and
 `StageUnit` (the parts of `Stages`); `write_bytes_atomic(path, data)` and `write_model_atomic(path,
 model)` (a file outside the snapshot's own layout, atomically); `save_entrypoint_result(outputs_dir,
 value)` (what a user's entry point returned, as `outputs/` files); for `token_ids`, `TokenRow` (one
@@ -154,6 +164,7 @@ from genrun.runner.backends import (
 from genrun.runner.backends._audio import DecodedAudio, decode_audio
 from genrun.runner.backends._images import load_image
 from genrun.runner.budget import DTYPE_BYTES, MemoryFit, memory_fit, refusals_for, unit_budget, with_refusals
+from genrun.runner.backends._torch_runtime import TORCH_PACKAGES, TorchRuntime
 from genrun.runner.errors import RequestError
 from genrun.runner.executing_process import refuse_other_process
 from genrun.runner.input_files import input_path, read_input_files
@@ -164,6 +175,7 @@ from genrun.runner.plan_context import PlanContext
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.request_loading import unknown_key_message
 from genrun.runner.run_log import add_line_from_another_process
+from genrun.runner.runtime import DeviceMemory, Runtime
 from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows, summarise_token_rows, write_sequence_texts
 from genrun.schemas import (
     EVIDENCE_KIND_MEANING,
@@ -186,7 +198,7 @@ from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
 from genrun.schemas.layout import STAGES as STAGES_FILE
 from genrun.schemas.progress import Unit
 from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
-from genrun.snapshot_dir import SnapshotDir
+from genrun.snapshot_dir import AppendStream, SnapshotDir
 
 __all__ = [
     # registering and the protocol
@@ -203,12 +215,14 @@ __all__ = [
     "BatchingBackend", "ItemBatch",
     # refusing a request
     "RequestError", "refuse_generation", "unknown_key_message",
+    # optional: the library the backend computes with (devices, determinism, threads, versions; see section 7)
+    "DeviceMemory", "Runtime", "TORCH_PACKAGES", "TorchRuntime",
     # the plan-time budget
     "DTYPE_BYTES", "MemoryFit", "PlanContext", "TokenBudget", "WEIGHT_SUFFIXES", "memory_fit", "refusals_for", "unit_budget", "with_refusals",
     # the request's input files, as frozen into the snapshot (`[input]` audio/images)
     "DecodedAudio", "decode_audio", "input_path", "load_image", "read_input_files",
     # writing an artifact (`ctx.snapshot`; the functions write a file outside a snapshot's own layout atomically)
-    "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
+    "AppendStream", "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
     # writing outputs under `ctx.outputs_dir` (numpy needed when called)
     "save_array", "save_audio", "save_entrypoint_result", "save_output_fields",
     # the `stages` evidence kind: a run of stages in sequence (its files and their models)

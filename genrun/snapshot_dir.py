@@ -8,6 +8,8 @@ goes through `SnapshotDir`, so each file is handled the same way everywhere:
   reads up to M: upgrade`); every failure is one typed `ArtifactError` whose `reason` completes "<file> ...".
 - write: atomic (temporary file beside the target, fsync, `os.replace`; a link at the target is replaced,
   never written through), and only by a `SnapshotDir(path, writable=True)`; analysis opens them read-only.
+- append: the append-only streams (progress, run log, stage progress, sweep progress) are opened one way,
+  `open_stream`: `O_APPEND|O_NOFOLLOW|O_CLOEXEC`, relative to the directory's descriptor; one `os.write` per record.
 
 It lives beside `genrun.schemas` rather than in `analysis` or `runner` because both use it: analysis must
 stay torch-free and never write, the runner writes. Torch-free: stdlib, orjson, pydantic, `genrun.schemas`.
@@ -30,6 +32,7 @@ from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_
 from genrun.runner.errors import SnapshotError
 from genrun.schemas import EVENT_ADAPTER, AnyEvent, NewerFormat, layout
 from genrun.schemas.digests import parse_sha256sum, sha256_bytes
+from genrun.schemas.sweep import ATTEMPT_ADAPTER, ItemAttempt
 
 _M = TypeVar("_M", bound=BaseModel)
 _EVENTS_ADAPTER: TypeAdapter[list[AnyEvent]] = TypeAdapter(list[AnyEvent])
@@ -88,6 +91,40 @@ class Manifest(NamedTuple):
     """sha256 of the file itself: the plan or snapshot digest."""
 
 
+class AppendStream:
+    """One append-only file of a snapshot, open for appending (`SnapshotDir.open_stream`): whole records, one write each."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    @property
+    def fd(self) -> int:
+        """The descriptor (for `fcntl.flock`, or a writer that keeps its own hot path); `ValueError` once closed."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def write(self, data: bytes) -> None:
+        """Append `data` (whole records, newline-terminated) with one `os.write`; a short write is completed, never dropped."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        """Close (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
 class SnapshotDir:
     """A snapshot (or sweep snapshot) directory; every artifact of it is read and written through this object."""
 
@@ -121,9 +158,10 @@ class SnapshotDir:
             os.close(self._held_fd)
             self._held_fd = None
 
-    def read_bytes(self, name: str, *, offset: int = 0) -> bytes:
-        """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind."""
-        limit = READ_BOUNDS.get(name, MAX_JSON_BYTES)
+    def read_bytes(self, name: str, *, offset: int = 0, limit: int | None = None) -> bytes:
+        """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind
+        (`limit`: by the caller's bound instead, for a file outside the artifacts' own layout)."""
+        limit = limit if limit is not None else READ_BOUNDS.get(name, MAX_JSON_BYTES)
         try:
             if self._held_fd is not None and not offset and "/" not in name:
                 return read_at(self._held_fd, name, limit, self.path)
@@ -218,6 +256,24 @@ class SnapshotDir:
             write_bytes_atomic(path, data, beneath=self.path)
         return path
 
+    def open_stream(self, name: str, *, new: bool = True) -> AppendStream:
+        """Open append-only file `name` (directly in the snapshot) for appending: `O_APPEND|O_NOFOLLOW|O_CLOEXEC`, relative to
+        the directory's descriptor, so a link planted at the name is refused, never written through. `new`: it must not
+        exist yet (`O_EXCL`: an earlier execution's stream is evidence, never appended to); else it is created or continued.
+        `OSError` as the system gives it."""
+        if not self.writable:
+            raise PermissionError(f"{self!r} is read-only: open it with SnapshotDir(path, writable=True) to append to {name}")
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"{name!r} is not the name of a file directly in a snapshot")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_EXCL if new else 0)
+        if self._held_fd is not None:
+            return AppendStream(os.open(name, flags, 0o644, dir_fd=self._held_fd), self.path / name)
+        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return AppendStream(os.open(name, flags, 0o644, dir_fd=directory), self.path / name)
+        finally:
+            os.close(directory)
+
     @contextlib.contextmanager
     def _unsafe_as_unwritable(self, name: str) -> Iterator[None]:
         """A folder found to be a link while writing (swapped in after `_target`'s check) is the artifact's problem."""
@@ -249,6 +305,35 @@ def describe_validation_error(exc: ValidationError) -> str:
         parts.append(f"{where}: {err['msg']}")
     more = exc.error_count() - len(parts)
     return "does not match its schema: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+class SweepProgress(NamedTuple):
+    """`sweep-progress.ndjson` as read (`read_sweep_progress`)."""
+
+    attempts: list[ItemAttempt]
+    """Every attempt record, in order."""
+    invalid: list[tuple[int, str]]
+    """(1-based line number, why) of complete lines that are not an attempt record."""
+
+
+def read_sweep_progress(sweep: SnapshotDir) -> SweepProgress:
+    """The one reader of a sweep's `sweep-progress.ndjson` (bounded, never through a link: `read_bytes`); absent: empty.
+    A last line without its newline is left out: the driver was killed while writing it, or is writing it now."""
+    try:
+        data = sweep.read_bytes(layout.SWEEP_PROGRESS)
+    except ArtifactMissing:
+        return SweepProgress([], [])
+    lines = data.split(b"\n")[:-1]  # the part after the last newline is torn or still being written
+    attempts: list[ItemAttempt] = []
+    invalid: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            attempts.append(ATTEMPT_ADAPTER.validate_json(line))
+        except ValidationError as exc:
+            invalid.append((number, describe_validation_error(exc)))
+    return SweepProgress(attempts, invalid)
 
 
 def parse_progress_lines(lines: Sequence[bytes], first_number: int = 1) -> tuple[list[AnyEvent], list[tuple[int, str]]]:

@@ -2,52 +2,21 @@
 context and the device memory? Computed from config files and the tokenizer only, before any
 weights are loaded, so a run that cannot fit is refused in seconds instead of failing after hours.
 
-This module holds what every backend shares: dtype sizes, the device and its free memory, the
-memory fit and the refusals. A decoder's KV-cache math and the transformers length rules are in the
-transformers backend's package.
+This module holds what every backend shares: dtype sizes, the memory fit (the device and its free memory
+as the backend's runtime reads them) and the refusals. A decoder's KV-cache math and the transformers length rules
+are in the transformers backend's package.
 """
 
-from pathlib import Path
 from typing import NamedTuple
 
 from genrun.schemas import Request, TokenBudget
 from genrun.schemas.progress import Unit
 from genrun.schemas.rendering import human_bytes
 
-from .errors import BudgetRefused, RequestError
+from .errors import BudgetRefused
+from .runtime import NEUTRAL_RUNTIME, Runtime
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
-
-
-class DeviceMemory(NamedTuple):
-    device: str
-    free_bytes: int | None
-    total_bytes: int | None
-
-
-def device_memory(device: str) -> DeviceMemory:
-    """Free/total memory of the run device: `cudaMemGetInfo` for CUDA, MemAvailable for CPU."""
-    if device.startswith("cuda"):
-        import torch
-
-        free, total = torch.cuda.mem_get_info(torch.device(device))
-        return DeviceMemory(device, free, total)
-    info = _meminfo()
-    return DeviceMemory("cpu", info.get("MemAvailable"), info.get("MemTotal"))
-
-
-def _meminfo() -> dict[str, int]:
-    try:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-    except OSError:
-        return {}
-    values = {}
-    for line in lines:
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            values[key] = int(parts[0]) * 1024  # kB -> bytes
-    return values
 
 
 class MemoryFit(NamedTuple):
@@ -61,9 +30,10 @@ class MemoryFit(NamedTuple):
     fits_memory: bool | None
 
 
-def memory_fit(device: str, margin_fraction: float, needed_bytes: int) -> MemoryFit:
-    """needed (weights + KV or latents + activations) + a margin of the device's total, vs its free memory."""
-    memory = device_memory(resolve_device(device))
+def memory_fit(device: str, margin_fraction: float, needed_bytes: int, runtime: Runtime = NEUTRAL_RUNTIME) -> MemoryFit:
+    """needed (weights + KV or latents + activations) + a margin of the device's total, vs its free memory, as the backend's
+    `runtime` resolves the device and reads its memory (the neutral one: `auto` is the CPU, its /proc/meminfo)."""
+    memory = runtime.device_memory(runtime.resolve_device(device))
     margin = round((memory.total_bytes or 0) * margin_fraction)
     required = needed_bytes + margin
     fits = None if memory.free_bytes is None else required <= memory.free_bytes
@@ -73,23 +43,6 @@ def memory_fit(device: str, margin_fraction: float, needed_bytes: int) -> Memory
 def with_refusals(draft: TokenBudget, refusals: tuple[str, ...], force: bool) -> TokenBudget:
     """Record the refusals, and whether `--force` overrode them (plan enforces them before writing anything)."""
     return draft.model_copy(update={"refusals": refusals, "forced": bool(refusals) and force})
-
-
-def resolve_device(device: str) -> str:
-    """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda` -> `cuda:0`."""
-    if device == "auto":
-        import torch
-
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RequestError(f"[model] device = {device!r}, but this torch has no usable CUDA device "
-                               f"(torch {torch.__version__}); use device = 'cpu' or 'auto'")
-    if device == "cuda":
-        return "cuda:0"
-    return device
 
 
 def refusals_for(budget: TokenBudget, unit_word: str = "max_new_tokens") -> tuple[str, ...]:

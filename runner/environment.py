@@ -1,29 +1,26 @@
 """`environment.json`: the interpreter, packages, host, CUDA devices, git state and behaviour-changing env vars.
 
-Every probe degrades to `None` (not installed, not a repository, no /proc, no GPU) instead of
-failing the plan: an unknown is recorded as unknown.
+The packages and CUDA devices are the backend runtime's (`genrun.runner.runtime`): a torch backend records torch's
+view, a backend that names no library records none, and nothing here imports torch. Every probe degrades to `None`
+(not installed, not a repository, no /proc, no GPU) instead of failing the plan: an unknown is recorded as unknown.
 """
 
 import importlib.metadata
-import importlib.util
 import os
 import platform
-import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from genrun.schemas import CpuInfo, CudaDevice, CudaInfo, Environment, GitState
+from genrun.schemas import CpuInfo, Environment, GitState
 from genrun.schemas.digests import sha256_bytes
 
 from . import __version__
+from .runtime import NEUTRAL_RUNTIME, Runtime
 
-PACKAGES = (
-    "torch", "transformers", "diffusers", "tokenizers", "safetensors", "numpy",
-    "pydantic", "orjson", "rich", "huggingface_hub", "accelerate",
-)
-"""Distributions whose versions shape generation (or the artifacts)."""
+GENRUN_PACKAGES = ("pydantic", "orjson", "rich")
+"""genrun's own dependencies that shape the artifacts, recorded after the backend runtime's `packages`."""
 
 ENV_PREFIXES = ("CUDA_", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "PYTORCH_", "TORCH_", "TOKENIZERS_", "GENRUN_")
 """Environment variables with these prefixes change behaviour and are recorded."""
@@ -34,19 +31,19 @@ ENV_PREFIXES = ("CUDA_", "HF_", "TRANSFORMERS_", "OMP_", "MKL_", "PYTORCH_", "TO
 _CREDENTIAL_MARKS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
 
 _GIT_TIMEOUT_S = 10.0
-_NVIDIA_SMI_TIMEOUT_S = 10.0
 
 
-def capture_environment(cwd: Path | None = None) -> Environment:
-    """Describe the process and machine the plan is made on (git state of `cwd`, default the CWD)."""
+def capture_environment(runtime: Runtime = NEUTRAL_RUNTIME, cwd: Path | None = None) -> Environment:
+    """Describe the process and machine the plan is made on, as the backend's `runtime` sees it (its packages and CUDA
+    devices), and the git state of `cwd` (default the CWD)."""
     return Environment(
         genrun_version=__version__,
         python=sys.version,
         platform=platform.platform(),
         hostname=socket.gethostname(),
-        packages=package_versions(PACKAGES),
+        packages=package_versions(tuple(dict.fromkeys((*runtime.packages, *GENRUN_PACKAGES)))),
         cpu=cpu_info(),
-        cuda=cuda_info(),
+        cuda=runtime.cuda_info(),
         git=git_state(Path.cwd() if cwd is None else cwd),
         env_vars=relevant_env_vars(os.environ),
     )
@@ -91,47 +88,6 @@ def _memory_total_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def cuda_info() -> CudaInfo | None:
-    """CUDA as torch sees it; `None` when torch is not installed or cannot be imported."""
-    if importlib.util.find_spec("torch") is None:
-        return None
-    try:
-        import torch  # deferred: seconds to import, and only needed here
-    except Exception:  # a broken torch install is an environment fact, not a reason to fail the plan
-        return None
-    available = bool(torch.cuda.is_available())
-    devices = []
-    if available:
-        for index in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(index)
-            devices.append(
-                CudaDevice(index=index, name=props.name, capability=(props.major, props.minor), total_memory_bytes=props.total_memory)
-            )
-    return CudaInfo(available=available, version=torch.version.cuda, driver=_cuda_driver(torch), devices=tuple(devices))
-
-
-def _cuda_driver(torch_module: object) -> str | None:
-    """Driver version: `torch.cuda.driver_version()` where torch has it, else `nvidia-smi`, else `None`."""
-    getter = getattr(getattr(torch_module, "cuda", None), "driver_version", None)
-    if callable(getter):
-        try:
-            return str(getter())
-        except Exception:  # not built with CUDA / no driver: fall through to nvidia-smi
-            pass
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT_S, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = out.strip().splitlines()[0].strip() if out.strip() else ""
-    return first or None
 
 
 def git_state(cwd: Path) -> GitState:

@@ -10,6 +10,12 @@ Order:
    throughout, what libraries print goes to `run-log.ndjson`, not the terminal (`run_log`);
 5. seal the snapshot (the manifest, written last) — also after a model failure or a signal; only a failed
    write of the evidence itself (a full disk) leaves it unsealed, which every reader shows as incomplete.
+
+Before the first execution file, a refusal (a `GenrunError`: executed already, the plan or code changed, approval
+missing, the backend not installed here, the device gone, no room to seal) writes nothing and leaves the plan
+executable. Any other exception from then on — genrun's own steps (the backend's import, its runtime's device and
+determinism, the run log, the evidence), the backend's or user code — is the run's failure: recorded in
+`result.json` and sealed `failed`, never left `running`.
 """
 
 import contextlib
@@ -18,19 +24,19 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel
 
-from genrun.schemas import Determinism, GenerationStop, Result, TokenBudget, layout
+from genrun.schemas import Determinism, GenerationStop, Result, SequenceStop, TokenBudget, layout
 from genrun.schemas.progress import Unit
 from genrun.snapshot_dir import SnapshotDir
 
 from ._io import release_space, reserve_space
 from ._locks import held_exclusively
 from .backends import Backend, ExecutionContext, LoadedModel, get_backend
-from .budget import resolve_device
-from .determinism import capture_determinism, deterministic_mode, with_sampling
-from .errors import FrozenMismatch, SnapshotError, StoreError
+from .determinism import with_sampling
+from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .executing_process import executing
 from .frozen_plan import (FrozenPlan, VerifiedIdentity, load_context, load_frozen, refuse_executed, verify_before_loading, verify_code,
                           verify_model, verify_plan_files)
@@ -42,7 +48,8 @@ from .phases import PhaseClock
 from .recorder import ProgressRecorder
 from .run_log import RunLog, captured
 from .run_result import build_result, write_terminal_event
-from .run_template import RunRecord, interrupted_before_running, run_template
+from .run_template import RunRecord, failed_run, interrupted_before_running, run_template
+from .runtime import NEUTRAL_RUNTIME, Runtime, apply_thread_share, runtime_of
 from .store import describe_os_error, open_snapshot, seal_snapshot
 
 SEALING_RESERVE_FIXED = 1 << 20
@@ -105,13 +112,23 @@ def _execute_locked(
         from .signoff import check_approval, describe_approval
 
         approval_note = describe_approval(check_approval(snapshot_dir, allowed_signers, allow_unsigned=policy == "any"))
-    clock.enter("imports")
-    backend = get_backend(plan.request.model.backend)
-    clock.enter("prepare")
-    device = resolve_device(plan.request.model.device)
-    if loaded is not None and (why := loaded.mismatch(backend.name, plan.model, plan.request, device)) is not None:
-        raise SnapshotError(f"the loaded model cannot run snapshot {snapshot_dir}: {why}; execute it without a preloaded model")
-    unit = backend.progress_unit(plan.request)
+    early_failure: Exception | None = None
+    try:
+        clock.enter("imports")
+        made = get_backend(plan.request.model.backend)
+        runtime = runtime_of(made)
+        clock.enter("prepare")
+        apply_thread_share(runtime)
+        device = runtime.resolve_device(plan.request.model.device)
+        if loaded is not None and (why := loaded.mismatch(made.name, plan.model, plan.request, device)) is not None:
+            raise SnapshotError(f"the loaded model cannot run snapshot {snapshot_dir}: {why}; execute it without a preloaded model")
+        unit = made.progress_unit(plan.request)
+        backend: Backend | None = made
+    except GenrunError:
+        raise  # a refusal: nothing written, the plan stays executable
+    except Exception as exc:  # recorded as the run's failure once the stream is open (the module docstring)
+        early_failure, backend, runtime = exc, None, NEUTRAL_RUNTIME
+        device, unit = plan.request.model.device, (plan.budget.units, 1)
     bar = LiveProgress(unit[0], plan.budget.requested_units) if wants_live(live) else None
     memory = MemoryProbe(device if device.startswith("cuda") else None)
     # One gate from the first execution file to the seal: a signal anywhere in between ends as a sealed
@@ -120,8 +137,8 @@ def _execute_locked(
         try:
             hold_sealing_space(snapshot_dir, plan.budget)
             recorder, outputs = open_recorder_or_keep_plan(snapshot_dir, plan, unit, clock.origin, bar, memory)
-            return _run_record_seal(snapshot_dir, plan, identity, backend, device, recorder, outputs, bar, loaded, clock, log,
-                                    approval_note=approval_note, records=records)
+            run = _Run(SnapshotDir(snapshot_dir, writable=True), plan, identity, runtime, device, recorder, outputs, clock, log)
+            return _run_record_seal(run, backend, bar, loaded, early_failure, approval_note=approval_note, records=records)
         finally:
             release_space(snapshot_dir)
 
@@ -168,58 +185,115 @@ def open_recorder_or_keep_plan(
     return recorder, outputs
 
 
+class _Run(NamedTuple):
+    """One execution from its first file to the seal: what every step of recording and sealing it reads."""
+
+    snapshot: SnapshotDir
+    """The snapshot, writable: the one object every artifact of the run is written through."""
+    plan: FrozenPlan
+    identity: VerifiedIdentity
+    runtime: Runtime
+    """The backend's runtime (the neutral one when the backend could not even be made)."""
+    device: str
+    recorder: ProgressRecorder
+    outputs: OutputsDir
+    clock: PhaseClock
+    log: RunLog
+
+
 def _run_record_seal(
-    snapshot_dir: Path, plan: FrozenPlan, identity: VerifiedIdentity, backend: Backend, device: str,
-    recorder: ProgressRecorder, outputs: OutputsDir, bar: LiveProgress | None, loaded: LoadedModel | None, clock: PhaseClock,
-    log: RunLog, *, approval_note: str | None, records: Mapping[str, BaseModel],
+    run: _Run, backend: Backend | None, bar: LiveProgress | None, loaded: LoadedModel | None, early_failure: Exception | None, *,
+    approval_note: str | None, records: Mapping[str, BaseModel],
 ) -> Result:
-    """Run the template, write the terminal event, determinism, stop and result, then seal.
+    """Run the template, then record the run and seal it; an exception of genrun's own steps is the run's failure.
 
     The seal is written only after `result.json`: a failed write (a full disk) leaves the snapshot recognisably
     unsealed (`incomplete`/`running`) and raises a `StoreError` naming the store and its free space.
     """
-    determinism: Determinism | None = None
-    result_written = False
-    snapshot = SnapshotDir(snapshot_dir, writable=True)
     try:
-        try:
-            log.open(snapshot_dir, clock.origin)  # execution files exist now: what was held (imports, checks) is written too
-            ctx = ExecutionContext(
-                **vars(load_context(plan, device, snapshot_dir)),
-                snapshot_dir=snapshot_dir,
-                recorder=recorder,
-                planned_units=plan.budget.requested_units,
-                outputs=outputs,
-            )
-            with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
-                with deterministic_mode(plan.request, device) as determinism:
-                    run = run_template(backend, ctx, loaded, clock)
-                _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, run)
-        except RunInterrupted as exc:  # after the stream opened, before the template's gate took over
-            run = interrupted_before_running(recorder, exc.signal_name)
-            clock.enter("evidence")
-            _write_terminal_event_on_a_full_disk(snapshot_dir, recorder, run)
-        if determinism is None:
-            determinism = capture_determinism(plan.request, device, strict=False)
-        snapshot.write(layout.DETERMINISM, with_sampling(determinism, snapshot_dir))
-        for name, record in records.items():
-            snapshot.write(name, record)
-        snapshot.write(layout.STOP, GenerationStop(sequences=run.outcome.stops))
-        log.close()  # complete before result.json, which is written after every other execution file
-        result = build_result(plan, identity, run, recorder.memory, clock.stop(), per_row=recorder.generated)
-        extra_notes = tuple(note for note in (approval_note, log.failure) if note is not None)
-        if extra_notes:
-            result = result.model_copy(update={"notes": (*extra_notes, *result.notes)})
-        snapshot.write(layout.RESULT, result)
-        result_written = True
-        recorder.close()
-        release_space(snapshot_dir)  # the reserve is not evidence: gone before the manifest lists the files
-        seal_snapshot(snapshot_dir)
+        with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
+            record, determinism = _generate(run, backend, loaded, early_failure)
+            try:
+                return _record_and_seal(run, record, determinism, approval_note, records)
+            except OSError:
+                raise
+            except Exception as exc:  # the evidence could not be made as the run ended: the run failed with that
+                kept = record.outcome if _valid_stops(record.outcome.stops) else None  # the backend's evidence, when it is sound
+                return _record_and_seal(run, failed_run(run.recorder, exc, kept), determinism, approval_note, records,
+                                        read_sampling=False)
     except OSError as exc:
-        raise StoreError(describe_os_error(exc, snapshot_dir) + ("" if result_written else "; the snapshot is left unsealed (incomplete)")) from exc
+        unsealed = "" if run.snapshot.has(layout.RESULT) else "; the snapshot is left unsealed (incomplete)"
+        raise StoreError(describe_os_error(exc, run.snapshot.path) + unsealed) from exc
     finally:
-        recorder.close()
-        outputs.close()
+        run.recorder.close()
+        run.outputs.close()
+
+
+def _valid_stops(stops: tuple[SequenceStop, ...]) -> bool:
+    """Whether `generation-stop.json` accepts these stop records (a backend may hand ones its declared models refuse)."""
+    try:
+        GenerationStop(sequences=stops)
+    except ValueError:  # pydantic's ValidationError
+        return False
+    return True
+
+
+def _generate(run: _Run, backend: Backend | None, loaded: LoadedModel | None,
+              early_failure: Exception | None) -> tuple[RunRecord, Determinism | None]:
+    """Open the run log, enter the runtime's deterministic mode and run the template; what ended the run as a record (never
+    raises for a failure: the template records the backend's and user code's, this genrun's own)."""
+    determinism: Determinism | None = None
+    try:
+        run.log.open(run.snapshot.path, run.clock.origin)  # execution files exist now: what was held (imports, checks) is written too
+        if early_failure is not None:
+            raise early_failure
+        assert backend is not None, "made above, or early_failure says why not"
+        ctx = ExecutionContext(
+            **vars(load_context(run.plan, run.device, run.snapshot.path)),
+            snapshot_dir=run.snapshot.path,
+            recorder=run.recorder,
+            planned_units=run.plan.budget.requested_units,
+            outputs=run.outputs,
+        )
+        with run.runtime.deterministic_mode(run.plan.request, run.device) as determinism:
+            return run_template(backend, ctx, loaded, run.clock), determinism
+    except RunInterrupted as exc:  # after the stream opened, before the template's gate took over
+        run.clock.enter("evidence")
+        return interrupted_before_running(run.recorder, exc.signal_name), determinism
+    except Exception as exc:  # genrun's own step failed (the backend's import, the runtime, the run log): the run's failure
+        run.clock.enter("evidence")
+        return failed_run(run.recorder, exc), determinism
+
+
+def _record_and_seal(run: _Run, record: RunRecord, determinism: Determinism | None, approval_note: str | None,
+                     records: Mapping[str, BaseModel], *, read_sampling: bool = True) -> Result:
+    """The terminal event, then `determinism.json`, the caller's records, `generation-stop.json`, `result.json` and the seal.
+
+    Everything that can fail without writing (the effective config `sampling` is read from, the stop records' model,
+    `result.json`'s content) is made before the terminal event, so such a failure is recorded by a second call as the run's
+    failure, with a terminal event that agrees (that call reads nothing: `read_sampling=False`). The terminal event comes
+    before the files: it needs no new inode, so a store that cannot take them still shows the run ended."""
+    snapshot = run.snapshot
+    if determinism is None:  # the run ended before its runtime's deterministic mode: the neutral record after a failure
+        runtime = run.runtime if record.exception is None else NEUTRAL_RUNTIME
+        determinism = runtime.capture_determinism(run.plan.request, run.device, strict=False)
+    if read_sampling:
+        determinism = with_sampling(determinism, snapshot)
+    stop = GenerationStop(sequences=record.outcome.stops)
+    run.log.close()  # complete before the evidence files (nothing prints while they are written)
+    result = build_result(run.plan, run.identity, record, run.recorder.memory, run.clock.stop(), per_row=run.recorder.generated)
+    extra_notes = tuple(note for note in (approval_note, run.log.failure) if note is not None)
+    if extra_notes:
+        result = result.model_copy(update={"notes": (*extra_notes, *result.notes)})
+    _write_terminal_event_on_a_full_disk(snapshot.path, run.recorder, record)
+    snapshot.write(layout.DETERMINISM, determinism)
+    for name, extra in records.items():
+        snapshot.write(name, extra)
+    snapshot.write(layout.STOP, stop)
+    snapshot.write(layout.RESULT, result)  # after every other execution file
+    run.recorder.close()
+    release_space(snapshot.path)  # the reserve is not evidence: gone before the manifest lists the files
+    seal_snapshot(snapshot.path)
     return result
 
 
@@ -232,7 +306,8 @@ def load_for_snapshot(snapshot_dir: Path) -> LoadedModel:
     """
     snapshot_dir = open_snapshot(snapshot_dir)
     plan, _ = verify_before_loading(snapshot_dir)
-    return get_backend(plan.request.model.backend).load(load_context(plan, resolve_device(plan.request.model.device), snapshot_dir))
+    backend = get_backend(plan.request.model.backend)
+    return backend.load(load_context(plan, runtime_of(backend).resolve_device(plan.request.model.device), snapshot_dir))
 
 
 def open_recorder(

@@ -22,13 +22,13 @@ from .budget import enforce
 from .errors import RequestError
 from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
-from .device_check import require_device
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
 from .model_identity import identify_model, refuse_a_directory_too_large_for_a_model, resolve_model_dir
 from .phases import PlanClock
 from .plan_context import PlanContext
 from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
+from .runtime import runtime_of
 from .store import create_snapshot, resolve_store
 
 
@@ -100,7 +100,7 @@ def prepare_plan(
     backend = get_backend(request.model.backend)
     clock.enter("checks")
     refuse_undeclared_tables(request, backend)
-    require_device(request.model.device)
+    runtime_of(backend).require_device(request.model.device)
     resolved = resolve_model_dir(request.model, base_dir)
     refuse_a_directory_too_large_for_a_model(resolved, request.model.path)  # `/` is refused, never walked whole
     processor = identify_processor(request.model, base_dir)
@@ -123,7 +123,7 @@ def prepare_plan(
     declaration = context.cached(("backend-declaration", backend.name, backend.progress_unit(request)), lambda: declaration_of(backend, request))
     refuse_unsafe_schemas(declaration)
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
-    environment = context.environment()
+    environment = context.environment(runtime_of(backend))
 
     def freeze(directory: Path) -> None:
         snapshot = SnapshotDir(directory, writable=True)

@@ -18,6 +18,8 @@ from typing import TypeVar, cast
 
 from genrun.schemas import CodeSet, Environment
 
+from .runtime import NEUTRAL_RUNTIME, Runtime
+
 T = TypeVar("T")
 
 
@@ -54,11 +56,12 @@ class PlanContext:
                     self._key_locks.pop(oldest, None)
             return value
 
-    def environment(self) -> Environment:
-        """Package versions, git state, platform (`environment.json`), captured once."""
+    def environment(self, runtime: Runtime = NEUTRAL_RUNTIME) -> Environment:
+        """Package versions, git state, platform (`environment.json`) as the backend's `runtime` sees them, captured once per
+        runtime."""
         from .environment import capture_environment
 
-        return self.cached(("genrun", "environment"), capture_environment)
+        return self.cached(("genrun", "environment", id(runtime)), lambda: capture_environment(runtime))
 
     def genrun_code(self) -> CodeSet:
         """The hash of genrun's own source files (`code.json` `genrun`), computed once."""

@@ -1,7 +1,7 @@
 """`progress.ndjson`: the append-only event stream of a run (docs/snapshot-format.md, `progress.ndjson`).
 
-One `os.write` per line on an `O_APPEND` descriptor (so a reader or a crash never sees half a
-record from us), `fsync` at most every `fsync_every_s` seconds and at the terminal event.
+One `os.write` per line on the snapshot's append-only stream (`SnapshotDir.open_stream`: so a reader or a crash never
+sees half a record from us), `fsync` at most every `fsync_every_s` seconds and at the terminal event.
 
 The hot path is `step()`, called once per generated token by the streamer tee: one integer
 add and two comparisons (count and a monotonic clock read); everything else happens only
@@ -20,6 +20,7 @@ import orjson
 
 from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
 from genrun.schemas.progress import Unit, _Event
+from genrun.snapshot_dir import AppendStream, SnapshotDir
 
 from . import interrupts
 from ._io import sync
@@ -55,13 +56,13 @@ class ProgressRecorder:
         memory: MemoryProbe | None = None,
         live: LiveSink | None = None,
     ) -> None:
-        """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it."""
-        # O_EXCL: progress of an earlier execution is evidence and must never be appended to.
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it. `path` is new: progress of
+        an earlier execution is evidence and must never be appended to."""
+        self._stream: AppendStream | None = SnapshotDir(path.parent, writable=True).open_stream(path.name)
         # Held until close: `genrun watch` probes it to tell a live writer from a killed one (the kernel
         # releases it when this process dies, SIGKILL included). Advisory; nothing else contends for it.
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        self._opened = os.fstat(self._fd)
+        fcntl.flock(self._stream.fd, fcntl.LOCK_EX)
+        self._opened = os.fstat(self._stream.fd)
         self._origin = origin
         self.unit = unit
         self._every_units = every_units
@@ -151,17 +152,17 @@ class ProgressRecorder:
     def close(self) -> None:
         """fsync (`_io.sync`: a sweep worker's group commit may do it) and close (idempotent); a terminal event does this
         itself."""
-        if self._fd is None:
+        if self._stream is None:
             return
-        fd, self._fd = self._fd, None
-        if not still_ours(fd, self._opened):  # user code closed it: its number is not ours to sync or close
+        stream, self._stream = self._stream, None
+        if not still_ours(stream.fd, self._opened):  # user code closed it: its number is not ours to sync or close
             self.memory.close()
             self.closed = True
             return
         try:
-            sync(fd)
+            sync(stream.fd)
         finally:
-            os.close(fd)
+            stream.close()
             self.memory.close()
             self.closed = True
 
@@ -212,17 +213,15 @@ class ProgressRecorder:
         return fields
 
     def _write(self, event: _Event) -> None:
-        if self._fd is None:
+        if self._stream is None:
             raise RuntimeError("progress.ndjson is already closed; no event may follow a terminal one")
         refuse_other_process("writing progress.ndjson")
         line = orjson.dumps(event.model_dump(mode="json")) + b"\n"
         with interrupts.deferred():  # a signal here would leave a written line uncounted
-            written = os.write(self._fd, line)
+            self._stream.write(line)
             self._seq += 1
-        if written != len(line):
-            raise OSError(f"short write to progress.ndjson ({written} of {len(line)} bytes)")
         if time.monotonic() - self._last_fsync >= self._fsync_every_s:
-            os.fsync(self._fd)
+            self._stream.fsync()
             self._last_fsync = time.monotonic()
 
     def _terminal(self, event: _Event) -> None:

@@ -20,7 +20,6 @@ engine core) come in through `add_line_from_another_process` when their backend 
 import builtins
 import contextlib
 import logging
-import os
 import re
 import sys
 import sysconfig
@@ -33,6 +32,7 @@ from typing import Any, Literal, TextIO
 
 from genrun.schemas import RunLogLine, layout
 from genrun.schemas.run_log import LogStream
+from genrun.snapshot_dir import AppendStream, SnapshotDir
 
 from .interrupts import deferred
 
@@ -90,19 +90,21 @@ class RunLog:
     def __init__(self) -> None:
         self._held: list[tuple[float, LogStream, str, bool, str]] = []
         self._dropped = 0
-        self._path: Path | None = None
+        self._snapshot: SnapshotDir | None = None
         self._origin = 0.0
-        self._fd: int | None = None
+        self._stream: AppendStream | None = None
         self.failure: str | None = None
         """Why the log could not be written completely (the run goes on; `result.json` notes it)."""
         self._lock = threading.RLock()
         self.thread = threading.get_ident()
         """The thread that opened the capture: its lines come here first (items of one batching worker run on threads)."""
 
-    def open(self, snapshot_dir: Path, origin: float) -> None:
-        """From now on lines go to `snapshot_dir`'s log; `t` counts from `origin` (`time.monotonic()`)."""
+    def open(self, snapshot: SnapshotDir | Path, origin: float) -> None:
+        """From now on lines go to the snapshot's log (created with the first line); `t` counts from `origin`
+        (`time.monotonic()`)."""
         with self._lock:
-            self._path, self._origin = snapshot_dir / layout.RUN_LOG, origin
+            self._snapshot = snapshot if isinstance(snapshot, SnapshotDir) else SnapshotDir(snapshot, writable=True)
+            self._origin = origin
             held, self._held = self._held, []
             if self._dropped:
                 held.insert(0, (held[0][0] if held else time.monotonic(), "stderr", "genrun", False,
@@ -112,7 +114,7 @@ class RunLog:
 
     def add(self, stamp: float, stream: LogStream, source: str, shown: bool, text: str) -> None:
         with self._lock:
-            if self._path is None:
+            if self._snapshot is None:
                 if len(self._held) < HELD_LINES_LIMIT:
                     self._held.append((stamp, stream, source, shown, text))
                 else:
@@ -138,22 +140,22 @@ class RunLog:
         with self._lock:
             for stream in _streams:
                 stream.flush_partial(self)
-            self._path = None
-            if self._fd is not None:
-                fd, self._fd = self._fd, None
+            self._snapshot = None
+            if self._stream is not None:
+                file, self._stream = self._stream, None
                 try:
-                    os.close(fd)
+                    file.close()
                 except OSError as exc:
                     self.failure = self.failure or f"{layout.RUN_LOG} may be incomplete: closing it failed ({exc.strerror or exc})"
 
     def _append(self, stamp: float, stream: LogStream, source: str, shown: bool, text: str) -> None:
-        if self.failure is not None or self._path is None:
+        if self.failure is not None or self._snapshot is None:
             return
         line = RunLogLine(t=stamp - self._origin, stream=stream, source=source, shown=shown, text=text)
         try:
-            if self._fd is None:
-                self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            os.write(self._fd, line.model_dump_json().encode() + b"\n")
+            if self._stream is None:
+                self._stream = self._snapshot.open_stream(layout.RUN_LOG)
+            self._stream.write(line.model_dump_json().encode() + b"\n")
         except OSError as exc:  # never into the library's print: the run goes on, result.json says what is missing
             self.failure = f"{layout.RUN_LOG} is incomplete: writing it failed ({exc.strerror or exc}) at t={line.t:.3f} s"
 

@@ -112,6 +112,12 @@ def interrupted_before_running(recorder: ProgressRecorder, signal: str) -> RunRe
     return RunRecord(outcome=bare_outcome(recorder), signal=signal, exception=None, load_s=None)
 
 
+def failed_run(recorder: ProgressRecorder, exc: BaseException, outcome: BackendOutcome | None = None) -> RunRecord:
+    """A run failed by genrun's own step (the backend's import, the runtime, the run log, writing the evidence): the
+    backend's `outcome` when it has one (generation ended before the failure), else what the recorder counted."""
+    return RunRecord(outcome=outcome or bare_outcome(recorder), signal=None, exception=exception_info(exc), load_s=None)
+
+
 def bare_outcome(recorder: ProgressRecorder) -> BackendOutcome:
     """What the recorder counted, without stop records, timings or outputs: a run no backend could finish."""
     return BackendOutcome(unit=recorder.unit, generated=recorder.generated, generated_tokens=recorder.steps,

@@ -66,11 +66,13 @@ class Environment(Versioned):
     hostname: str
     """Machine name."""
     packages: dict[str, str | None]
-    """Versions of the packages that shape generation; `None` when not installed."""
+    """Versions of the packages that shape generation (those the backend's runtime names, then genrun's own); `None` when
+    not installed."""
     cpu: CpuInfo
     """Host processor and memory."""
     cuda: CudaInfo | None
-    """CUDA devices; `None` when torch is not importable."""
+    """CUDA devices as the backend's runtime sees them; `None` when it reports none (a backend that does not use torch) or
+    torch is not importable."""
     git: GitState
     """Working-directory git state."""
     env_vars: dict[str, str]

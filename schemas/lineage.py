@@ -59,7 +59,8 @@ class Determinism(Strict):
     strict_requested: bool
     """`[determinism] strict = true` was set in the request."""
     deterministic_algorithms: bool | None
-    """`torch.are_deterministic_algorithms_enabled()` during the run; `None` when torch could not say."""
+    """`torch.are_deterministic_algorithms_enabled()` during the run; `None` when torch could not say or the backend does not
+    use torch (its runtime claims no library setting)."""
     deterministic_warn_only: bool | None
     """`torch.is_deterministic_algorithms_warn_only_enabled()` during the run."""
     sampling: bool | None

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from _forkserver import warm_imports
+from genrun.schemas import layout
 
 FS_EVENTS = frozenset({
     "open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate", "os.link", "os.symlink",
@@ -28,6 +29,8 @@ FS_EVENTS = frozenset({
 })
 ATOMIC_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 """The name `genrun.runner._io` gives an atomic write's temporary file (`.<name>.<8 hex>.tmp`)."""
+APPEND_STREAMS = frozenset({layout.PROGRESS, layout.RUN_LOG, layout.STAGE_PROGRESS, layout.SWEEP_PROGRESS})
+"""Append-only files genrun opens by name relative to the snapshot's descriptor (`SnapshotDir.open_stream`)."""
 DIR_FD_ARG = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 2, "os.chmod": 2, "os.link": 2, "os.symlink": 2}
 """Where each audited call carries its `dir_fd` (Python's audit events table); `open` carries none."""
 
@@ -54,7 +57,7 @@ def _child(job: dict) -> int:
         if isinstance(dir_fd, int) and dir_fd >= 0:
             with contextlib.suppress(OSError):
                 return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
-        if last_folder[0] is not None and ATOMIC_TEMPORARY.fullmatch(name):  # genrun's own temporary file, in the folder it opened
+        if last_folder[0] is not None and (ATOMIC_TEMPORARY.fullmatch(name) or name in APPEND_STREAMS):  # genrun's own, in the folder it opened
             return os.path.join(last_folder[0], name)
         return os.path.abspath(name)
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from genrun.runner.code_identity import code_refs, code_set, genrun_code_set, identify_code
-from genrun.runner.environment import capture_environment, git_state, is_credential_name, relevant_env_vars
+from genrun.runner.backends.diffusers.budget import DIFFUSERS_RUNTIME
+from genrun.runner.environment import GENRUN_PACKAGES, capture_environment, git_state, is_credential_name, relevant_env_vars
+from genrun.runner.runtime import Runtime
 from genrun.runner.errors import RequestError
 from genrun.schemas import CodeIdentity, Environment
 from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
@@ -141,12 +143,12 @@ def test_capture_environment_records_packages_host_and_cuda(tmp_path: Path, monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # tmp_path is outside any repository
-    env = capture_environment(cwd=tmp_path)
+    env = capture_environment(DIFFUSERS_RUNTIME, cwd=tmp_path)  # the packages and CUDA as the diffusers backend sees them
     assert (env.git.commit, env.git.dirty, env.git.diff_sha256) == (None, None, None)
     assert Environment.model_validate_json(env.model_dump_json()) == env
     assert env.packages["torch"] == importlib.metadata.version("torch")
     assert env.packages["transformers"] == importlib.metadata.version("transformers")
-    assert set(env.packages) >= {"torch", "transformers", "diffusers", "tokenizers", "safetensors", "numpy", "accelerate"}
+    assert set(env.packages) >= {"torch", "transformers", "diffusers", "tokenizers", "safetensors", "numpy", "accelerate", "pydantic"}
     assert env.cpu.logical_cores is not None and env.cpu.logical_cores >= 1
     assert env.cpu.memory_total_bytes is not None and env.cpu.memory_total_bytes > 1 << 28
     assert env.python == sys.version
@@ -159,6 +161,15 @@ def test_capture_environment_records_packages_host_and_cuda(tmp_path: Path, monk
     assert env.cuda.available == torch.cuda.is_available()
     assert env.cuda.version == torch.version.cuda
     assert len(env.cuda.devices) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_a_backend_without_a_runtime_records_only_genruns_packages_and_no_cuda(tmp_path: Path) -> None:
+    """The neutral runtime (a loop, a plugin without `runtime`) names no library and claims no CUDA view: nothing of torch."""
+    env = capture_environment(cwd=tmp_path)
+    assert set(env.packages) == set(GENRUN_PACKAGES) and env.cuda is None
+    with_engine = capture_environment(Runtime(packages=("onnxruntime", "numpy")), cwd=tmp_path)
+    assert list(with_engine.packages)[:2] == ["onnxruntime", "numpy"]
+    assert with_engine.packages["onnxruntime"] == importlib.metadata.version("onnxruntime")
 
 
 def test_env_vars_keep_behaviour_and_drop_credentials() -> None:

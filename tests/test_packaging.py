@@ -10,7 +10,9 @@ installed with `--no-deps` into fresh virtual environments; nothing is downloade
   directory a `.pth` file adds. Building wheels of them would need the network (`pip download`) or
   minutes of `pip wheel`; symlinking the installed files takes milliseconds and installs exactly the
   closure the metadata declares: a core requirement that is missing from `pyproject.toml` fails the
-  tests, and torch, which no core requirement names, cannot be imported there.
+  tests, and torch, which no core requirement names, cannot be imported there;
+- `engine_env` is `core_env` plus numpy and onnxruntime (and what they require) and the test plugin backend installed
+  as a distribution: there the loop examples and the plugin plan, execute, seal, verify and report without torch.
 """
 
 import os
@@ -27,7 +29,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from conftest import REPO, TINY_LM, run_cli, tiny_request, write_request
+from _plugin_helpers import PLUGIN_DIR
+from conftest import EXAMPLES, REPO, TINY_LM, run_cli, tiny_request, write_request
 
 FORMAT_1 = REPO / "tests" / "fixtures" / "format-1"
 SOURCES = ("pyproject.toml", "README.md", "genrun", "runner", "analysis", "schemas")
@@ -74,26 +77,49 @@ def wheel_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def core_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with genrun's wheel and only its core requirements (see the module docstring)."""
     work = tmp_path_factory.mktemp("core")
-    deps = work / "core-deps"
+    return _venv_with_wheel(work / "venv", wheel, _linked_deps(work / "core-deps", _closure(_core_requirements(wheel))))
+
+
+@pytest.fixture(scope="module")
+def engine_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`core_env` plus numpy and onnxruntime (the loop examples' engine) and the test plugin backend, installed as a
+    distribution is (a dist-info with its entry point, its module on the path): no torch (see the module docstring)."""
+    work = tmp_path_factory.mktemp("engine")
+    deps = _linked_deps(work / "deps", _closure([*_core_requirements(wheel), "numpy", "onnxruntime"]))
+    (deps / "counter_backend.py").symlink_to(PLUGIN_DIR / "counter_backend.py")
+    dist = deps / "genrun_counter_backend-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: genrun-counter-backend\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[genrun.backends]\ncounter = counter_backend:create_backend\n")
+    return _venv_with_wheel(work / "venv", wheel, deps)
+
+
+def _linked_deps(deps: Path, names: set[str]) -> Path:
+    """One directory holding each named distribution's installed files (and its dist-info) as symlinks."""
     deps.mkdir()
-    for name in _core_closure(wheel):
+    for name in names:
         dist = distribution(name)
         site = Path(str(dist.locate_file("")))
         for top in {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}:
             if not (deps / top).exists() and not top.endswith(".pth") and top != "__pycache__":
                 (deps / top).symlink_to(site / top)
-    return _venv_with_wheel(work / "venv", wheel, deps)
+    return deps
 
 
-def _core_closure(wheel: Path) -> set[str]:
-    """Names of the distributions genrun's core needs: its requirements outside any extra, transitively
-    (with the extras a requirement asks of its own dependency, e.g. `httpx[http2]`)."""
+def _core_requirements(wheel: Path) -> list[str]:
+    """The `Requires-Dist` lines of genrun's wheel (every extra's too: `_closure` keeps the core's)."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         lines = archive.read(metadata).decode().splitlines()
-    pending = [(line.split(":", 1)[1].strip(), "") for line in lines if line.startswith("Requires-Dist:")]
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Names of the distributions `requirements` need outside any extra, transitively (with the extras a requirement
+    asks of its own dependency, e.g. `httpx[http2]`)."""
+    pending = [(line, "") for line in requirements]
     closure: set[tuple[str, str]] = set()
     while pending:
         line, extra = pending.pop()
@@ -237,3 +263,42 @@ def test_a_request_without_its_backends_extra_is_refused_with_the_install_line(c
     assert "pip install 'genrun[transformers]'" in planned.stderr
     assert "Traceback" not in planned.stderr
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
+
+
+@pytest.mark.parametrize("example", ["tiny-onnx-loop.toml", "tiny-song-loop.toml"])
+def test_the_loop_examples_run_seal_verify_and_report_without_torch(engine_env: Path, example: str, tmp_path: Path) -> None:
+    """A core install plus the loop's own engine: plan -> execute -> seal -> verify -> report, torch absent (not importable)."""
+    python = str(engine_env / "bin" / "python")
+    assert subprocess.run([python, "-c", "import torch"], capture_output=True, env=_env()).returncode != 0
+    store = tmp_path / "store"
+    planned = _core(engine_env, "plan", EXAMPLES / example, "--store", store, "--json", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    snapshot = Path(orjson.loads(planned.stdout)["snapshot"])
+    executed = _core(engine_env, "execute", snapshot, "--json", cwd=tmp_path)
+    assert executed.returncode == 0, executed.stderr
+    assert orjson.loads(executed.stdout)["status"] == "succeeded"
+    _verified_and_reported(engine_env, snapshot, tmp_path)
+    determinism = orjson.loads((snapshot / "determinism.json").read_bytes())
+    assert determinism["torch_threads"] is None and determinism["deterministic_algorithms"] is None  # no torch claims
+    assert "torch" not in orjson.loads((snapshot / "environment.json").read_bytes())["packages"]
+
+
+def test_a_plugin_backend_runs_seals_verifies_and_reports_without_torch(engine_env: Path, tmp_path: Path) -> None:
+    from _plugin_helpers import counter_request
+
+    request = write_request(tmp_path, counter_request(tmp_path))
+    done = _core(engine_env, "run", request, "--store", tmp_path / "store", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ran = orjson.loads(done.stdout)
+    assert ran["result"]["status"] == "succeeded"
+    _verified_and_reported(engine_env, Path(ran["snapshot"]), tmp_path)
+
+
+def _verified_and_reported(env_dir: Path, snapshot: Path, cwd: Path) -> None:
+    """verify passes (nothing failed) and report reads the run, in the same torch-free environment."""
+    verified = _core(env_dir, "verify", snapshot, "--json", cwd=cwd)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert orjson.loads(verified.stdout)["summary"]["failed"] == 0
+    reported = _core(env_dir, "report", snapshot, cwd=cwd)
+    assert reported.returncode == 0, reported.stderr
+    assert "succeeded" in reported.stdout and "torch" not in reported.stdout

@@ -4,7 +4,9 @@ import argparse
 import contextlib
 import difflib
 import importlib
+import os
 import sys
+import traceback
 
 from genrun import offline_hub
 from genrun.runner import __version__
@@ -18,6 +20,8 @@ from ._output import print_error, set_quiet
 SUBCOMMANDS = ("run", "plan", "execute", "sweep", "rerun", "serve", "verify", "report", "watch", "diff", "signoff", "ls", "index", "gc", "export",
                "schema")
 """Module `genrun.runner.cli.<name>` provides `add_parser(subparsers)`; the parser's `handler(args) -> int` runs it."""
+TRACEBACK_ENV = "GENRUN_TRACEBACK"
+"""Set (to anything) to print the traceback of an unexpected failure of genrun itself, not only its one line."""
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -89,6 +93,11 @@ def _main(argv: list[str] | None) -> int:
         except RunInterrupted as exc:  # commands that make or run snapshots say more (cli/_interrupt.py)
             print_error(stopped_message(command, exc.signal_name))
             return EXIT_CODES.get(exc.signal_name, 130)
+        except Exception as exc:  # a failure of genrun itself: one line naming it; where it happened only when asked
+            if os.environ.get(TRACEBACK_ENV):
+                traceback.print_exc()
+            print_error(f"{type(exc).__name__}: {exc} (genrun failed unexpectedly; {TRACEBACK_ENV}=1 shows where)")
+            return 1
 
 
 if __name__ == "__main__":

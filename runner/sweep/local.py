@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..runtime import share_threads
 from .pools import Died, Finished
 from .worker import execute_item, release_kept_model, start_worker
 
@@ -51,8 +52,9 @@ def threads_per_worker(workers: int) -> int | None:
 
 
 def prepare_worker_process(parent: int, threads: int | None) -> bool:
-    """Die with the driver, take `threads` torch threads, ignore SIGINT until the worker installs its own handler (the
-    driver decides what stops); `False` when the driver is already gone."""
+    """Die with the driver, keep `threads` as this worker's share of the cores (each run hands it to its backend's runtime),
+    ignore SIGINT until the worker installs its own handler (the driver decides what stops); `False` when the driver is
+    already gone."""
     _die_with_parent()
     if os.getppid() != parent:  # the driver died before prctl took effect
         return False
@@ -60,10 +62,7 @@ def prepare_worker_process(parent: int, threads: int | None) -> bool:
     # multiprocessing refuses that to a daemonic process, and every item failed. The driver's handle keeps the daemon
     # flag (it ends its workers at exit); the worker itself dies with the driver through PR_SET_PDEATHSIG above.
     multiprocessing.current_process().daemon = False
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    share_threads(threads)  # each run gives it to its backend's runtime (torch's threads; nothing for a loop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return True
 

@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
-from pydantic import ValidationError
 
 from genrun.schemas import Request, layout
-from genrun.schemas.digests import plan_digest
-from genrun.schemas.sweep import ATTEMPT_ADAPTER, DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
-from genrun.snapshot_dir import ArtifactMissing, SnapshotDir, describe_validation_error
+from genrun.schemas.digests import plan_digest, sha256_bytes
+from genrun.schemas.sweep import DatasetRef, ItemAttempt, SweepItem, SweepPlan, SweepResult
+from genrun.snapshot_dir import SnapshotDir, read_sweep_progress
 
 from .. import _hash_cache
 from .._io import fsync_dir, write_bytes_atomic
@@ -147,44 +146,36 @@ def open_sweep(path: str | Path) -> tuple[Path, SweepPlan]:
 
 
 def read_attempts(sweep_dir: Path) -> list[ItemAttempt]:
-    """Every line of `sweep-progress.ndjson`; a torn last line (driver killed mid-write) is ignored."""
-    path = sweep_dir / layout.SWEEP_PROGRESS
-    try:
-        lines = SnapshotDir(sweep_dir).read_bytes(layout.SWEEP_PROGRESS).split(b"\n")
-    except ArtifactMissing:
-        return []
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(ATTEMPT_ADAPTER.validate_json(line))
-        except ValidationError as exc:
-            if number == len(lines):  # only the unterminated last line can be torn
-                break
-            raise SnapshotError(f"{path} line {number} is not an attempt record ({describe_validation_error(exc)}); "
-                                "the sweep's log was altered: nothing it names is run") from None
-    return records
+    """Every attempt of `sweep-progress.ndjson` (`read_sweep_progress`); a complete line that is not one is refused."""
+    progress = read_sweep_progress(SnapshotDir(sweep_dir))
+    if progress.invalid:
+        number, why = progress.invalid[0]
+        raise SnapshotError(f"{sweep_dir / layout.SWEEP_PROGRESS} line {number} is not an attempt record ({why}); "
+                            "the sweep's log was altered: nothing it names is run")
+    return progress.attempts
 
 
 class AttemptLog:
     """Appends `ItemAttempt` lines to `sweep-progress.ndjson`, fsynced each (a killed driver loses at most a torn line)."""
 
     def __init__(self, sweep_dir: Path) -> None:
-        path = sweep_dir / layout.SWEEP_PROGRESS
-        size = path.stat().st_size if path.exists() else 0
-        if size and SnapshotDir(sweep_dir).read_bytes(layout.SWEEP_PROGRESS, offset=size - 1) != b"\n":
-            with open(path, "ab") as f:  # terminate a torn line so the next record starts cleanly
-                f.write(b"\n")
-        self._file = open(path, "ab")
+        sweep = SnapshotDir(sweep_dir, writable=True)
+        self._stream = sweep.open_stream(layout.SWEEP_PROGRESS, new=False)
+        size = os.fstat(self._stream.fd).st_size
+        if size and sweep.read_bytes(layout.SWEEP_PROGRESS, offset=size - 1) != b"\n":
+            self._stream.write(b"\n")  # terminate a torn line so the next record starts cleanly
 
     def append(self, record: ItemAttempt) -> None:
-        self._file.write(orjson.dumps(record.model_dump(mode="json", exclude_none=True)) + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._stream.write(orjson.dumps(record.model_dump(mode="json", exclude_none=True)) + b"\n")
+        self._stream.fsync()
 
     def close(self) -> None:
-        self._file.close()
+        self._stream.close()
+
+
+MAX_FROZEN_COPY_BYTES = 4 << 30
+"""The most bytes one frozen file of an item may have when a retry copies it (frozen processor and `[input]` files are
+not bounded by their kind as the artifacts are; this refuses a file swapped for something absurd)."""
 
 
 def copy_plan(store: Path, snapshot_dir: Path) -> Path:
@@ -194,8 +185,12 @@ def copy_plan(store: Path, snapshot_dir: Path) -> Path:
     name = original.read(layout.REQUEST, Request).name
 
     def freeze(directory: Path) -> None:
-        for rel in entries:  # copied byte for byte, whatever their size (a frozen processor's files are not bounded)
-            write_bytes_atomic(directory / rel, (snapshot_dir / rel).read_bytes())
+        for rel, digest in entries.items():  # byte for byte, never through a link, each as the frozen manifest lists it
+            data = original.read_bytes(rel, limit=MAX_FROZEN_COPY_BYTES)
+            if sha256_bytes(data) != digest:
+                raise SnapshotError(f"{snapshot_dir / rel} no longer matches {layout.FROZEN_MANIFEST}; the item's plan was altered, "
+                                    "so it is not retried: plan the sweep again")
+            write_bytes_atomic(directory / rel, data)
 
     return create_snapshot(store, name, freeze)
 

@@ -23,7 +23,7 @@ from genrun.schemas.rendering import jsonable
 from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, generation_timings, refuse_generation, save_output_fields, unknown_key_message, user_import_paths
 
 from . import _files as files
-from .budget import DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
+from .budget import DIFFUSERS_RUNTIME, DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
 from .loading import denoiser_of, load_pipeline
 from .steps import StepObserver
 from .stop import stop_record
@@ -37,6 +37,7 @@ class DiffusersBackend:
     """`[model] backend = "diffusers"`."""
 
     name = "diffusers"
+    runtime = DIFFUSERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
     evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:

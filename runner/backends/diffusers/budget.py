@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from genrun.schemas import Request, TokenBudget
 from genrun.schemas.rendering import human_bytes
-from genrun.backends import DTYPE_BYTES, RequestError, memory_fit, with_refusals
+from genrun.backends import DTYPE_BYTES, TORCH_PACKAGES, RequestError, TorchRuntime, memory_fit, with_refusals
 
 from . import _files as files
 
@@ -51,6 +51,10 @@ RUNNER_OWNED = {
     "return_dict": "genrun needs the pipeline's output object to save it; remove the key",
 }
 """`[generation]` keys the pipeline accepts but genrun must own, with the fix."""
+
+# pipelines' text encoders are transformers models
+DIFFUSERS_RUNTIME = TorchRuntime(("diffusers", "transformers", *TORCH_PACKAGES))
+"""Devices, determinism, threads and versions as torch sees them: the backend's `runtime`."""
 
 
 class CallPlan(NamedTuple):
@@ -84,7 +88,7 @@ def estimate_diffusers_budget(request: Request, model_dir: Path, weight_bytes: i
         dtype_bytes = DTYPE_BYTES.get(stored or "float32", 4)
     latents = latent_bytes(request, plan, denoiser[1] if denoiser else None, files.vae_scale_factor(model_dir, index), dtype_bytes)
     activations = latents * activation_multiplier(denoiser[1] if denoiser else None)
-    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + latents + activations)
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + latents + activations, DIFFUSERS_RUNTIME)
     draft = TokenBudget(
         units="step",
         prompt_tokens=None,

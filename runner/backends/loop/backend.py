@@ -10,7 +10,6 @@ plugin module `genrun.backends` only.
 """
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from genrun.backends import (
+    AppendStream,
     STAGE_IDS_FILE,
     STAGE_PROGRESS_FILE,
     STAGES_FILE,
@@ -29,6 +29,7 @@ from genrun.backends import (
     LoadedModel,
     Request,
     RequestError,
+    Runtime,
     SequenceStop,
     StageIds,
     Stages,
@@ -54,6 +55,9 @@ class LoopBackend:
 
     name = "loop"
     request_tables = ("loop",)
+    # The loop brings its own engine: genrun sets no library's switches and names the engines its examples use (recorded
+    # in environment.json as installed or absent), never torch.
+    runtime = Runtime(packages=("onnxruntime", "MNN", "numpy", "tokenizers"))
     evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "stages"), stop_evidence=LOOP_STOP_EVIDENCE,
                                    call_config_name=CALL_CONFIG, call_config_model=LoopCall)
 
@@ -148,7 +152,7 @@ class LoopRun:
         self._ctx, self._inputs = ctx, inputs
         self._table = loop_table(ctx.request)
         self.rec: LoopRecorder | None = None
-        self._fd: int | None = None
+        self._stage_progress: AppendStream | None = None
         self._started: float | None = None
         self._call_written = False
 
@@ -156,10 +160,10 @@ class LoopRun:
         ctx = self._ctx
         with user_import_paths(ctx.import_paths):
             function = resolve_callable(self._table["callable"], "[loop] callable")
-        self._fd = os.open(ctx.snapshot_dir / STAGE_PROGRESS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self._stage_progress = ctx.snapshot.open_stream(STAGE_PROGRESS_FILE)
         ctx.outputs_dir.mkdir(exist_ok=True)
         progress = ctx.request.progress
-        self.rec = LoopRecorder(core=ctx.recorder, progress_fd=self._fd, every_units=progress.every_units,
+        self.rec = LoopRecorder(core=ctx.recorder, progress_fd=self._stage_progress.fd, every_units=progress.every_units,
                                 every_seconds=progress.every_seconds, on_config=self._write_call, outputs_dir=ctx.outputs_dir)
         ctx.recorder.start(ctx.planned_units, None)
         self._started = time.monotonic()
@@ -181,9 +185,9 @@ class LoopRun:
         if self.rec is not None:
             write_model_atomic(ctx.snapshot_dir / STAGE_IDS_FILE, StageIds(ids={s.name: tuple(tuple(r) for r in s.ids) for s in stages}))
             write_model_atomic(ctx.snapshot_dir / STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
-        if self._fd is not None:
+        if self._stage_progress is not None:
             with contextlib.suppress(OSError):  # after the evidence: a loop that closed it (EBADF) loses nothing of it
-                os.close(self._fd)
+                self._stage_progress.close()
         unit = ctx.recorder.unit
         counted = [s for s in stages if s.unit == unit]
         generated = sum(sum(s.units()) for s in counted)

@@ -26,6 +26,7 @@ from ._generation_modes import mode_problems
 from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems, quick_generation_problems
+from .budget import TRANSFORMERS_RUNTIME
 
 if TYPE_CHECKING:  # `instrument` and `token_artifacts` import torch and transformers: only execution imports them, so a
     # request's mistakes are refused at plan time without them (`_transformers_keys.quick_generation_problems`)
@@ -36,6 +37,7 @@ class TransformersBackend:
     """`[model] backend = "transformers"`."""
 
     name = "transformers"
+    runtime = TRANSFORMERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
     evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from genrun.schemas import Request, TokenBudget
-from genrun.backends import DTYPE_BYTES, PlanContext, decode_audio, load_image, memory_fit, refusals_for, with_refusals
+from genrun.backends import DTYPE_BYTES, TORCH_PACKAGES, PlanContext, TorchRuntime, decode_audio, load_image, memory_fit, refusals_for, with_refusals
 
 from ._kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
 
@@ -14,6 +14,9 @@ from ._processor import architecture, encode_for_plan, plan_tokenizer, processor
 from .length_rules import domain_estimate, effective_length, rows_per_request
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
+
+TRANSFORMERS_RUNTIME = TorchRuntime(("transformers", *TORCH_PACKAGES))
+"""Devices, determinism, threads and versions as torch sees them: the backend's `runtime`."""
 
 
 def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir: Path, stored_weight_bytes: int,
@@ -45,7 +48,7 @@ def estimate_transformers_budget(plan: PlanContext, request: Request, model_dir:
     kv_total = per_token * length.max_length * rows
     weights = _weights_at_run_dtype(stored_weight_bytes, config, shape.dtype)
     activations = rows * shape.vocab_size * 4 * LOGITS_COPIES
-    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + kv_total + activations)
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weights + kv_total + activations, TRANSFORMERS_RUNTIME)
     tokens_per_unit = request.units.tokens_per_frame if request.units.name == "frame" else 1
     requested_units = length.new_tokens // tokens_per_unit
 

