@@ -104,7 +104,7 @@ def _claim_problem(stop: SequenceStop, row_ids: tuple[int, ...], declared_eos: A
         claimed = stop.evidence.fact("eos_token_id")
         claimed_set = stop.evidence.fact("eos_token_ids")
         if isinstance(declared_eos, list) and claimed_set and not set(claimed_set) <= set(declared_eos):
-            return f"claims eos with the set {list(claimed_set)}, but the loop declared eos_token_ids {declared_eos} in rec.config"
+            return f"claims eos with the set {list(claimed_set)}, but the run declared eos_token_ids {declared_eos} in its call config"
         eos_set = declared_eos if isinstance(declared_eos, list) else claimed_set or [claimed]  # the declared set, when there is one
         last = row_ids[-1] if row_ids else None
         if last is None or last != claimed or last not in eos_set:

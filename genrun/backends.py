@@ -142,7 +142,8 @@ returns); `DeviceMemory` (what `Runtime.device_memory` returns); `AppendStream` 
 model)` (a file outside the snapshot's own layout, atomically); `save_entrypoint_result(outputs_dir,
 value)` (what a user's entry point returned, as `outputs/` files); for `token_ids`, `TokenRow` (one
 row's ids), `summarise_token_rows` (the summary `save_token_rows` writes, without writing) and
-`write_sequence_texts` (each row's decoded text under `outputs/`).
+`write_sequence_texts` (each row's decoded text under `outputs/`); `add_line_from_another_process(stream, source, text)`
+(a line a process your backend started wrote, such as an engine's own process, kept in the run's `run-log.ndjson`).
 """
 
 from genrun.runner._io import write_bytes_atomic, write_model_atomic

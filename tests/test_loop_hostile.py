@@ -203,14 +203,14 @@ def test_an_eos_claim_outside_the_declared_eos_set_fails_verify(tmp_path: Path) 
     assert done.returncode == 0 and snapshot is not None, done.stderr
     code, findings = verify(snapshot)
     assert code != 0 and findings["stages"]["status"] == "FAIL"
-    assert "claims eos with the set [7], but the loop declared eos_token_ids [2] in rec.config" in findings["stages"]["message"]
+    assert "claims eos with the set [7], but the run declared eos_token_ids [2] in its call config" in findings["stages"]["message"]
 
 
 LIAR = '''\
 """The counter backend, reporting a count its recorder never counted."""
 import dataclasses
 
-import counter_backend
+from genrun.examples import counter_backend
 
 
 class LyingRun(counter_backend.CounterRun):
@@ -264,7 +264,7 @@ LABELLED = '''\
 backtracking regex engine."""
 from pydantic import Field
 
-import counter_backend
+from genrun.examples import counter_backend
 
 
 class Labelled(counter_backend.CountedAll):
@@ -312,7 +312,7 @@ HOSTILE_SCHEMA = '''\
 """The counter backend whose call-config model gives a schema verify cannot apply safely."""
 import os
 
-import counter_backend
+from genrun.examples import counter_backend
 
 
 def _schema():

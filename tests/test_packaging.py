@@ -29,7 +29,6 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from _plugin_helpers import PLUGIN_DIR
 from conftest import EXAMPLES, REPO, TINY_LM, run_cli, tiny_request, write_request
 
 FORMAT_1 = REPO / "tests" / "fixtures" / "format-1"
@@ -82,15 +81,14 @@ def core_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`core_env` plus numpy and onnxruntime (the loop examples' engine) and the test plugin backend, installed as a
-    distribution is (a dist-info with its entry point, its module on the path): no torch (see the module docstring)."""
+    """`core_env` plus numpy and onnxruntime (the loop examples' engine) and the example plugin backend genrun ships, registered as a
+    distribution registers it (a dist-info with its entry point): no torch (see the module docstring)."""
     work = tmp_path_factory.mktemp("engine")
     deps = _linked_deps(work / "deps", _closure([*_core_requirements(wheel), "numpy", "onnxruntime"]))
-    (deps / "counter_backend.py").symlink_to(PLUGIN_DIR / "counter_backend.py")
     dist = deps / "genrun_counter_backend-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: genrun-counter-backend\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[genrun.backends]\ncounter = counter_backend:create_backend\n")
+    (dist / "entry_points.txt").write_text("[genrun.backends]\ncounter = genrun.examples.counter_backend:create_backend\n")
     return _venv_with_wheel(work / "venv", wheel, deps)
 
 

@@ -218,9 +218,8 @@ FAMILY_NAMES_STILL_IN_ANALYSIS = {
     ("_html_template.py", "r.pipeline"), ("_html_template.py", "pipeline"), ("_html_template.py", "Pipeline"),
     ("diff.py", "pipeline_call"), ("report.py", "PipelineCallBeforeCall"), ("report.py", "pipeline"),
     ("report.py", "pipeline_call"),
-    # a field of `generation-calls.json` (the format), and the library versions the report names (core-exec's issue 37 item 1)
-    ("_check_calls.py", "transformers_version"), ("report.py", "transformers"),
-    ("report.py", "diffusers"),
+    # a field of `generation-calls.json` (the format)
+    ("_check_calls.py", "transformers_version"),
     # the library a slow tokenizer needs, named in a message to the user
     ("_tokenizer.py", "transformers"),
 }
