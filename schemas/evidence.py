@@ -61,8 +61,10 @@ def stop_evidence_adapter(models: tuple[type[BaseModel], ...]) -> TypeAdapter[An
     """One adapter for a backend's stop-evidence models, tagged by `reason`."""
     if len(models) == 1:
         return TypeAdapter(models[0])
-    # A union built at run time from a tuple of types has no static type form: mypy checks it as Any.
-    return TypeAdapter(Annotated[Union[models], Field(discriminator="reason")])  # noqa: UP007 (a runtime tuple of types)
+    # A union built at run time from a tuple of types has no static type form: held as Any, so that mypy checks the call
+    # the same way whichever pydantic and typing versions it sees.
+    union: Any = Annotated[Union[models], Field(discriminator="reason")]  # noqa: UP007 (a runtime tuple of types)
+    return TypeAdapter(union)
 
 
 def _reason_of(model: type[StopEvidence]) -> StopReason:
