@@ -241,8 +241,9 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
            waited_s: float = 0.0, stall_reported: bool = False) -> WatchUpdate:
     """The state of the snapshot now, from the events read so far and the files on disk.
 
-    A stall is always reported once as `stalled` before it can become `incomplete` (writer gone),
-    so an operator sees the warning and then the verdict, never a silent exit.
+    An executor that is gone (no process holds the execution lock, which it takes before the progress stream exists and
+    keeps until the seal) is `incomplete` at once. Where the lock cannot be read, a stall is reported once as `stalled`
+    before it can become `incomplete` (writer gone), so an operator sees the warning and then the verdict, never a silent exit.
     """
     now = now or datetime.now(timezone.utc)
     events = tail.events
@@ -278,6 +279,12 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
         return WatchUpdate(state="waiting", stalled=False, writer="unknown", message=f"waiting for {layout.PROGRESS}{note}", **common)
     last_event = last.event if last is not None else None
     ended = last_event in TERMINAL_EVENTS
+    if execution_lock_held(snapshot) is False:  # the executor died (SIGKILL, `os._exit` in user code): it will never seal
+        if (snapshot / layout.MANIFEST).is_file():  # it sealed and let go of the lock since the check above
+            return _sealed(snapshot, common)
+        return WatchUpdate(state="incomplete", stalled=False, writer="gone", exit_code=INCOMPLETE_EXIT,
+                           message=f"incomplete: the writer is gone (no process holds its execution lock: the executor ended "
+                                   f"without sealing it); inspect with 'genrun report {snapshot}'", **common)
     quiet = since if since is not None else waited_s
     stalled = quiet > stall_after
     writer = writer_liveness(progress) if stalled else "alive" if not ended else "unknown"

@@ -5,7 +5,9 @@ runs `genrun.runner.cli.main(argv)` with a `sys.addaudithook` hook that counts t
 Python audits (`open`, reported as `open-write` when it may create or change a file, `os.rename`/`os.replace`, `os.chmod`, `os.mkdir`, `os.remove`, ...) whose
 path lies inside the store, and sends itself the job's signal just before call number `at`
 (raised inside the hook, so the call itself never happens). A job with `at = null` records the
-calls instead, which is how the test enumerates them. Used only by tests: genrun has no hook.
+calls instead, which is how the test enumerates them. A job with `at_path` instead sends the signal just
+before the first call, inside the store or not, whose path contains it (planning reads the request, the model's
+files, the hash cache and `/proc/meminfo` before it touches the store). Used only by tests: genrun has no hook.
 
 Calls on a descriptor (`write`, `fsync`, `fchmod`) are not audited by Python and are not points;
 the `open`/`rename` around each of them are.
@@ -41,8 +43,15 @@ def _noop() -> None:
 
 def _child(job: dict) -> int:
     store = os.path.abspath(job["store"]) + os.sep
-    at, sig = job.get("at"), job.get("signal")
+    at, at_path, sig = job.get("at"), job.get("at_path"), job.get("signal")
     seen: list[list[str]] = []
+    fired = [False]
+
+    def stop() -> None:
+        fired[0] = True
+        os.kill(os.getpid(), getattr(signal, sig))
+        for _ in range(3):  # let the handler run here, before the audited call
+            _noop()
 
     last_folder: list[str | None] = [None]
 
@@ -69,6 +78,8 @@ def _child(job: dict) -> int:
         flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
         if flags & os.O_DIRECTORY and paths:
             last_folder[0] = paths[0]  # any folder, inside the store or not (the hash cache writes the same way)
+        if at_path is not None and not fired[0] and any(at_path in p for p in paths):
+            stop()
         inside = [p for p in paths if p.startswith(store)]
         if not inside:
             return
@@ -76,9 +87,7 @@ def _child(job: dict) -> int:
             event = "open-write"  # creates or changes a file, unlike the many reads
         seen.append([event, os.path.relpath(inside[0], store)])
         if at is not None and len(seen) == at:
-            os.kill(os.getpid(), getattr(signal, sig))
-            for _ in range(3):  # let the handler run here, before the audited call
-                _noop()
+            stop()
 
     sys.addaudithook(hook)
     from genrun.runner.cli import main

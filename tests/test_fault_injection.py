@@ -118,6 +118,36 @@ def test_stopped_at_every_filesystem_call(enumerated: tuple[Path, Path, list[lis
     print(f"{len(jobs)} fault points: {outcomes}")
 
 
+PLANNING_READS = (
+    ("/tiny.toml", "SIGINT"),  # the request
+    ("/tiny-lm/config.json", "SIGTERM"),  # the backend's checks
+    ("/hashes-v1/", "SIGINT"),  # hashing the model (the first run filled the hash cache)
+    ("/tiny-lm/tokenizer.json", "SIGTERM"),  # the budget's prompt
+    ("/proc/meminfo", "SIGINT"),  # the budget's memory fit: issue 42 saw such a run exit 3, the budget refusal's code
+    ("/proc/meminfo", "SIGTERM"),
+)
+"""Reads of planning before it touches the store, which the store-only points above never stop at."""
+
+
+def test_stopped_while_planning_reads(tmp_path: Path) -> None:
+    """A signal at any read of planning exits 130 / 143 saying nothing was written, and the store holds nothing: an
+    interruption is never taken for a refusal (exit 2 or 3) nor leaves a temporary directory."""
+    request = tmp_path / "tiny.toml"
+    request.write_text(request_text(TINY_LM, name="fault", generation={"max_new_tokens": 8}) + "[budget]\nmemory_margin_fraction = 0.0\n")
+    jobs = [{**_job(tmp_path, request, f"read{i}-{sig}", None, sig), "at_path": path, "calls_out": None, "modules_out": None}
+            for i, (path, sig) in enumerate(PLANNING_READS)]
+    results = _serve([_job(tmp_path, request, "warm", None, None), *jobs], tmp_path)
+    assert results[0]["returncode"] == 0, (tmp_path / "warm.err").read_text()
+    for (path, sig), job, got in zip(PLANNING_READS, jobs, results[1:]):
+        stderr = Path(job["stderr"]).read_text()
+        where = f"{sig} before reading {path}"
+        assert "Traceback" not in stderr, f"{where}: {stderr[-2000:]}"
+        assert got["returncode"] == EXIT_OF[sig], f"{where}: exit {got['returncode']}, {stderr}"
+        assert f"interrupted by {sig} before a snapshot was made; nothing was written" in stderr, f"{where}: {stderr}"
+        store = Path(job["store"])
+        assert not store.exists() or not list(store.iterdir()), f"{where}: left {list(store.iterdir())}"
+
+
 def _assert_state_rules(store: Path, sig: str, returncode: int, stderr: str, where: str) -> str:
     """The rules of the module docstring for one point; returns what the point left."""
     assert "Traceback" not in stderr, f"{where}: {stderr[-2000:]}"

@@ -411,7 +411,9 @@ def test_a_store_inside_the_model_directory_is_refused_at_plan_naming_both(tmp_p
 def test_a_loop_that_kills_its_executor_leaves_a_snapshot_called_incomplete(tmp_path: Path, action: str, exit_code: int) -> None:
     """Such a snapshot stayed `running` for ever in ls; closing genrun's descriptors also ended in an execution_lock
     traceback. A subprocess: the loop takes its process down with it."""
-    from conftest import run_cli_subprocess
+    from _forked import run_cli_forked
+    from conftest import PROCESS_TIMEOUT_S, run_cli_subprocess
+    from genrun.analysis.watch import INCOMPLETE_EXIT
 
     body = f"""\
     with rec.stage("lm", unit="token", rows=1) as lm:
@@ -429,6 +431,10 @@ def test_a_loop_that_kills_its_executor_leaves_a_snapshot_called_incomplete(tmp_
     (snapshot,) = [p for p in store.iterdir() if not p.name.startswith(".")]
     listed = run_cli("ls", "--store", store, "--json")
     assert [row["state"] for row in json.loads(listed.stdout)["snapshots"]] == ["incomplete"], listed.stdout
+    # watch says so at once, not after --stall-after (an hour here); a watch that waited is stopped by the timeout
+    watched = run_cli_forked("watch", snapshot, "--json", "--stall-after", "3600", "--interval", "0.05", timeout=PROCESS_TIMEOUT_S)
+    assert watched.returncode == INCOMPLETE_EXIT, watched.stderr
+    assert "no process holds its execution lock" in json.loads(watched.stdout.splitlines()[-1])["message"]
     _, findings = verify(snapshot)
     completeness = findings["completeness"]
     assert completeness["status"] == "FAIL" and "no process holds its execution lock: the executor is gone" in completeness["message"]

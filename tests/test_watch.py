@@ -5,12 +5,15 @@ The runs use a slow entry point (every decoding step sleeps) so that there is so
 elapsed time: only on the updates `watch` printed and on its exit code.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,17 @@ def updates(lines: str) -> list[WatchUpdate]:
     return [WatchUpdate.model_validate_json(line) for line in lines.splitlines() if line.strip()]
 
 
+@contextlib.contextmanager
+def _executing(snapshot: Path) -> Iterator[None]:
+    """Hold the execution lock `genrun execute` holds on the snapshot from before its progress stream exists to its seal."""
+    fd = os.open(snapshot / layout.FROZEN_MANIFEST, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def test_follows_a_real_run_to_its_end(tmp_path: Path) -> None:
     run, store = start_slow_run(tmp_path)
     try:
@@ -80,11 +94,12 @@ def test_follows_a_real_run_to_its_end(tmp_path: Path) -> None:
     assert final.generated == 41  # "count down from 40 :" -> 39 … 0 <eos>: 40 numbers and EOS
 
 
-def test_sigkilled_run_warns_stall_then_reports_incomplete(tmp_path: Path) -> None:
+def test_sigkilled_run_is_reported_incomplete_at_once(tmp_path: Path) -> None:
+    """Once no process holds the execution lock the verdict comes at once, not after --stall-after (an hour here)."""
     run, store = start_slow_run(tmp_path, countdown=63)
     try:
         snapshot = wait_for_snapshot(run, store)
-        watch = start_watch(snapshot, "--stall-after", "1")
+        watch = start_watch(snapshot, "--stall-after", "3600")
         deadline = time.monotonic() + 180
         while b'"event":"progress"' not in ((snapshot / "progress.ndjson").read_bytes() if (snapshot / "progress.ndjson").exists() else b""):
             assert time.monotonic() < deadline and run.poll() is None, "the run ended before it could be killed"
@@ -97,19 +112,16 @@ def test_sigkilled_run_warns_stall_then_reports_incomplete(tmp_path: Path) -> No
     seen = updates(out)
     assert watch.returncode == INCOMPLETE_EXIT, err
     states = [u.state for u in seen]
-    assert "stalled" in states and states[-1] == "incomplete", states
-    assert states.index("stalled") < len(states) - 1
-    stalled = [u for u in seen if u.state == "stalled"][-1]
-    assert stalled.stalled and "STALL" in stalled.message and stalled.seconds_since_last_record > 1
-    assert "STALL" in err  # the warning also reaches a person reading stderr
-    assert seen[-1].writer == "gone" and "incomplete" in seen[-1].message
+    assert states[-1] == "incomplete" and "stalled" not in states, states
+    assert seen[-1].writer == "gone" and "no process holds its execution lock" in seen[-1].message
+    assert "incomplete" in err  # the verdict also reaches a person reading stderr
 
 
 def test_watch_on_a_killed_snapshot_exits_incomplete(snapshots, capsys) -> None:  # noqa: F811
     code = main(["watch", str(snapshots.killed()), "--stall-after", "0.5", "--interval", "0.05"])
     out = capsys.readouterr().out
     assert code == INCOMPLETE_EXIT
-    assert "STALL" in out and "incomplete: the writer is gone" in out
+    assert "STALL" not in out and "incomplete: the writer is gone (no process holds its execution lock" in out
 
 
 @pytest.mark.parametrize("planted", ["fifo", "device link"])
@@ -180,14 +192,16 @@ def test_a_plan_being_executed_is_not_called_abandoned(snapshots, tmp_path: Path
     assert assess(planned, ProgressTail(planned), stall_after=0.1, waited_s=5.0).state == "not_executing"
 
 
-def test_a_watchers_ctrl_c_is_the_watchers(snapshots) -> None:  # noqa: F811
+def test_a_watchers_ctrl_c_is_the_watchers(snapshots, tmp_path: Path) -> None:  # noqa: F811
     """SIGINT to `watch` stops the watcher with its own message, never the planner's "no run was executed"."""
-    watcher = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "watch", str(snapshots.killed()), "--stall-after", "3600",
-                                "--interval", "0.05"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = watcher.stdout.readline()  # the first update: the watcher is in its loop
-    assert first, watcher.stderr.read()
-    watcher.send_signal(signal.SIGINT)
-    out, err = watcher.communicate(timeout=PROCESS_TIMEOUT_S)
+    snapshot = copy_snapshot(snapshots.killed(), tmp_path)
+    with _executing(snapshot):  # a live executor: the watcher stays in its loop
+        watcher = subprocess.Popen([sys.executable, "-m", "genrun.runner.cli", "watch", str(snapshot), "--stall-after", "3600",
+                                    "--interval", "0.05"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = watcher.stdout.readline()  # the first update: the watcher is in its loop
+        assert first, watcher.stderr.read()
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=PROCESS_TIMEOUT_S)
     assert watcher.returncode == 130, err
     assert "stopped watching (SIGINT); the run itself is not affected" in err and "no run was executed" not in err
 
@@ -250,19 +264,18 @@ def test_human_line_names_rates_per_row_memory_and_eta() -> None:
 def test_a_live_run_still_loading_is_waiting_not_stalled(snapshots, tmp_path: Path) -> None:  # noqa: F811
     """Before the start record (weights loading) the progress cadence does not apply: a live writer is 'loading', never STALL;
     once the writer is gone, the same silence is a stall."""
-    import fcntl
-
     snapshot = copy_snapshot(snapshots.killed(), tmp_path)
     (snapshot / layout.PROGRESS).write_bytes(b"")  # created, nothing recorded yet: the recorder is waiting for the weights
     tail = ProgressTail(snapshot)
     tail.poll()
     fd = os.open(snapshot / layout.PROGRESS, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # what the recorder holds while its run lives
-        loading = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
-    finally:
-        os.close(fd)
+    with _executing(snapshot):  # the executor lives through both assessments: only the writer goes
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # what the recorder holds while its run lives
+            loading = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
+        finally:
+            os.close(fd)
+        gone = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
     assert (loading.state, loading.stalled, loading.writer) == ("waiting", False, "alive"), loading
     assert loading.message.startswith("loading: no start record yet after 30 s") and "STALL" not in loading.message
-    gone = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
     assert (gone.state, gone.stalled, gone.writer) == ("stalled", True, "gone") and "STALL" in gone.message, gone
