@@ -56,7 +56,10 @@ class GroupCommit:
         self._lock = threading.Condition()
         self._queue: list[_Pending] = []
         self._closed = False
-        self._thread: threading.Thread | None = None
+        # Started now, before any item runs: a thread that appeared while an item's user code ran would be taken for one
+        # the user's code left running (the loop backend fails such an item).
+        self._thread: threading.Thread | None = threading.Thread(target=self._run, name="genrun-group-commit", daemon=True)
+        self._thread.start()
 
     @contextlib.contextmanager
     def owning(self, snapshot: Path) -> Iterator[None]:
@@ -78,9 +81,6 @@ class GroupCommit:
             if self._closed:
                 raise RuntimeError("the group commit is closed; no seal may be asked of it")
             self._queue.append(pending)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="genrun-group-commit", daemon=True)
-                self._thread.start()
             self._lock.notify()
         pending.done.wait()
         if pending.error is not None:
