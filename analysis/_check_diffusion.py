@@ -27,11 +27,10 @@ def check_diffusion_steps(snap: Snapshot, ctx: CheckContext) -> Finding:
             problems.append(f"call {stop.index}: 'completed' after {done} of {planned} planned steps")
         elif done > planned:
             problems.append(f"call {stop.index}: {done} steps done, more than the {planned} planned")
-    call = snap.pipeline_call
+    call_planned = snap.call_config.planned_units() if snap.call_config is not None else None
     planned_first = planned_of[snap.stop.sequences[0].index]
-    if call is not None and call.timesteps_planned is not None and planned_first not in (None, call.timesteps_planned):
-        problems.append(f"the stop file plans {planned_first} steps, the call config "
-                        f"{call.timesteps_planned} scheduler timesteps")
+    if call_planned is not None and planned_first not in (None, call_planned):
+        problems.append(f"the stop file plans {planned_first} steps, the call config {call_planned}")
     done_total = sum(s.generated for s in snap.stop.sequences)
     events = snap.progress.events if snap.progress else ()
     start = next((e for e in events if e.event == "start"), None)

@@ -87,7 +87,7 @@ def check_artifacts_valid(snap: Snapshot, ctx: CheckContext) -> Finding:
     name = "artifacts_valid"
     present = [f for f in snap.files if f in _ARTIFACTS or layout.is_request_source(f) or layout.generation_config_call_index(f) is not None]
     examined = Examined(files=len(present))
-    problems = {f: why for f, why in snap.problems.items()}
+    problems = dict(sorted(snap.problems.items()))  # by file, whatever order they were read in
     if problems:
         listed = "; ".join(f"{f}: {why}" for f, why in sorted(problems.items()))
         return Finding(name=name, status="FAIL", message=f"{len(problems)} file(s) do not load: {listed}",

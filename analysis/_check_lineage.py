@@ -9,7 +9,7 @@ from genrun.snapshot_dir import ArtifactError, SnapshotDir
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
 from ._load import Snapshot
-from .lineage import describe_changes, read_lineage
+from .lineage import describe_changes
 
 
 def check_lineage(snap: Snapshot, ctx: CheckContext) -> Finding:
@@ -17,7 +17,7 @@ def check_lineage(snap: Snapshot, ctx: CheckContext) -> Finding:
     name = "lineage"
     if layout.LINEAGE not in snap.files:
         return skip(name, "not a rerun (no lineage.json)")
-    lineage = read_lineage(snap)
+    lineage = snap.lineage
     if lineage is None:
         return Finding(name=name, status="FAIL", message="lineage.json does not parse as a Lineage", examined=Examined(files=1))
     if snap.frozen_manifest is None or layout.LINEAGE not in snap.frozen_manifest:

@@ -4,8 +4,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from genrun.schemas import GenerationConfigBeforeGenerate, PipelineCallBeforeCall, Request, layout
-from genrun.schemas.evidence import qualified_name
+from genrun.schemas import GenerationConfigBeforeGenerate, Request, layout
+from genrun.schemas.evidence import typed_call_config_model
 
 from ._context import CheckContext
 from ._diffing import ABSENT, Change, diff_values, same_json, short_value
@@ -79,21 +79,18 @@ def _source_leaf_changes(source: Any, normalised: Any, path: str = "") -> list[C
 def _count_leaves(value: Any) -> int:
     return sum(_count_leaves(v) for v in value.values()) if isinstance(value, dict) else 1
 
-PIPELINE_CALL_MODEL = qualified_name(PipelineCallBeforeCall)
-"""The declared call-config model whose file records the call's arguments as made (`call_arguments`)."""
-
-
 def check_limits_reached_config(snap: Snapshot, ctx: CheckContext) -> Finding:
-    """Each `[generation]` value reached generate's overrides and effective config; derived `max_length` = prompt + `max_new_tokens`."""
+    """Each `[generation]` value reached the call: where the declared call config says it carries them, else (the
+    `generation_config` kind) generate's overrides and effective config, derived `max_length` = prompt + `max_new_tokens`."""
     name = "limits_reached_config"
     if snap.request is None:
         return skip(name, "request.json is missing or invalid")
-    declared = snap.declaration.call_config
-    if declared is not None and declared.model == PIPELINE_CALL_MODEL:  # the call as made, with the values it was given
-        return _pipeline_limits(snap, name)
+    model = typed_call_config_model(snap.declaration)
+    if model is not None and model.request_fields:  # the call as made carries the request's values: checked there
+        return _call_limits(snap, name)
     if not snap.declares("generation_config"):
         return skip(name, f"the {snap.declaration.backend!r} backend declares no generation-config evidence and no call config "
-                          f"genrun reads with its own model; its call configuration is checked by call_config")
+                          f"that records where the request's values went; its call configuration is checked by call_config")
     if not snap.generation_configs:
         if snap.result is not None and snap.result.status != "succeeded":
             return skip(name, f"the run {snap.result.status} before generate recorded its effective config")
@@ -188,28 +185,25 @@ def _describe_limits(cfg: GenerationConfigBeforeGenerate) -> str:
     return f"call {cfg.call_index}: " + (", ".join(parts) or "no length limit") + f", prompt {cfg.prompt_length}"
 
 
-def _pipeline_limits(snap: Snapshot, name: str) -> Finding:
-    """Diffusers: each `[generation]` value is in the call as made (`pipeline-call.before-call.json`)."""
-    call = snap.pipeline_call
+def _call_limits(snap: Snapshot, name: str) -> Finding:
+    """Each `[generation]` value is where the declared call config says the call as made carries it (`request_fields`)."""
+    declared = snap.declaration.call_config
+    assert declared is not None and snap.request is not None  # checked by the caller
+    call = snap.call_config
     if call is None:
         if snap.result is not None and snap.result.status == "succeeded":
-            return Finding(name=name, status="FAIL", message="no valid pipeline-call.before-call.json: the call configuration was never recorded",
+            return Finding(name=name, status="FAIL", message=f"no valid {declared.name}: the call configuration was never recorded",
                            examined=Examined(files=1))
-        return skip(name, "no pipeline-call.before-call.json (the pipeline was never called)")
-    assert snap.request is not None  # checked by the caller
+        return skip(name, f"no {declared.name} (the call was never made)")
     problems = []
     for key, wanted in snap.request.generation.items():
-        lost = [f"{where} {short_value(got)}" for where, got in (("overrides", call.overrides.get(key, ABSENT)),
-                                                                 ("call", call.call_arguments.get(key, ABSENT))) if not _same(got, wanted)]
+        lost = [f"{where} {short_value(got)}" for where, field in call.request_fields.items()
+                if not _same(got := getattr(call, field).get(key, ABSENT), wanted)]
         if lost:
-            problems.append(f"[generation] {key} = {short_value(wanted)} did not reach the pipeline call ({', '.join(lost)})")
-    steps = snap.request.generation.get("num_inference_steps")
-    if steps is not None and (call.num_inference_steps != steps or call.num_inference_steps_source != "request"):
-        problems.append(f"num_inference_steps {call.num_inference_steps} (from {call.num_inference_steps_source}) != the request's {steps}")
-    evidence = {"overrides": call.overrides, "num_inference_steps": call.num_inference_steps,
-                "num_inference_steps_source": call.num_inference_steps_source, "timesteps_planned": call.timesteps_planned}
+            problems.append(f"[generation] {key} = {short_value(wanted)} did not reach {call.call_noun} ({', '.join(lost)})")
+    problems += call.request_problems(snap.request.generation)
+    evidence = call.request_evidence()
     if problems:
         return Finding(name=name, status="FAIL", message="; ".join(problems), evidence=evidence, examined=Examined(files=2))
-    return Finding(name=name, status="PASS", message=f"the request's values reached {call.pipeline_class}: num_inference_steps="
-                   f"{call.num_inference_steps} ({call.num_inference_steps_source}), {call.timesteps_planned} timesteps planned",
+    return Finding(name=name, status="PASS", message=f"the request's values reached {call.request_summary()}",
                    evidence=evidence, examined=Examined(files=2))

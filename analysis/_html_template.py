@@ -68,9 +68,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 {% for l in r.limits %}<tr><td>{{ l.call_index }}</td><td class="mono">{{ l.name }}</td><td class="mono">{{ fmt(l.value) }}</td>
 <td class="{{ 'WARN' if l.source == 'library_default' else '' }}">{{ l.source }}</td></tr>{% endfor %}</table>
 <p>prompt {{ fmt(r.prompt_length) }} tokens · context {{ fmt(r.context_limit) }} · EOS {{ fmt(r.eos_token_ids|list) }} · pad {{ fmt(r.pad_token_id) }}</p>{% endif %}
-{% if r.pipeline %}<h2 id="pipeline">Pipeline call (as made)</h2><table>{% for key, value in record_rows(r.pipeline) %}
-<tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
-{% if r.call_config %}<h2 id="call-config">Call config (as made, {{ r.call_config_name }})</h2><table>{% for key, value in r.call_config.items() %}
+{% if r.call_config %}<h2 id="call-config">{{ r.call_config_heading }}</h2><table>{% for key, value in r.call_config.items() %}
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
 
 <h2 id="stops">Why each row stopped</h2>
@@ -217,11 +215,6 @@ def _evidence_items(evidence: Any) -> list[tuple[str, Any]]:
     return list(evidence.model_dump(mode="json", exclude_none=True, exclude={"reason"}).items())
 
 
-def _record_rows(record: Any) -> list[tuple[str, Any]]:
-    """A recorded artifact (a pydantic model) as key/value rows, without its `schema_version`."""
-    return list(record.model_dump(mode="json", exclude_none=True, exclude={"schema_version"}).items())
-
-
 def _identity_rows(report: Any) -> list[tuple[str, Any]]:
     """The snapshot's identity, below the request's rows: the dtype and device the run used only where they say more
     than the request's (`auto` resolved), and then named so; the page listed both twice."""
@@ -237,7 +230,6 @@ def _identity_rows(report: Any) -> list[tuple[str, Any]]:
 
 
 _HELPERS = {
-    "record_rows": _record_rows,
     "identity_rows": _identity_rows,
     "describe_timings": describe_timings,
     "after_first": after_first,

@@ -22,6 +22,7 @@ from genrun.schemas import (
     AnyEvent,
     BackendDeclaration,
     CodeIdentity,
+    Determinism,
     Environment,
     GeneratedTokenIds,
     GenerationCalls,
@@ -29,8 +30,8 @@ from genrun.schemas import (
     GenerationStop,
     InputFiles,
     InputPreparation,
+    Lineage,
     ModelIdentity,
-    PipelineCallBeforeCall,
     Request,
     Result,
     TokenBudget,
@@ -39,13 +40,12 @@ from genrun.schemas import (
 )
 from genrun._safe_read import MAX_PROGRESS_LINES
 from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, describe_validation_error, parse_progress_lines
+from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+from genrun.schemas.call_config import CallConfigRecord
 from genrun.schemas.stages import STAGE_EVENT, StageIds, Stages
-from genrun.schemas.evidence import EvidenceKind
+from genrun.schemas.evidence import EvidenceKind, derived_unit, typed_call_config_model
 from ._inventory import FileFact, inventory
 from ._safetensors import SafetensorsError, read_int_tensors
-
-_M = TypeVar("_M", bound=BaseModel)
-
 
 class SnapshotNotFound(ValueError):
     """The path is not a genrun snapshot directory."""
@@ -70,9 +70,15 @@ class ProgressLog:
         return self.events[-1] if self.events else None
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything in a snapshot directory, loaded through the schemas; `None` where absent or invalid."""
+    """Everything in a snapshot directory, loaded through the schemas; `None` where absent or invalid.
+
+    Every JSON file present is read with the model the artifact registry (`genrun.schemas.artifacts`) names for it
+    (`artifacts`); the typed properties below pick the ones analysis asks for by name."""
 
     path: Path
     """The snapshot directory."""
@@ -80,53 +86,125 @@ class Snapshot:
     """Every regular file except `signoffs/` (the manifest included when present)."""
     problems: Mapping[str, str]
     """file -> why it could not be loaded (present but unreadable or invalid)."""
+    artifacts: Mapping[str, BaseModel] = field(default_factory=dict)
+    """file -> its registry model, validated (older formats migrated), for every JSON artifact present that loaded."""
     request_source_name: str | None = None
     """`request.source.toml` or `request.source.json`."""
     request_source: bytes | None = None
     """The request bytes exactly as given."""
     request_json: dict[str, Any] | None = None
     """`request.json` as plain JSON (for key-by-key comparison)."""
-    request: Request | None = None
-    environment: Environment | None = None
-    code: CodeIdentity | None = None
-    model: ModelIdentity | None = None
-    budget: TokenBudget | None = None
-    backend: BackendDeclaration | None = None
-    """`backend.json` as frozen at plan time (`None` before format 3, or when damaged: see `declaration`)."""
     frozen_manifest: Mapping[str, str] | None = None
     """`frozen-sha256.txt` entries: path -> sha256."""
     plan_digest: str | None = None
     """sha256 of `frozen-sha256.txt`."""
-    generation_configs: tuple[GenerationConfigBeforeGenerate, ...] = ()
-    """Call 0 (`generation-config.before-generate.json`) then any further outermost calls."""
     call_config_json: Any = None
-    """The declared call-config artifact as plain JSON (validated against its recorded schema by `call_config`)."""
-    pipeline_call: PipelineCallBeforeCall | None = None
-    """Diffusers: the pipeline call as made (`pipeline-call.before-call.json`)."""
+    """The declared call-config artifact as plain JSON (checked against the declared model or recorded schema by `call_config`)."""
+    call_config: CallConfigRecord | None = None
+    """The same, read with genrun's own model where the declaration names one (`None` for a model whose JSON Schema is
+    recorded instead: that backend's config is `call_config_json`, as recorded)."""
     progress: ProgressLog | None = None
     token_ids: Mapping[int, array] | None = None
     """Row index -> generated ids, new tokens only. # ids: array('q') [count]"""
-    token_summary: GeneratedTokenIds | None = None
-    stop: GenerationStop | None = None
-    generation_calls: GenerationCalls | None = None
-    """`generation-calls.json` (transformers runs by genrun versions that write it)."""
-    result: Result | None = None
     manifest: Mapping[str, str] | None = None
     """`manifest-sha256.txt` entries: path -> sha256."""
     snapshot_digest: str | None = None
     """sha256 of `manifest-sha256.txt`."""
     outputs: Mapping[str, bytes] = field(default_factory=dict)
     """Small text outputs (`outputs/*.txt`, `*.json`): relative path -> bytes."""
-    input_files: InputFiles | None = None
-    """`input-files.json`: media files frozen at plan time (absent for text-only requests)."""
-    input_preparation: InputPreparation | None = None
-    stages: Stages | None = None
-    """`stages.json` (the `stages` evidence kind)."""
-    stage_ids: StageIds | None = None
-    """`stage-ids.json`."""
     stage_events: tuple[Any, ...] | None = None
     """`stage-progress.ndjson`, parsed (`None` when absent; a line that does not parse is a problem of the file)."""
-    """`input-preparation.json`: what each row became before generate (absent before execution and in older snapshots)."""
+
+    def _artifact(self, rel: str, model: type[_M]) -> _M | None:
+        loaded = self.artifacts.get(rel)
+        return loaded if isinstance(loaded, model) else None
+
+    @property
+    def request(self) -> Request | None:
+        """`request.json`, validated."""
+        return self._artifact(layout.REQUEST, Request)
+
+    @property
+    def environment(self) -> Environment | None:
+        """`environment.json`."""
+        return self._artifact(layout.ENVIRONMENT, Environment)
+
+    @property
+    def code(self) -> CodeIdentity | None:
+        """`code.json`."""
+        return self._artifact(layout.CODE, CodeIdentity)
+
+    @property
+    def model(self) -> ModelIdentity | None:
+        """`model.json`."""
+        return self._artifact(layout.MODEL, ModelIdentity)
+
+    @property
+    def budget(self) -> TokenBudget | None:
+        """`token-budget.json`."""
+        return self._artifact(layout.TOKEN_BUDGET, TokenBudget)
+
+    @property
+    def backend(self) -> BackendDeclaration | None:
+        """`backend.json` as frozen at plan time (`None` before format 3, or when damaged: see `declaration`)."""
+        return self._artifact(layout.BACKEND, BackendDeclaration)
+
+    @property
+    def generation_configs(self) -> tuple[GenerationConfigBeforeGenerate, ...]:
+        """The `generation_config` evidence kind: call 0 (`generation-config.before-generate.json`), then any further calls."""
+        indexed = ((layout.generation_config_call_index(n), n) for n in self.artifacts)
+        configs = (self._artifact(n, GenerationConfigBeforeGenerate) for _, n in sorted((i, n) for i, n in indexed if i is not None))
+        return tuple(c for c in configs if c is not None)
+
+    @property
+    def token_summary(self) -> GeneratedTokenIds | None:
+        """`generated-token-ids.json`."""
+        return self._artifact(layout.TOKEN_IDS_SUMMARY, GeneratedTokenIds)
+
+    @property
+    def stop(self) -> GenerationStop | None:
+        """`generation-stop.json`."""
+        return self._artifact(layout.STOP, GenerationStop)
+
+    @property
+    def generation_calls(self) -> GenerationCalls | None:
+        """`generation-calls.json` (the `generation_calls` evidence kind)."""
+        return self._artifact(layout.GENERATION_CALLS, GenerationCalls)
+
+    @property
+    def result(self) -> Result | None:
+        """`result.json`."""
+        return self._artifact(layout.RESULT, Result)
+
+    @property
+    def input_files(self) -> InputFiles | None:
+        """`input-files.json`: media files frozen at plan time (absent for text-only requests)."""
+        return self._artifact(layout.INPUT_FILES, InputFiles)
+
+    @property
+    def input_preparation(self) -> InputPreparation | None:
+        """`input-preparation.json`: what each row became before generate (absent before execution and in older snapshots)."""
+        return self._artifact(layout.INPUT_PREPARATION, InputPreparation)
+
+    @property
+    def lineage(self) -> Lineage | None:
+        """`lineage.json` of a rerun child (`None` for a snapshot not made by `genrun rerun`)."""
+        return self._artifact(layout.LINEAGE, Lineage)
+
+    @property
+    def determinism(self) -> Determinism | None:
+        """`determinism.json` (`None` before it existed, or not executed)."""
+        return self._artifact(layout.DETERMINISM, Determinism)
+
+    @property
+    def stages(self) -> Stages | None:
+        """`stages.json` (the `stages` evidence kind)."""
+        return self._artifact(layout.STAGES, Stages)
+
+    @property
+    def stage_ids(self) -> StageIds | None:
+        """`stage-ids.json`."""
+        return self._artifact(layout.STAGE_IDS, StageIds)
 
     @property
     def id(self) -> str:
@@ -151,9 +229,9 @@ class Snapshot:
         Analysis picks its checks by the evidence kinds declared here, never by the backend's name."""
         if self.backend is not None:
             return self.backend
-        unit = self.recorded_unit
-        if unit is None:  # no budget, result or progress loaded (damage): a pipeline call record still says steps
-            unit = "step" if layout.PIPELINE_CALL in self.files else self.request.units.name if self.request is not None else "token"
+        unit = self.recorded_unit or derived_unit(self.files)  # damage: no budget, result or progress loaded
+        if unit is None:
+            unit = self.request.units.name if self.request is not None else "token"
         genrun_version = self.environment.genrun_version if self.environment is not None else None
         backend = self.request.model.backend if self.request is not None else "unknown"
         return derived_declaration(backend=backend, unit=unit, genrun_version=genrun_version)
@@ -205,39 +283,50 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     if source_name is not None:
         loaded["request_source_name"] = source_name
         loaded["request_source"] = _read(root, source_name, problems)
-    loaded["request_json"] = _read_json(root, layout.REQUEST, files, problems)
-    loaded["request"] = _validate(root, Request, loaded["request_json"], layout.REQUEST, problems)
-    loaded["environment"] = _read_model(root, layout.ENVIRONMENT, Environment, files, problems)
-    loaded["code"] = _read_model(root, layout.CODE, CodeIdentity, files, problems)
-    loaded["model"] = _read_model(root, layout.MODEL, ModelIdentity, files, problems)
-    loaded["budget"] = _read_model(root, layout.TOKEN_BUDGET, TokenBudget, files, problems)
-    loaded["backend"] = _read_declaration(root, files, problems)
+    _check_declaration_present(root, files, problems)
+    loaded["request_json"], loaded["artifacts"] = _read_json_artifacts(root, files, problems)
     loaded["frozen_manifest"], loaded["plan_digest"] = _read_manifest(root, layout.FROZEN_MANIFEST, problems)
-    loaded["generation_configs"] = _read_generation_configs(root, files, problems)
-    loaded["pipeline_call"] = _read_model(root, layout.PIPELINE_CALL, PipelineCallBeforeCall, files, problems)
     if layout.PROGRESS in files:
         loaded["progress"] = _read_progress(root, files, problems)
     if layout.TOKEN_IDS in files:
         loaded["token_ids"] = _read_token_ids(root, problems)
-    loaded["token_summary"] = _read_model(root, layout.TOKEN_IDS_SUMMARY, GeneratedTokenIds, files, problems)
-    loaded["stop"] = _read_model(root, layout.STOP, GenerationStop, files, problems)
-    if layout.GENERATION_CALLS in files:
-        loaded["generation_calls"] = _read_model(root, layout.GENERATION_CALLS, GenerationCalls, files, problems)
-    loaded["result"] = _read_model(root, layout.RESULT, Result, files, problems)
     if layout.MANIFEST in files:
         loaded["manifest"], loaded["snapshot_digest"] = _read_manifest(root, layout.MANIFEST, problems)
     loaded["outputs"] = _read_text_outputs(root, files, problems)
-    loaded["input_files"] = _read_model(root, layout.INPUT_FILES, InputFiles, files, problems)
-    loaded["input_preparation"] = _read_model(root, layout.INPUT_PREPARATION, InputPreparation, files, problems)
-    loaded["stages"] = _read_model(root, layout.STAGES, Stages, files, problems)
-    loaded["stage_ids"] = _read_model(root, layout.STAGE_IDS, StageIds, files, problems)
     if layout.STAGE_PROGRESS in files:
         loaded["stage_events"] = _read_stage_events(root, problems)
     snap = Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
-    call_config = snap.declaration.call_config
-    if call_config is None or call_config.name not in files:
+    return _with_call_config(snap, root, problems)
+
+
+def _read_json_artifacts(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> tuple[Any, Mapping[str, BaseModel]]:
+    """(`request.json` as plain JSON, file -> model) for every JSON file present that the artifact registry names, each
+    validated with the registry's model; sign-off records are read by `signoffs`, not here."""
+    raw_request = None
+    artifacts: dict[str, BaseModel] = {}
+    for rel in files:
+        spec = artifact_for(rel, SNAPSHOT_ARTIFACTS)
+        if spec is None or spec.form != "json" or spec.phase == "sign-off":
+            continue
+        data = _read_json(root, rel, files, problems)
+        if rel == layout.REQUEST:
+            raw_request = data
+        if (model := _validate(root, spec.model, data, rel, problems)) is not None:
+            artifacts[rel] = model
+    return raw_request, MappingProxyType(artifacts)
+
+
+def _with_call_config(snap: Snapshot, root: Path, problems: dict[str, str]) -> Snapshot:
+    """The snapshot with its declared call-config artifact: as plain JSON, and typed where genrun's own model reads it."""
+    declared = snap.declaration.call_config
+    if declared is None or declared.name not in snap.files:
         return snap
-    return replace(snap, call_config_json=_read_json(root, call_config.name, files, problems))
+    data = _read_json(root, declared.name, snap.files, problems)
+    model = typed_call_config_model(snap.declaration)
+    typed = snap.artifacts.get(declared.name)  # the registry's model already read it (a built-in backend's file)
+    if model is not None and not isinstance(typed, model):
+        typed = _validate(root, model, data, declared.name, problems)
+    return replace(snap, call_config_json=data, call_config=typed if model is not None and isinstance(typed, model) else None)
 
 
 def _request_source_name(files: Mapping[str, FileFact]) -> str | None:
@@ -291,12 +380,8 @@ def _validate(root: Path, model: type[_M], data: Any, rel: str, problems: dict[s
         return None
 
 
-def _read_model(root: Path, rel: str, model: type[_M], files: Mapping[str, FileFact], problems: dict[str, str]) -> _M | None:
-    return _validate(root, model, _read_json(root, rel, files, problems), rel, problems)
-
-
-def _read_declaration(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> BackendDeclaration | None:
-    """`backend.json`; its absence is damage in a snapshot planned at format 3 or later (older ones derive it).
+def _check_declaration_present(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> None:
+    """`backend.json`'s absence is damage in a snapshot planned at format 3 or later (older ones derive it): a problem.
 
     The planned format is `environment.json`'s `schema_version` as written (frozen at plan time, before migration)."""
     environment = _read_json(root, layout.ENVIRONMENT, files, {})
@@ -306,8 +391,6 @@ def _read_declaration(root: Path, files: Mapping[str, FileFact], problems: dict[
             and layout.BACKEND not in problems):
         problems[layout.BACKEND] = ("missing: a snapshot planned at format 3 or later freezes its backend's evidence declaration; "
                                     "without it the evidence cannot be checked as declared (plan the request again)")
-        return None
-    return _read_model(root, layout.BACKEND, BackendDeclaration, files, problems)
 
 
 def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapping[str, str] | None, str | None]:
@@ -322,15 +405,6 @@ def _read_manifest(root: Path, rel: str, problems: dict[str, str]) -> tuple[Mapp
         problems[rel] = exc.reason
         return None, None
     return entries, digest
-
-
-def _read_generation_configs(
-    root: Path, files: Mapping[str, FileFact], problems: dict[str, str]
-) -> tuple[GenerationConfigBeforeGenerate, ...]:
-    indexed = ((layout.generation_config_call_index(n), n) for n in files)
-    names = [n for _, n in sorted((i, n) for i, n in indexed if i is not None)]
-    configs = (_read_model(root, n, GenerationConfigBeforeGenerate, files, problems) for n in names)
-    return tuple(c for c in configs if c is not None)
 
 
 def _read_progress(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> ProgressLog | None:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from genrun.schemas import PipelineCallBeforeCall, StopEvidence
+from genrun.schemas import StopEvidence
 from genrun.schemas.budget import NO_LENGTH_LIMIT
 from genrun.schemas.rendering import after_first, describe_timings, human_bytes
 
@@ -32,10 +32,8 @@ def render_report(report: Report, console: Console, signoffs: str | None = None)
     console.print(_request_table(report))
     if report.limits:
         console.print(_limits_table(report))
-    if report.pipeline is not None:
-        console.print(_kv_table("Pipeline call (as made)", _pipeline_rows(report.pipeline)))
     if report.call_config is not None:
-        console.print(_kv_table(f"Call config (as made, {report.call_config_name})", list(report.call_config.items())))
+        console.print(_kv_table(report.call_config_heading, _call_config_rows(report)))
     if report.sequences:
         console.print(_stops_table(report))
     console.print(_timings_line(report))
@@ -55,13 +53,10 @@ def _kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
-_PIPELINE_SHOWN = ("pipeline_class", "scheduler_class", "num_inference_steps", "num_inference_steps_source", "timesteps_planned",
-                   "guidance_scale", "height", "width", "num_frames", "duration_s", "seed", "step_observation")
-
-
-def _pipeline_rows(call: PipelineCallBeforeCall) -> list[tuple[str, Any]]:
-    found = call.model_dump(mode="json", include=set(_PIPELINE_SHOWN))
-    return [(k, v) for k, v in found.items() if v is not None]
+def _call_config_rows(report: Report) -> list[tuple[str, Any]]:
+    """The call config's values, only the fields its model declares the terminal shows (when it declares them)."""
+    shown = report.call_config_shown
+    return [(k, v) for k, v in (report.call_config or {}).items() if shown is None or k in shown]
 
 
 def describe_inputs(shown: tuple[str, ...] | None, kind: str | None) -> str:

@@ -90,8 +90,8 @@ class SnapshotDiff(_Model):
     b: str
     request: tuple[FieldChange, ...]
     effective_config: tuple[FieldChange, ...]
-    """Per generate call: `call_<i>.effective.*`, `call_<i>.limit_sources.*`, prompt length, EOS, pad; diffusers: `pipeline_call.*`;
-    any other backend: its declared call-config artifact, `call_config.*`."""
+    """Per generate call (the `generation_config` kind): `call_<i>.effective.*`, `call_<i>.limit_sources.*`, prompt length, EOS,
+    pad; otherwise the declared call-config artifact, under the section its model names (`call_config.*` by default)."""
     environment: tuple[FieldChange, ...]
     code: dict[str, FileSetChange]
     """`genrun`, `entrypoint`, `remote_code` sets that differ."""
@@ -186,10 +186,12 @@ def model_changes(a: BaseModel | None, b: BaseModel | None) -> tuple[FieldChange
 
 def _configs(snap: Snapshot) -> dict[str, Any]:
     configs = {f"call_{c.call_index}": comparable(c) for c in snap.generation_configs}
-    if snap.pipeline_call is not None:
-        configs["pipeline_call"] = comparable(snap.pipeline_call)
-    declared = snap.declaration.call_config  # one read with genrun's own model is compared through it above
-    if declared is not None and not declared.read_as_model and isinstance(snap.call_config_json, dict):  # as recorded
+    if snap.declares("generation_config"):  # the declared call config is call 0 of those, compared above
+        return configs
+    declared = snap.declaration.call_config
+    if snap.call_config is not None:  # genrun's own model: field by field, under the section its model names
+        configs[snap.call_config.diff_section] = comparable(snap.call_config)
+    elif declared is not None and not declared.read_as_model and isinstance(snap.call_config_json, dict):  # as recorded
         configs["call_config"] = snap.call_config_json
     return configs
 

@@ -8,39 +8,24 @@ determinism differences that may explain it.
 """
 
 from array import array
-from typing import Any, TypeVar, TypedDict
+from typing import Any, TypedDict
 
-from pydantic import BaseModel
-
-from genrun.schemas import Determinism, Lineage, RequestChange, SequenceStop, layout
-from genrun.snapshot_dir import ArtifactError, SnapshotDir
+from genrun.schemas import Lineage, RequestChange, SequenceStop, layout
 
 from ._diffing import ABSENT, diff_values, short_value
 from ._load import Snapshot
 from ._verdict import EnvironmentDifference, LineageVerdict, RowOutcome, RowVerdict, VerdictKind
 from .diff import first_divergence
 
-_M = TypeVar("_M", bound=BaseModel)
-
 LIMIT_KEYS = ("generation.max_new_tokens", "generation.max_length", "generation.max_time")
 SUPPRESS_KEYS = ("generation.suppress_tokens", "generation.begin_suppress_tokens")
 LIMIT_REASONS = ("max_new_tokens", "max_length", "max_time")
 
 
-def read_lineage(snap: Snapshot) -> Lineage | None:
-    """`lineage.json` of a rerun child; `None` for a snapshot that was not made by `genrun rerun`."""
-    return _read_model(snap, layout.LINEAGE, Lineage)
-
-
-def read_determinism(snap: Snapshot) -> Determinism | None:
-    """`determinism.json`; `None` for snapshots made before it existed or not executed."""
-    return _read_model(snap, layout.DETERMINISM, Determinism)
-
-
 def descent(a: Snapshot, b: Snapshot) -> tuple[Snapshot, Snapshot, Lineage] | None:
     """(parent, child, lineage) when one snapshot was rerun from the other (by the parent's sealed digest)."""
     for parent, child in ((a, b), (b, a)):
-        lineage = read_lineage(child)
+        lineage = child.lineage
         if lineage is not None and parent.snapshot_digest is not None and lineage.parent_snapshot_digest == parent.snapshot_digest:
             return parent, child, lineage
     return None
@@ -83,15 +68,8 @@ def environment_differences(parent: Snapshot, child: Snapshot) -> list[Environme
 # -- internals ------------------------------------------------------------------------------------
 
 
-def _read_model(snap: Snapshot, name: str, model: type[_M]) -> _M | None:
-    try:
-        return SnapshotDir(snap.path).read(name, model)
-    except ArtifactError:
-        return None  # absent (an ordinary snapshot) or damaged (verify reports damage; a verdict is not the place)
-
-
 def _facts(snap: Snapshot) -> dict[str, Any]:
-    determinism = read_determinism(snap)
+    determinism = snap.determinism
     facts: dict[str, Any] = {
         "determinism": determinism.model_dump(mode="json", exclude={"schema_version"}) if determinism else "not recorded",
     }

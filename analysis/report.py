@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pydantic import SerializeAsAny
 
-from genrun.schemas import GenerationConfigBeforeGenerate, Phases, PipelineCallBeforeCall, StopEvidence, TokenBudget, TokenStopFacts, UnitsSpec
+from genrun.schemas import GenerationConfigBeforeGenerate, Phases, StopEvidence, TokenBudget, TokenStopFacts, UnitsSpec
 from genrun.schemas.layout import SnapshotState, Unit
 from genrun.schemas.result import describe_produced
 
@@ -211,12 +211,15 @@ class Report(_Model):
     """Progress records over time (throughput and memory), thinned evenly to at most 1,000."""
     progress_records: int
     """Progress records in the file (before thinning)."""
-    pipeline: PipelineCallBeforeCall | None
-    """Diffusers: the pipeline call as made (`None` for LMs)."""
     call_config: dict[str, Any] | None = None
-    """Any other backend: its declared call-config artifact as recorded (`call_config_name`), top-level values."""
+    """The declared call-config artifact (`call_config_name`), top-level values: as recorded, or those set in genrun's own
+    model of it; `None` when there is none, or when the `generation_config` kind's limits show it call by call."""
     call_config_name: str | None = None
     """That artifact's file name."""
+    call_config_title: str | None = None
+    """The heading its model declares (`None`: `Call config (as made, <file>)`)."""
+    call_config_shown: tuple[str, ...] | None = None
+    """The fields its model declares the terminal shows (`None`: every one)."""
     outputs: tuple[str, ...]
     """Files under `outputs/` named by result.json."""
     last_progress_ids: tuple[TokenLine, ...]
@@ -227,6 +230,11 @@ class Report(_Model):
     """A staged run's stages in order (`stages.json`), with time and memory each."""
     notes: tuple[str, ...]
     """Things a reader must know (incomplete, truncated progress line, undecodable ids)."""
+
+    @property
+    def call_config_heading(self) -> str:
+        """The call config table's heading, on the terminal and the page: its model's, else `Call config (as made, <file>)`."""
+        return self.call_config_title or f"Call config (as made, {self.call_config_name})"
 
 
 def report_snapshot(path: str | Path) -> Report:
@@ -253,18 +261,24 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
         stages=tuple(StageLine(name=s.name, unit=s.unit, units=sum(s.units), rows=s.rows, consumed=s.consumed, seconds=s.seconds,
                                rss_peak_bytes=s.rss_peak_bytes) for s in (snap.stages.stages if snap.stages else ())),
-        pipeline=snap.pipeline_call, outputs=snap.result.outputs if snap.result else (), **_declared_call_config(snap),
+        outputs=snap.result.outputs if snap.result else (), **_declared_call_config(snap),
         **_last_progress_ids(snap, decoder),
     )
 
 
 def _declared_call_config(snap: Snapshot) -> dict[str, Any]:
-    """The declared call config as recorded, where the declaration records its schema (a call config read with genrun's own
-    model is shown by the limits and pipeline tables, typed)."""
+    """The declared call config as its model shows it (genrun's own model: typed, the fields set), else as recorded. The
+    `generation_config` kind shows the same file call by call (the limits), so it is not repeated."""
     declared = snap.declaration.call_config
-    if declared is None or declared.read_as_model or not isinstance(snap.call_config_json, dict):
+    if declared is None or snap.declares("generation_config"):
         return {}
-    return {"call_config": snap.call_config_json, "call_config_name": declared.name}
+    found: dict[str, Any] = {"call_config_name": declared.name}
+    if (call := snap.call_config) is not None:
+        record = call.model_dump(mode="json", exclude_none=True, exclude={"schema_version"})
+        return found | {"call_config": record, "call_config_title": call.title, "call_config_shown": call.shown_fields}
+    if declared.read_as_model or not isinstance(snap.call_config_json, dict):  # genrun's own model, and it did not load
+        return {}
+    return found | {"call_config": snap.call_config_json}
 
 
 def _headline(snap: Snapshot) -> str:

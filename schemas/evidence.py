@@ -11,7 +11,7 @@ Snapshots of formats 1 and 2 have no `backend.json`: their declaration is derive
 from what they recorded (`derived_declaration`).
 """
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 from . import layout
 from ._base import Strict
 from ._versioning import Versioned
+from .call_config import CallConfigRecord
 from .generation_config import GenerationConfigBeforeGenerate
 from .pipeline_call import PipelineCallBeforeCall
 from .progress import Unit
@@ -194,6 +195,12 @@ DIFFUSION_EVIDENCE = EvidenceDeclaration(
 """Diffusion pipelines (the `diffusers` backend): the pipeline call as made, steps done of steps planned."""
 
 
+def derived_unit(files: Collection[str]) -> Unit | None:
+    """What a format-1/2 snapshot counted, from its file names alone (when nothing that records the unit could be read):
+    only the diffusion family wrote its call-config file, and it counted steps; `None` when the names do not say."""
+    return "step" if DIFFUSION_EVIDENCE.call_config_name in files else None
+
+
 @lru_cache(maxsize=64)
 def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None) -> BackendDeclaration:
     """The declaration of a format-1/2 snapshot (no `backend.json`), from what it recorded.
@@ -209,3 +216,13 @@ def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None)
 _GENRUN_MODELS: tuple[type[BaseModel], ...] = (GenerationConfigBeforeGenerate, PipelineCallBeforeCall, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
 GENRUN_EVIDENCE_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType({qualified_name(m): m for m in _GENRUN_MODELS})
 """`module:QualName` -> genrun's own call-config and stop-evidence models, by the names `backend.json` records (part of the format)."""
+
+
+def typed_call_config_model(declaration: BackendDeclaration) -> type[CallConfigRecord] | None:
+    """The model genrun reads the declared call-config artifact with (typed, older formats migrated); `None` when the
+    backend declares none, or one whose recorded JSON Schema readers validate it against instead."""
+    artifact = declaration.call_config
+    if artifact is None or not artifact.read_as_model:
+        return None
+    model = GENRUN_EVIDENCE_MODELS.get(artifact.model)
+    return model if isinstance(model, type) and issubclass(model, CallConfigRecord) else None

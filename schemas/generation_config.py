@@ -2,13 +2,13 @@
 
 from typing import Any, Literal
 
-from ._versioning import Versioned
+from .call_config import CallConfigRecord
 
 LimitSource = Literal["request", "model_generation_config", "library_default", "entrypoint", "model_config"]
 """Who set a limit; `model_config` is the checkpoint's `config.json` (the decoder's position limit)."""
 
 
-class GenerationConfigBeforeGenerate(Versioned):
+class GenerationConfigBeforeGenerate(CallConfigRecord):
     """Written inside generate, after its merge, before the first token."""
 
     call_index: int

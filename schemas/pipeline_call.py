@@ -1,14 +1,16 @@
 """`pipeline-call.before-call.json`: a diffusers pipeline call exactly as genrun is about to make it."""
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
 
-from ._versioning import Versioned
+from .call_config import CallConfigRecord
 
 StepObservation = Literal["callback_on_step_end", "progress_bar"]
 StepsSource = Literal["request", "pipeline_default"]
 
 
-class PipelineCallBeforeCall(Versioned):
+class PipelineCallBeforeCall(CallConfigRecord):
     """Written after loading, before the pipeline is called (the diffusion counterpart of the effective generation config)."""
 
     pipeline_class: str
@@ -52,3 +54,32 @@ class PipelineCallBeforeCall(Versioned):
     """Every argument of the call: overrides, then the signature's defaults; objects genrun supplies are described in words."""
     step_observation: StepObservation
     """How steps are counted: the pipeline's `callback_on_step_end`, or its progress bar (pipelines without a callback)."""
+
+    diff_section: ClassVar[str] = "pipeline_call"
+    title: ClassVar[str | None] = "Pipeline call (as made)"
+    shown_fields: ClassVar[tuple[str, ...] | None] = (
+        "pipeline_class", "scheduler_class", "num_inference_steps", "num_inference_steps_source", "timesteps_planned",
+        "guidance_scale", "height", "width", "num_frames", "duration_s", "seed", "step_observation")
+    call_noun: ClassVar[str] = "the pipeline call"
+    request_fields: ClassVar[Mapping[str, str]] = MappingProxyType({"overrides": "overrides", "call": "call_arguments"})
+
+    def request_problems(self, generation: Mapping[str, Any]) -> list[str]:
+        """A requested `num_inference_steps` is the one the call records, set by the request."""
+        steps = generation.get("num_inference_steps")
+        if steps is not None and (self.num_inference_steps != steps or self.num_inference_steps_source != "request"):
+            return [f"num_inference_steps {self.num_inference_steps} (from {self.num_inference_steps_source}) != the request's {steps}"]
+        return []
+
+    def request_evidence(self) -> dict[str, Any]:
+        """The overrides and the step count planned."""
+        return {"overrides": self.overrides, "num_inference_steps": self.num_inference_steps,
+                "num_inference_steps_source": self.num_inference_steps_source, "timesteps_planned": self.timesteps_planned}
+
+    def request_summary(self) -> str:
+        """`DDIMPipeline: num_inference_steps=4 (request), 4 timesteps planned`."""
+        return (f"{self.pipeline_class}: num_inference_steps={self.num_inference_steps} ({self.num_inference_steps_source}), "
+                f"{self.timesteps_planned} timesteps planned")
+
+    def planned_units(self) -> int | None:
+        """The scheduler's timesteps after `set_timesteps` (the steps the denoising loop will run)."""
+        return self.timesteps_planned

@@ -482,6 +482,63 @@ def test_diffusion_steps_that_did_not_reach_the_pipeline_call_fail(snapshots, tm
     assert found.status == "FAIL" and "num_inference_steps = 4 did not reach the pipeline call (call 50)" in found.message
 
 
+def test_a_missing_call_config_of_a_succeeded_run_fails_by_its_declared_name(snapshots, tmp_path: Path) -> None:
+    copy = copy_snapshot(snapshots.get("diffusion"), tmp_path)
+    (copy / layout.PIPELINE_CALL).unlink()
+    found = check(copy, "limits_reached_config")
+    assert found.status == "FAIL" and found.message == f"no valid {layout.PIPELINE_CALL}: the call configuration was never recorded"
+
+
+def test_steps_planned_are_checked_against_what_the_call_config_planned(snapshots, tmp_path: Path) -> None:
+    copy = copy_snapshot(snapshots.get("diffusion"), tmp_path)
+    edit_json(copy, layout.PIPELINE_CALL, lambda c: c.update(timesteps_planned=7))
+    found = check(copy, "diffusion_steps")
+    assert found.status == "FAIL" and "the stop file plans 4 steps, the call config 7" in found.message
+
+
+def test_the_declared_call_config_is_read_typed_and_shown_as_its_model_declares(snapshots, tmp_path: Path) -> None:
+    """One path for every backend's call config: the reader holds it typed (genrun's own model, as declared), report and
+    diff take its heading, rows and section from that model, never from knowing the family."""
+    from genrun.analysis._load import read_snapshot
+    from genrun.analysis.diff import diff_snapshots
+    from genrun.analysis.report import report_snapshot
+
+    snap = read_snapshot(snapshots.get("diffusion"), hash_files=False)
+    declared = snap.declaration.call_config
+    assert declared is not None and type(snap.call_config).__name__ == declared.model.rsplit(":", 1)[1] == "PipelineCallBeforeCall"
+    assert snap.call_config_json == orjson.loads((snap.path / declared.name).read_bytes())
+    report = report_snapshot(snap.path)
+    assert report.call_config_heading == "Pipeline call (as made)" and report.call_config_name == declared.name
+    assert report.call_config is not None and report.call_config["pipeline_class"] == "DDIMPipeline"
+    assert "schema_version" not in report.call_config and None not in report.call_config.values()
+    assert report.call_config_shown is not None and "scheduler_config" not in report.call_config_shown
+    assert "pipeline" not in report.model_dump(mode="json")  # no family field in the document
+    lm = report_snapshot(snapshots.get("eos"))  # the generation_config kind shows its config call by call (the limits) instead
+    assert lm.call_config is None and lm.limits
+    copy = copy_snapshot(snapshots.get("diffusion"), tmp_path)
+    edit_json(copy, declared.name, lambda c: c.update(guidance_scale=9.5))
+    changes = diff_snapshots(snapshots.get("diffusion"), copy).effective_config
+    assert [(c.path, c.b) for c in changes] == [("pipeline_call.guidance_scale", 9.5)]  # the section its model names
+
+
+def test_every_registered_json_artifact_is_read_and_damage_to_any_is_named(snapshots, tmp_path: Path) -> None:
+    """The reader is driven by the artifact registry: each JSON file it names is read with its model, including ones no
+    check asks for by name (here `determinism.json`), so their damage is a problem, not silence."""
+    from genrun.analysis._load import read_snapshot
+    from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+
+    source = snapshots.get("eos")
+    snap = read_snapshot(source, hash_files=False)
+    registered = {rel for rel in snap.files if (spec := artifact_for(rel, SNAPSHOT_ARTIFACTS)) is not None and spec.form == "json"
+                  and spec.phase != "sign-off"}
+    assert layout.DETERMINISM in registered and set(snap.artifacts) == registered
+    assert all(isinstance(snap.artifacts[rel], artifact_for(rel, SNAPSHOT_ARTIFACTS).model) for rel in registered)
+    copy = copy_snapshot(source, tmp_path)
+    edit_json(copy, layout.DETERMINISM, lambda d: d.update(not_a_field=1))
+    found = check(copy, "artifacts_valid")
+    assert found.status == "FAIL" and f"{layout.DETERMINISM}:" in found.message and "not_a_field" in found.message
+
+
 def test_diffusion_output_changed_after_sealing_fails_the_manifest(snapshots, tmp_path: Path) -> None:
     copy = copy_snapshot(snapshots.get("diffusion"), tmp_path)
     edit_bytes(copy, "outputs/image_0.png", lambda b: b[:-8] + bytes(8))

@@ -218,13 +218,16 @@ def ddim_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_diffusers_snapshot_shows_its_pipeline_call(ddim_snapshot: Path, browser, tmp_path: Path) -> None:
-    """A diffusers snapshot's page: the pipeline call (a typed record, not a dict) as a table, the step count as the unit."""
+    """A diffusers snapshot's page: the pipeline call (a typed record, not a dict) as a table under the heading its model
+    declares, the step count as the unit."""
     html = write_page(ddim_snapshot, tmp_path / "ddim.html")
     opened = Opened(browser, html)
     try:
         assert_renders(opened, html)
         assert visible_text(opened, ".stop-reason") == ["completed"]
-        pipeline = opened.page.locator("#pipeline").locator("xpath=following-sibling::table[1]").inner_text()
+        heading = opened.page.locator("#call-config")
+        assert heading.inner_text() == "Pipeline call (as made)"  # the heading its model declares
+        pipeline = heading.locator("xpath=following-sibling::table[1]").inner_text()
         assert re.search(r"pipeline_class\s+DDIMPipeline", pipeline) and re.search(r"num_inference_steps\s+2", pipeline), pipeline
         assert "schema_version" not in pipeline
         assert "2 steps" in opened.page.locator("#headline").inner_text()

@@ -208,23 +208,13 @@ FAMILY_WORDS = re.compile(r"transformers|diffusers|\bloop\b|vllm|pipeline", re.I
 JINJA_LOOP = re.compile(r"\bloop\.(index0?|revindex0?|first|last|length)\b")
 """Jinja's own `loop` variable inside the HTML templates: not a backend."""
 FAMILY_NAMES_STILL_IN_ANALYSIS = {
-    # the diffusers call config is still read into its own typed field (`pipeline_call`) and shown by its own tables
-    ("_check_diffusion.py", "pipeline_call"), ("_check_request.py", "PipelineCallBeforeCall"), ("_check_request.py", "PIPELINE_CALL_MODEL"),
-    ("_check_request.py", "_pipeline_limits"), ("_check_request.py", "pipeline_call"), ("_check_request.py", "pipeline-call.before-call.json"),
-    ("_check_request.py", "pipeline"), ("_check_request.py", "call.pipeline_class"), ("_load.py", "PipelineCallBeforeCall"),
-    ("_load.py", "pipeline_call"), ("_load.py", "PIPELINE_CALL"), ("_report_render.py", "PipelineCallBeforeCall"),
-    ("_report_render.py", "pipeline"), ("_report_render.py", "Pipeline"),
-    ("_report_render.py", "_pipeline_rows"), ("_report_render.py", "_PIPELINE_SHOWN"), ("_report_render.py", "pipeline_class"),
-    ("_html_template.py", "r.pipeline"), ("_html_template.py", "pipeline"), ("_html_template.py", "Pipeline"),
-    ("diff.py", "pipeline_call"), ("report.py", "PipelineCallBeforeCall"), ("report.py", "pipeline"),
-    ("report.py", "pipeline_call"),
-    # a field of `generation-calls.json` (the format)
+    # a field of `generation-calls.json` (the format): the library version each call ran under
     ("_check_calls.py", "transformers_version"),
     # the library a slow tokenizer needs, named in a message to the user
     ("_tokenizer.py", "transformers"),
 }
-"""Debt, not a licence: the names analysis/ still uses in code (outside comments and docstrings). The test below fails on
-any other, so the list only shrinks."""
+"""The only family names analysis/ uses in code (outside comments and docstrings), each for the reason given: a field of the
+format, a library named to the user. The test below fails on any other, so the list only shrinks."""
 
 
 def _code_tokens(path: Path) -> list[tuple[int, str]]:

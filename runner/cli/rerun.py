@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from genrun.analysis import read_snapshot
     from genrun.analysis import render_verdict
-    from genrun.analysis.lineage import lineage_verdict, read_lineage
+    from genrun.analysis.lineage import lineage_verdict
     from genrun.runner.phases import PlanClock
     from genrun.runner.rerun import rerun_snapshot
 
@@ -74,7 +74,7 @@ def handle(args: argparse.Namespace) -> int:
         clock=PlanClock(args.started),
     )
     child = read_snapshot(outcome.child)
-    lineage = read_lineage(child)
+    lineage = child.lineage
     assert lineage is not None, "rerun_snapshot writes the child's lineage.json before it returns"
     verdict = lineage_verdict(read_snapshot(outcome.parent), child, lineage)
     if args.json:
