@@ -339,9 +339,12 @@ def test_store_pages_mark_a_snapshot_whose_page_cannot_be_made(snapshots, ddim_s
                                                                   monkeypatch, capsys) -> None:
     """A renderer bug that trips on one kind of snapshot (as the diffusers page once did) costs that snapshot's page only:
     its line says why and names `genrun verify ID`; every other page and the index are written."""
-    from genrun.analysis import _html_template
+    from genrun.analysis.report import Report
 
-    monkeypatch.setitem(_html_template._HELPERS, "record_rows", lambda record: record.items())  # the bug the diffusers page had
+    def broken_heading(report: Report) -> str:
+        raise TypeError("'dict' object is not callable")  # a bug in the one section only a diffusers page has
+
+    monkeypatch.setattr(Report, "call_config_heading", property(broken_heading))  # only a page with a call-config table trips
     store = tmp_path / "store"
     good, broken = copy_snapshot(snapshots.get("eos"), store), copy_snapshot(ddim_snapshot, store)
     html = tmp_path / "site" / "index.html"
@@ -355,7 +358,7 @@ def test_store_pages_mark_a_snapshot_whose_page_cannot_be_made(snapshots, ddim_s
         assert opened.errors == []
         rows = {r.split()[0]: r for r in visible_text(opened, "tr.snapshot")}
         assert set(rows) == {good.name, broken.name}
-        assert "review page not written (AttributeError" in rows[broken.name]
+        assert "review page not written (TypeError: 'dict' object is not callable)" in rows[broken.name]
         assert f"run 'genrun verify {broken.name}'" in rows[broken.name]
         assert opened.page.locator(f"a:text-is('{broken.name}')").get_attribute("href").endswith(f"store/{broken.name}/")
         assert re.search(r"succeeded\s+yes\s+eos\s+\d+\s+0\s+no sign-offs", rows[good.name]), rows[good.name]
