@@ -10,6 +10,7 @@ that a damaged or killed snapshot is reported, not fatal.
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -149,7 +150,7 @@ class Snapshot:
         """`backend.json` as frozen at plan time (`None` before format 3, or when damaged: see `declaration`)."""
         return self._artifact(layout.BACKEND, BackendDeclaration)
 
-    @property
+    @cached_property
     def generation_configs(self) -> tuple[GenerationConfigBeforeGenerate, ...]:
         """The `generation_config` evidence kind: call 0 (`generation-config.before-generate.json`), then any further calls."""
         indexed = ((layout.generation_config_call_index(n), n) for n in self.artifacts)
@@ -222,7 +223,7 @@ class Snapshot:
         starts = (e for e in (self.progress.events if self.progress else ()) if e.event == "start")
         return next((e.unit for e in starts), None)
 
-    @property
+    @cached_property
     def declaration(self) -> BackendDeclaration:
         """The backend's evidence declaration: `backend.json`, else (format 1/2) derived from what the snapshot recorded.
 
