@@ -81,10 +81,6 @@ class RowFilter:
             tests.append(lambda r: r.backend == backend)
         return tests
 
-    def keeps(self, row: SnapshotRow) -> bool:
-        """Whether every filter but `--sweep` keeps `row` (its sign-offs as the row says)."""
-        return all(test(row) for test in (*self._facts, *self._signed)) and (self._reason is None or self._reason(row))
-
     def select(self, rows: list[SnapshotRow], signed_now: Callable[[SnapshotRow], SnapshotRow]) -> Selection:
         """The rows the filters keep, in the listing's order (`rows` grouped: each item's `sweep` set). With a sign-off
         filter, each row the other filters keep is first given its sign-offs as they are now (`signed_now`)."""
