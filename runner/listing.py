@@ -103,10 +103,10 @@ def _from_cache(entry: Cached, sweep: str | None = None) -> SnapshotRow:
     """The row a cache entry holds (its cells in `ROW_FIELDS`' order), listed under `sweep`."""
     (id, state, generated, stop_reasons, signoffs, name, created, backend, unit, seal_digest, signers,  # noqa: A001
      members) = entry[CELLS:]
-    return SnapshotRow(id=id, state=state, sealed=True, generated=generated, stop_reasons=stop_reasons, signoffs=signoffs,
-                       sweep=sweep, name=name, created=created, backend=backend, unit=unit, seal_digest=seal_digest,
-                       signers=tuple(signers.split("\n")) if signers else (),
-                       members=None if members is None else tuple(members.split("\n")) if members else ())
+    # in `SnapshotRow`'s field order (a positional call: a whole listing makes 100,000)
+    return SnapshotRow(id, state, True, generated, stop_reasons, signoffs, sweep, name, created, backend, unit, seal_digest,
+                       tuple(signers.split("\n")) if signers else (),
+                       None if members is None else tuple(members.split("\n")) if members else ())
 
 
 def _cached(seal: tuple[int, ...], key: str, until: float | None, row: SnapshotRow) -> Cached:
@@ -288,8 +288,10 @@ class _Rows:
     """The rows of one listing as they are found: from the cache (unchecked until `check`ed) or read from the files;
     collects what the cache should learn (`fresh`) and the rows whose seal changed since cached."""
 
-    def __init__(self, store: Path, trust: Trust, cached: dict[str, Cached]) -> None:
+    def __init__(self, store: Path, trust: Trust, cached: dict[str, Cached], complete: Callable[[list[str]], dict[str, Cached]] | None = None) -> None:
         self.store, self.trust, self.cached = store, trust, cached
+        self.complete = complete
+        """Fetches the whole entries of these ids, where `cached` holds only what places them (`ListingCache.rows`)."""
         self.prefix = f"{store}/"
         self.fresh: list[Cached] = []
         self.changed: list[str] = []
@@ -319,15 +321,16 @@ class _Rows:
         return row
 
     def signed_now(self, row: SnapshotRow) -> SnapshotRow:
-        """A cached row with its sign-offs as they are now: the cached judgement while nothing it depends on changed and
-        its time has not come, else judged again (and cached). A row read from its files was judged as it was read."""
+        """A cached row with its sign-offs as they are now (`_signed`); a row read from its files was judged as it was read."""
         entry = self.cached.get(row.id)
-        if entry is None or row.id in self._from_files:
-            return row
+        return row if entry is None or row.id in self._from_files else self._signed(entry, row)
+
+    def _signed(self, entry: Cached, row: SnapshotRow) -> SnapshotRow:
+        """`row` (made from `entry`) with its sign-offs as they are now: the cached judgement while nothing it depends on
+        changed and its time has not come, else judged again (and cached)."""
         judgement = self._judged.get(row.id)
         if judgement is None:
-            base = f"{self.prefix}{row.id}/"
-            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], base, self.trust):
+            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], f"{self.prefix}{row.id}/", self.trust):
                 return row
             key, judgement = judge_now(self.store / row.id, self.trust)
             self._judged[row.id] = judgement
@@ -351,7 +354,7 @@ class _Rows:
         except OSError:
             unchanged = False  # `read` says why
         if unchanged:
-            return self.signed_now(_from_cache(placed, sweep))
+            return self._signed(placed, _from_cache(placed, sweep))
         read = self.read(name)
         return None if read is None else read._replace(sweep=sweep)
 
@@ -379,19 +382,20 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
-    """The store's cache and its valid rows; a damaged one is made anew (it is ours and only a cache), once."""
+def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
+    """The store's cache and its valid rows (`placing`: what places them); a damaged one is made anew (it is ours and
+    only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        return cache, cache.rows()
+        return cache, cache.rows(placing=placing)
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
         if exc.damaged and again:
             remove_cache(store)
             notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
-            return _open_cache(store, notes, again=False)
+            return _open_cache(store, notes, placing=placing, again=False)
         notes.append(str(exc))
         return None, {}
 
@@ -410,14 +414,16 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
 
     trust = Trust.of(resolve_allowed_signers(allowed_signers))  # once: it may ask git
     notes: list[str] = []
-    cache, cached = _open_cache(store, notes) if use_cache and store.is_dir() else (None, {})
+    placing = keep is None and window is not None and not check  # only the window's rows are made
+    cache, cached = _open_cache(store, notes, placing=placing) if use_cache and store.is_dir() else (None, {})
     try:
         names, planning = _scan(store)
         held = sum(map(cached.__contains__, names))
         if progress is not None and (unread := len(names) - (0 if check else held)) >= _PROGRESS_FROM:
             progress(f"reading {unread:,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
-        listing, found = _listed(_Rows(store, trust, cached), names, planning, check, window, keep)
+        complete = cache.rows if cache is not None and placing else None
+        listing, found = _listed(_Rows(store, trust, cached, complete), names, planning, check, window, keep)
         if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
             listing, found = _listed(_Rows(store, trust, found.cached), names, planning, True, window, keep)
         if cache is not None:
@@ -442,7 +448,11 @@ def _listed(found: _Rows, names: list[str], planning: list[str], check: bool, wi
     grouped, said = _grouped(placed), list[str]()
     if keep is None:
         total = matched = len(grouped)
-        shown = [row for x, sweep in (grouped if window is None else grouped[window]) if (row := found.shown(x, sweep))]
+        chosen = grouped if window is None else grouped[window]
+        if found.complete is not None:  # the window's entries fetched whole (one gone meanwhile keeps no seal: read again)
+            cached.update(found.complete([x[CELLS] for x, _ in chosen if not isinstance(x, SnapshotRow)]))
+            chosen = [(x if isinstance(x, SnapshotRow) else cached[x[CELLS]], sweep) for x, sweep in chosen]
+        shown = [row for x, sweep in chosen if (row := found.shown(x, sweep))]
     else:
         rows = [_row(x, sweep) for x, sweep in grouped]
         kept, said = keep.select(rows, found.signed_now)
