@@ -297,7 +297,6 @@ class _Rows:
         self.changed: list[str] = []
         self.checked: set[str] = set()
         """Ids looked at in this listing: read from their files, or their seal compared with the cached one."""
-        self._from_files: set[str] = set()
         self._judged: dict[str, Judgement] = {}
         self._now = time.time()  # judgements are of the moment the listing began
 
@@ -305,7 +304,6 @@ class _Rows:
         """`name` from its files; a sealed one is cached unless its seal changed since the cache read it (verify judges
         it; `genrun index --rebuild` accepts it)."""
         self.checked.add(name)
-        self._from_files.add(name)
         found = read_snapshot(self.store, name, self.trust)
         if found is None:
             return None
@@ -321,9 +319,10 @@ class _Rows:
         return row
 
     def signed_now(self, row: SnapshotRow) -> SnapshotRow:
-        """A cached row with its sign-offs as they are now (`_signed`); a row read from its files was judged as it was read."""
+        """A cached row a filter looks at, with its sign-offs as they are now (`_signed`); a row read from its files was
+        judged as it was read (filters run before any row is `shown`: what is checked by then was read)."""
         entry = self.cached.get(row.id)
-        return row if entry is None or row.id in self._from_files else self._signed(entry, row)
+        return row if entry is None or row.id in self.checked else self._signed(entry, row)
 
     def _signed(self, entry: Cached, row: SnapshotRow) -> SnapshotRow:
         """`row` (made from `entry`) with its sign-offs as they are now: the cached judgement while nothing it depends on
