@@ -22,8 +22,8 @@ from genrun.schemas.digests import sha256_bytes
 from genrun.schemas.sweep import SweepStatus
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
-from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, SealKey, remove_cache
-from .signoff_judgement import Judgement, Trust, judge_now, signoffs_key, unchanged_key
+from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, SealKey, remove_cache, seal_key
+from .signoff_judgement import Judgement, Trust, judge_now, unchanged_key
 
 if TYPE_CHECKING:
     from .row_filter import RowFilter
@@ -99,14 +99,14 @@ def _valid_row_sql() -> str:
 VALID_ROW = _valid_row_sql()
 
 
-def _from_cache(entry: Cached) -> SnapshotRow:
-    """The row a cache entry holds (its cells in `ROW_FIELDS`' order)."""
+def _from_cache(entry: Cached, sweep: str | None = None) -> SnapshotRow:
+    """The row a cache entry holds (its cells in `ROW_FIELDS`' order), listed under `sweep`."""
     (id, state, generated, stop_reasons, signoffs, name, created, backend, unit, seal_digest, signers,  # noqa: A001
      members) = entry[CELLS:]
-    return SnapshotRow(id=id, state=state, sealed=True, generated=generated, stop_reasons=stop_reasons, signoffs=signoffs,
-                       name=name, created=created, backend=backend, unit=unit, seal_digest=seal_digest,
-                       signers=tuple(signers.split("\n")) if signers else (),
-                       members=None if members is None else tuple(members.split("\n")) if members else ())
+    # in `SnapshotRow`'s field order (a positional call: a whole listing makes 100,000)
+    return SnapshotRow(id, state, True, generated, stop_reasons, signoffs, sweep, name, created, backend, unit, seal_digest,
+                       tuple(signers.split("\n")) if signers else (),
+                       None if members is None else tuple(members.split("\n")) if members else ())
 
 
 def _cached(seal: tuple[int, ...], key: str, until: float | None, row: SnapshotRow) -> Cached:
@@ -149,7 +149,7 @@ def read_snapshot(store: Path, name: str, trust: Trust) -> Read | None:
     cache entry when its seal held still while it was read; an unsealed one is never cached."""
     base = f"{store}/{name}/"
     try:
-        key = SealKey.of(base + layout.MANIFEST)
+        key = seal_key(base + layout.MANIFEST)
         if key is None:  # unsealed: read every time
             if not os.path.isfile(base + layout.FROZEN_MANIFEST):  # not a snapshot
                 return None
@@ -172,11 +172,10 @@ def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
             return Read(describe(snapshot, trust, sealed=True, directory=directory), None)
         # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened
         listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
-        judged_under = signoffs_key(f"{snapshot}/", trust)  # before judging: a record added meanwhile changes it
-        judgement = judge_now(snapshot, trust, judged_under)
+        judged_under, judgement = judge_now(snapshot, trust)
         row = describe(snapshot, trust, sealed=True, listed=listed, directory=directory, judgement=judgement)
     row = row._replace(seal_digest=sha256_bytes(manifest))
-    if SealKey.of(f"{snapshot}/{layout.MANIFEST}") != key or os.path.islink(snapshot):  # changed while read (the row may
+    if seal_key(f"{snapshot}/{layout.MANIFEST}") != key or os.path.islink(snapshot):  # changed while read (the row may
         return Read(row, None)  # mix two seals), or a link to a snapshot (listed through it as before, never cached)
     return Read(row, _cached(key, judged_under, judgement.until, row))
 
@@ -193,7 +192,7 @@ def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[s
     def read(name: str) -> dict | None:
         return _read_json(directory, name) if listed is None or name in listed else None
 
-    judgement = judgement or judge_now(snapshot, trust, signoffs_key(f"{snapshot}/", trust))
+    judgement = judgement or judge_now(snapshot, trust)[1]
     named = _named(snapshot.name)
     plan = read(layout.SWEEP_PLAN)
     if plan is not None:
@@ -298,7 +297,6 @@ class _Rows:
         self.changed: list[str] = []
         self.checked: set[str] = set()
         """Ids looked at in this listing: read from their files, or their seal compared with the cached one."""
-        self._from_files: set[str] = set()
         self._judged: dict[str, Judgement] = {}
         self._now = time.time()  # judgements are of the moment the listing began
 
@@ -306,7 +304,6 @@ class _Rows:
         """`name` from its files; a sealed one is cached unless its seal changed since the cache read it (verify judges
         it; `genrun index --rebuild` accepts it)."""
         self.checked.add(name)
-        self._from_files.add(name)
         found = read_snapshot(self.store, name, self.trust)
         if found is None:
             return None
@@ -322,36 +319,43 @@ class _Rows:
         return row
 
     def signed_now(self, row: SnapshotRow) -> SnapshotRow:
-        """A cached row with its sign-offs as they are now: the cached judgement while nothing it depends on changed and
-        its time has not come, else judged again (and cached). A row read from its files was judged as it was read."""
+        """A cached row a filter looks at, with its sign-offs as they are now (`_signed`); a row read from its files was
+        judged as it was read (filters run before any row is `shown`: what is checked by then was read)."""
         entry = self.cached.get(row.id)
-        if entry is None or row.id in self._from_files:
-            return row
+        return row if entry is None or row.id in self.checked else self._signed(entry, row)
+
+    def _signed(self, entry: Cached, row: SnapshotRow) -> SnapshotRow:
+        """`row` (made from `entry`) with its sign-offs as they are now: the cached judgement while nothing it depends on
+        changed and its time has not come, else judged again (and cached)."""
         judgement = self._judged.get(row.id)
         if judgement is None:
-            base = f"{self.prefix}{row.id}/"
-            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], base, self.trust):
+            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], f"{self.prefix}{row.id}/", self.trust):
                 return row
-            key = signoffs_key(base, self.trust)  # before judging: a record added meanwhile changes it
-            judgement = self._judged[row.id] = judge_now(self.store / row.id, self.trust, key)
+            key, judgement = judge_now(self.store / row.id, self.trust)
+            self._judged[row.id] = judgement
             self.fresh.append(_cached(entry[SEAL], key, judgement.until, row._replace(signoffs=judgement.signoffs, signers=judgement.signers)))
         return row._replace(signoffs=judgement.signoffs, signers=judgement.signers)
 
     def check(self, row: SnapshotRow) -> SnapshotRow | None:
-        """A row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has its
-        sign-offs judged now; any other is read from its files (None: gone)."""
+        """A row a filter kept, about to be shown (`shown`); a row read from its files in this listing is as it was read."""
         entry = self.cached.get(row.id)
-        if entry is None or row.id in self.checked:
-            return row
-        self.checked.add(row.id)
+        return row if entry is None or row.id in self.checked else self.shown(entry, row.sweep)
+
+    def shown(self, placed: "SnapshotRow | Cached", sweep: str | None) -> SnapshotRow | None:
+        """The row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has
+        its sign-offs judged now; one whose seal changed is read from its files (None: gone)."""
+        if isinstance(placed, SnapshotRow):  # read from its files in this listing (or a plan being frozen)
+            return _row(placed, sweep)
+        name = placed[CELLS]
+        self.checked.add(name)
         try:
-            unchanged = SealKey.of(f"{self.prefix}{row.id}/{layout.MANIFEST}") == entry[SEAL]
+            unchanged = seal_key(f"{self.prefix}{name}/{layout.MANIFEST}") == placed[SEAL]
         except OSError:
             unchanged = False  # `read` says why
         if unchanged:
-            return self.signed_now(row)
-        read = self.read(row.id)
-        return None if read is None else read._replace(sweep=row.sweep)
+            return self._signed(placed, _from_cache(placed, sweep))
+        read = self.read(name)
+        return None if read is None else read._replace(sweep=sweep)
 
 
 def _scan(store: Path) -> tuple[list[str], list[str]]:
@@ -377,7 +381,7 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, placing: bool = False, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
+def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
     """The store's cache and its valid rows (`placing`: what places them); a damaged one is made anew (it is ours and
     only a cache), once."""
     cache = None
@@ -440,28 +444,28 @@ def _listed(found: _Rows, names: list[str], planning: list[str], check: bool, wi
     cached = found.cached
     placed: list[SnapshotRow | Cached] = [x for name in names if (x := cached[name] if name in cached and not check else found.read(name))]
     placed += [_planning_row(found.store / name) for name in planning]
+    grouped, said = _grouped(placed), list[str]()
     if keep is None:
-        grouped = _grouped(placed)
         total = matched = len(grouped)
         chosen = grouped if window is None else grouped[window]
-        if found.complete is not None:  # the window's cached rows fetched whole (one gone meanwhile: read from its files)
+        if found.complete is not None:  # the window's entries fetched whole (one gone meanwhile keeps no seal: read again)
             cached.update(found.complete([x[CELLS] for x, _ in chosen if not isinstance(x, SnapshotRow)]))
-            chosen = [(x if isinstance(x, SnapshotRow) else cached.get(x[CELLS]) if cached[x[CELLS]][0] is not None else found.read(x[CELLS]),
-                       sweep) for x, sweep in chosen]
-        kept, said = [_row(x, sweep) for x, sweep in chosen if x is not None], list[str]()
+            chosen = [(x if isinstance(x, SnapshotRow) else cached[x[CELLS]], sweep) for x, sweep in chosen]
+        shown = [row for x, sweep in chosen if (row := found.shown(x, sweep))]
     else:
-        rows = [_row(x, sweep) for x, sweep in _grouped(placed)]
+        rows = [_row(x, sweep) for x, sweep in grouped]
         kept, said = keep.select(rows, found.signed_now)
         total, matched = len(rows), len(kept)
-        kept = kept if window is None else kept[window]
-    shown = [row for row in map(found.check, kept) if row is not None]
+        shown = [row for row in map(found.check, kept if window is None else kept[window]) if row is not None]
     unchecked = sum(map(cached.__contains__, names)) - sum(map(cached.__contains__, found.checked))
     return Listing(shown, said, total, matched, unchecked, tuple(found.changed)), found
 
 
-def _row(placed: "SnapshotRow | Cached", sweep: str | None = None) -> SnapshotRow:
-    row = placed if isinstance(placed, SnapshotRow) else _from_cache(placed)
-    return row if sweep is None else row._replace(sweep=sweep)
+def _row(placed: "SnapshotRow | Cached", sweep: str | None) -> SnapshotRow:
+    """The row of a placed cache entry or row, listed under `sweep`."""
+    if isinstance(placed, SnapshotRow):
+        return placed if sweep is None else placed._replace(sweep=sweep)
+    return _from_cache(placed, sweep)
 
 
 _MEMBERS = CELLS + ROW_FIELDS.index("members")
@@ -469,14 +473,16 @@ _MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 def _grouped(placed: list) -> list:
     """Each sweep's items (every attempt) right under the sweep, as (row or cache entry, its sweep); others in order."""
-    ids = [x.id if isinstance(x, SnapshotRow) else x[CELLS] for x in placed]
     members: dict[str, Sequence[str]] = {}
-    for sid, x in zip(ids, placed):
-        items = x.members if isinstance(x, SnapshotRow) else x[_MEMBERS] and x[_MEMBERS].split("\n")
-        if items:
-            members[sid] = items
+    for x in placed:
+        if isinstance(x, SnapshotRow):
+            if x.members:
+                members[x.id] = x.members
+        elif x[_MEMBERS]:
+            members[x[CELLS]] = x[_MEMBERS].split("\n")
     if not members:
         return [(x, None) for x in placed]
+    ids = [x.id if isinstance(x, SnapshotRow) else x[CELLS] for x in placed]
     by_id = dict(zip(ids, placed))
     under = {sweep: [(by_id[sid], sweep) for sid in items if sid in by_id] for sweep, items in members.items()}
     grouped = {sid for items in members.values() for sid in items if sid in by_id}
@@ -504,7 +510,3 @@ def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Ca
         cache.write(found.fresh, replace=True)
     return cache.path, len(found.fresh)
 
-
-def group_sweeps(rows: list[SnapshotRow]) -> list[SnapshotRow]:
-    """Each sweep's items (every attempt) right under the sweep's row, marked with the sweep; other rows in order."""
-    return [_row(row, sweep) for row, sweep in _grouped(list(rows))]

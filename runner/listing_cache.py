@@ -1,17 +1,10 @@
 """The listing cache: what `genrun ls` showed of each *sealed* snapshot, private to the user, never inside the store.
 
-Only a cache, kept as pip and Hugging Face keep theirs: one SQLite file per store under `<cache dir>/listing/` (the cache
-dir is `$GENRUN_CACHE_DIR`, else `$XDG_CACHE_HOME/genrun`, else `~/.cache/genrun`), named by the store's identity (its
-device, inode and real path). Nothing in the store is written or read for it: a teammate who can write the store
-cannot edit what your `ls` believes, and a folder planted in the store (the `.genrun-index/` of older genruns, a link)
-is never opened. The folder must be a directory of yours that nobody else may write, and the file a regular file of
-yours (opened without following a link, never blocking on a FIFO); anything else is left alone and `ls` answers from
-the files, saying why.
-
-A row is the snapshot's `SnapshotRow` (`listing.ROW_FIELDS`, one column each) under two keys: the manifest's stat (a
-sealed snapshot's facts never change, so they hold while its seal does) and the sign-off key (`listing.SignoffKey`:
-what the sign-off judgement depends on, with the time it expires). Every row is validated as it is read (the SQL in
-`_VALID`: types and allowed values); a row that does not validate is treated as absent and read again from its files.
+Only a cache, as pip and Hugging Face keep theirs: one SQLite file per store in the user's cache folder, named by the
+store's identity, in a folder and a file of the user's alone; anything else there is left alone and `ls` answers from
+the files, saying why (docs/listing.md). A row is a sealed snapshot's `SnapshotRow` cells (`listing.ROW_FIELDS`) under
+the manifest's stat (`SealKey`) and the key and expiry of its sign-off judgement (`signoff_judgement`); a row that does
+not validate (`listing.VALID_ROW`) is left out, and read again from its files.
 """
 
 import contextlib
@@ -21,7 +14,6 @@ import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from ._hash_cache import cache_dir
 
@@ -37,22 +29,17 @@ JUDGEMENT_COLUMNS = ("signoffs_key", "signoffs_until")
 seconds; NULL: never, no signature involved)."""
 
 
-class SealKey(NamedTuple):
-    """The manifest file's stat: any rewrite, replacement or chmod of it changes one of these."""
+SealKey = tuple[int, int, int, int]
+"""The manifest file's stat (inode, size, mtime_ns, ctime_ns): any rewrite, replacement or chmod of it changes one."""
 
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
 
-    @classmethod
-    def of(cls, manifest: str) -> "SealKey | None":
-        """None when no regular file is there (not sealed; a link is never a seal)."""
-        try:
-            st = os.lstat(manifest)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
+def seal_key(manifest: str) -> SealKey | None:
+    """None when no regular file is there (not sealed; a link is never a seal)."""
+    try:
+        st = os.lstat(manifest)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 Cached = tuple
@@ -164,18 +151,16 @@ class ListingCache:
 
     def rows(self, ids: Sequence[str] | None = None, *, placing: bool = False) -> dict[str, Cached]:
         """Every row that validates (or those of `ids`), by id; a row that does not validate is left out: it is read
-        again. `placing`: only each row's id and sweep members are fetched (the other cells NULL), enough to place
-        100,000 rows of which a terminal shows 200 (`rows(ids)` fetches those)."""
+        again. `placing`: only each row's id and sweep members are fetched (the other cells NULL): enough to place
+        100,000 rows of which a terminal shows 200, fetched whole with `rows(ids)`."""
         assert self._db is not None
-        fetched = {*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields} if not placing else {"id", "members"}
-        columns = ", ".join(c if c in fetched else "NULL" for c in (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))
-        found: dict[str, Cached] = {}
+        names = (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields)
+        query = f"SELECT {', '.join(c if not placing or c in ('id', 'members') else 'NULL' for c in names)} FROM rows WHERE {self.valid}"
         try:
-            for start in range(0, len(ids), _IDS_PER_QUERY) if ids is not None else [0]:
-                chosen = ids[start:start + _IDS_PER_QUERY] if ids is not None else None
-                where = self.valid if chosen is None else f"id IN ({', '.join('?' * len(chosen))}) AND {self.valid}"
-                found.update((r[CELLS], r) for r in self._db.execute(f"SELECT {columns} FROM rows WHERE {where}", chosen or ()))
-            return found
+            if ids is None:
+                return {r[CELLS]: r for r in self._db.execute(query)}
+            chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
+            return {r[CELLS]: r for chunk in chunks for r in self._db.execute(f"{query} AND id IN ({', '.join('?' * len(chunk))})", chunk)}
         except sqlite3.DatabaseError as exc:
             raise CacheUnavailable(f"the listing cache {self.path} cannot be read ({exc}); answering from the files "
                                    "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
@@ -211,4 +196,4 @@ def _damaged(exc: sqlite3.DatabaseError) -> bool:
     return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc) or "not a database" in str(exc)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file", "remove_cache"]
+__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file", "seal_key", "remove_cache"]

@@ -18,11 +18,6 @@ REASON_SEPARATOR = ", "
 Test = Callable[[SnapshotRow], bool]
 
 
-def name_matches(name: str | None, pattern: str) -> bool:
-    """`--name`: shell wildcards, case-sensitive."""
-    return name is not None and fnmatch.fnmatchcase(name, pattern)
-
-
 def _stamp(when: datetime) -> str:
     """`when` as a row's `created` (`2026-01-01T05:00:00Z`, UTC), rounded up to the second: a row's time is whole
     seconds, so `created >= stamp` iff it is at or after `when`, and `created < stamp` iff it is before it."""
@@ -76,14 +71,10 @@ class RowFilter:
             before = _stamp(until)
             tests.append(lambda r: r.created is not None and r.created < before)
         if name:
-            tests.append(lambda r: name_matches(r.name, name))
+            tests.append(lambda r: r.name is not None and fnmatch.fnmatchcase(r.name, name))  # shell wildcards, case-sensitive
         if backend:
             tests.append(lambda r: r.backend == backend)
         return tests
-
-    def keeps(self, row: SnapshotRow) -> bool:
-        """Whether every filter but `--sweep` keeps `row` (its sign-offs as the row says)."""
-        return all(test(row) for test in (*self._facts, *self._signed)) and (self._reason is None or self._reason(row))
 
     def select(self, rows: list[SnapshotRow], signed_now: Callable[[SnapshotRow], SnapshotRow]) -> Selection:
         """The rows the filters keep, in the listing's order (`rows` grouped: each item's `sweep` set). With a sign-off

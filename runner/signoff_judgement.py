@@ -89,12 +89,15 @@ def _records_key(base: str, trust: Trust) -> str:
 
 
 def unchanged_key(key: str, base: str, trust: Trust) -> bool:
-    """Whether `signoffs_key(base, trust)` is still `key`: one lstat for a snapshot with no records (100,000 a listing)."""
-    if key == "-" or key.startswith("empty|"):
+    """Whether `signoffs_key(base, trust)` is still `key`: one system call for a snapshot with no records (100,000 a
+    listing; for the usual one, with no `signoffs/`, an existence test that raises nothing)."""
+    if key == "-":
+        return not os.access(base + layout.SIGNOFFS_DIR, os.F_OK, follow_symlinks=False)
+    if key.startswith("empty|"):
         try:
             st = os.lstat(base + layout.SIGNOFFS_DIR)
         except OSError:
-            return key == "-"
+            return False
         return key == f"empty|{st.st_mode}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}"
     return signoffs_key(base, trust) == key
 
@@ -111,18 +114,22 @@ class Judgement(NamedTuple):
 _RANK = {"valid": 0, "unverified": 1, "unsigned": 2, "invalid": 3, "revoked": 4}
 
 
-def judge(snapshot: Path, trust: Trust) -> Judgement:
-    """The sign-offs of `snapshot` as they are now (`analysis.signoffs.judge_signoffs`, as verify judges them)."""
+def judge_now(snapshot: Path, trust: Trust) -> tuple[str, Judgement]:
+    """The sign-offs of `snapshot` as they are now (`analysis.signoffs.judge_signoffs`, as verify judges them), and the
+    key they were judged under (`signoffs_key`, taken first: a record added meanwhile changes it)."""
+    key = signoffs_key(f"{snapshot}/", trust)
+    if key == "-" or key.startswith("empty|"):  # no record to judge
+        return key, Judgement("-", (), None)
     from genrun.analysis.signoffs import judge_signoffs
 
     now = time.time()
     statuses = judge_signoffs(snapshot, trust.path)
     if not statuses:
-        return Judgement("-", (), None)
+        return key, Judgement("-", (), None)
     signers = tuple(dict.fromkeys(s.by for s in statuses if s.by and s.state == "valid" and s.decision != "revoke"))
     shown = sorted(statuses, key=lambda s: (s.decision == "revoke", _RANK[s.state]))  # those that hold first: a cut keeps them
     until = trust.until(now) if trust.path is not None and any(s.state in ("valid", "invalid") for s in statuses) else None
-    return Judgement(", ".join(map(_summary, shown)), signers, until)
+    return key, Judgement(", ".join(map(_summary, shown)), signers, until)
 
 
 def _summary(status: "SignoffStatus") -> str:
@@ -131,7 +138,3 @@ def _summary(status: "SignoffStatus") -> str:
         return f"{label}: {status.reason.split(':')[0].split(' (')[0]}"
     return label if status.state == "revoked" else f"{label} ({status.by})"
 
-
-def judge_now(snapshot: Path, trust: Trust, key: str) -> Judgement:
-    """`judge`, where `key` (`signoffs_key`, taken first) says there are records to judge."""
-    return Judgement("-", (), None) if key == "-" or key.startswith("empty|") else judge(snapshot, trust)

@@ -396,13 +396,12 @@ def test_the_store_page_escapes_every_value_of_its_rows() -> None:
 
 def test_a_cache_entry_holds_every_field_of_a_sealed_row() -> None:
     from genrun.runner.listing import _cached, _from_cache
-    from genrun.runner.listing_cache import SealKey
 
     for members in (None, (), ("a", "b")):
         row = listing.SnapshotRow(id="20260101T000000Z-x-abcdef", state="succeeded", sealed=True, generated=3, stop_reasons="eos",
                                   signoffs="accept valid (a@x)", name="x", created="2026-01-01T00:00:00Z", backend="transformers",
                                   unit="token", seal_digest="0" * 64, signers=("a@x", "b@x"), members=members)
-        assert _from_cache(_cached(SealKey(1, 2, 3, 4), "key", None, row)) == row
+        assert _from_cache(_cached((1, 2, 3, 4), "key", None, row)) == row
 
 
 def test_a_judgement_lasts_until_the_next_time_limit_of_a_key(tmp_path: Path) -> None:

@@ -14,13 +14,13 @@ from itertools import repeat
 from pathlib import Path
 
 from genrun.runner.errors import UsageError
-from genrun.runner.listing import ROW_STATES, SEALED, SnapshotRow, group_sweeps
+from genrun.runner.listing import ROW_STATES, SEALED, SnapshotRow
 from genrun.runner.row_filter import RowFilter
 
 from ._columns import fit, output_width, render
 from ._options import add_allowed_signers, add_store
 
-__all__ = ["COLUMNS", "SnapshotRow", "arranged", "group_sweeps", "handle", "limited"]
+__all__ = ["COLUMNS", "SnapshotRow", "arranged", "handle", "limited"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
