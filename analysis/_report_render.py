@@ -205,7 +205,7 @@ def _print_last_tokens(report: Report, console: Console) -> None:
         if not s.last_tokens and not s.last_text:
             continue
         ids = " ".join(f"{t.id}" + (f"({t.token})" if t.token is not None else "") for t in s.last_tokens)
-        console.print(Text(f"Last tokens of sequence {s.index}: ", style="bold") + Text(ids))
+        console.print(Text(f"Last {'tokens' if report.ids_are_tokens else 'ids'} of sequence {s.index}: ", style="bold") + Text(ids))
         if s.last_text is not None:
             console.print(Text(f"  decoded: {_cut(s.last_text, 200)!r}"))
 
