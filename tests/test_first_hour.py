@@ -4,6 +4,7 @@ Models are the bundled tiny-lm (or a copy with a chat template / its own generat
 CUDA is really absent on this machine, so the device refusal is tested for real.
 """
 
+import itertools
 import json
 import os
 import re
@@ -368,6 +369,29 @@ def test_readme_links_into_docs_resolve() -> None:
         if anchor:
             headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}
             assert anchor in headings, f"{path}#{anchor}"
+
+
+def _first_table_under(markdown: str, heading: str) -> list[str]:
+    """The rows of the first Markdown table after `heading`."""
+    lines = markdown.split(f"\n{heading}\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+
+
+def test_the_benchmark_figures_are_the_readmes_in_both_places() -> None:
+    """docs/benchmarks.md's "current figures" gave the store's figures of an earlier round (0.89 s where the README said
+    2.40 s): the README is the source, the docs' table repeats it row for row, and every command names a script that
+    exists (issue 41, item 2)."""
+    readme = _first_table_under((REPO / "README.md").read_text(), "## Benchmarks")
+    docs = _first_table_under((REPO / "docs" / "benchmarks.md").read_text(), "## Current figures")
+    assert len(readme) > 2 and readme == docs, sorted(set(readme) ^ set(docs))
+    scripts = {script for row in readme[2:] for script in re.findall(r"bench/[\w.]+", row)}
+    assert scripts and all((REPO / script).is_file() for script in scripts), scripts
+
+
+def test_the_readme_stays_a_guide() -> None:
+    """It was 59 KB of guide and round logs; the logs live in docs/ now and the guide stays under ~25 KB."""
+    assert len((REPO / "README.md").read_bytes()) <= 25 * 1024
 
 
 def test_readme_states_the_format_this_genrun_writes() -> None:
