@@ -408,14 +408,20 @@ def test_readme_states_the_format_this_genrun_writes() -> None:
 
 def test_readme_commands_create_only_git_ignored_paths_inside_the_checkout() -> None:
     """`.venv-vllm/` was not ignored (later snapshots recorded `git dirty: true`) and the recipe wrote /tmp/torch-pin.txt,
-    a path every user of the machine shares. Environments (`python3 -m venv X`) and files written by redirection must be
-    relative and git-ignored; the sign-off recipe's `~/` paths are the one exception, and the README says so in bold."""
+    a path every user of the machine shares. Environments (`python3 -m venv X`), files written by redirection and the
+    review commands' outputs (`--html`, `--plot`, `export --mlflow`'s defaults: left untracked by a fresh clone's first
+    hour, issue 41 round 5) must be relative and git-ignored; the sign-off recipe's `~/` paths are the one exception, and
+    the README says so in bold."""
     import subprocess
 
     readme = (REPO / "README.md").read_text()
     commands = re.sub(r"\s#.*", "", "\n".join(re.findall(r"```bash\n(.*?)```", readme, re.S)))  # comments left out
     created = [f"{d}/" for d in re.findall(r"python3 -m venv (\S+)", commands)] + re.findall(r"\s>>?\s+([^\s&|;)]+)", commands)
+    created += re.findall(r"--(?:html|plot) (\S+)", commands)  # the review page, the store's index, the sweep's plot
+    if "--mlflow" in commands and "--tracking-uri" not in commands:  # MLflow's defaults: a database and artifacts in the cwd
+        created += ["mlflow.db", "mlruns/"]
     assert ".venv-vllm/" in created and ".venv-vllm/torch-pin.txt" in created, created
+    assert {"review.html", "index.html", "sweep.png", "mlflow.db"} <= set(created), created
     in_home = [path for path in created if path.startswith("~/")]
     assert in_home == ["~/.config/genrun_allowed_signers"], in_home
     assert "**writes a new key pair into `~/.ssh/` and appends to\n`~/.config/genrun_allowed_signers`**" in readme
