@@ -71,7 +71,7 @@ def render_sweep(v, command: str) -> None:  # noqa: ANN001 (analysis.sweep.Sweep
     if d.units_min is not None:
         stdout_console.print(f"units per item: min {d.units_min}, median {d.units_median:g}, max {d.units_max}", markup=False, highlight=False)
     stdout_console.print(f"lost attempts (kept as incomplete snapshots): {d.lost_attempts}; failed items: {_indices(d.failed_items)}; "
-                         f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False)
+                         f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False, soft_wrap=True)
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
     if attention:
         columns = ("item", "status", "stop", "units", "WARN", "FAIL", "snapshot")
