@@ -93,7 +93,8 @@ def render_verdict(verdict: LineageVerdict, console: Console) -> None:
     """The rerun verdict: one sentence, then the per-row evidence when there is more than one row."""
     from .lineage import describe_changes
 
-    console.print(Text(f"Lineage: {verdict.child} was rerun from {verdict.parent} ({describe_changes(verdict.changes)})"))
+    # soft_wrap: two snapshot paths on one line; rich would break them at 80 columns, the terminal wraps them whole
+    console.print(Text(f"Lineage: {verdict.child} was rerun from {verdict.parent} ({describe_changes(verdict.changes)})"), soft_wrap=True)
     for allowed in verdict.changed_since_parent:
         console.print(Text(f"  allowed with --allow-changed: {allowed}", style="yellow"))
     console.print(Text(f"Verdict: {verdict.sentence}", style="bold"), soft_wrap=True)

@@ -72,7 +72,7 @@ _REVIEW = """{% extends "base" %}{% set r = page.report %}{% set v = page.verifi
 <tr><th>{{ key }}</th><td class="mono">{{ fmt(value) }}</td></tr>{% endfor %}</table>{% endif %}
 
 <h2 id="stops">Why each row stopped</h2>
-{% if r.sequences %}<table><tr><th>row</th><th>stop reason</th><th>{{ r.unit }}s</th><th>last id</th><th>EOS at</th><th>evidence</th><th>last tokens decoded</th></tr>
+{% if r.sequences %}<table><tr><th>row</th><th>stop reason</th><th>{{ r.unit }}s</th><th>last id</th><th>EOS at</th><th>evidence</th><th>last {{ "tokens decoded" if r.ids_are_tokens else "ids" }}</th></tr>
 {% for s in r.sequences %}<tr><td>{{ s.index }}</td><td class="stop-reason {{ 'PASS' if s.reason in ('eos', 'completed', 'stop_string') else 'FAIL' if s.reason in ('exception', 'unknown') else 'WARN' }}">{{ s.reason }}</td>
 <td>{{ s.generated }}{% if s.steps_planned is not none %}/{{ s.steps_planned }}{% endif %}</td><td class="mono">{{ fmt(s.last_token_id) }}</td>
 <td class="mono">{{ fmt(s.eos_positions|list) if s.eos_positions else "—" }}</td>

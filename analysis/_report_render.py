@@ -22,13 +22,14 @@ def render_report(report: Report, console: Console, signoffs: str | None = None)
     """Print the post-mortem, most important first: how it ended, why, limits, time, budget, last tokens, charts.
     `signoffs`: the one-line `summarize_signoffs` of the snapshot's records, shown under the headline."""
     console.rule(Text(f"genrun report · {report.snapshot_id}"))
-    console.print(Text(report.headline, style=_STATUS_STYLE.get(report.status, "bold")))
+    # soft_wrap: lines that name ids and commands are never broken by rich (the terminal wraps them), so each copies whole
+    console.print(Text(report.headline, style=_STATUS_STYLE.get(report.status, "bold")), soft_wrap=True)
     if report.complete:  # report reads, never hashes (that is verify's slow part): say so, so "succeeded" is not read as "intact"
-        console.print(Text(f"files not checked against the seal: run 'genrun verify {report.snapshot_id}'", style="dim"))
+        console.print(Text(f"files not checked against the seal: run 'genrun verify {report.snapshot_id}'", style="dim"), soft_wrap=True)
     if signoffs is not None:
-        console.print(Text(f"sign-offs: {signoffs}"))
+        console.print(Text(f"sign-offs: {signoffs}"), soft_wrap=True)
     for note in report.notes:
-        console.print(Text(f"! {note}", style="yellow"))
+        console.print(Text(f"! {note}", style="yellow"), soft_wrap=True)
     console.print(_request_table(report))
     if report.limits:
         console.print(_limits_table(report))
@@ -200,7 +201,7 @@ def _print_last_tokens(report: Report, console: Console) -> None:
         if not s.last_tokens and not s.last_text:
             continue
         ids = " ".join(f"{t.id}" + (f"({t.token})" if t.token is not None else "") for t in s.last_tokens)
-        console.print(Text(f"Last tokens of sequence {s.index}: ", style="bold") + Text(ids))
+        console.print(Text(f"Last {'tokens' if report.ids_are_tokens else 'ids'} of sequence {s.index}: ", style="bold") + Text(ids))
         if s.last_text is not None:
             console.print(Text(f"  decoded: {_cut(s.last_text, 200)!r}"))
 

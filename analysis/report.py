@@ -203,6 +203,8 @@ class Report(_Model):
     pad_token_id: int | None
     sequences: tuple[SequenceLine, ...]
     unit: Unit
+    ids_are_tokens: bool
+    """The backend declares `token_ids` evidence, so its ids are a tokenizer's (a loop's or a plugin's are its own codes)."""
     timings: TimingsSummary
     """From result.json, else from progress."""
     budget: BudgetSummary
@@ -257,7 +259,7 @@ def build_report(snap: Snapshot, decoder: TextDecoder | DecoderUnavailable) -> R
         prompt_length=first.prompt_length if first else None, context_limit=first.context_limit if first else None,
         context_limit_key=next((key for key, source in first.limit_sources.items() if source == "model_config"), None) if first else None,
         eos_token_ids=first.eos_token_ids if first else (), pad_token_id=first.pad_token_id if first else None,
-        sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, timings=_timings(snap), budget=_budget(snap),
+        sequences=tuple(_sequence_lines(snap, decoder)), unit=snap.unit, ids_are_tokens=snap.declares("token_ids"), timings=_timings(snap), budget=_budget(snap),
         samples=tuple(_samples(snap)), progress_records=len(snap.progress.events) if snap.progress else 0, notes=tuple(notes),
         stages=tuple(StageLine(name=s.name, unit=s.unit, units=sum(s.units), rows=s.rows, consumed=s.consumed, seconds=s.seconds,
                                rss_peak_bytes=s.rss_peak_bytes) for s in (snap.stages.stages if snap.stages else ())),

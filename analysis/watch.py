@@ -23,7 +23,7 @@ from typing import Literal, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
-from genrun.schemas import AnyEvent, GenerationStop, Request, Result, StartEvent, layout
+from genrun.schemas import AnyEvent, GenerationStop, Request, Result, StartEvent, TokenBudget, layout
 from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir, parse_progress_lines
 
 WatchState = Literal["waiting", "running", "stalled", "sealed", "incomplete", "not_executing"]
@@ -50,7 +50,8 @@ class WatchUpdate(BaseModel):
     snapshot_id: str
     state: WatchState
     """waiting (no progress yet), running, stalled, sealed (the run ended and sealed), incomplete (writer gone, never sealed)."""
-    unit: str
+    unit: str | None
+    """What the run counts: the start record's unit, before it the planned budget's (`None` when neither can be read)."""
     generated: int | None
     """Units so far (the furthest row)."""
     planned_units: int | None
@@ -94,7 +95,7 @@ class _Observed(TypedDict):
     """The `WatchUpdate` fields read from the events, the same whatever the verdict (see `WatchUpdate` for each)."""
 
     snapshot_id: str
-    unit: str
+    unit: str | None
     generated: int | None
     planned_units: int | None
     rows: int | None
@@ -180,6 +181,16 @@ def flock_held(path: Path) -> bool | None:
     return any(len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == wanted for fields in (line.split() for line in lines))
 
 
+def planned_unit(snapshot: Path) -> layout.Unit | None:
+    """What the run will count, as its backend planned it (`token-budget.json`, frozen with every plan): watch names it
+    before the start record repeats it, so a diffusion run is never shown counting tokens. `None` when that file cannot
+    be read (damage is for `genrun verify` to name)."""
+    try:
+        return SnapshotDir(snapshot).read(layout.TOKEN_BUDGET, TokenBudget).units
+    except ArtifactError:
+        return None
+
+
 def default_stall_after(snapshot: Path) -> float:
     """3 × the request's `[progress] every_seconds` (a record is due at least that often while units are produced)."""
     try:
@@ -249,10 +260,10 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
     events = tail.events
     start = next((e for e in events if isinstance(e, StartEvent)), None)
     last = events[-1] if events else None
-    unit = start.unit if start is not None else "token"
+    unit = start.unit if start is not None else planned_unit(snapshot)
     planned = start.planned_units if start is not None else None
     since = _seconds_since(start, last, now)
-    eta = estimate_eta(events, planned, unit)
+    eta = estimate_eta(events, planned, unit or "unit")  # without a start record there is no rate, so no basis to word
     common = _Observed(
         snapshot_id=snapshot.name, unit=unit, generated=last.generated if last else None, planned_units=planned,
         rows=start.rows if start is not None else None, records=len(events), last_event=last.event if last else None,
@@ -294,7 +305,7 @@ def assess(snapshot: Path, tail: ProgressTail, stall_after: float, now: datetime
                            message=f"incomplete: the writer is gone ({why}); inspect with 'genrun report {snapshot}'", **common)
     if ended:
         return WatchUpdate(state="running", stalled=False, writer=writer, message=f"'{last_event}' recorded; waiting for the seal", **common)
-    if stalled and not events and writer == "alive":  # the cadence counts from the start record: loading is not a stall
+    if not events and writer == "alive":  # the cadence counts from the start record: loading is not a stall
         return WatchUpdate(state="waiting", stalled=False, writer=writer, message=f"loading: no start record yet after {quiet:.0f} s; "
                            "the run's process is alive (progress records begin once the weights are loaded)", **common)
     if stalled:

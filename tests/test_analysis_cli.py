@@ -33,6 +33,22 @@ def test_verify_prints_a_table_and_the_summary_line_and_exits_0(snapshots) -> No
     assert "manifest_integrity" in proc.stdout and "PASS" in proc.stdout
 
 
+def test_commands_in_verify_and_report_copy_whole_at_80_columns(snapshots) -> None:  # noqa: F811
+    """rich folded a command quoted in a table cell at the column's width, cutting ids mid-token (issue 41, item 11): at 80
+    columns the command a finding names is printed under the table and the report's headline is never broken by rich,
+    so each command is one line that copies whole."""
+    planned = snapshots.planned_only()
+    command = f"genrun execute {planned.name}"
+    verified = run_genrun("verify", planned, env={"COLUMNS": "80"})
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    lines = verified.stdout.splitlines()
+    assert f"  {command}" in lines, verified.stdout
+    assert "(whole under the table)" in verified.stdout and not any(planned.name in line and "│" in line for line in lines)
+    reported = run_genrun("report", planned, env={"COLUMNS": "80"})
+    assert reported.returncode == 0, reported.stderr
+    assert any(f"'{command}'" in line for line in reported.stdout.splitlines()), reported.stdout
+
+
 def test_verify_warnings_exit_0_unless_strict(snapshots) -> None:
     capped = snapshots.get("model_cap")
     relaxed = run_genrun("verify", capped)

@@ -4,6 +4,7 @@ Models are the bundled tiny-lm (or a copy with a chat template / its own generat
 CUDA is really absent on this machine, so the device refusal is tested for real.
 """
 
+import itertools
 import json
 import os
 import re
@@ -370,6 +371,29 @@ def test_readme_links_into_docs_resolve() -> None:
             assert anchor in headings, f"{path}#{anchor}"
 
 
+def _first_table_under(markdown: str, heading: str) -> list[str]:
+    """The rows of the first Markdown table after `heading`."""
+    lines = markdown.split(f"\n{heading}\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+
+
+def test_the_benchmark_figures_are_the_readmes_in_both_places() -> None:
+    """docs/benchmarks.md's "current figures" gave the store's figures of an earlier round (0.89 s where the README said
+    2.40 s): the README is the source, the docs' table repeats it row for row, and every command names a script that
+    exists (issue 41, item 2)."""
+    readme = _first_table_under((REPO / "README.md").read_text(), "## Benchmarks")
+    docs = _first_table_under((REPO / "docs" / "benchmarks.md").read_text(), "## Current figures")
+    assert len(readme) > 2 and readme == docs, sorted(set(readme) ^ set(docs))
+    scripts = {script for row in readme[2:] for script in re.findall(r"bench/[\w.]+", row)}
+    assert scripts and all((REPO / script).is_file() for script in scripts), scripts
+
+
+def test_the_readme_stays_a_guide() -> None:
+    """It was 59 KB of guide and round logs; the logs live in docs/ now and the guide stays under ~25 KB."""
+    assert len((REPO / "README.md").read_bytes()) <= 25 * 1024
+
+
 def test_readme_states_the_format_this_genrun_writes() -> None:
     """The README said "writes format 2" after the format became 3: its sentence must name `layout.FORMAT_VERSION`."""
     from genrun.schemas import layout
@@ -384,14 +408,20 @@ def test_readme_states_the_format_this_genrun_writes() -> None:
 
 def test_readme_commands_create_only_git_ignored_paths_inside_the_checkout() -> None:
     """`.venv-vllm/` was not ignored (later snapshots recorded `git dirty: true`) and the recipe wrote /tmp/torch-pin.txt,
-    a path every user of the machine shares. Environments (`python3 -m venv X`) and files written by redirection must be
-    relative and git-ignored; the sign-off recipe's `~/` paths are the one exception, and the README says so in bold."""
+    a path every user of the machine shares. Environments (`python3 -m venv X`), files written by redirection and the
+    review commands' outputs (`--html`, `--plot`, `export --mlflow`'s defaults: left untracked by a fresh clone's first
+    hour, issue 41 round 5) must be relative and git-ignored; the sign-off recipe's `~/` paths are the one exception, and
+    the README says so in bold."""
     import subprocess
 
     readme = (REPO / "README.md").read_text()
     commands = re.sub(r"\s#.*", "", "\n".join(re.findall(r"```bash\n(.*?)```", readme, re.S)))  # comments left out
     created = [f"{d}/" for d in re.findall(r"python3 -m venv (\S+)", commands)] + re.findall(r"\s>>?\s+([^\s&|;)]+)", commands)
+    created += re.findall(r"--(?:html|plot) (\S+)", commands)  # the review page, the store's index, the sweep's plot
+    if "--mlflow" in commands and "--tracking-uri" not in commands:  # MLflow's defaults: a database and artifacts in the cwd
+        created += ["mlflow.db", "mlruns/"]
     assert ".venv-vllm/" in created and ".venv-vllm/torch-pin.txt" in created, created
+    assert {"review.html", "index.html", "sweep.png", "mlflow.db"} <= set(created), created
     in_home = [path for path in created if path.startswith("~/")]
     assert in_home == ["~/.config/genrun_allowed_signers"], in_home
     assert "**writes a new key pair into `~/.ssh/` and appends to\n`~/.config/genrun_allowed_signers`**" in readme

@@ -68,15 +68,18 @@ def test_song_seals_two_stages_a_wav_and_warns_early_stop(tmp_path: Path) -> Non
     assert reasons == [(0, "eos"), (1, "completed")]
 
 
-def test_report_shows_each_stage(tmp_path: Path) -> None:
+def test_report_shows_each_stage_and_calls_the_loops_ids_ids(tmp_path: Path) -> None:
+    """The loop declares no token ids: its codes are "ids" in the report and the review page, never "tokens"."""
     from conftest import run_cli
 
     snapshot = _sealed_example(tmp_path, "tiny-song-loop.toml")
     report = run_cli("report", snapshot)
     assert report.returncode == 0 and "Stages: load" in report.stdout and "ar " in report.stdout and "4 windows" in report.stdout
+    assert "Last ids of sequence 0: 35 30 5" in report.stdout and "Last tokens" not in report.stdout, report.stdout
     page = tmp_path / "page.html"
     assert run_cli("report", "--html", page, snapshot).returncode == 0
     assert 'id="stages"' in page.read_text() and "acoustic" in page.read_text()
+    assert "<th>last ids</th>" in page.read_text() and "last tokens" not in page.read_text()
 
 
 def test_the_loop_and_its_recorder_never_import_torch(tmp_path: Path) -> None:

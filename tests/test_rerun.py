@@ -84,8 +84,8 @@ def test_rerun_prints_paths_as_run_does_and_each_rows_text(capsys, tmp_path: Pat
     (child,) = [p for p in parent.parent.iterdir() if p.name not in before and p.is_dir()]
     shown = child.relative_to(tmp_path).as_posix()
     assert f"planned {shown} " in err and f"succeeded: {shown}" in err and str(tmp_path) not in err
-    lineage = " ".join(out.split())
-    assert f"Lineage: {shown} was rerun from {parent.relative_to(tmp_path).as_posix()}" in lineage and str(tmp_path) not in out
+    (lineage,) = [line for line in out.splitlines() if line.startswith("Lineage: ")]  # one line, both paths whole
+    assert f"Lineage: {shown} was rerun from {parent.relative_to(tmp_path).as_posix()} (" in lineage and str(tmp_path) not in out
     text = (child / layout.sequence_text_path(0)).read_text()
     assert repr(text[:60]) in err  # escaped: a newline shows as \\n and can never move the cursor
 

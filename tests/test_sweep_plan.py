@@ -53,9 +53,11 @@ def test_plan_freezes_every_item_and_the_sweep(tmp_path: Path) -> None:
     assert not (sweep_dir / "manifest-sha256.txt").exists()  # planned, not run
 
 
-def test_a_planned_sweep_verifies_as_planned_not_executed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Like a planned snapshot: exit 0, 'planned, not executed', `genrun sweep execute` as the next step. A driver holding
-    the sweep's lock (started, nothing logged yet) makes it a sweep in progress again: FAIL, with the resume hint."""
+def test_a_planned_sweep_verifies_as_planned_not_executed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like a planned snapshot: exit 0, 'planned, not executed', `genrun sweep execute` as the next step (at 80 columns a
+    line of its own under the table: in the cell rich cut the sweep's path mid-name). A driver holding the sweep's lock
+    (started, nothing logged yet) makes it a sweep in progress again: FAIL, with the resume hint."""
     import fcntl
     import json
 
@@ -69,8 +71,11 @@ def test_a_planned_sweep_verifies_as_planned_not_executed(tmp_path: Path, capsys
     assert document["status"] == "planned" and document["exit_code"] == 0
     assert sealed["status"] == "PASS" and sealed["message"].startswith("planned, not executed")
     assert f"'genrun sweep execute {sweep_dir}'" in sealed["message"]
+    monkeypatch.setenv("COLUMNS", "80")
     assert main(["verify", str(sweep_dir)]) == 0
-    assert "(planned)" in capsys.readouterr().out
+    human = capsys.readouterr().out
+    assert "(planned)" in human and f"  genrun sweep execute {sweep_dir}" in human.splitlines(), human
+    monkeypatch.delenv("COLUMNS")
     assert main(["report", str(sweep_dir), "--html", str(tmp_path / "sweep.html")]) == 0  # its page names the same next step
     assert f"planned, not executed: run it with &#39;genrun sweep execute {sweep_dir}&#39;" in (tmp_path / "sweep.html").read_text()
     assert main(["ls", "--store", str(store), "--json"]) == 0  # and ls lists it as planned, found by --state planned

@@ -24,7 +24,7 @@ from genrun.schemas import FirstTokenEvent, ProgressEvent, StartEvent, layout
 
 from _forked import ForkedProcess, run_cli_forked, spawn_cli
 from _analysis_helpers import REPO, SLOW_ENTRYPOINT, TINY_LM, copy_snapshot, request_toml, snapshots  # noqa: F401 - fixture
-from conftest import PROCESS_TIMEOUT_S
+from conftest import EXAMPLES, PROCESS_TIMEOUT_S, run_cli
 
 
 def start_slow_run(work: Path, countdown: int = 40, every_seconds: float = 0.5) -> tuple[ForkedProcess, Path]:
@@ -279,3 +279,31 @@ def test_a_live_run_still_loading_is_waiting_not_stalled(snapshots, tmp_path: Pa
     assert (loading.state, loading.stalled, loading.writer) == ("waiting", False, "alive"), loading
     assert loading.message.startswith("loading: no start record yet after 30 s") and "STALL" not in loading.message
     assert (gone.state, gone.stalled, gone.writer) == ("stalled", True, "gone") and "STALL" in gone.message, gone
+
+
+def test_before_the_start_record_watch_names_the_planned_unit_and_claims_no_count(tmp_path: Path) -> None:
+    """watch said "running  — tokens" before any start record, whatever the run counts (issue 41, item 11): the unit comes
+    from the plan (this loop's budget counts frames) and, until the start record, the line is the message alone."""
+    from genrun.runner.cli.watch import format_update
+
+    planned = run_cli("plan", EXAMPLES / "tiny-song-loop.toml", "--store", tmp_path / "store", "--json")
+    assert planned.returncode == 0, planned.stderr
+    snapshot = Path(json.loads(planned.stdout)["snapshot"])
+    (snapshot / layout.PROGRESS).write_bytes(b"")  # opened by the recorder, nothing recorded yet
+    tail = ProgressTail(snapshot)
+    tail.poll()
+    fd = os.open(snapshot / layout.PROGRESS, os.O_RDONLY)
+    with _executing(snapshot):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the recorder's lock: its process lives
+            early = assess(snapshot, tail, stall_after=60.0, waited_s=0.5)
+            loading = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
+        finally:
+            os.close(fd)
+        gone = assess(snapshot, tail, stall_after=1.0, waited_s=30.0)
+    assert (early.state, loading.state, gone.state) == ("waiting", "waiting", "stalled")
+    assert early.message.startswith("loading: no start record yet") and "STALL" in gone.message
+    for update in (early, loading, gone):
+        assert (update.unit, update.generated, update.planned_units) == ("frame", None, None), update
+        line = format_update(update)
+        assert line == update.message and "token" not in line, line

@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="validate and freeze a request (no generation)",
-        description="Validate REQUEST, hash code and weights, check the token/memory budget, and freeze a snapshot.",
+        description="Validate REQUEST, hash code and weights, check the budget (in the backend's units) and memory, and freeze a snapshot.",
         epilog="example: genrun plan examples/tiny.toml\n  planned snapshots/20261129T101500Z-tiny-3fa2c1 (plan digest 9b1e…)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -55,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
 
 PLANNING_STEPS = {
     "startup": "starting", "checks": "checking the request", "imports": "importing the backend's libraries",
-    "hashing": "hashing code, inputs and weights", "budget": "checking the token and memory budget",
+    "hashing": "hashing code, inputs and weights", "budget": "checking the budget and memory",
     "environment": "recording the environment", "freeze": "writing the snapshot",
 }
 """What a terminal's status line says in each planning phase (`genrun.runner.phases.PlanPhase`)."""

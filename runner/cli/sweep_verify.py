@@ -4,11 +4,9 @@ import argparse
 from pathlib import Path
 
 from rich.table import Table
-from rich.text import Text
 
+from ._findings import print_findings
 from ._output import print_json, stderr_console, stdout_console
-
-_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
 def handle_sweep(args: argparse.Namespace, sweep: Path) -> int:
@@ -61,12 +59,7 @@ def render_sweep(v, command: str) -> None:  # noqa: ANN001 (analysis.sweep.Sweep
     from genrun.analysis.sweep import sweep_summary_line
 
     d = v.distribution
-    checks = Table(title=Text(f"{command} sweep {v.sweep_id} ({v.status})"), title_justify="left")
-    for column in ("check", "status", "finding"):
-        checks.add_column(column, overflow="fold")
-    for f in v.findings:
-        checks.add_row(f.name, Text(f.status, style=_STYLE[f.status]), Text(f.message))
-    stdout_console.print(checks)
+    print_findings(f"{command} sweep {v.sweep_id} ({v.status})", v.findings)
     counts = Table(title="items", title_justify="left")
     counts.add_column("by")
     counts.add_column("value")
@@ -78,7 +71,7 @@ def render_sweep(v, command: str) -> None:  # noqa: ANN001 (analysis.sweep.Sweep
     if d.units_min is not None:
         stdout_console.print(f"units per item: min {d.units_min}, median {d.units_median:g}, max {d.units_max}", markup=False, highlight=False)
     stdout_console.print(f"lost attempts (kept as incomplete snapshots): {d.lost_attempts}; failed items: {_indices(d.failed_items)}; "
-                         f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False)
+                         f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False, soft_wrap=True)
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
     if attention:
         columns = ("item", "status", "stop", "units", "WARN", "FAIL", "snapshot")

@@ -7,9 +7,6 @@ from genrun.analysis.checks import CHECKS
 from ._options import add_allowed_signers
 from ._output import add_store_lookup, print_json, stdout_console
 
-_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "verify",
@@ -60,17 +57,9 @@ def handle(args: argparse.Namespace) -> int:
 
 def render_verification(verification) -> None:  # noqa: ANN001 (analysis.Verification, imported lazily)
     """The findings as a table, then the summary line exactly as documented."""
-    from rich.table import Table
-    from rich.text import Text
-
     from genrun.analysis import summary_line
 
-    table = Table(title=Text(f"verify {verification.snapshot_id}"), title_justify="left")
-    table.add_column("check", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("finding", overflow="fold")
-    for finding in verification.findings:
-        # Text, not str: messages quote request tables ("[generation] ...") that rich would take for markup
-        table.add_row(finding.name, Text(finding.status, style=_STYLE[finding.status]), Text(finding.message))
-    stdout_console.print(table)
+    from ._findings import print_findings
+
+    print_findings(f"verify {verification.snapshot_id}", verification.findings)
     stdout_console.print(summary_line(verification.summary), markup=False, highlight=False, soft_wrap=True)

@@ -115,8 +115,8 @@ def _emit(update, as_json: bool) -> None:  # noqa: ANN001 - WatchUpdate, importe
 
 
 def format_update(u) -> str:  # noqa: ANN001 - WatchUpdate
-    """One human line for an update."""
-    if u.state in ("sealed", "incomplete", "waiting", "not_executing"):
+    """One human line for an update; before the start record only its message (no count or unit is known yet)."""
+    if u.state in ("sealed", "incomplete", "waiting", "not_executing") or u.records == 0:
         return u.message
     done = "—" if u.generated is None else f"{u.generated:,}"
     planned = f"/{u.planned_units:,}" if u.planned_units else ""
