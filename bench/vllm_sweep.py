@@ -1,7 +1,8 @@
 """A vLLM sweep on one engine vs bare `LLM.generate` over the same batch, and vs a transformers sweep, in one run.
 
 Same prompts (`Count: <i>`: tiny-vllm-lm's digits never reach EOS, so every row makes exactly `--tokens` ids), greedy,
-on examples/models/tiny-vllm-lm, one process per side's engine, measured in this order in one run:
+on examples/models/tiny-vllm-lm, both sides at vLLM's default (an engine-core process per engine, as `genrun sweep` and
+`LLM(...)` run for users), measured in this order in one run:
 
 - bare: `LLM.generate(prompts, SamplingParams(temperature=0, max_tokens=N))` in this process, timed around the call
   (engine started before; its start is printed apart);
