@@ -19,6 +19,7 @@ from .backends import LoadContext
 from .code_identity import code_set, genrun_code_set
 from .errors import FrozenMismatch, GenrunError, SnapshotError
 from .input_files import verify_input_files
+from .model_identity import TreeState
 from .processor_identity import frozen_processor_dir
 
 
@@ -171,13 +172,25 @@ def describe_differences(frozen: tuple, current: tuple) -> str:
     return "; ".join(parts) or "same files, different root"
 
 
+_models_verified: dict[str, tuple[TreeState, str]] = {}
+"""Model directory -> (the state of its folders and files taken before they last matched a digest, that digest): for this
+process only. A sweep worker verifies the model before each item; a tree whose every state is unchanged holds the files
+that were hashed (`model_identity.TreeState`), so the item is checked with a stat per file instead of the hash cache's
+read per file."""
+
+
 def verify_model(model: ModelIdentity) -> str:
-    """Re-digest the frozen model directory (cheap through the hash cache); it must match `model.json`."""
-    from .model_identity import digest_model_files
+    """Re-digest the frozen model directory (cheap through the hash cache, and in a process that matched the same tree
+    before, a stat per file); it must match `model.json`."""
+    from .model_identity import digest_model_files, tree_state, tree_unchanged
 
     root = Path(model.resolved_path)
     if not root.is_dir():
         raise FrozenMismatch(f"model directory {root} (model.json resolved_path) no longer exists; restore it or plan again")
+    known = _models_verified.get(model.resolved_path)
+    if known is not None and known[1] == model.digest and tree_unchanged(known[0]):
+        return model.digest
+    before = tree_state(root)  # taken before hashing: a file changed while it is hashed then differs from this state
     try:
         files = digest_model_files(root)
     except GenrunError as exc:
@@ -187,6 +200,8 @@ def verify_model(model: ModelIdentity) -> str:
         raise FrozenMismatch(
             f"the model files in {root} changed since planning ({describe_differences(model.files, files)}); restore them or plan again"
         )
+    if before is not None:
+        _models_verified[model.resolved_path] = (before, digest)
     return digest
 
 

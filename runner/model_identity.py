@@ -211,6 +211,44 @@ def digest_model_files(root: Path) -> tuple[ModelFile, ...]:
     return tuple(found[rel] for rel in sorted(found))
 
 
+TreeState = tuple[tuple[str, int, int, int, int, int], ...]
+"""(path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) of every folder and file under a model directory, links
+followed. ctime is in it because nothing but the kernel sets it: a file rewritten in place, even with its size and mtime
+restored (the hash cache's blind spot), or a folder that gained, lost or renamed an entry, gets a new one."""
+
+
+def tree_state(root: Path) -> TreeState | None:
+    """The state of every folder and file `digest_model_files` would read (dot-folders skipped, a folder reached twice
+    walked once), one `stat` each; `None` when one cannot be stat'ed (a broken link: the digest names it)."""
+    states = []
+    walked: set[tuple[int, int]] = set()
+    try:
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in walked:
+                dirnames[:] = []
+                continue
+            walked.add((st.st_dev, st.st_ino))
+            states.append(_state(dirpath, st))
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            states.extend(_state(path, os.stat(path)) for path in (os.path.join(dirpath, n) for n in sorted(filenames)))
+    except OSError:
+        return None
+    return tuple(states)
+
+
+def tree_unchanged(state: TreeState) -> bool:
+    """Whether every folder and file of an earlier `tree_state` still has that state (a stat each, no listing, no read)."""
+    try:
+        return all(_state(entry[0], os.stat(entry[0])) == entry for entry in state)
+    except OSError:
+        return False
+
+
+def _state(path: str, st: os.stat_result) -> tuple[str, int, int, int, int, int]:
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def hf_blob_sha256(path: Path) -> str | None:
     """The sha256 named by an HF cache blob this symlink points to (`models--*/blobs/<64 hex>`), else `None`.
 

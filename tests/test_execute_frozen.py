@@ -1,6 +1,7 @@
 """Frozen means frozen: `execute` refuses, before loading anything, a plan whose files, genrun code,
 entry-point code or model files changed, a snapshot that already ran, and a missing approval."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from conftest import REPO, run_cli, run_cli_subprocess
 
 from _lm_helpers import plan, request_text, tiny_lm_variant, write_entry_module
 from genrun.runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
-from genrun.runner.execute import execute_snapshot
+from genrun.runner.execute import execute_snapshot, load_frozen, verify_model
 from genrun.runner.store import is_sealed
 from genrun.schemas import layout
 
@@ -71,6 +72,30 @@ def test_changed_model_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(FrozenMismatch, match=r"model files .* changed since planning \(changed: generation_config.json\)"):
         execute_snapshot(snapshot, live=False)
     _nothing_written(snapshot)
+
+
+def test_a_process_that_verified_a_model_rechecks_it_by_state_and_sees_an_edit_the_hash_cache_would_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep worker verifies its model before every item: once the files matched, the next check is a stat per file (no
+    hash cache entry read or written), and a file rewritten in place with its size and mtime restored, which the hash
+    cache's key cannot tell from the original, is still refused (its ctime changed)."""
+    monkeypatch.setenv("GENRUN_CACHE_DIR", str(tmp_path / "cache"))
+    model = tiny_lm_variant(tmp_path / "model", {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0})
+    snapshot = plan(tmp_path, request_text(model, generation={"max_new_tokens": 8}))
+    frozen = load_frozen(snapshot).model
+    entries = tmp_path / "cache" / "hashes-v1"
+    assert verify_model(frozen) == frozen.digest
+    shutil.rmtree(entries)
+    assert verify_model(frozen) == frozen.digest
+    assert not entries.exists(), "the second check hashed the files again (it wrote hash cache entries)"
+
+    config = model / "generation_config.json"
+    st = config.stat()
+    config.write_bytes(config.read_bytes().replace(b"0", b"3"))
+    os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert config.stat().st_size == st.st_size
+    with pytest.raises(FrozenMismatch, match=r"model files .* changed since planning \(changed: generation_config.json\)"):
+        verify_model(frozen)
 
 
 def test_changed_entrypoint_code_is_refused(tmp_path: Path, tiny_lm: Path) -> None:

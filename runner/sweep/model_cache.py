@@ -11,14 +11,18 @@ with it.
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
-from genrun.schemas import layout
+from genrun.schemas import ModelIdentity, Request, layout
 from genrun.schemas.sweep import WorkerModel
+from genrun.snapshot_dir import SnapshotDir
 
 from ..backends import LoadedModel
+
+if TYPE_CHECKING:
+    from ..frozen_plan import FrozenPlan
 
 
 @dataclass
@@ -34,8 +38,8 @@ class LoadedModelCache:
     """Items that used the kept model so far."""
     loads: int = 0
     """How often this worker really loaded weights."""
-    _last_plan: tuple[Path, Any] | None = None
-    """(item, its frozen plan) last read by `_plan_of`."""
+    _last_plan: "tuple[Path, ModelChoice] | None" = None
+    """(item, its request and model identity) last read by `_plan_of`."""
 
     def model_for(self, snapshot: Path) -> tuple[LoadedModel | None, dict[str, WorkerModel]]:
         """The model for this planned item (loading it when the kept one does not fit) and the record to seal with it.
@@ -79,19 +83,26 @@ class LoadedModelCache:
         except Exception:  # noqa: BLE001 (execute refuses the item with the reason)
             return True
 
-    def _plan_of(self, snapshot: Path):  # noqa: ANN202 (genrun.runner.execute.FrozenPlan)
-        """The item's frozen plan, parsed once for `keeps_model_for` and then `model_for` (the item's own execution
-        verifies and parses it again: this one only picks the model)."""
-        from ..execute import load_frozen
-
+    def _plan_of(self, snapshot: Path) -> "ModelChoice":
+        """What picks the item's model, read once for `keeps_model_for` and then `model_for`. Only `request.json` and
+        `model.json`: the item's own execution verifies every frozen file and parses the whole plan (its `code.json`,
+        hundreds of entries, is not needed to pick a model)."""
         last = self._last_plan
         if last is None or last[0] != snapshot:
-            last = self._last_plan = (snapshot, load_frozen(snapshot))
+            reader = SnapshotDir(snapshot)
+            last = self._last_plan = (snapshot, ModelChoice(reader.read(layout.REQUEST, Request), reader.read(layout.MODEL, ModelIdentity)))
         return last[1]
 
 
-def plan_key(plan) -> str:  # noqa: ANN001 (genrun.runner.execute.FrozenPlan)
-    """`cache_key` of a frozen plan."""
+class ModelChoice(NamedTuple):
+    """The frozen files that say which loaded model an item can use."""
+
+    request: Request
+    model: ModelIdentity
+
+
+def plan_key(plan: "ModelChoice | FrozenPlan") -> str:
+    """`cache_key` of a frozen plan (or the part of it that picks the model)."""
     return cache_key(plan.request, plan.model.digest, plan.model.processor.digest if plan.model.processor is not None else None)
 
 
