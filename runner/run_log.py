@@ -249,8 +249,8 @@ def captured() -> Iterator[RunLog]:
     planning: an inner capture takes the lines the outer one holds). Everything is put back when the outermost exits."""
     log = RunLog()
     with deferred(), _install_lock:  # a signal never leaves the streams half swapped
-        if _logs:
-            log.take_held(_logs[-1])
+        if (enclosing := _log_of_this_thread()) is not None:
+            log.take_held(enclosing)  # this thread's own enclosing capture (another item's thread keeps its lines)
         else:
             _install()
         _logs.append(log)

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from genrun.runner.errors import RequestError
 
+from ._library_output import add_quiet_argument
 from ._options import add_store
-from ._output import counted, print_json, shown_path, stderr_console, working
+from ._output import counted, print_json, print_quiet_result, shown_path, stderr_console, working
 
 if TYPE_CHECKING:  # rich.progress is imported only when the bar is drawn
     from rich.progress import TaskID
@@ -46,6 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       "(execute, resume; its items are the ones beside it, wherever that store is now)")
     parser.add_argument("--force", action="store_true", help="plan items whose pre-flight budget does not fit (recorded in each)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_quiet_argument(parser)  # and with it, as for run: what libraries print (vLLM's engine) goes to the items' logs
     parser.set_defaults(handler=handle)
 
 
@@ -62,10 +64,13 @@ def handle(args: argparse.Namespace) -> int:
         if action == "plan":
             if args.json:
                 print_json({"sweep": str(sweep_dir)})
+            print_quiet_result(args, sweep_dir)
             return 0
     else:
         sweep_dir = _planned_sweep(path, args.store)
-    return _execute(sweep_dir, args.json)
+    exit_code = _execute(sweep_dir, args.json)
+    print_quiet_result(args, sweep_dir)
+    return exit_code
 
 
 def _planned_sweep(ref: str, store: str | None) -> Path:

@@ -45,7 +45,16 @@ class BatchWorker:
             self._batch.interrupt(self.signal)
 
     def run(self, snapshot: Path) -> ItemReport:
-        """One item, on the calling thread: share the kept model through the batch, or run alone where there is none."""
+        """One item, on the calling thread: share the kept model through the batch, or run alone where there is none.
+
+        What libraries print while this thread loads the model (vLLM's engine start) or opens the batch goes to the
+        item's `run-log.ndjson`, as in `execute_item`: the worker's terminal is the user's."""
+        from ..run_log import captured
+
+        with captured():
+            return self._run(snapshot)
+
+    def _run(self, snapshot: Path) -> ItemReport:
         worker = self.cache.worker
         with self._lock:
             if not self.cache.keeps_model_for(snapshot):  # another model: the items on this one finish first
@@ -70,12 +79,15 @@ class BatchWorker:
                 self._lock.notify_all()
 
     def close(self) -> None:
-        """No more items: close the batch and free the kept model (`LoadedModelCache.release`: vLLM's engine core)."""
+        """No more items: close the batch and free the kept model (`LoadedModelCache.release`: vLLM's engine core).
+        What libraries print while their engine shuts down belongs to no item: held, then dropped, never the terminal."""
+        from ..run_log import captured
         from .worker import release_kept_model
 
-        with self._lock:
-            self._close_batch()
-        self.cache.release()
+        with captured():
+            with self._lock:
+                self._close_batch()
+            self.cache.release()
         release_kept_model()  # the worker's group commit
 
     def _open_batch(self, loaded: LoadedModel) -> None:

@@ -72,11 +72,15 @@ def start_worker(name: str) -> None:
 
 def release_kept_model() -> None:
     """The worker ends: free its kept model (`LoadedModelCache.release`) and stop its group commit (every item's seal
-    was waited for before it was reported)."""
+    was waited for before it was reported). What a library prints while its model or engine shuts down belongs to no
+    item: held by a capture and dropped, never the user's terminal."""
+    from ..run_log import captured
+
     global _group_commit
     cache = active_cache()
     if cache is not None:
-        cache.release()
+        with captured():
+            cache.release()
     if _group_commit is not None:
         _group_commit.close()
         _group_commit = None
