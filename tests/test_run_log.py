@@ -229,6 +229,23 @@ def test_a_command_that_runs_nothing_shows_what_libraries_printed_after_it(capsy
         assert ("somelib: notice from a library" in captured.err) is not quiet
 
 
+def test_a_library_that_printed_many_lines_is_shown_by_its_first_few_and_a_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM logs a dozen configuration lines while a request is checked: after a command the first few of each library
+    are shown, then one line counting the rest; another library's single line is shown whole."""
+    from genrun.runner.cli._library_output import SHOWN_PER_LIBRARY, library_output_taken_over
+
+    chatty = compile('import sys\nfor i in range(10):\n    print(f"config line {i}", file=sys.stderr)',
+                     "/venv/lib/site-packages/chattylib/x.py", "exec")
+    terse = compile('import sys\nprint("one notice", file=sys.stderr)', "/venv/lib/site-packages/terselib/x.py", "exec")
+    with library_output_taken_over(False):
+        exec(chatty, {"__name__": "chattylib.x"})
+        exec(terse, {"__name__": "terselib.x"})
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "config line" in line] == [f"  chattylib: config line {i}" for i in range(SHOWN_PER_LIBRARY)]
+    assert f"  chattylib: … and {10 - SHOWN_PER_LIBRARY} more lines" in "\n".join(err)
+    assert "  terselib: one notice" in err and not any("terselib: …" in line for line in err)
+
+
 def test_items_run_on_threads_each_keep_their_own_library_lines(tmp_path: Path) -> None:
     """A batching worker runs several items at once, one thread each: a line goes to the capture its thread opened."""
     import threading

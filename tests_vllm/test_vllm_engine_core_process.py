@@ -67,6 +67,31 @@ def test_the_terminal_holds_genruns_lines_and_the_run_log_the_engine_cores(tmp_p
     assert not any(line["shown"] for line in logged if line["source"] == "vllm")
 
 
+def test_a_sweeps_terminal_holds_genruns_lines_and_the_engine_start_goes_to_an_items_run_log(tmp_path: Path) -> None:
+    """A batching sweep worker starts vLLM's engine for its first item and shuts it down after the last: those lines go to
+    that item's run-log.ndjson (the start) or nowhere (the shutdown, which no item owns), never the terminal. What vLLM
+    logs in the driver while the items are checked is held and summarised after genrun's lines (a few, then a count)."""
+    store = tmp_path / "store"
+    sweep = _sweep(tmp_path / "sweep", [{"input.prompt": "uvw"}, {"input.prompt": "Count: 0"}], {"max_tokens": 4, "temperature": 0})
+    done = subprocess.run([sys.executable, "-m", "genrun", "sweep", str(sweep), "--store", str(store)], capture_output=True,
+                          text=True, env={**os.environ, **MULTIPROCESSING}, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    completed = next(i for i, line in enumerate(lines) if line.startswith("sweep completed: 2 succeeded"))
+    genruns = lines[:completed + 1]
+    assert all(line.startswith(("validated ", "planned 2 items in ", "[1/2] item ", "[2/2] item ")) for line in genruns[:-1]), done.stderr
+    held = lines[completed + 1:]
+    assert all(line.startswith("  vllm: ") for line in held), done.stderr
+    assert len(held) <= 4 and (len(held) < 4 or "more lines" in held[-1]), held
+    assert not any("genrun-local-" in line or "EngineCore" in line for line in lines), done.stderr
+    logged = [json.loads(line) for item in sorted(store.glob("*-vllm-sweep-0*")) if (item / "run-log.ndjson").exists()
+              for line in (item / "run-log.ndjson").read_text().splitlines()]
+    texts = [line["text"] for line in logged if line["source"] == "vllm"]
+    assert any(text.startswith("(genrun-local-0 pid=") for text in texts), texts[:20]  # the worker's engine start
+    assert not any("[shutdown]" in text for text in texts), [t for t in texts if "[shutdown]" in t]
+
+
 def test_a_sigkilled_genrun_run_leaves_no_engine_core(tmp_path: Path) -> None:
     store = tmp_path / "store"
     request = write_request(tmp_path, prompts=["Count: 0"], generation={"max_tokens": 1000, "temperature": 0}, extra=PROGRESS_EVERY_TOKEN)

@@ -3,7 +3,7 @@
 What libraries write while a snapshot executes goes to its `run-log.ndjson` (`genrun.runner.run_log`); this
 enclosing capture also holds what they write before (while `run` or `rerun` plans), and that goes to the same log.
 A command that executes nothing (`plan`) has no log to write to: what it held is shown at the end as dim
-`  transformers: …` lines (first line of each), or not at all with `--quiet`. Nothing here changes what generate does.
+`  transformers: …` lines (the first few of each library, then a count), or not at all with `--quiet`. Nothing here changes what generate does.
 """
 
 import contextlib
@@ -16,6 +16,11 @@ from genrun.runner.run_log import captured
 from ._output import stderr_console
 
 
+SHOWN_PER_LIBRARY = 3
+"""Held lines shown per library after a command: vLLM alone logs a dozen configuration lines while a request is
+checked; the first few say which library spoke, the rest is a count."""
+
+
 @contextlib.contextmanager
 def library_output_taken_over(quiet: bool) -> Iterator[None]:
     """For one command: library output captured (see the module doc); what no snapshot's log took is shown after it."""
@@ -23,8 +28,15 @@ def library_output_taken_over(quiet: bool) -> Iterator[None]:
         yield
     if quiet:
         return
+    shown: dict[str, int] = {}
     for source, text in held.held_lines():
-        stderr_console.print(f"  [dim]{escape(source)}: {escape(text)}[/]", soft_wrap=True)
+        shown[source] = shown.get(source, 0) + 1
+        if shown[source] <= SHOWN_PER_LIBRARY:
+            stderr_console.print(f"  [dim]{escape(source)}: {escape(text)}[/]", soft_wrap=True)
+    for source, count in shown.items():
+        if count > SHOWN_PER_LIBRARY:
+            stderr_console.print(f"  [dim]{escape(source)}: … and {count - SHOWN_PER_LIBRARY} more lines (--quiet hides "
+                                 "them; a run's own log keeps what its execution prints)[/]", soft_wrap=True)
 
 
 def add_quiet_argument(parser) -> None:  # noqa: ANN001 (argparse.ArgumentParser)
