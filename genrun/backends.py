@@ -93,12 +93,13 @@ the two reasons the core decides: subclass one first, then your shared facts.
     outcome = run.finish(end)                  # GenerationEnd -> BackendOutcome, once, signals already disarmed
 
 In `generate`, write the call-config artifact (`ctx.snapshot.write(name, model)`: the snapshot as a
-writable `SnapshotDir`, every write atomic), call `ctx.recorder.start(planned_units, rows)`, then
+writable `SnapshotDir`, every write atomic and relative to the directory the core holds open for the run; `ctx.snapshot_dir`
+is its path, for messages), call `ctx.recorder.start(planned_units, rows)`, then
 `ctx.recorder.step()` once per generated unit; hold a signal to stop at a clean point with
 `deferred()` (`first_signal()` says whether one is held). A file you append to yourself is written after
 `refuse_other_process(what)`: a child forked by user code that returns into your code ends there (genrun's own writes
 and the seal check the same). `[input]` files frozen with the snapshot
-are `read_input_files(ctx.snapshot_dir)` and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
+are `read_input_files(ctx.snapshot)` and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
 and `load_image` read them. In `finish(end)`, write your outputs under `ctx.outputs_dir` (partial ones
 too; `ctx.snapshot.write_bytes("outputs/NAME", data)`, or `save_audio`, `save_array`,
 `save_output_fields` for arrays, which need numpy) and return `BackendOutcome(unit=..., generated=...,

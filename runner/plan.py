@@ -37,8 +37,8 @@ class PreparedPlan(NamedTuple):
 
     name: str
     """The request's name (part of the snapshot id)."""
-    freeze: Callable[[Path], None]
-    """Writes the frozen files into a new snapshot directory."""
+    freeze: Callable[[SnapshotDir], None]
+    """Writes the frozen files into a new snapshot directory (held open, writable: `store.create_snapshot`)."""
     budget: TokenBudget
     """The pre-flight that passed (`genrun serve` holds the engine's KV cache and rows for it before freezing)."""
     model_dir: Path | None = None
@@ -125,8 +125,7 @@ def prepare_plan(
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment(runtime_of(backend))
 
-    def freeze(directory: Path) -> None:
-        snapshot = SnapshotDir(directory, writable=True)
+    def freeze(snapshot: SnapshotDir) -> None:
         snapshot.write_bytes(layout.request_source_name(loaded.format), loaded.source)
         snapshot.write(layout.REQUEST, request)
         snapshot.write(layout.ENVIRONMENT, environment)
@@ -137,9 +136,9 @@ def prepare_plan(
         for name, extra in (extra_frozen or {}).items():
             snapshot.write(name, extra)
         if input_files is not None:
-            freeze_input_files(input_files, directory)
+            freeze_input_files(input_files, snapshot)
         if processor is not None:
-            freeze_processor(processor, directory)
+            freeze_processor(processor, snapshot)
 
     return PreparedPlan(request.name, freeze, budget, resolved.path)
 

@@ -15,6 +15,8 @@ from _forked import spawn_cli
 from _loop_helpers import read, run, verify, write_loop
 from conftest import PROCESS_TIMEOUT_S, run_cli
 
+from genrun.snapshot_dir import SnapshotDir
+
 HEADER = "import time\nfrom pathlib import Path\n"
 
 
@@ -236,7 +238,7 @@ def test_the_recorder_is_cheap_enough_to_call_per_unit() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        core = ProgressRecorder(out / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=10_000, every_seconds=3600)
+        core = ProgressRecorder(SnapshotDir(out, writable=True).open_stream("progress.ndjson"), origin=time.monotonic(), unit="token", every_units=10_000, every_seconds=3600)
         fd = os.open(out / "stage-progress.ndjson", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         rec = LoopRecorder(core=core, progress_fd=fd, every_units=1_000, every_seconds=3600, on_config=lambda c: None, outputs_dir=out)
         with rec.stage("lm", unit="token", rows=1) as lm:

@@ -17,6 +17,7 @@ import orjson
 
 from genrun.schemas import layout
 from genrun.schemas.sweep import WorkerModel
+from genrun.snapshot_dir import SnapshotDir
 
 from ..backends import LoadedModel
 
@@ -86,7 +87,7 @@ class LoadedModelCache:
 
         last = self._last_plan
         if last is None or last[0] != snapshot:
-            last = self._last_plan = (snapshot, load_frozen(snapshot))
+            last = self._last_plan = (snapshot, load_frozen(SnapshotDir(snapshot)))
         return last[1]
 
 
