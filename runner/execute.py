@@ -40,7 +40,7 @@ from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .executing_process import executing
 from .frozen_plan import (FrozenPlan, VerifiedIdentity, load_context, load_frozen, refuse_executed, verify_before_loading, verify_code,
                           verify_model, verify_plan_files)
-from .interrupts import RunInterrupted, deferred, interrupt_gate
+from .interrupts import RunInterrupted, deferred, interrupt_gate, stop_if_requested
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
 from .outputs_dir import OutputsDir
@@ -137,6 +137,7 @@ def _execute_locked(
     # One gate from the first execution file to the seal: a signal anywhere in between ends as a sealed
     # `interrupted` snapshot (nested in the CLI's gate, it shares its handlers).
     with interrupt_gate():
+        stop_if_requested()  # a signal swallowed before the gate (by a library's `except BaseException`) still stops the run
         try:
             hold_sealing_space(snapshot, plan.budget)
             recorder, outputs = open_recorder_or_keep_plan(snapshot, plan, unit, clock.origin, bar, memory)
