@@ -162,10 +162,11 @@ class SnapshotDir:
         return os.lstat(name, dir_fd=held) if held is not None else os.lstat(self.path / name)
 
     def _held(self) -> int | None:
-        """The held descriptor (`None` outside `held_open`), checked to be still the directory it opened: user code in the
-        process may have closed it, and its number may now be another file's, which must never be written through."""
-        if self._held_fd is None:
-            return None
+        """The held descriptor (`None` outside `held_open`); a writable object's is checked to be still the directory it
+        opened: user code in a run's process may have closed it, and its number may now be another file's, which must
+        never be written through. (A reader runs no user code: `ls` reads four files of each of 100,000 snapshots.)"""
+        if self._held_fd is None or not self.writable:
+            return self._held_fd
         try:
             st = os.fstat(self._held_fd)
         except OSError:
