@@ -14,7 +14,7 @@ one's state and handlers, so a signal between two of them is never handled by Py
 
 A stop request is sticky: code that catches `BaseException` (a library's import, a user's loop) may swallow the
 exception, but not the request. Until the gate disarms, genrun's own checkpoints (`stop_if_requested`: between
-planning steps, before execution starts, at each recorder step, after generate returns) raise it again, so the
+planning steps, before execution starts, at a loop's next `emit`/`advance`, after generate returns) raise it again, so the
 run ends as it would have: 130/143, the plan removed or the snapshot sealed `interrupted`.
 """
 
@@ -114,7 +114,7 @@ def signal_of(exc: BaseException) -> str | None:
 def stop_if_requested() -> None:
     """genrun's checkpoint: raise `RunInterrupted` again when a signal arrived while armed and the exception it raised was
     swallowed (a library's or user code's `except BaseException`); nothing inside a critical section (`deferred`), nor
-    once disarmed (the evidence is being written). Cheap: called at every recorder step."""
+    once disarmed (the evidence is being written). Cheap: a loop's every `emit` calls it."""
     if _state.fired is not None and _state.armed and not _state.critical_depth:
         raise RunInterrupted(_state.fired)
 

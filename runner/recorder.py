@@ -92,10 +92,8 @@ class ProgressRecorder:
     # -- hot path -------------------------------------------------------------------------------
 
     def step(self, n: int = 1) -> None:
-        """Count `n` generated tokens; write a record when the unit or time cadence is due. A stop request that user or
-        library code swallowed is raised again here (`interrupts.stop_if_requested`), after the count."""
+        """Count `n` generated tokens; write a record when the unit or time cadence is due."""
         self.steps += n
-        interrupts.stop_if_requested()
         if self.steps >= self._due_steps or time.monotonic() >= self._due_t:
             self._on_due()
 
