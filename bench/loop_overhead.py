@@ -43,6 +43,7 @@ import lm_loop  # noqa: E402
 
 from genrun.runner.backends.loop.recorder import LoopRecorder  # noqa: E402
 from genrun.runner.recorder import ProgressRecorder  # noqa: E402
+from genrun.snapshot_dir import SnapshotDir  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "tiny-lm-onnx"
 PROMPTS = ["count down from 63 :", "count down from 62 :", "count down from 61 :", "count down from 60 :"]
@@ -83,7 +84,7 @@ class NullRecorder:
 
 
 def real_recorder(directory: Path) -> tuple[LoopRecorder, ProgressRecorder, int]:
-    core = ProgressRecorder(directory / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=256, every_seconds=30.0)
+    core = ProgressRecorder(SnapshotDir(directory, writable=True).open_stream("progress.ndjson"), origin=time.monotonic(), unit="token", every_units=256, every_seconds=30.0)
     fd = os.open(directory / "stage-progress.ndjson", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
     return LoopRecorder(core=core, progress_fd=fd, every_units=256, every_seconds=30.0, on_config=lambda _c: None, outputs_dir=directory), core, fd
 

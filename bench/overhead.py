@@ -89,7 +89,7 @@ def instrumented(model: Any, tokenizer: Any, kwargs: dict[str, Any], every_units
     """tokens/s of the instrumented generate call, and seconds spent writing token artifacts afterwards."""
     workdir.mkdir()
     snapshot = SnapshotDir(workdir, writable=True)
-    recorder = ProgressRecorder(workdir / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=every_units, every_seconds=30.0)
+    recorder = ProgressRecorder(snapshot.open_stream("progress.ndjson"), origin=time.monotonic(), unit="token", every_units=every_units, every_seconds=30.0)
     session = CaptureSession(
         caller="request",
         on_step=recorder.step,
@@ -162,7 +162,7 @@ def per_step_costs(steps: int = 20000) -> dict[str, float]:
     costs = {"StoppingCriteriaList (transformers)": per_call(lambda: original(ids, None))}
     costs["RecordingCriteriaList (genrun)"] = per_call(lambda: recording(ids, None))
     with tempfile.TemporaryDirectory() as tmp:
-        recorder = ProgressRecorder(Path(tmp) / "p.ndjson", origin=time.monotonic(), unit="token", every_units=256, every_seconds=30.0)
+        recorder = ProgressRecorder(SnapshotDir(tmp, writable=True).open_stream("p.ndjson"), origin=time.monotonic(), unit="token", every_units=256, every_seconds=30.0)
         tee = TeeStreamer(recorder.step)
         tee.put(ids)
         recorder.set_last_ids(tee.last_ids)

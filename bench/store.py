@@ -137,6 +137,7 @@ def make_big_sweep(sweep: Path, items: int, target: Path) -> Path:
     sweep's plan and result list them (same changes and digests, the copies being byte-identical), then it is frozen and
     sealed again with genrun's own functions. The real sweep's progress log is kept as it was."""
     from genrun.runner.store import seal_snapshot, write_frozen_manifest
+    from genrun.snapshot_dir import SnapshotDir
 
     plan = json.loads((sweep / "sweep-plan.json").read_text())
     result = json.loads((sweep / "sweep-result.json").read_text())
@@ -155,7 +156,7 @@ def make_big_sweep(sweep: Path, items: int, target: Path) -> Path:
         path.chmod(0o644)
     (copy / "sweep-plan.json").write_text(json.dumps({**plan, "store": str(target), "items": new_plan}))
     (copy / "sweep-result.json").write_text(json.dumps({**result, "counts": {"succeeded": items}, "items": new_result}))
-    write_frozen_manifest(copy)
+    write_frozen_manifest(SnapshotDir(copy, writable=True))
     seal_snapshot(copy)
     return copy
 

@@ -22,6 +22,7 @@ MAX_PROGRESS_LINES = 500_000
 MAX_TOKEN_IDS_BYTES = 128 << 20
 """`generated-token-ids.safetensors`: 16M int64 ids."""
 _NO_FOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_FOLDER_NO_FOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class UnsafeFile(Exception):
@@ -35,16 +36,17 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def open_beneath(root: str | os.PathLike[str], rel: str, flags: int = _NO_FOLLOW) -> int:
-    """Open `rel` (`/`-separated) inside directory `root`, each folder on the way opened by descriptor without following a
-    link, and the file itself with `O_NOFOLLOW`: a link anywhere inside the snapshot is never followed, even one swapped in
-    for a folder after it was listed. Raises `UnsafeFile` for a linked folder, `OSError` otherwise."""
+def open_beneath(root: str | os.PathLike[str] | int, rel: str, flags: int = _NO_FOLLOW) -> int:
+    """Open `rel` (`/`-separated) inside directory `root` (a path, or a directory's open descriptor), each folder on the way
+    opened by descriptor without following a link, and the file itself with `O_NOFOLLOW`: a link anywhere inside the
+    snapshot is never followed, even one swapped in for a folder after it was listed. Raises `UnsafeFile` for a linked
+    folder, `OSError` otherwise."""
     *folders, name = rel.split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    fd = open_directory(root)
     try:
         for folder in folders:
             try:
-                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=fd)
+                inner = os.open(folder, _FOLDER_NO_FOLLOW, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(os.path.join(f"/proc/self/fd/{fd}", folder)):
                     raise UnsafeFile(f"is reached through {folder}/, a symbolic link; a snapshot holds regular files only") from None
@@ -62,6 +64,15 @@ def open_beneath(root: str | os.PathLike[str], rel: str, flags: int = _NO_FOLLOW
         os.close(fd)
 
 
+def open_directory(directory: str | os.PathLike[str] | int) -> int:
+    """A new descriptor of `directory`: a path (followed), or an open directory descriptor (the directory it holds, whatever
+    its path names now)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+    if isinstance(directory, int):
+        return os.open(".", flags, dir_fd=directory)
+    return os.open(directory, flags)
+
+
 def read_regular(path: str | os.PathLike[str], limit: int, offset: int = 0, *, root: Path | None = None) -> bytes:
     """The bytes of regular file `path` from `offset` on, the file at most `limit` bytes long; raises `UnsafeFile`
     (or `OSError` for an unreadable one). `offset` lets a follower read only what was appended since its last read.
@@ -76,13 +87,17 @@ def read_regular(path: str | os.PathLike[str], limit: int, offset: int = 0, *, r
     return _read_open(fd, limit, offset=offset)
 
 
-def read_beneath(root: str | os.PathLike[str], rel: str, limit: int, offset: int = 0) -> bytes:
-    """`read_regular` of `rel` (`/`-separated) inside `root`, given as the two parts: every snapshot read goes through here,
-    and building and splitting a `Path` per file cost more than the file's own opens and read (a cold `ls` reads 40,000)."""
+def read_beneath(root: str | os.PathLike[str] | int, rel: str, limit: int, offset: int = 0) -> bytes:
+    """`read_regular` of `rel` (`/`-separated) inside `root` (a path or an open directory descriptor), given as the two parts:
+    every snapshot read goes through here, and building and splitting a `Path` per file cost more than the file's own opens
+    and read (a cold `ls` reads 40,000)."""
     try:
         fd = open_beneath(root, rel)
     except OSError:
-        _refuse_link(os.path.join(root, rel))
+        if isinstance(root, int):
+            _refuse_link(rel, root)
+        else:
+            _refuse_link(os.path.join(root, rel))
         raise
     return _read_open(fd, limit, offset=offset)
 
@@ -94,15 +109,20 @@ def read_at(directory_fd: int, name: str, limit: int, directory: str | os.PathLi
     try:
         fd = os.open(name, _NO_FOLLOW, dir_fd=directory_fd)
     except OSError:
-        _refuse_link(os.path.join(directory, name))
+        _refuse_link(name, directory_fd)
         raise
     return _read_open(fd, limit)
 
 
-def _refuse_link(path: str | os.PathLike[str]) -> None:
-    """After a failed open: `UnsafeFile` naming the target when `path` is a symbolic link (else the caller re-raises)."""
-    if os.path.islink(path):
-        raise UnsafeFile(f"is a symbolic link (to {os.readlink(path)!r}); a snapshot holds regular files only") from None
+def _refuse_link(path: str | os.PathLike[str], dir_fd: int | None = None) -> None:
+    """After a failed open: `UnsafeFile` naming the target when `path` (relative to `dir_fd` when given) is a symbolic link
+    (else the caller re-raises)."""
+    try:
+        is_link = stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+    except (OSError, ValueError):
+        return
+    if is_link:
+        raise UnsafeFile(f"is a symbolic link (to {os.readlink(path, dir_fd=dir_fd)!r}); a snapshot holds regular files only") from None
 
 
 MAX_TOKENIZER_BYTES = 256 << 20
@@ -140,32 +160,48 @@ def _read_open(fd: int, limit: int, rule: str = "a snapshot holds regular files 
     return data
 
 
-def walk_entries(root: Path, skip_top: tuple[str, ...] = (), *, empty_dirs: bool = False,
+def walk_entries(root: str | os.PathLike[str] | int, skip_top: tuple[str, ...] = (), *, empty_dirs: bool = False,
                  unlistable: Callable[[str, OSError], None] | None = None) -> Iterator[tuple[str, os.stat_result]]:
-    """`(relative path, lstat)` of every non-directory entry under `root`, links included but never followed, and with
-    `empty_dirs` of every empty directory below the top (something added that no manifest can list). Iterative: any depth.
+    """`(relative path, lstat)` of every non-directory entry under `root` (a path, or a directory's open descriptor, left
+    open), links included but never followed, and with `empty_dirs` of every empty directory below the top (something
+    added that no manifest can list). Iterative: any depth. Each folder below the top is opened by descriptor without
+    following a link, so the walk stays in the directory it began in, whatever its path or a folder's name is swapped for.
 
     A directory that cannot be listed raises `OSError`, or, with `unlistable`, is passed to it as `(relative path + "/",
     error)` and the walk goes on: one unreadable folder must not hide the rest of the snapshot."""
-    stack = [(root, "")]
-    while stack:
-        directory, prefix = stack.pop()
-        try:
-            with os.scandir(directory) as listing:
-                entries = list(listing)
-        except OSError as exc:
-            if unlistable is None or not prefix:
-                raise
-            unlistable(prefix, exc)
-            continue
-        if empty_dirs and not entries and prefix:
-            yield prefix.rstrip("/"), os.lstat(directory)
-        for entry in entries:
-            rel = prefix + entry.name
-            if not prefix and entry.name in skip_top:
-                continue
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                stack.append((Path(entry.path), rel + "/"))
-            else:
-                yield rel, st
+    stack = [(open_directory(root), "")]
+    try:
+        while stack:
+            fd, prefix = stack.pop()
+            try:
+                try:
+                    with os.scandir(fd) as listing:
+                        entries = list(listing)
+                except OSError as exc:
+                    if unlistable is None or not prefix:
+                        raise
+                    unlistable(prefix, exc)
+                    continue
+                if empty_dirs and not entries and prefix:
+                    yield prefix.rstrip("/"), os.fstat(fd)
+                for entry in entries:
+                    rel = prefix + entry.name
+                    if not prefix and entry.name in skip_top:
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if not stat.S_ISDIR(st.st_mode):
+                        yield rel, st
+                        continue
+                    try:
+                        inner = os.open(entry.name, _FOLDER_NO_FOLLOW, dir_fd=fd)
+                    except OSError as exc:  # gone, or swapped for a link since it was listed
+                        if unlistable is None:
+                            raise
+                        unlistable(rel + "/", exc)
+                        continue
+                    stack.append((inner, rel + "/"))
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)

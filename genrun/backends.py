@@ -93,12 +93,14 @@ the two reasons the core decides: subclass one first, then your shared facts.
     outcome = run.finish(end)                  # GenerationEnd -> BackendOutcome, once, signals already disarmed
 
 In `generate`, write the call-config artifact (`ctx.snapshot.write(name, model)`: the snapshot as a
-writable `SnapshotDir`, every write atomic), call `ctx.recorder.start(planned_units, rows)`, then
+writable `SnapshotDir`, every write atomic and relative to the directory the core holds open for the run; `ctx.snapshot_dir`
+is its path, for messages), call `ctx.recorder.start(planned_units, rows)`, then
 `ctx.recorder.step()` once per generated unit; hold a signal to stop at a clean point with
-`deferred()` (`first_signal()` says whether one is held). A file you append to yourself is written after
+`deferred()` (`first_signal()` says whether one is held); where your user's code hands you a unit (a loop's
+`emit`), call `stop_if_requested()` first: a signal that code swallowed stops the run there. A file you append to yourself is written after
 `refuse_other_process(what)`: a child forked by user code that returns into your code ends there (genrun's own writes
 and the seal check the same). `[input]` files frozen with the snapshot
-are `read_input_files(ctx.snapshot_dir)` and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
+are `read_input_files(ctx.snapshot)` and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
 and `load_image` read them. In `finish(end)`, write your outputs under `ctx.outputs_dir` (partial ones
 too; `ctx.snapshot.write_bytes("outputs/NAME", data)`, or `save_audio`, `save_array`,
 `save_output_fields` for arrays, which need numpy) and return `BackendOutcome(unit=..., generated=...,
@@ -169,7 +171,7 @@ from genrun.runner.backends._torch_runtime import TORCH_PACKAGES, TorchRuntime
 from genrun.runner.errors import RequestError
 from genrun.runner.executing_process import refuse_other_process
 from genrun.runner.input_files import input_path, read_input_files
-from genrun.runner.interrupts import RunInterrupted, deferred, first_signal
+from genrun.runner.interrupts import RunInterrupted, deferred, first_signal, stop_if_requested
 from genrun.runner.media import save_array, save_audio, save_output_fields
 from genrun.runner.model_identity import WEIGHT_SUFFIXES
 from genrun.runner.plan_context import PlanContext
@@ -211,7 +213,7 @@ __all__ = [
     "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "Interrupted",
     "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
     # signals; a process forked by user code never writes (its own appends: `refuse_other_process` first)
-    "RunInterrupted", "deferred", "first_signal", "refuse_other_process",
+    "RunInterrupted", "deferred", "first_signal", "refuse_other_process", "stop_if_requested",
     # optional: many snapshots' generation at once on one loaded model (a sweep worker's items; see section 6)
     "BatchingBackend", "ItemBatch",
     # refusing a request

@@ -10,6 +10,9 @@ goes through `SnapshotDir`, so each file is handled the same way everywhere:
   never written through), and only by a `SnapshotDir(path, writable=True)`; analysis opens them read-only.
 - append: the append-only streams (progress, run log, stage progress, sweep progress) are opened one way,
   `open_stream`: `O_APPEND|O_NOFOLLOW|O_CLOEXEC`, relative to the directory's descriptor; one `os.write` per record.
+- held: inside `held_open`, every read, write, listing and stream is relative to the directory's descriptor, opened once:
+  a run holds its snapshot so from the first execution file to the seal, and everything it writes lands in the directory
+  it opened even if the snapshot's path is renamed, or replaced by a link or another directory, meanwhile.
 
 It lives beside `genrun.schemas` rather than in `analysis` or `runner` because both use it: analysis must
 stay torch-free and never write, the runner writes. Torch-free: stdlib, orjson, pydantic, `genrun.schemas`.
@@ -18,6 +21,8 @@ stay torch-free and never write, the runner writes. Torch-free: stdlib, orjson, 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,7 +33,8 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from genrun._safe_read import MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, read_at, read_beneath, walk_entries
+from genrun._safe_read import (MAX_JSON_BYTES, MAX_PROGRESS_BYTES, MAX_TOKEN_IDS_BYTES, UnsafeFile, open_beneath, open_directory, read_at,
+                               read_beneath, walk_entries)
 from genrun.runner.errors import SnapshotError
 from genrun.schemas import EVENT_ADAPTER, AnyEvent, NewerFormat, layout
 from genrun.schemas.digests import parse_sha256sum, sha256_bytes
@@ -133,6 +139,8 @@ class SnapshotDir:
         self.writable = writable
         self._held_fd: int | None = None
         """The directory's descriptor inside `held_open`."""
+        self._held_id: tuple[int, int] = (0, 0)
+        """(device, inode) of the held directory: user code may close the descriptor and its number be reused."""
 
     def __repr__(self) -> str:
         return f"SnapshotDir({str(self.path)!r}{', writable=True' if self.writable else ''})"
@@ -140,31 +148,79 @@ class SnapshotDir:
     # -- reading ------------------------------------------------------------------------------------------------------
     def has(self, name: str) -> bool:
         """Whether an entry of that name exists (of any kind, a link included: reading it says what is wrong)."""
+        return self.lstat(name) is not None
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """The entry `name` as it is (a link not followed); `None` when there is none (or it cannot be reached)."""
         try:
-            os.lstat(self.path / name)
+            return self._lstat(name)
         except OSError:
-            return False
-        return True
+            return None
+
+    def _lstat(self, name: str) -> os.stat_result:
+        held = self._held()
+        return os.lstat(name, dir_fd=held) if held is not None else os.lstat(self.path / name)
+
+    def _held(self) -> int | None:
+        """The held descriptor (`None` outside `held_open`); a writable object's is checked to be still the directory it
+        opened: user code in a run's process may have closed it, and its number may now be another file's, which must
+        never be written through. (A reader runs no user code: `ls` reads four files of each of 100,000 snapshots.)"""
+        if self._held_fd is None or not self.writable:
+            return self._held_fd
+        try:
+            st = os.fstat(self._held_fd)
+        except OSError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._held_id:
+            raise OSError(errno.EBADF, f"the descriptor genrun held for {self.path} was closed (by user code?)")
+        return self._held_fd
 
     @contextlib.contextmanager
     def held_open(self) -> Iterator["SnapshotDir"]:
-        """This directory opened once: inside, each file directly in it is opened relative to it (one open per file, not
-        three; a cold `ls` reads four files of each of 100,000 snapshots). `FileNotFoundError` when it is gone."""
-        assert self._held_fd is None, "held_open does not nest"
-        self._held_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        """This directory opened once: inside, every file of it is read, written, listed and appended to relative to that
+        descriptor (one open per file, not three: a cold `ls` reads four files of each of 100,000 snapshots; and a run's
+        files land in the directory it opened whatever its path names later). `FileNotFoundError` when it is gone. Inside an
+        outer `held_open` of the same object, the outer descriptor serves."""
+        if self._held_fd is not None:
+            yield self
+            return
+        self._held_fd = open_directory(self.path)
+        opened = os.fstat(self._held_fd)
+        self._held_id = (opened.st_dev, opened.st_ino)
         try:
             yield self
         finally:
-            os.close(self._held_fd)
-            self._held_fd = None
+            fd, self._held_fd = self._held_fd, None
+            with contextlib.suppress(OSError):  # closed by user code: its number is not ours to close
+                now = os.fstat(fd)
+                if (now.st_dev, now.st_ino) == self._held_id:
+                    os.close(fd)
+
+    @property
+    def fd(self) -> int:
+        """The descriptor `held_open` holds (for a caller that opens, creates or changes entries itself); `ValueError`
+        outside it."""
+        held = self._held()
+        if held is None:
+            raise ValueError(f"{self!r} is not held open; use it inside 'with snapshot.held_open()'")
+        return held
+
+    def open_file(self, name: str) -> int:
+        """A descriptor of entry `name` (`/`-separated) opened for reading without blocking, no link followed on the way nor
+        at the end (`open_beneath`): relative to the held descriptor, else to the path. `UnsafeFile` / `OSError` as it gives."""
+        held = self._held()
+        return open_beneath(held if held is not None else self.path, name)
 
     def read_bytes(self, name: str, *, offset: int = 0, limit: int | None = None) -> bytes:
         """The bytes of regular file `name` from `offset` (what was appended since a previous read), bounded by its kind
         (`limit`: by the caller's bound instead, for a file outside the artifacts' own layout)."""
         limit = limit if limit is not None else READ_BOUNDS.get(name, MAX_JSON_BYTES)
         try:
-            if self._held_fd is not None and not offset and "/" not in name:
-                return read_at(self._held_fd, name, limit, self.path)
+            held = self._held()
+            if held is not None:
+                if not offset and "/" not in name:
+                    return read_at(held, name, limit, self.path)
+                return read_beneath(held, name, limit, offset)
             return read_beneath(self.path, name, limit, offset)
         except FileNotFoundError:
             raise ArtifactMissing(self.path, name, "does not exist") from None
@@ -225,7 +281,13 @@ class SnapshotDir:
                 unlistable: Callable[[str, OSError], None] | None = None) -> Iterator[tuple[str, os.stat_result]]:
         """`(relative path, lstat)` of every non-directory entry, links included but never followed; `skip_top` names
         top-level entries left out (e.g. `signoffs`); `empty_dirs` and `unlistable` as `walk_entries` takes them."""
-        return walk_entries(self.path, skip_top, empty_dirs=empty_dirs, unlistable=unlistable)
+        held = self._held()
+        return walk_entries(held if held is not None else self.path, skip_top, empty_dirs=empty_dirs, unlistable=unlistable)
+
+    def top_names(self) -> list[str]:
+        """Names of the entries directly in the directory (any kind), unsorted."""
+        held = self._held()
+        return os.listdir(held if held is not None else self.path)
 
     def names(self) -> list[str]:
         """Relative paths of the regular files, `signoffs/` left out (it grows after the seal), sorted."""
@@ -244,7 +306,7 @@ class SnapshotDir:
 
         path = self._target(name)
         with self._unsafe_as_unwritable(name):
-            write_model_atomic(path, model, beneath=self.path)
+            write_model_atomic(path, model, beneath=self.path, beneath_fd=self._held())
         return path
 
     def write_bytes(self, name: str, data: bytes) -> Path:
@@ -253,7 +315,7 @@ class SnapshotDir:
 
         path = self._target(name)
         with self._unsafe_as_unwritable(name):
-            write_bytes_atomic(path, data, beneath=self.path)
+            write_bytes_atomic(path, data, beneath=self.path, beneath_fd=self._held())
         return path
 
     def open_stream(self, name: str, *, new: bool = True) -> AppendStream:
@@ -266,13 +328,39 @@ class SnapshotDir:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not the name of a file directly in a snapshot")
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_EXCL if new else 0)
-        if self._held_fd is not None:
-            return AppendStream(os.open(name, flags, 0o644, dir_fd=self._held_fd), self.path / name)
+        held = self._held()
+        if held is not None:
+            return AppendStream(os.open(name, flags, 0o644, dir_fd=held), self.path / name)
         directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             return AppendStream(os.open(name, flags, 0o644, dir_fd=directory), self.path / name)
         finally:
             os.close(directory)
+
+    def copy_in(self, name: str, source: Path) -> str:
+        """Copy regular file `source` into new file `name` (`/`-separated), making the folders on the way, none followed
+        through a link; returns the sha256 of the bytes copied (the caller compares it with the digest it planned)."""
+        from genrun.runner._io import DIR_MODE, FILE_MODE
+
+        *folders, base = self._writable_parts(name)
+        held = self._held()
+        folder = open_directory(held if held is not None else self.path)
+        try:
+            for part in folders:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, DIR_MODE, dir_fd=folder)
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+                os.close(folder)
+                folder = inner
+            target = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=folder)
+        finally:
+            os.close(folder)
+        digest = hashlib.sha256()
+        with open(source, "rb") as reading, os.fdopen(target, "wb") as writing:
+            while chunk := reading.read(1 << 20):
+                digest.update(chunk)
+                writing.write(chunk)
+        return digest.hexdigest()
 
     @contextlib.contextmanager
     def _unsafe_as_unwritable(self, name: str) -> Iterator[None]:
@@ -284,17 +372,20 @@ class SnapshotDir:
 
     def _target(self, name: str) -> Path:
         """`name` inside the snapshot, refusing a read-only object, a path leaving the directory, or a linked folder."""
+        parts = self._writable_parts(name)
+        for depth, part in enumerate(parts[:-1], start=1):  # a linked folder would carry the write out of the snapshot
+            if not stat.S_ISDIR(self._lstat("/".join(parts[:depth])).st_mode):
+                raise ArtifactUnreadable(self.path, name, f"cannot be written: {part}/ is not a directory of the snapshot")
+        return self.path / name
+
+    def _writable_parts(self, name: str) -> list[str]:
+        """`name`'s parts, refusing a read-only object or a path leaving the directory."""
         if not self.writable:
             raise PermissionError(f"{self!r} is read-only: open it with SnapshotDir(path, writable=True) to write {name}")
         parts = name.split("/")
         if any(part in ("", ".", "..") for part in parts):
             raise ValueError(f"{name!r} is not a file name inside a snapshot (a relative path without '.', '..' or empty parts)")
-        folder = self.path
-        for part in parts[:-1]:  # a linked folder would carry the write out of the snapshot
-            folder = folder / part
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                raise ArtifactUnreadable(self.path, name, f"cannot be written: {part}/ is not a directory of the snapshot")
-        return self.path / name
+        return parts
 
 
 def describe_validation_error(exc: ValidationError) -> str:

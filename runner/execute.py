@@ -40,7 +40,7 @@ from .errors import FrozenMismatch, GenrunError, SnapshotError, StoreError
 from .executing_process import executing
 from .frozen_plan import (FrozenPlan, VerifiedIdentity, load_context, load_frozen, refuse_executed, verify_before_loading, verify_code,
                           verify_model, verify_plan_files)
-from .interrupts import RunInterrupted, deferred, interrupt_gate
+from .interrupts import RunInterrupted, deferred, interrupt_gate, stop_if_requested
 from .live_progress import LiveProgress, wants_live
 from .memory import MemoryProbe
 from .outputs_dir import OutputsDir
@@ -84,8 +84,10 @@ def execute_snapshot(
     clock = PhaseClock(time.monotonic())
     with captured() as log:  # library output from here on goes to the snapshot's run-log.ndjson (`run_log`)
         snapshot_dir = open_snapshot(snapshot_dir)
-        with execution_lock(snapshot_dir), executing(snapshot_dir):
-            return _execute_locked(snapshot_dir, clock, log, require_approval, live, loaded, allowed_signers, records or {})
+        # The run's one `SnapshotDir`, opened once: every check, file and the seal are relative to the directory it holds,
+        # so a path renamed or replaced mid-run never receives a file of this run.
+        with SnapshotDir(snapshot_dir, writable=True).held_open() as snapshot, execution_lock(snapshot_dir), executing(snapshot_dir):
+            return _execute_locked(snapshot, clock, log, require_approval, live, loaded, allowed_signers, records or {})
 
 
 @contextlib.contextmanager
@@ -102,10 +104,11 @@ def execution_lock(snapshot_dir: Path) -> Iterator[None]:
 
 
 def _execute_locked(
-    snapshot_dir: Path, clock: PhaseClock, log: RunLog, require_approval: bool, live: bool | None, loaded: LoadedModel | None,
+    snapshot: SnapshotDir, clock: PhaseClock, log: RunLog, require_approval: bool, live: bool | None, loaded: LoadedModel | None,
     allowed_signers: Path | None, records: Mapping[str, BaseModel],
 ) -> Result:
-    plan, identity = verify_before_loading(snapshot_dir)
+    snapshot_dir = snapshot.path
+    plan, identity = verify_before_loading(snapshot)
     approval_note = None
     policy = plan.request.policy.require_approval
     if require_approval or policy:
@@ -134,10 +137,11 @@ def _execute_locked(
     # One gate from the first execution file to the seal: a signal anywhere in between ends as a sealed
     # `interrupted` snapshot (nested in the CLI's gate, it shares its handlers).
     with interrupt_gate():
+        stop_if_requested()  # a signal swallowed before the gate (by a library's `except BaseException`) still stops the run
         try:
-            hold_sealing_space(snapshot_dir, plan.budget)
-            recorder, outputs = open_recorder_or_keep_plan(snapshot_dir, plan, unit, clock.origin, bar, memory)
-            run = _Run(SnapshotDir(snapshot_dir, writable=True), plan, identity, runtime, device, recorder, outputs, clock, log)
+            hold_sealing_space(snapshot, plan.budget)
+            recorder, outputs = open_recorder_or_keep_plan(snapshot, plan, unit, clock.origin, bar, memory)
+            run = _Run(snapshot, plan, identity, runtime, device, recorder, outputs, clock, log)
             return _run_record_seal(run, backend, bar, loaded, early_failure, approval_note=approval_note, records=records)
         finally:
             release_space(snapshot_dir)
@@ -150,17 +154,17 @@ def sealing_reserve_bytes(budget: TokenBudget) -> int:
     return min(SEALING_RESERVE_FIXED + 32 * ids, SEALING_RESERVE_MAX)
 
 
-def hold_sealing_space(snapshot_dir: Path, budget: TokenBudget) -> None:
+def hold_sealing_space(snapshot: SnapshotDir, budget: TokenBudget) -> None:
     """Reserve what sealing needs before anything runs; a store without that room refuses the run, plan intact."""
     try:
         with deferred():  # a signal waits until the reserve is registered, so it is always released
-            reserve_space(snapshot_dir, sealing_reserve_bytes(budget))
+            reserve_space(snapshot.path, sealing_reserve_bytes(budget), directory_fd=snapshot.fd)
     except OSError as exc:
-        raise StoreError(f"{describe_os_error(exc, snapshot_dir)}; nothing was run and the plan is intact") from exc
+        raise StoreError(f"{describe_os_error(exc, snapshot.path)}; nothing was run and the plan is intact") from exc
 
 
 def open_recorder_or_keep_plan(
-    snapshot_dir: Path, plan: "FrozenPlan", unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
+    snapshot: SnapshotDir, plan: "FrozenPlan", unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
 ) -> tuple[ProgressRecorder, OutputsDir]:
     """Open `progress.ndjson`, the first execution file, and make and hold `outputs/`; a signal while doing so removes
     both again, so the plan stays intact and executable (the signal is held until both exist, so they are ours to
@@ -169,17 +173,17 @@ def open_recorder_or_keep_plan(
     outputs: OutputsDir | None = None
     try:
         with deferred():
-            recorder = open_recorder(snapshot_dir, plan, unit, origin, bar, memory)
-            outputs = OutputsDir(snapshot_dir)
+            recorder = open_recorder(snapshot, plan, unit, origin, bar, memory)
+            outputs = OutputsDir(snapshot)
     except RunInterrupted:
         if recorder is not None:
             recorder.close()
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(snapshot_dir / layout.PROGRESS)
+                os.unlink(layout.PROGRESS, dir_fd=snapshot.fd)
         if outputs is not None:
             outputs.close()
             with contextlib.suppress(OSError):
-                os.rmdir(snapshot_dir / layout.OUTPUTS_DIR)
+                os.rmdir(layout.OUTPUTS_DIR, dir_fd=snapshot.fd)
         raise
     assert recorder is not None and outputs is not None, "both are made in the block above or it raised"
     return recorder, outputs
@@ -244,13 +248,13 @@ def _generate(run: _Run, backend: Backend | None, loaded: LoadedModel | None,
     raises for a failure: the template records the backend's and user code's, this genrun's own)."""
     determinism: Determinism | None = None
     try:
-        run.log.open(run.snapshot.path, run.clock.origin)  # execution files exist now: what was held (imports, checks) is written too
+        run.log.open(run.snapshot, run.clock.origin)  # execution files exist now: what was held (imports, checks) is written too
         if early_failure is not None:
             raise early_failure
         assert backend is not None, "made above, or early_failure says why not"
         ctx = ExecutionContext(
             **vars(load_context(run.plan, run.device, run.snapshot.path)),
-            snapshot_dir=run.snapshot.path,
+            snapshot=run.snapshot,
             recorder=run.recorder,
             planned_units=run.plan.budget.requested_units,
             outputs=run.outputs,
@@ -293,7 +297,7 @@ def _record_and_seal(run: _Run, record: RunRecord, determinism: Determinism | No
     snapshot.write(layout.RESULT, result)  # after every other execution file
     run.recorder.close()
     release_space(snapshot.path)  # the reserve is not evidence: gone before the manifest lists the files
-    seal_snapshot(snapshot.path)
+    seal_snapshot(snapshot)
     return result
 
 
@@ -304,21 +308,21 @@ def load_for_snapshot(snapshot_dir: Path) -> LoadedModel:
     (nothing is recorded: no snapshot is being executed). Any other planned snapshot of the same
     frozen model, dtype, loader and device can reuse the result.
     """
-    snapshot_dir = open_snapshot(snapshot_dir)
-    plan, _ = verify_before_loading(snapshot_dir)
+    snapshot = SnapshotDir(open_snapshot(snapshot_dir))
+    plan, _ = verify_before_loading(snapshot)
     backend = get_backend(plan.request.model.backend)
-    return backend.load(load_context(plan, runtime_of(backend).resolve_device(plan.request.model.device), snapshot_dir))
+    return backend.load(load_context(plan, runtime_of(backend).resolve_device(plan.request.model.device), snapshot.path))
 
 
 def open_recorder(
-    snapshot_dir: Path, plan: FrozenPlan, unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
+    snapshot: SnapshotDir, plan: FrozenPlan, unit: tuple[Unit, int], origin: float, bar: LiveProgress | None, memory: MemoryProbe
 ) -> ProgressRecorder:
     """`progress.ndjson` at the request's cadence, counting the backend's `(unit, steps per unit)`;
     an unwritable store is a StoreError (nothing written yet)."""
     unit_name, per_unit = unit
     try:
         return ProgressRecorder(
-            snapshot_dir / layout.PROGRESS,
+            snapshot.open_stream(layout.PROGRESS),
             origin=origin,
             unit=unit_name,
             tokens_per_unit=per_unit,
@@ -329,7 +333,7 @@ def open_recorder(
             live=bar,
         )
     except OSError as exc:
-        raise StoreError(describe_os_error(exc, snapshot_dir)) from exc
+        raise StoreError(describe_os_error(exc, snapshot.path)) from exc
 
 
 def _write_terminal_event_on_a_full_disk(snapshot_dir: Path, recorder: ProgressRecorder, run: RunRecord) -> None:

@@ -3,6 +3,8 @@
 entry-point modules, the model's remote code and the model files still hash to what `code.json` / `model.json`
 froze (`FrozenMismatch` names what differs)."""
 
+import hashlib
+import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,29 +42,27 @@ class VerifiedIdentity(NamedTuple):
     model_digest: str
 
 
-def verify_before_loading(snapshot_dir: Path) -> tuple[FrozenPlan, VerifiedIdentity]:
+def verify_before_loading(snapshot: SnapshotDir) -> tuple[FrozenPlan, VerifiedIdentity]:
     """Not executed yet, frozen files intact, then code and model unchanged; the frozen plan and the digests."""
-    refuse_executed(snapshot_dir)
-    digest = verify_plan_files(snapshot_dir)
-    verify_input_files(snapshot_dir)  # files frozen by hash only (`[input] copy = false`)
-    plan = load_frozen(snapshot_dir)
+    refuse_executed(snapshot)
+    digest = verify_plan_files(snapshot)
+    verify_input_files(snapshot)  # files frozen by hash only (`[input] copy = false`)
+    plan = load_frozen(snapshot)
     return plan, VerifiedIdentity(digest, verify_code(plan.code), verify_model(plan.model))
 
 
-def refuse_executed(snapshot_dir: Path) -> None:
+def refuse_executed(snapshot: SnapshotDir) -> None:
     """A snapshot runs once: its progress and result are evidence and are never overwritten."""
-    snapshot = SnapshotDir(snapshot_dir)
     for name in (layout.RESULT, layout.PROGRESS, layout.MANIFEST):
         if snapshot.has(name):
             raise SnapshotError(
-                f"snapshot {snapshot_dir} was already executed ({name} exists); a snapshot runs once: "
+                f"snapshot {snapshot.path} was already executed ({name} exists); a snapshot runs once: "
                 "plan a new one with 'genrun plan REQUEST' or 'genrun run REQUEST'"
             )
 
 
-def load_frozen(snapshot_dir: Path) -> FrozenPlan:
+def load_frozen(snapshot: SnapshotDir) -> FrozenPlan:
     """Parse the frozen files (a file that no longer parses is a changed plan)."""
-    snapshot = SnapshotDir(snapshot_dir)
     return FrozenPlan(
         _load_frozen_file(snapshot, layout.REQUEST, Request),
         _load_frozen_file(snapshot, layout.CODE, CodeIdentity),
@@ -83,10 +83,11 @@ def _load_frozen_file(snapshot: SnapshotDir, name: str, model: type[_Frozen]) ->
         raise FrozenMismatch(f"frozen file {name} in {snapshot.path} cannot be read as planned ({exc.reason}); plan the request again") from None
 
 
-def verify_plan_files(snapshot_dir: Path) -> str:
+def verify_plan_files(snapshot: SnapshotDir) -> str:
     """Recompute every `frozen-sha256.txt` entry; returns the plan digest."""
+    snapshot_dir = snapshot.path
     try:
-        manifest = SnapshotDir(snapshot_dir).read_manifest(layout.FROZEN_MANIFEST)
+        manifest = snapshot.read_manifest(layout.FROZEN_MANIFEST)
     except ManifestDamaged as exc:
         raise FrozenMismatch(f"{snapshot_dir / layout.FROZEN_MANIFEST} is malformed ({exc.reason}); the plan cannot be trusted: "
                              "plan the request again") from None
@@ -94,13 +95,12 @@ def verify_plan_files(snapshot_dir: Path) -> str:
     current: dict[str, str] = {}  # the files that are there, for naming a changed one's digest
 
     def digest_of(rel: str) -> str | None:
-        path = snapshot_dir / rel
-        if not path.is_file():
-            return None
-        current[rel] = sha256_file(path)
-        return current[rel]
+        digest = _sha256_of_file(snapshot, rel)
+        if digest is not None:
+            current[rel] = digest
+        return digest
 
-    sources = [p.name for p in snapshot_dir.iterdir() if layout.is_request_source(p.name)]
+    sources = [name for name in snapshot.top_names() if layout.is_request_source(name)]
     found = layout.check_frozen(entries, sources, digest_of)
     if found.not_frozen:
         raise FrozenMismatch(f"{layout.FROZEN_MANIFEST} does not list {', '.join(found.not_frozen)}; the plan was altered: plan the request again")
@@ -112,17 +112,32 @@ def verify_plan_files(snapshot_dir: Path) -> str:
             f"frozen file {rel} changed since planning (sha256 {current[rel][:12]}… != frozen {entries[rel][:12]}…); "
             "a plan is never edited: plan the request again"
         )
-    refuse_foreign_entries(snapshot_dir, entries)
+    refuse_foreign_entries(snapshot, entries)
     return manifest.digest  # the plan digest, of the bytes checked above
 
 
-def refuse_foreign_entries(snapshot_dir: Path, frozen: Mapping[str, str]) -> None:
+def _sha256_of_file(snapshot: SnapshotDir, rel: str) -> str | None:
+    """sha256 of entry `rel` when it is (or links to) a regular file, else `None` (a link is refused by name afterwards,
+    by `refuse_foreign_entries`)."""
+    if (found := snapshot.lstat(rel)) is None:
+        return None
+    if stat.S_ISLNK(found.st_mode):
+        return sha256_file(snapshot.path / rel) if (snapshot.path / rel).is_file() else None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    with os.fdopen(snapshot.open_file(rel), "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def refuse_foreign_entries(snapshot: SnapshotDir, frozen: Mapping[str, str]) -> None:
     """Nothing but the frozen files (and regular sign-off records in a real `signoffs/` directory) may be in a plan:
     a planted link (`outputs/` -> elsewhere) would make execute write, and the seal chmod, outside the store."""
-    signoffs = snapshot_dir / layout.SIGNOFFS_DIR
-    if signoffs.is_symlink() or (signoffs.exists() and not signoffs.is_dir()):
-        raise FrozenMismatch(f"{signoffs} is not a directory (a link?); a plan holds only its frozen files: remove it or plan again")
-    for rel, st in SnapshotDir(snapshot_dir).entries():
+    snapshot_dir = snapshot.path
+    signoffs = snapshot.lstat(layout.SIGNOFFS_DIR)
+    if signoffs is not None and not stat.S_ISDIR(signoffs.st_mode):
+        raise FrozenMismatch(f"{snapshot_dir / layout.SIGNOFFS_DIR} is not a directory (a link?); a plan holds only its frozen files: "
+                             "remove it or plan again")
+    for rel, st in snapshot.entries():
         in_signoffs = rel.startswith(layout.SIGNOFFS_DIR + "/")
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise FrozenMismatch(f"{snapshot_dir / rel} is not a regular file (a link, FIFO or device); execute never writes through one: "

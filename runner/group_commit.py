@@ -27,6 +27,8 @@ from pathlib import Path
 
 from . import _io
 
+from genrun.snapshot_dir import SnapshotDir
+
 AUDIT_EVENT = "genrun.group_commit"
 """`sys.audit` event raised before each step: `("queued", snapshot)` when an item asks for its seal, `("files-synced", store, group)` before step 1's sync, `("seal", snapshot)`
 before each item's seal, `("manifests-synced", store, group)` before step 3's sync (`group`: the snapshots' paths)."""
@@ -42,8 +44,10 @@ def current() -> "GroupCommit | None":
 class _Pending:
     """One snapshot waiting for its group."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, snapshot: SnapshotDir) -> None:
+        self.snapshot = snapshot
+        """Held open by the item's thread until its seal returns: sealed in the directory the run wrote."""
+        self.path = snapshot.path
         self.digest: str | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -73,10 +77,10 @@ class GroupCommit:
         finally:
             _current.group = outer
 
-    def seal(self, snapshot: Path) -> str:
-        """Seal `snapshot` in the next group; returns its digest once its manifest is on disk (`seal_snapshot`'s errors)."""
-        pending = _Pending(Path(snapshot))
-        sys.audit(AUDIT_EVENT, "queued", str(snapshot))
+    def seal(self, snapshot: SnapshotDir) -> str:
+        """Seal held `snapshot` in the next group; returns its digest once its manifest is on disk (`seal_snapshot`'s errors)."""
+        pending = _Pending(snapshot)
+        sys.audit(AUDIT_EVENT, "queued", str(snapshot.path))
         with self._lock:
             if self._closed:
                 raise RuntimeError("the group commit is closed; no seal may be asked of it")
@@ -134,8 +138,8 @@ def commit(group: "list[_Pending]") -> None:
     for pending in group:
         try:
             sys.audit(AUDIT_EVENT, "seal", str(pending.path))
-            with _io.syncs_deferred_on(os.stat(pending.path).st_dev):
-                pending.digest = seal_files(pending.path)
+            with _io.syncs_deferred_on(os.fstat(pending.snapshot.fd).st_dev):
+                pending.digest = seal_files(pending.snapshot)
         except Exception as exc:  # noqa: BLE001 (this item's seal failed: it alone stays unsealed, its thread raises it)
             pending.error = exc
     try:

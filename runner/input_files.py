@@ -5,7 +5,6 @@ An unreadable or undecodable file is a `RequestError` (exit 2) before anything i
 """
 
 import os
-import shutil
 from pathlib import Path
 
 from genrun.schemas import InputFile, InputFiles, InputSpec, Request, layout
@@ -43,28 +42,27 @@ def identify_input_files(spec: InputSpec, base_dir: Path) -> InputFiles | None:
     return InputFiles(copied=spec.copy_files, files=tuple(files))
 
 
-def freeze_input_files(files: InputFiles, snapshot_dir: Path) -> None:
+def freeze_input_files(files: InputFiles, snapshot: SnapshotDir) -> None:
     """Write `input-files.json` and copy the files into `inputs/` (both then listed in `frozen-sha256.txt`)."""
     for item in files.files:
         if item.frozen_path is not None:
-            target = snapshot_dir / item.frozen_path
-            target.parent.mkdir(exist_ok=True)
-            shutil.copyfile(item.source_path, target)
-            if sha256_file(target) != item.sha256:
+            if snapshot.copy_in(item.frozen_path, Path(item.source_path)) != item.sha256:
                 raise RequestError(f"{item.source_path} changed while it was being planned; plan again once it is stable")
-    SnapshotDir(snapshot_dir, writable=True).write(layout.INPUT_FILES, files)
+    snapshot.write(layout.INPUT_FILES, files)
 
 
-def read_input_files(snapshot_dir: Path) -> InputFiles | None:
-    """The frozen `input-files.json`, `None` for a request without media files."""
-    return SnapshotDir(snapshot_dir).read_optional(layout.INPUT_FILES, InputFiles)
+def read_input_files(snapshot: SnapshotDir | Path) -> InputFiles | None:
+    """The frozen `input-files.json`, `None` for a request without media files (`snapshot`: the run's `ctx.snapshot`; a
+    path is still taken, for backends written against earlier versions)."""
+    snapshot = snapshot if isinstance(snapshot, SnapshotDir) else SnapshotDir(snapshot)
+    return snapshot.read_optional(layout.INPUT_FILES, InputFiles)
 
 
-def verify_input_files(snapshot_dir: Path) -> InputFiles | None:
+def verify_input_files(snapshot: SnapshotDir) -> InputFiles | None:
     """Before loading: re-hash every file frozen by hash only (`copy = false`); a changed or missing file is refused.
 
     Copied files are covered by `frozen-sha256.txt`, which execute verifies first."""
-    files = read_input_files(snapshot_dir)
+    files = read_input_files(snapshot)
     for item in files.files if files is not None else ():
         if item.frozen_path is not None:
             continue

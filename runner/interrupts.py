@@ -11,6 +11,11 @@ Gates nest: the CLI holds one for the whole command (`genrun.runner.cli.main`), 
 the first execution file to the seal, the run template (`genrun.runner.run_template`) one more
 around load and generate, and it alone disarms, for every backend; an inner gate shares the outer
 one's state and handlers, so a signal between two of them is never handled by Python's defaults.
+
+A stop request is sticky: code that catches `BaseException` (a library's import, a user's loop) may swallow the
+exception, but not the request. Until the gate disarms, genrun's own checkpoints (`stop_if_requested`: between
+planning steps, before execution starts, at a loop's next `emit`/`advance`, after generate returns) raise it again, so the
+run ends as it would have: 130/143, the plan removed or the snapshot sealed `interrupted`.
 """
 
 import contextlib
@@ -104,6 +109,14 @@ def signal_of(exc: BaseException) -> str | None:
     if isinstance(exc, KeyboardInterrupt):
         return "SIGINT"
     return None
+
+
+def stop_if_requested() -> None:
+    """genrun's checkpoint: raise `RunInterrupted` again when a signal arrived while armed and the exception it raised was
+    swallowed (a library's or user code's `except BaseException`); nothing inside a critical section (`deferred`), nor
+    once disarmed (the evidence is being written). Cheap: a loop's every `emit` calls it."""
+    if _state.fired is not None and _state.armed and not _state.critical_depth:
+        raise RunInterrupted(_state.fired)
 
 
 def disarm() -> None:

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from genrun.schemas import layout
+from genrun.snapshot_dir import SnapshotDir
 
 from ._io import DIR_MODE
 from ._locks import still_ours
@@ -30,24 +31,21 @@ _PROC_FD = Path("/proc/self/fd")
 class OutputsDir:
     """The snapshot's `outputs/` directory, held open from before the backend runs until the seal."""
 
-    def __init__(self, snapshot_dir: Path) -> None:
+    def __init__(self, snapshot: SnapshotDir) -> None:
+        """`snapshot`: the run's, held open (`outputs/` is made and opened in the directory it holds)."""
         _release_tombstones()
-        self.snapshot_dir = Path(snapshot_dir)
+        self.snapshot_dir = snapshot.path
         self._threads_before = set(threading.enumerate())
-        snapshot_fd = os.open(self.snapshot_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(layout.OUTPUTS_DIR, DIR_MODE, dir_fd=snapshot.fd)
         try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(layout.OUTPUTS_DIR, DIR_MODE, dir_fd=snapshot_fd)
-            try:
-                self.fd = os.open(layout.OUTPUTS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=snapshot_fd)
-                self._opened = os.fstat(self.fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                raise SnapshotError(f"{self.snapshot_dir / layout.OUTPUTS_DIR} is not a directory of the snapshot (a link or a file "
-                                    "planted there); execute never writes through one: remove it or plan again") from None
-        finally:
-            os.close(snapshot_fd)
+            self.fd = os.open(layout.OUTPUTS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=snapshot.fd)
+            self._opened = os.fstat(self.fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            raise SnapshotError(f"{self.snapshot_dir / layout.OUTPUTS_DIR} is not a directory of the snapshot (a link or a file "
+                                "planted there); execute never writes through one: remove it or plan again") from None
 
     @property
     def path(self) -> Path:

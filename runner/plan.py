@@ -20,6 +20,7 @@ from . import _hash_cache
 from .backends import declaration_of, get_backend, refuse_undeclared_tables
 from .budget import enforce
 from .errors import RequestError
+from .interrupts import stop_if_requested
 from .backends.entrypoint import resolve_callable, user_import_paths
 from .code_identity import CodeRef, code_refs, identify_code
 from .input_files import freeze_input_files, identify_input_files, measured_budget_request
@@ -37,8 +38,8 @@ class PreparedPlan(NamedTuple):
 
     name: str
     """The request's name (part of the snapshot id)."""
-    freeze: Callable[[Path], None]
-    """Writes the frozen files into a new snapshot directory."""
+    freeze: Callable[[SnapshotDir], None]
+    """Writes the frozen files into a new snapshot directory (held open, writable: `store.create_snapshot`)."""
     budget: TokenBudget
     """The pre-flight that passed (`genrun serve` holds the engine's KV cache and rows for it before freezing)."""
     model_dir: Path | None = None
@@ -98,6 +99,7 @@ def prepare_plan(
     request, base_dir = loaded.request, loaded.path.parent
     clock.enter("imports")
     backend = get_backend(request.model.backend)
+    stop_if_requested()  # after each step that runs a library's or the user's code: a swallowed signal still stops the plan
     clock.enter("checks")
     refuse_undeclared_tables(request, backend)
     runtime_of(backend).require_device(request.model.device)
@@ -110,6 +112,7 @@ def prepare_plan(
         backend.validate_request(with_processor_path(request, processor), resolved.path, context)
         for ref in user_code:  # each must be a function its module defines (`resolve_callable`): a typo fails the plan
             resolve_callable(ref.value, ref.field)
+    stop_if_requested()
     clock.enter("hashing")
     input_files = identify_input_files(request.input, base_dir)
     code = identify_code(user_code, [base_dir], resolved.path, genrun_code=context.genrun_code())
@@ -118,15 +121,16 @@ def prepare_plan(
     budget_request = with_processor_path(measured_budget_request(request, input_files), processor)
     with user_import_paths([base_dir]):
         budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
+    stop_if_requested()
     enforce(budget)
     # the same for every plan of one backend and unit (its JSON Schemas take pydantic ~0.1 s to generate): once per context
     declaration = context.cached(("backend-declaration", backend.name, backend.progress_unit(request)), lambda: declaration_of(backend, request))
     refuse_unsafe_schemas(declaration)
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment(runtime_of(backend))
+    stop_if_requested()
 
-    def freeze(directory: Path) -> None:
-        snapshot = SnapshotDir(directory, writable=True)
+    def freeze(snapshot: SnapshotDir) -> None:
         snapshot.write_bytes(layout.request_source_name(loaded.format), loaded.source)
         snapshot.write(layout.REQUEST, request)
         snapshot.write(layout.ENVIRONMENT, environment)
@@ -137,9 +141,9 @@ def prepare_plan(
         for name, extra in (extra_frozen or {}).items():
             snapshot.write(name, extra)
         if input_files is not None:
-            freeze_input_files(input_files, directory)
+            freeze_input_files(input_files, snapshot)
         if processor is not None:
-            freeze_processor(processor, directory)
+            freeze_processor(processor, snapshot)
 
     return PreparedPlan(request.name, freeze, budget, resolved.path)
 

@@ -7,11 +7,11 @@ what the plan froze is what runs. A processor is small (configs, vocabularies); 
 holds weight files is refused rather than copied.
 """
 
-import shutil
 from pathlib import Path
 
 from genrun.schemas import FileDigest, ModelIdentity, ModelSpec, ProcessorIdentity, layout
-from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
+from genrun.schemas.digests import render_sha256sum, sha256_bytes
+from genrun.snapshot_dir import SnapshotDir
 
 from .errors import RequestError
 from .model_identity import WEIGHT_SUFFIXES, digest_model_files
@@ -43,13 +43,10 @@ def identify_processor(spec: ModelSpec, base_dir: Path) -> ProcessorIdentity | N
                              digest=sha256_bytes(render_sha256sum((f.path, f.sha256) for f in digests)))
 
 
-def freeze_processor(identity: ProcessorIdentity, snapshot_dir: Path) -> None:
+def freeze_processor(identity: ProcessorIdentity, snapshot: SnapshotDir) -> None:
     """Copy the processor's files into `<snapshot>/processor/`; a file that changed since it was digested is refused."""
     for item in identity.files:
-        target = snapshot_dir / identity.frozen_dir / item.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(identity.resolved_path) / item.path, target)
-        if sha256_file(target) != item.sha256:
+        if snapshot.copy_in(f"{identity.frozen_dir}/{item.path}", Path(identity.resolved_path) / item.path) != item.sha256:
             raise RequestError(f"{FIELD} file {item.path!r} in {identity.resolved_path} changed while it was being planned; "
                                "plan again once it is stable")
 

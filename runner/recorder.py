@@ -13,14 +13,13 @@ import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Protocol
 
 import orjson
 
 from genrun.schemas import FORMAT_VERSION, EndEvent, ExceptionEvent, FirstTokenEvent, InterruptedEvent, ProgressEvent, StartEvent
 from genrun.schemas.progress import Unit, _Event
-from genrun.snapshot_dir import AppendStream, SnapshotDir
+from genrun.snapshot_dir import AppendStream
 
 from . import interrupts
 from ._io import sync
@@ -45,7 +44,7 @@ class ProgressRecorder:
 
     def __init__(
         self,
-        path: Path,
+        stream: AppendStream,
         *,
         origin: float,
         unit: Unit,
@@ -56,9 +55,10 @@ class ProgressRecorder:
         memory: MemoryProbe | None = None,
         live: LiveSink | None = None,
     ) -> None:
-        """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it. `path` is new: progress of
-        an earlier execution is evidence and must never be appended to."""
-        self._stream: AppendStream | None = SnapshotDir(path.parent, writable=True).open_stream(path.name)
+        """`origin` is the run's `time.monotonic()` start; `t` of every record is relative to it. `stream`: `progress.ndjson`
+        as the run's snapshot opened it (`open_stream`, new: progress of an earlier execution is evidence and must never be
+        appended to)."""
+        self._stream: AppendStream | None = stream
         # Held until close: `genrun watch` probes it to tell a live writer from a killed one (the kernel
         # releases it when this process dies, SIGKILL included). Advisory; nothing else contends for it.
         fcntl.flock(self._stream.fd, fcntl.LOCK_EX)

@@ -55,7 +55,7 @@ def plan_rerun(
     """Check the parent and build the child's request and lineage; raises before anything is written."""
     parent = open_snapshot(parent_dir).absolute()
     snapshot_digest = verify_sealed_parent(parent)
-    frozen = load_frozen(parent)
+    frozen = load_frozen(SnapshotDir(parent))
     differences = identity_differences(frozen)
     if differences and not allow_changed:
         raise FrozenMismatch(

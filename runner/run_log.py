@@ -26,7 +26,6 @@ import sysconfig
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any, Literal, TextIO
 
@@ -99,11 +98,11 @@ class RunLog:
         self.thread = threading.get_ident()
         """The thread that opened the capture: its lines come here first (items of one batching worker run on threads)."""
 
-    def open(self, snapshot: SnapshotDir | Path, origin: float) -> None:
-        """From now on lines go to the snapshot's log (created with the first line); `t` counts from `origin`
-        (`time.monotonic()`)."""
+    def open(self, snapshot: SnapshotDir, origin: float) -> None:
+        """From now on lines go to the snapshot's log (created with the first line, in the run's writable `snapshot`); `t`
+        counts from `origin` (`time.monotonic()`)."""
         with self._lock:
-            self._snapshot = snapshot if isinstance(snapshot, SnapshotDir) else SnapshotDir(snapshot, writable=True)
+            self._snapshot = snapshot
             self._origin = origin
             held, self._held = self._held, []
             if self._dropped:

@@ -15,7 +15,7 @@ from genrun.schemas import ExceptionInfo
 from .backends import Backend, BackendOutcome, ExecutionContext, GenerationEnd, LoadedModel, Run, exception_info
 from .errors import BackendContractError, ForkedChildReturned
 from .executing_process import forked_returns, refuse_other_process
-from .interrupts import disarm, interrupt_gate
+from .interrupts import disarm, interrupt_gate, stop_if_requested
 from .phases import PhaseClock
 from .recorder import ProgressRecorder
 
@@ -51,6 +51,7 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
                     loaded = backend.load(ctx)
                 enter("generate")
                 run.generate(loaded)
+                stop_if_requested()  # a signal the backend's or user code swallowed still ends the run as interrupted
             finally:
                 disarm()  # generation is over: from here a signal is counted, never acted on
         except BaseException as exc:  # what ended the run is evidence: classified, never re-raised

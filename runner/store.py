@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from genrun._safe_read import UnsafeFile, open_beneath
+from genrun._safe_read import UnsafeFile
 from genrun.schemas import layout
-from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
+from genrun.schemas.digests import render_sha256sum, sha256_bytes
 from genrun.snapshot_dir import SnapshotDir
 
-from ._io import DIR_MODE, fsync_dir
+from ._io import DIR_MODE, fsync_dir, sync
 from .executing_process import refuse_other_process
 from ._locks import lock_holder, try_exclusive
 from .errors import SnapshotError, StoreError, UsageError
@@ -114,8 +114,9 @@ def _free_space(where: Path) -> str:
     return f"{human_bytes(st.f_bavail * st.f_frsize)} free, {st.f_favail:,} inodes free"
 
 
-def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> Path:
-    """Make `<store>/<id>/` by calling `freeze(tmp_dir)` in a temporary sibling, then renaming it into place.
+def create_snapshot(store: Path, name: str, freeze: Callable[[SnapshotDir], None]) -> Path:
+    """Make `<store>/<id>/` by calling `freeze(snapshot)` on a temporary sibling (held open, writable), then renaming it
+    into place.
 
     On any failure the temporary directory is removed and nothing appears in the store. The
     temporary directory is locked while this process lives, so `genrun gc` never takes it for abandoned.
@@ -126,8 +127,9 @@ def create_snapshot(store: Path, name: str, freeze: Callable[[Path], None]) -> P
         with deferred():  # a signal waits until `tmp` is known, so the cleanup below can remove it
             store.mkdir(parents=True, exist_ok=True)
             tmp, lock = locked_temporary(store)
-        freeze(tmp)
-        write_frozen_manifest(tmp)
+        with SnapshotDir(tmp, writable=True).held_open() as planned:  # every frozen file is written relative to it
+            freeze(planned)
+            write_frozen_manifest(planned)
         final = _rename_into_place(tmp, store, name)
         fsync_dir(store)
         return final
@@ -209,60 +211,81 @@ def _rename_into_place(tmp: Path, store: Path, name: str) -> Path:
     raise StoreError(f"could not find a free snapshot id in {store} for name {name!r}")
 
 
-def write_frozen_manifest(snapshot_dir: Path) -> None:
+def write_frozen_manifest(snapshot: SnapshotDir) -> None:
     """`frozen-sha256.txt` over every file present at the end of planning; its sha256 is the plan digest."""
-    files = [rel for rel in manifest_candidates(snapshot_dir) if rel != layout.FROZEN_MANIFEST]
-    entries = [(rel, _sha256_beneath(snapshot_dir, rel)) for rel in files]
-    SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.FROZEN_MANIFEST, render_sha256sum(entries))
+    with snapshot.held_open():
+        files = [rel for rel in manifest_candidates(snapshot) if rel != layout.FROZEN_MANIFEST]
+        entries = [(rel, _sha256_beneath(snapshot, rel)) for rel in files]
+        snapshot.write_bytes(layout.FROZEN_MANIFEST, render_sha256sum(entries))
 
 
-def seal_snapshot(snapshot_dir: Path) -> str:
+def seal_snapshot(snapshot: SnapshotDir | Path) -> str:
     """Write `manifest-sha256.txt` over every file but itself and `signoffs/`, then make the files read-only.
 
     Returns the snapshot digest. Directories stay writable so `signoffs/` can grow and the
     snapshot can be deleted by its owner; verify reports any file the manifest does not list.
     In a sweep worker's item (`group_commit.GroupCommit.owning`), the seal waits for the worker's next group commit.
+    `snapshot`: the run's held `SnapshotDir` (sealed in the directory it holds), or a path, opened here.
     """
-    snapshot_dir = Path(snapshot_dir)
-    refuse_other_process("sealing", snapshot_dir)
+    snapshot = snapshot if isinstance(snapshot, SnapshotDir) else SnapshotDir(snapshot, writable=True)
+    refuse_other_process("sealing", snapshot.path)
     from .group_commit import current
 
-    group = current()
-    if group is not None:
-        return group.seal(snapshot_dir)
-    return seal_files(snapshot_dir)
+    with snapshot.held_open():
+        group = current()
+        if group is not None:
+            return group.seal(snapshot)
+        return seal_files(snapshot)
 
 
-def seal_files(snapshot_dir: Path) -> str:
-    """`seal_snapshot`'s work: hash, read-only, manifest; returns the snapshot digest."""
-    files = manifest_candidates(snapshot_dir)
-    (snapshot_dir / layout.SIGNOFFS_DIR).mkdir(exist_ok=True)
+def seal_files(snapshot: SnapshotDir) -> str:
+    """`seal_snapshot`'s work on a held snapshot: hash, read-only, manifest; returns the snapshot digest."""
+    files = manifest_candidates(snapshot)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(layout.SIGNOFFS_DIR, DIR_MODE, dir_fd=snapshot.fd)
     # Read-only before the manifest exists: a kill in this loop leaves an unsealed snapshot, never a sealed
     # one with writable files. Links are never followed (a planted link must not chmod its target).
-    entries = [(rel, _hash_and_make_read_only(snapshot_dir, rel)) for rel in files]
-    SnapshotDir(snapshot_dir, writable=True).write_bytes(layout.MANIFEST, render_sha256sum(entries))
-    os.chmod(snapshot_dir / layout.MANIFEST, READ_ONLY)
-    fsync_dir(snapshot_dir)
-    return sha256_file(snapshot_dir / layout.MANIFEST)
+    entries = [(rel, _hash_and_make_read_only(snapshot, rel)) for rel in files]
+    manifest = render_sha256sum(entries)
+    snapshot.write_bytes(layout.MANIFEST, manifest)
+    os.chmod(layout.MANIFEST, READ_ONLY, dir_fd=snapshot.fd)
+    sync(snapshot.fd)
+    return sha256_bytes(manifest)
 
 
-def _sha256_beneath(snapshot_dir: Path, rel: str) -> str:
+def manifest_candidates(snapshot: SnapshotDir) -> list[str]:
+    """Every file the manifest must cover: all regular files except the manifest itself and `signoffs/`, and every link to
+    a file (so that the seal names it); a linked folder is not entered. Listed relative to the held snapshot's descriptor
+    (`genrun.schemas.digests.manifest_candidates` lists a path the same way, for readers)."""
+    found = []
+    for rel, st in snapshot.entries(skip_top=(layout.MANIFEST, layout.SIGNOFFS_DIR)):
+        if stat.S_ISLNK(st.st_mode):
+            try:  # followed, as `manifest_candidates` does: the seal's own open then refuses it by name
+                st = os.stat(rel, dir_fd=snapshot.fd)
+            except OSError:
+                continue
+        if stat.S_ISREG(st.st_mode):
+            found.append(rel)
+    return sorted(found)
+
+
+def _sha256_beneath(snapshot: SnapshotDir, rel: str) -> str:
     """sha256 of a file of the snapshot, opened without following a link on its way (a folder swapped for a link is refused)."""
     try:
-        fd = open_beneath(snapshot_dir, rel)
+        fd = snapshot.open_file(rel)
     except UnsafeFile as exc:
-        raise SnapshotError(f"{snapshot_dir / rel} {exc}: remove it") from None
+        raise SnapshotError(f"{snapshot.path / rel} {exc}: remove it") from None
     with os.fdopen(fd, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _hash_and_make_read_only(snapshot_dir: Path, rel: str) -> str:
+def _hash_and_make_read_only(snapshot: SnapshotDir, rel: str) -> str:
     """sha256 of a file of the snapshot, then chmod 0444, through one descriptor opened without following a link (nor a
     linked folder on the way): only a regular file with no other name is hashed and changed (a hard link's other name may
     be outside the store, and a chmod through it would change a file genrun does not own)."""
-    path = snapshot_dir / rel
+    path = snapshot.path / rel
     try:
-        fd = open_beneath(snapshot_dir, rel)
+        fd = snapshot.open_file(rel)
     except UnsafeFile as exc:
         raise SnapshotError(f"{path} {exc}: remove it") from None
     with os.fdopen(fd, "rb") as f:

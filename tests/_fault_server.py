@@ -54,6 +54,8 @@ def _child(job: dict) -> int:
             _noop()
 
     last_folder: list[str | None] = [None]
+    held_folder: list[str | None] = [None]
+    """The last snapshot folder inside the store opened by its path (`SnapshotDir.held_open`)."""
 
     def where(path: object, dir_fd: object) -> str:
         """The absolute path a call reaches: genrun writes through folder descriptors (`os.open(name, dir_fd=...)`),
@@ -63,6 +65,8 @@ def _child(job: dict) -> int:
         name = os.fsdecode(path)  # type: ignore[arg-type]
         if os.path.isabs(name):
             return os.path.abspath(name)
+        if name == "." and held_folder[0] is not None:  # a held snapshot's descriptor opened again (`open_directory`)
+            return held_folder[0]
         if isinstance(dir_fd, int) and dir_fd >= 0:
             with contextlib.suppress(OSError):
                 return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
@@ -78,6 +82,8 @@ def _child(job: dict) -> int:
         flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
         if flags & os.O_DIRECTORY and paths:
             last_folder[0] = paths[0]  # any folder, inside the store or not (the hash cache writes the same way)
+            if isinstance(args[0], (str, os.PathLike)) and os.path.isabs(os.fspath(args[0])) and paths[0].startswith(store):
+                held_folder[0] = paths[0]  # a snapshot opened by its path: what its held descriptor's "." names
         if at_path is not None and not fired[0] and any(at_path in p for p in paths):
             stop()
         inside = [p for p in paths if p.startswith(store)]

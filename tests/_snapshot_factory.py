@@ -11,15 +11,16 @@ import orjson
 
 from genrun.runner.store import create_snapshot, seal_snapshot
 from genrun.schemas import layout
+from genrun.snapshot_dir import SnapshotDir
 
 
 def make_planned_snapshot(store: Path, name: str = "factory", request: dict | None = None) -> Path:
     """A planned (frozen, not executed) snapshot whose `request.json` holds `request`."""
     body = request if request is not None else {"name": name, "note": "stand-in request for tests"}
 
-    def freeze(tmp: Path) -> None:
-        (tmp / layout.REQUEST).write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-        (tmp / f"{layout.REQUEST_SOURCE_PREFIX}.json").write_bytes(orjson.dumps(body))
+    def freeze(tmp: SnapshotDir) -> None:
+        tmp.write_bytes(layout.REQUEST, orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+        tmp.write_bytes(f"{layout.REQUEST_SOURCE_PREFIX}.json", orjson.dumps(body))
 
     return create_snapshot(Path(store), name, freeze)
 

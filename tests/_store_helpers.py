@@ -15,14 +15,15 @@ import orjson
 
 from genrun.runner.store import create_snapshot, seal_snapshot
 from genrun.schemas import layout
+from genrun.snapshot_dir import SnapshotDir
 
 
 def make_run(store: Path, name: str = "run", *, status: str = "succeeded", reasons: tuple[str, ...] = ("eos",),
              generated: int = 8, backend: str = "transformers", seal: bool = True) -> Path:
     """A planned snapshot given a result and a stop record, sealed unless `seal` is False (then it is `incomplete`)."""
-    def freeze(tmp: Path) -> None:
+    def freeze(tmp: SnapshotDir) -> None:
         request = {"name": name, "model": {"path": "models/tiny", "backend": backend}}
-        (tmp / layout.REQUEST).write_bytes(orjson.dumps(request))
+        tmp.write_bytes(layout.REQUEST, orjson.dumps(request))
 
     snapshot = create_snapshot(Path(store), name, freeze)
     (snapshot / layout.RESULT).write_bytes(orjson.dumps({"status": status, "generated": generated, "unit": "token"}))
@@ -35,9 +36,9 @@ def make_run(store: Path, name: str = "run", *, status: str = "succeeded", reaso
 
 def make_sweep(store: Path, items: list[Path], name: str = "sweep") -> Path:
     """A sealed sweep snapshot whose plan lists `items` (its result is left out: the plan alone names the members)."""
-    def freeze(tmp: Path) -> None:
+    def freeze(tmp: SnapshotDir) -> None:
         plan = {"items": [{"snapshot_id": item.name} for item in items]}
-        (tmp / layout.SWEEP_PLAN).write_bytes(orjson.dumps(plan))
+        tmp.write_bytes(layout.SWEEP_PLAN, orjson.dumps(plan))
 
     sweep = create_snapshot(Path(store), name, freeze)
     seal_snapshot(sweep)

@@ -25,6 +25,7 @@ import pytest
 from conftest import REPO, CliRun, run_cli, tiny_request, write_request
 from genrun.runner.store import write_frozen_manifest
 from genrun.schemas import Signoff, layout
+from genrun.snapshot_dir import SnapshotDir
 
 ALICE = "alice@example.com"
 MALLORY = "mallory@example.com"
@@ -186,7 +187,7 @@ def test_plan_modified_after_approval_is_refused(setup: Setup, tiny_lm: Path) ->
     _sign(setup, snapshot, "--decision", "approve", "--key", setup.key, "--allowed-signers", setup.allowed)
     request = snapshot / layout.REQUEST
     request.write_bytes(request.read_bytes().replace(b'"max_new_tokens": 4', b'"max_new_tokens": 60'))
-    write_frozen_manifest(snapshot)  # a consistent, re-frozen plan: only the approval can tell
+    write_frozen_manifest(SnapshotDir(snapshot, writable=True))  # a consistent, re-frozen plan: only the approval can tell
     proc = genrun(setup, "execute", snapshot, "--require-approval", "--allowed-signers", setup.allowed)
     assert proc.returncode == 1
     assert "digest no longer matches" in _one_line(proc.stderr)

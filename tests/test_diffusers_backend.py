@@ -38,6 +38,7 @@ from genrun.runner.execute import execute_snapshot
 from genrun.runner.plan import plan_request
 from genrun.runner.store import is_sealed
 from genrun.schemas import PipelineCallBeforeCall, Result, TokenBudget, layout
+from genrun.snapshot_dir import SnapshotDir
 
 EXAMPLE = REPO / "examples" / "tiny-diffusion.toml"
 
@@ -224,7 +225,7 @@ def test_progress_bar_total_form_counts_updates(tmp_path: Path) -> None:
     from genrun.runner.recorder import ProgressRecorder
 
     pipe = DiffusionPipeline.from_pretrained(TINY_DDIM, local_files_only=True)
-    recorder = ProgressRecorder(tmp_path / layout.PROGRESS, origin=time.monotonic(), unit="step", every_units=1, every_seconds=30.0)
+    recorder = ProgressRecorder(SnapshotDir(tmp_path, writable=True).open_stream(layout.PROGRESS), origin=time.monotonic(), unit="step", every_units=1, every_seconds=30.0)
     observer = StepObserver(recorder, by_callback=False, fallback_planned=None, rows=1)
     observer.wrap_progress_bar(pipe)
     pipe.set_progress_bar_config(disable=True)

@@ -33,6 +33,7 @@ from _lm_helpers import REPO, TINY_LM, request_text
 from genrun.runner.execute import refuse_executed, verify_plan_files
 from genrun.runner.store import snapshot_state
 from genrun.schemas import layout
+from genrun.snapshot_dir import SnapshotDir
 
 SERVER = Path(__file__).with_name("_fault_server.py")
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
@@ -175,8 +176,8 @@ def _assert_state_rules(store: Path, sig: str, returncode: int, stderr: str, whe
     state = snapshot_state(snapshot)
     if state is layout.SnapshotState.PLANNED:
         assert returncode == EXIT_OF[sig], f"{where}: exit {returncode}"
-        refuse_executed(snapshot)  # still executable
-        verify_plan_files(snapshot)  # intact
+        refuse_executed(SnapshotDir(snapshot))  # still executable
+        verify_plan_files(SnapshotDir(snapshot))  # intact
         return "plan"
     assert state is layout.SnapshotState.SEALED, f"{where}: {state.value}"
     result = json.loads((snapshot / layout.RESULT).read_text())
@@ -192,7 +193,7 @@ def _assert_state_rules(store: Path, sig: str, returncode: int, stderr: str, whe
 def _kill_left(snapshot: Path, where: str) -> str:
     state = snapshot_state(snapshot)
     if state is layout.SnapshotState.PLANNED:
-        verify_plan_files(snapshot)
+        verify_plan_files(SnapshotDir(snapshot))
         return "plan"
     if state is layout.SnapshotState.SEALED:
         _assert_verifies(snapshot, where)

@@ -22,8 +22,8 @@ from pathlib import Path
 from genrun.runner.store import create_snapshot
 
 def freeze(directory):
-    (directory / "request.json").write_text("{}")
-    print(directory, flush=True)
+    directory.write_bytes("request.json", b"{}")
+    print(directory.path, flush=True)
     sys.stdin.read()  # held here, mid-plan, until the test closes the pipe
 
 create_snapshot(Path(sys.argv[1]), "held", freeze)

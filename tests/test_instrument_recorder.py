@@ -11,6 +11,7 @@ from genrun.runner import memory as memory_module
 from genrun.runner.memory import MemoryProbe
 from genrun.runner.recorder import ProgressRecorder
 from genrun.schemas import EVENT_ADAPTER
+from genrun.snapshot_dir import SnapshotDir
 
 
 def lines(path: Path) -> list[dict]:
@@ -20,7 +21,7 @@ def lines(path: Path) -> list[dict]:
 def recorder(path: Path, **overrides) -> ProgressRecorder:
     options = dict(origin=time.monotonic(), unit="token", every_units=4, every_seconds=3600.0)
     options.update(overrides)
-    return ProgressRecorder(path, **options)
+    return ProgressRecorder(SnapshotDir(path.parent, writable=True).open_stream(path.name), **options)
 
 
 def test_unit_cadence_and_contiguous_sequence(tmp_path: Path) -> None:

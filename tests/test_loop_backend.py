@@ -90,9 +90,10 @@ from pathlib import Path
 sys.path.insert(0, {str(EXAMPLES)!r})
 from genrun.runner.recorder import ProgressRecorder
 from genrun.runner.backends.loop.recorder import LoopRecorder
+from genrun.snapshot_dir import SnapshotDir
 import lm_loop, os
 out = Path({str(tmp_path)!r})
-core = ProgressRecorder(out / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=4, every_seconds=5.0)
+core = ProgressRecorder(SnapshotDir(out, writable=True).open_stream("progress.ndjson"), origin=time.monotonic(), unit="token", every_units=4, every_seconds=5.0)
 fd = os.open(out / "stage-progress.ndjson", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 rec = LoopRecorder(core=core, progress_fd=fd, every_units=4, every_seconds=5.0, on_config=lambda c: None, outputs_dir=out)
 lm_loop.generate(Path({str(EXAMPLES / "models" / "tiny-lm-onnx")!r}), {{"prompts": ["count down from 3 :"]}}, {{}}, rec)

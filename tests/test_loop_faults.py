@@ -15,6 +15,8 @@ from _forked import spawn_cli
 from _loop_helpers import read, run, verify, write_loop
 from conftest import PROCESS_TIMEOUT_S, run_cli
 
+from genrun.snapshot_dir import SnapshotDir
+
 HEADER = "import time\nfrom pathlib import Path\n"
 
 
@@ -124,6 +126,85 @@ def test_sigint_reaches_the_loop_and_seals_interrupted_with_its_ids(tmp_path: Pa
     assert len(ids) >= 2 and set(ids) == {7} and stop["generated"] == len(ids) == result["generated"]
     code, findings = verify(snapshot)
     assert not [f for f in findings.values() if f["status"] == "FAIL"], findings
+
+
+def _wait_for(proc, marker: Path) -> None:
+    """Until the loop wrote `marker` (it is then inside its `try`), never by timing."""
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, f"{marker.name} never appeared"
+        time.sleep(0.02)
+
+
+SWALLOWS = """\
+    with rec.stage("lm", unit="token", rows=1) as lm:
+        lm.emit(0, [5])
+        try:
+            Path(MARK).write_text("in the try")
+            time.sleep(120)
+        except BaseException:
+            Path(SWALLOWED).write_text("swallowed")
+"""
+SWALLOWING_LOOPS = {
+    # the loop swallows the signal and returns as if nothing happened: genrun's check after generate stops the run
+    "returns": SWALLOWS,
+    # the loop swallows it and goes on generating: the recorder's next step stops the run
+    "goes-on": SWALLOWS + """\
+        for _ in range(1000):
+            lm.emit(0, [6])
+        lm.stop(0, "max_new_tokens", limit=1001)
+""",
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("loop", sorted(SWALLOWING_LOOPS))
+def test_a_signal_the_loop_swallows_still_seals_interrupted(tmp_path: Path, loop: str, sig: signal.Signals) -> None:
+    mark, swallowed = tmp_path / "mark", tmp_path / "swallowed"
+    body = f"    MARK, SWALLOWED = {str(mark)!r}, {str(swallowed)!r}\n" + SWALLOWING_LOOPS[loop]
+    store = tmp_path / "store"
+    proc = spawn_cli("run", _loop(tmp_path, body), "--store", store, "--json")
+    _wait_for(proc, mark)
+    proc.send_signal(sig)
+    proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert swallowed.exists(), "the loop did not swallow the signal: this test would not test anything"
+    assert proc.returncode == 128 + sig
+    (snapshot,) = [p for p in store.iterdir() if not p.name.startswith(".")]
+    result = read(snapshot, "result.json")
+    assert (result["status"], result["signal"]) == ("interrupted", sig.name)
+    (stop,) = read(snapshot, "generation-stop.json")["sequences"]
+    assert (stop["reason"], stop["evidence"]["signal"]) == ("interrupted", sig.name)
+    code, findings = verify(snapshot)
+    assert not [f for f in findings.values() if f["status"] == "FAIL"], findings
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_swallowed_by_an_import_while_planning_still_refuses_the_plan(tmp_path: Path, sig: signal.Signals) -> None:
+    """The loop's module is imported at plan time (to check its callable); one that catches `BaseException` around its
+    own work there swallowed genrun's interrupt, and `genrun run` went on to run and seal the request with exit 0."""
+    mark, swallowed = tmp_path / "mark", tmp_path / "swallowed"
+    module_top = (f"MARK, SWALLOWED = Path({str(mark)!r}), Path({str(swallowed)!r})\n"
+                  "if not MARK.exists():  # once: a later import (execution's) must not wait again\n"
+                  "    try:\n"
+                  "        MARK.write_text('in the try')\n"
+                  "        time.sleep(120)\n"
+                  "    except BaseException:\n"
+                  "        SWALLOWED.write_text('swallowed')\n")
+    body = """\
+    with rec.stage("lm", unit="token", rows=1) as lm:
+        lm.emit(0, [5])
+        lm.stop(0, "max_new_tokens", limit=1)
+"""
+    request = write_loop(tmp_path, HEADER + module_top + "def generate(model_dir, inputs, generation, rec, **kwargs):\n" + body)
+    store = tmp_path / "store"
+    proc = spawn_cli("run", request, "--store", store, "--json")
+    _wait_for(proc, mark)
+    proc.send_signal(sig)
+    proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    assert swallowed.exists(), "the import did not swallow the signal: this test would not test anything"
+    assert proc.returncode == 128 + sig
+    assert not store.exists() or [p.name for p in store.iterdir() if not p.name.startswith(".")] == []
 
 
 def test_a_signal_landing_in_a_progress_write_never_counts_units_twice(tmp_path: Path) -> None:
@@ -236,7 +317,7 @@ def test_the_recorder_is_cheap_enough_to_call_per_unit() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        core = ProgressRecorder(out / "progress.ndjson", origin=time.monotonic(), unit="token", every_units=10_000, every_seconds=3600)
+        core = ProgressRecorder(SnapshotDir(out, writable=True).open_stream("progress.ndjson"), origin=time.monotonic(), unit="token", every_units=10_000, every_seconds=3600)
         fd = os.open(out / "stage-progress.ndjson", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         rec = LoopRecorder(core=core, progress_fd=fd, every_units=1_000, every_seconds=3600, on_config=lambda c: None, outputs_dir=out)
         with rec.stage("lm", unit="token", rows=1) as lm:

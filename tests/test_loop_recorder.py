@@ -17,13 +17,14 @@ import pytest
 
 from genrun.runner.backends.loop.recorder import LoopRecorder, RecorderMisuse, Stage
 from genrun.runner.recorder import ProgressRecorder
+from genrun.snapshot_dir import SnapshotDir
 
 EVERY = 4
 NEVER_S = 1e9  # no record is due by time: the counts alone decide, so the test is the same on a busy machine
 
 
 def _core(path: Path) -> ProgressRecorder:
-    return ProgressRecorder(path, origin=time.monotonic(), unit="token", every_units=EVERY, every_seconds=NEVER_S)
+    return ProgressRecorder(SnapshotDir(path.parent, writable=True).open_stream(path.name), origin=time.monotonic(), unit="token", every_units=EVERY, every_seconds=NEVER_S)
 
 
 def _recorder(directory: Path) -> tuple[LoopRecorder, ProgressRecorder, int]:

@@ -23,6 +23,7 @@ from conftest import EXAMPLES, PROCESS_TIMEOUT_S, REPO, run_cli_subprocess, tiny
 from _sweep_helpers import write_sweep
 
 from genrun.schemas import RunLogLine, layout
+from genrun.snapshot_dir import SnapshotDir
 
 NEVER_ON_TERMINAL = ("Loading weights", "Loading pipeline components", "pip install", "accelerate", "deprecated",
                      "Both `max_new_tokens`", "it/s]", "[transformers]")
@@ -193,14 +194,14 @@ def test_a_log_that_cannot_be_written_never_fails_the_writer_and_says_so(tmp_pat
     log = RunLog()
     for i in range(HELD_LINES_LIMIT + 5):  # before the snapshot is known: held, the excess counted
         log.add(0.0, "stderr", "lib", False, f"line {i}")
-    log.open(tmp_path / "gone", origin=0.0)  # the directory does not exist: every write fails
+    log.open(SnapshotDir(tmp_path / "gone", writable=True), origin=0.0)  # the directory does not exist: every write fails
     log.add(1.0, "stderr", "lib", False, "later")
     log.close()
     assert log.failure is not None and layout.RUN_LOG in log.failure and "is incomplete" in log.failure
 
     written = RunLog()
     written.add(0.0, "stderr", "lib", False, "first")
-    written.open(tmp_path, origin=0.0)
+    written.open(SnapshotDir(tmp_path, writable=True), origin=0.0)
     written.close()
     assert [line.text for line in log_lines(tmp_path)] == ["first"] and written.failure is None
 
@@ -259,7 +260,7 @@ def test_items_run_on_threads_each_keep_their_own_library_lines(tmp_path: Path) 
         folder = tmp_path / name
         folder.mkdir()
         with captured() as log:
-            log.open(folder, origin=0.0)
+            log.open(SnapshotDir(folder, writable=True), origin=0.0)
             both_open.wait()  # the other item's capture is open too (and may be the innermost)
             exec(library, {"__name__": "somelib.x", "item": name})
             both_open.wait()

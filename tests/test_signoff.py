@@ -30,6 +30,7 @@ from genrun.runner.signoff import _place_exclusive, check_approval, describe_app
 from genrun.runner.store import seal_snapshot, write_frozen_manifest
 from genrun.schemas import Signoff, layout
 from genrun.schemas.digests import plan_digest, snapshot_digest
+from genrun.snapshot_dir import SnapshotDir
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 REPO = Path(__file__).resolve().parent.parent
@@ -235,7 +236,7 @@ def test_plan_modified_after_approval_is_refused(tmp_path: Path, keys: Keys) -> 
 
     # Change the request and regenerate frozen-sha256.txt with the real store code.
     (snapshot / layout.REQUEST).write_bytes(b'{"name": "factory", "max_new_tokens": 65536}')
-    write_frozen_manifest(snapshot)
+    write_frozen_manifest(SnapshotDir(snapshot, writable=True))
 
     with pytest.raises(ApprovalRequired) as refused:
         check_approval(snapshot, keys.allowed)

@@ -277,6 +277,36 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_never_written_through(tm
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.parametrize("replace_with", ["link", "directory"])
+def test_a_held_snapshot_writes_lists_appends_and_seals_in_the_directory_it_opened(tmp_path: Path, replace_with: str) -> None:
+    """Held open (as a run holds its snapshot), every operation is relative to the directory's descriptor: the path renamed
+    away and replaced by a link or an empty directory receives nothing, and the seal lists the files where they are."""
+    from genrun.runner.store import seal_snapshot
+
+    path, moved, decoy = tmp_path / "snap", tmp_path / "moved", tmp_path / "decoy"
+    (path / layout.OUTPUTS_DIR).mkdir(parents=True)
+    decoy.mkdir()
+    snapshot = SnapshotDir(path, writable=True)
+    with snapshot.held_open():
+        path.rename(moved)
+        if replace_with == "link":
+            path.symlink_to(decoy)
+        else:
+            path.mkdir()
+        snapshot.write_bytes(layout.RESULT, b"{}\n")
+        snapshot.write_bytes(f"{layout.OUTPUTS_DIR}/sequence_0.txt", b"text")
+        stream = snapshot.open_stream(layout.PROGRESS)
+        stream.write(b"{}\n")
+        stream.close()
+        assert snapshot.has(layout.RESULT) and snapshot.read_bytes(f"{layout.OUTPUTS_DIR}/sequence_0.txt") == b"text"
+        assert sorted(rel for rel, _ in snapshot.entries()) == [f"{layout.OUTPUTS_DIR}/sequence_0.txt", layout.PROGRESS, layout.RESULT]
+        digest = seal_snapshot(snapshot)
+    assert os.listdir(decoy if replace_with == "link" else path) == []
+    assert sorted(os.listdir(moved)) == sorted([layout.MANIFEST, layout.OUTPUTS_DIR, layout.PROGRESS, layout.RESULT, layout.SIGNOFFS_DIR])
+    assert digest == snapshot_digest(moved)
+    assert stat.S_IMODE(os.stat(moved / layout.RESULT).st_mode) == 0o444
+
+
 def test_reading_imports_neither_torch_nor_the_writer() -> None:
     """Analysis reads through `SnapshotDir` on a machine without torch, and never loads the atomic writer."""
     probe = ("import sys; from genrun.snapshot_dir import SnapshotDir; from genrun.schemas import Result, layout; "

@@ -19,6 +19,7 @@ from genrun.runner.plan import plan_request
 from genrun.runner.store import create_snapshot, seal_snapshot
 from genrun.schemas import layout
 from genrun.schemas.digests import parse_sha256sum
+from genrun.snapshot_dir import SnapshotDir
 
 
 @pytest.fixture
@@ -38,8 +39,8 @@ def _mount_tmpfs(point: Path, options: str) -> None:
 def test_exception_during_freeze_leaves_nothing(tmp_path: Path) -> None:
     store = tmp_path / "store"
 
-    def freeze(directory: Path) -> None:
-        (directory / "request.json").write_text("{}")
+    def freeze(directory: SnapshotDir) -> None:
+        directory.write_bytes("request.json", b"{}")
         raise RuntimeError("injected during freeze")
 
     with pytest.raises(RuntimeError, match="injected"):

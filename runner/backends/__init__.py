@@ -106,8 +106,10 @@ class LoadContext:
 class ExecutionContext(LoadContext):
     """Everything a backend needs to run one planned snapshot."""
 
-    snapshot_dir: Path
-    """The snapshot being executed; artifacts go here, written through `snapshot`."""
+    snapshot: SnapshotDir
+    """The snapshot being executed, writable and held open by the core from its first execution file to the seal: the one
+    object every artifact of the run is written through (`ctx.snapshot.write(name, model)` writes one atomically), relative
+    to the directory it opened, even if the snapshot's path is renamed or replaced meanwhile."""
     recorder: ProgressRecorder
     """The `progress.ndjson` writer (also drives the live bar)."""
     planned_units: int | None
@@ -116,9 +118,9 @@ class ExecutionContext(LoadContext):
     """`outputs/`, created and held open by the core for the whole run."""
 
     @property
-    def snapshot(self) -> SnapshotDir:
-        """The snapshot, writable: `ctx.snapshot.write(name, model)` writes an artifact atomically."""
-        return SnapshotDir(self.snapshot_dir, writable=True)
+    def snapshot_dir(self) -> Path:
+        """The snapshot's path (for messages and names; write through `snapshot`, which follows the directory itself)."""
+        return self.snapshot.path
 
     @property
     def outputs_dir(self) -> Path:

@@ -32,7 +32,7 @@ def lanes_per_worker(plan: SweepPlan) -> int:
 
     store = Path(plan.store)
     try:
-        first = load_frozen(store / plan.items[0].snapshot_id)
+        first = load_frozen(SnapshotDir(store / plan.items[0].snapshot_id))
         backend = get_backend(first.request.model.backend)
         if not isinstance(backend, BatchingBackend):
             return 1

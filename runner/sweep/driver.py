@@ -109,8 +109,9 @@ def execute_sweep(sweep_dir: Path, pool_factory: Callable[[SweepPlan], WorkerPoo
     # the store as it is now (moved, or a copy): its items run and are judged there, never at the recorded path
     plan = plan.model_copy(update={"store": str(plan.items_store(sweep_dir))})
     token = ownership.new_token(sweep_dir.name)
-    with _driver_lock(sweep_dir), ownership.carried(token):
-        return _execute_sweep_locked(sweep_dir, plan, pool_factory, on_event, token)
+    # The driver's one `SnapshotDir` of the sweep: its log and its seal land in the directory opened here.
+    with SnapshotDir(sweep_dir, writable=True).held_open() as sweep, _driver_lock(sweep_dir), ownership.carried(token):
+        return _execute_sweep_locked(sweep, plan, pool_factory, on_event, token)
 
 
 @contextlib.contextmanager
@@ -126,16 +127,17 @@ def _driver_lock(sweep_dir: Path) -> Iterator[None]:
         yield
 
 
-def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callable[[SweepPlan], WorkerPool],
+def _execute_sweep_locked(sweep: SnapshotDir, plan: SweepPlan, pool_factory: Callable[[SweepPlan], WorkerPool],
                           on_event: Callable[[str, ItemOutcome | None, int, int], None] | None, token: str) -> SweepRun:
-    if is_sealed(sweep_dir):
+    sweep_dir = sweep.path
+    if sweep.has(layout.MANIFEST):
         raise SnapshotError(f"sweep {sweep_dir} is already sealed (see 'genrun verify {sweep_dir}'); plan a new sweep to run it again")
     store = Path(plan.store)
     # Nothing of an earlier driver may still run an item while this one judges the items from disk: a worker that
     # outlived it would seal an item this driver had logged lost and run again.
-    takeover = ownership.take_over(sweep_dir, store, _started_snapshots(sweep_dir, plan), token)
-    states = recover_states(sweep_dir, plan, takeover.notes)
-    log = AttemptLog(sweep_dir)
+    takeover = ownership.take_over(sweep_dir, store, _started_snapshots(sweep, plan), token)
+    states = recover_states(sweep, plan, takeover.notes)
+    log = AttemptLog(sweep)
     origin = time.monotonic()
     total = len(states)
     done = 0
@@ -211,7 +213,7 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
         counts[o.status] = counts.get(o.status, 0) + 1
     status: SweepStatus = "interrupted" if signals.fired else "completed"
     result = SweepResult(status=status, counts=counts, items=tuple(outcomes))
-    seal_sweep(sweep_dir, result)
+    seal_sweep(sweep, result)
     if signals.fired:
         code = EXIT_CODES.get(signals.fired, 130)
     else:
@@ -219,21 +221,21 @@ def _execute_sweep_locked(sweep_dir: Path, plan: SweepPlan, pool_factory: Callab
     return SweepRun(sweep_dir, result, code, signals.fired, takeover.stopped)
 
 
-def _started_snapshots(sweep_dir: Path, plan: SweepPlan) -> set[str]:
+def _started_snapshots(sweep: SnapshotDir, plan: SweepPlan) -> set[str]:
     """Every item snapshot a driver of this sweep may have handed to a worker."""
-    return {item.snapshot_id for item in plan.items} | {r.snapshot_id for r in read_attempts(sweep_dir) if r.event == "started"}
+    return {item.snapshot_id for item in plan.items} | {r.snapshot_id for r in read_attempts(sweep) if r.event == "started"}
 
 
-def recover_states(sweep_dir: Path, plan: SweepPlan, notes: dict[str, str] | None = None) -> list[ItemState]:
+def recover_states(sweep: SnapshotDir, plan: SweepPlan, notes: dict[str, str] | None = None) -> list[ItemState]:
     """Each item's attempts from the log and the state of its latest snapshot on disk. `notes`: per snapshot id, what
     became of a process that was still executing it when this driver took over (`ownership.take_over`)."""
     notes = notes or {}
     store = Path(plan.store)
     states = [ItemState(item.index, [item.snapshot_id]) for item in plan.items]
     ended: set[tuple[int, str]] = set()
-    for record in read_attempts(sweep_dir):
+    for record in read_attempts(sweep):
         if not 0 <= record.item < len(states):
-            raise SnapshotError(f"{sweep_dir / layout.SWEEP_PROGRESS} names item {record.item}, but the sweep plans items 0 to "
+            raise SnapshotError(f"{sweep.path / layout.SWEEP_PROGRESS} names item {record.item}, but the sweep plans items 0 to "
                                 f"{len(states) - 1}; the sweep's log was altered: nothing it names is run")
         state = states[record.item]
         if record.event == "started" and record.snapshot_id not in state.attempts:

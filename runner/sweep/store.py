@@ -21,11 +21,11 @@ from genrun.schemas.sweep import DatasetRef, ItemAttempt, SweepItem, SweepPlan, 
 from genrun.snapshot_dir import SnapshotDir, read_sweep_progress
 
 from .. import _hash_cache
-from .._io import fsync_dir, write_bytes_atomic
+from .._io import sync
 from ..errors import GenrunError, SnapshotError, StoreError
 from ..plan import PreparedPlan, prepare_plan
 from ..plan_context import PlanContext
-from ..store import create_snapshot, describe_os_error, is_sealed, locked_temporary, resolve_store, seal_snapshot
+from ..store import create_snapshot, describe_os_error, locked_temporary, resolve_store, seal_snapshot
 from .spec import ItemSpec, SweepSource, dataset_digest, expand_items, load_sweep
 
 
@@ -63,19 +63,19 @@ def _plan_sweep(sweep_path: str | Path, store: str | Path | None, force: bool, o
                 SweepItem(index=i.index, dataset_line=i.dataset_line, changes=i.changes, snapshot_id=p.name, plan_digest=plan_digest(p))
                 for i, p in zip(items, planned)
             )
-            return create_snapshot(root, sweep.body.name, lambda d: _freeze_sweep(d, sweep, root, sweep_items))
+            return create_snapshot(root, sweep.body.name, lambda files: _freeze_sweep(files, sweep, root, sweep_items))
         except BaseException:
             for path in planned:  # plans, not evidence: a sweep is planned whole or not at all
                 shutil.rmtree(path, ignore_errors=True)
             raise
 
 
-def _journaled(plan: PreparedPlan, record: Callable[[str], None]) -> Callable[[Path], None]:
+def _journaled(plan: PreparedPlan, record: Callable[[str], None]) -> Callable[[SnapshotDir], None]:
     """`plan.freeze`, recording first `<inode> <name>` of the directory being frozen: the rename that gives it its id
     keeps the inode, so a planner killed at any moment leaves every item it made findable."""
-    def freeze(directory: Path) -> None:
-        record(f"{os.stat(directory).st_ino} {plan.name}")
-        plan.freeze(directory)
+    def freeze(snapshot: SnapshotDir) -> None:
+        record(f"{os.fstat(snapshot.fd).st_ino} {plan.name}")
+        plan.freeze(snapshot)
 
     return freeze
 
@@ -113,8 +113,7 @@ def prepare_item(sweep: SweepSource, item: ItemSpec, force: bool, context: PlanC
         raise type(exc)(f"{item.where}, changes {changes}: {exc}") from None
 
 
-def _freeze_sweep(directory: Path, sweep: SweepSource, store: Path, items: tuple[SweepItem, ...]) -> None:
-    files = SnapshotDir(directory, writable=True)
+def _freeze_sweep(files: SnapshotDir, sweep: SweepSource, store: Path, items: tuple[SweepItem, ...]) -> None:
     files.write_bytes(f"{layout.SWEEP_SOURCE_PREFIX}.{sweep.format}", sweep.source)
     files.write_bytes(f"{layout.SWEEP_BASE_REQUEST_PREFIX}.{sweep.base_format}", sweep.base_source)
     dataset = None
@@ -145,12 +144,12 @@ def open_sweep(path: str | Path) -> tuple[Path, SweepPlan]:
     return sweep_dir, SnapshotDir(sweep_dir).read(layout.SWEEP_PLAN, SweepPlan)
 
 
-def read_attempts(sweep_dir: Path) -> list[ItemAttempt]:
+def read_attempts(sweep: SnapshotDir) -> list[ItemAttempt]:
     """Every attempt of `sweep-progress.ndjson` (`read_sweep_progress`); a complete line that is not one is refused."""
-    progress = read_sweep_progress(SnapshotDir(sweep_dir))
+    progress = read_sweep_progress(sweep)
     if progress.invalid:
         number, why = progress.invalid[0]
-        raise SnapshotError(f"{sweep_dir / layout.SWEEP_PROGRESS} line {number} is not an attempt record ({why}); "
+        raise SnapshotError(f"{sweep.path / layout.SWEEP_PROGRESS} line {number} is not an attempt record ({why}); "
                             "the sweep's log was altered: nothing it names is run")
     return progress.attempts
 
@@ -158,8 +157,8 @@ def read_attempts(sweep_dir: Path) -> list[ItemAttempt]:
 class AttemptLog:
     """Appends `ItemAttempt` lines to `sweep-progress.ndjson`, fsynced each (a killed driver loses at most a torn line)."""
 
-    def __init__(self, sweep_dir: Path) -> None:
-        sweep = SnapshotDir(sweep_dir, writable=True)
+    def __init__(self, sweep: SnapshotDir) -> None:
+        """`sweep`: the driver's, writable."""
         self._stream = sweep.open_stream(layout.SWEEP_PROGRESS, new=False)
         size = os.fstat(self._stream.fd).st_size
         if size and sweep.read_bytes(layout.SWEEP_PROGRESS, offset=size - 1) != b"\n":
@@ -184,21 +183,23 @@ def copy_plan(store: Path, snapshot_dir: Path) -> Path:
     entries = original.read_manifest(layout.FROZEN_MANIFEST).entries
     name = original.read(layout.REQUEST, Request).name
 
-    def freeze(directory: Path) -> None:
+    def freeze(copy: SnapshotDir) -> None:
         for rel, digest in entries.items():  # byte for byte, never through a link, each as the frozen manifest lists it
             data = original.read_bytes(rel, limit=MAX_FROZEN_COPY_BYTES)
             if sha256_bytes(data) != digest:
                 raise SnapshotError(f"{snapshot_dir / rel} no longer matches {layout.FROZEN_MANIFEST}; the item's plan was altered, "
                                     "so it is not retried: plan the sweep again")
-            write_bytes_atomic(directory / rel, data)
+            copy.write_bytes(rel, data)
 
     return create_snapshot(store, name, freeze)
 
 
-def seal_sweep(sweep_dir: Path, result: SweepResult) -> str:
-    """Write `sweep-result.json` and seal the sweep like a run; returns the sweep digest."""
-    if is_sealed(sweep_dir):
-        raise SnapshotError(f"sweep {sweep_dir} is already sealed")
-    SnapshotDir(sweep_dir, writable=True).write(layout.SWEEP_RESULT, result)
-    fsync_dir(sweep_dir)
-    return seal_snapshot(sweep_dir)
+def seal_sweep(sweep: SnapshotDir, result: SweepResult) -> str:
+    """Write `sweep-result.json` and seal the sweep like a run (in the directory `sweep`, the driver's, holds); returns the
+    sweep digest."""
+    if sweep.has(layout.MANIFEST):
+        raise SnapshotError(f"sweep {sweep.path} is already sealed")
+    with sweep.held_open():
+        sweep.write(layout.SWEEP_RESULT, result)
+        sync(sweep.fd)
+        return seal_snapshot(sweep)

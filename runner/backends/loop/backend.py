@@ -41,7 +41,6 @@ from genrun.backends import (
     unit_budget,
     unknown_key_message,
     user_import_paths,
-    write_model_atomic,
 )
 
 from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall, stop_evidence_model
@@ -174,7 +173,7 @@ class LoopRun:
 
     def _write_call(self, config: dict[str, Any] | None) -> None:
         call = LoopCall(callable=self._table["callable"], kwargs=self._table.get("kwargs", {}), budget=self._table.get("budget"), config=config)
-        write_model_atomic(self._ctx.snapshot_dir / CALL_CONFIG, call)
+        self._ctx.snapshot.write(CALL_CONFIG, call)
         self._call_written = True
 
     def finish(self, end: GenerationEnd) -> BackendOutcome:
@@ -183,8 +182,8 @@ class LoopRun:
         if self.rec is not None and not self._call_written:
             self._write_call(None)
         if self.rec is not None:
-            write_model_atomic(ctx.snapshot_dir / STAGE_IDS_FILE, StageIds(ids={s.name: tuple(tuple(r) for r in s.ids) for s in stages}))
-            write_model_atomic(ctx.snapshot_dir / STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
+            ctx.snapshot.write(STAGE_IDS_FILE, StageIds(ids={s.name: tuple(tuple(r) for r in s.ids) for s in stages}))
+            ctx.snapshot.write(STAGES_FILE, Stages(stages=tuple(s.record() for s in stages)))
         if self._stage_progress is not None:
             with contextlib.suppress(OSError):  # after the evidence: a loop that closed it (EBADF) loses nothing of it
                 self._stage_progress.close()

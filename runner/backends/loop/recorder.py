@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, NoReturn
 import orjson
 
 from genrun.backends import (ProgressRecorder, StageEndEvent, StageProgressEvent, StageRecord, StageStartEvent, StageUnit, StopReason,
-                             refuse_other_process)
+                             refuse_other_process, stop_if_requested)
 
 from .evidence import stop_evidence_model
 
@@ -95,6 +95,7 @@ class Stage:
 
     def emit(self, row: int, ids: Iterable[int]) -> None:
         """Append token/code ids to `row` (a list, a tuple, a numpy array); each id is one unit."""
+        stop_if_requested()  # a signal the loop swallowed stops it at its next call, before anything is recorded
         kept = self._taking.get(row) if row.__class__ is int else None  # (True would find row 1)
         if kept is None:
             self._check(row, "emit")  # raises, naming what is wrong
@@ -120,6 +121,7 @@ class Stage:
 
     def advance(self, row: int, n: int = 1, *, consumed: int | None = None) -> None:
         """Count `n` units of `row` that have no ids (windows decoded, samples written); `consumed`: source units read."""
+        stop_if_requested()
         self._check(row, "advance")
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= ID_MAX:
             raise RecorderMisuse(f"stage {self.name!r}: advance(row {row}, n={n!r}): n must be an integer in 0..2**63-1")

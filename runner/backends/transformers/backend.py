@@ -141,7 +141,7 @@ class TransformersRun:
             inputs = ctx.request.input.model_dump(mode="json", exclude_defaults=True)  # what the user set: copy/processor_kwargs only when given
             ctx.recorder.start(ctx.planned_units, None)
             return partial(function, model, tokenizer, inputs, dict(ctx.request.generation), **entrypoint.kwargs)
-        files = read_input_files(ctx.snapshot_dir)
+        files = read_input_files(ctx.snapshot)
         media = [MediaRow(item, input_path(ctx.snapshot_dir, item)) for item in (files.files if files else ())]
         prepared = prepare_model_inputs(ctx.request.input, tokenizer, architecture(model.config), media)
         generation = dict(ctx.request.generation)
