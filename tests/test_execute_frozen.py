@@ -15,6 +15,7 @@ from genrun.runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
 from genrun.runner.execute import execute_snapshot, load_frozen, verify_model
 from genrun.runner.store import is_sealed
 from genrun.schemas import layout
+from genrun.snapshot_dir import SnapshotDir
 
 
 def _nothing_written(snapshot: Path) -> None:
@@ -82,7 +83,7 @@ def test_a_process_that_verified_a_model_rechecks_it_by_state_and_sees_an_edit_t
     monkeypatch.setenv("GENRUN_CACHE_DIR", str(tmp_path / "cache"))
     model = tiny_lm_variant(tmp_path / "model", {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0})
     snapshot = plan(tmp_path, request_text(model, generation={"max_new_tokens": 8}))
-    frozen = load_frozen(snapshot).model
+    frozen = load_frozen(SnapshotDir(snapshot)).model
     entries = tmp_path / "cache" / "hashes-v1"
     assert verify_model(frozen) == frozen.digest
     shutil.rmtree(entries)
