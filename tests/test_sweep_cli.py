@@ -155,3 +155,18 @@ def test_a_copied_store_executes_its_own_items_and_leaves_the_original_alone(tmp
     assert {p.relative_to(original): p.read_bytes() for p in original.rglob("*") if p.is_file()} == before
     assert not (original / item / "manifest-sha256.txt").exists()
     assert run_cli("verify", sweep).returncode == 0
+
+
+def test_sweep_lines_keep_a_long_path_whole_at_80_columns_and_quiet_prints_the_sweep_alone(tmp_path: Path) -> None:
+    """The sweep's own lines name its directory: never broken mid-path on a narrow terminal (a copied path must work);
+    `--quiet` leaves stdout to the sweep's directory alone, as `run -q` does for a snapshot."""
+    sweep_file = write_sweep(tmp_path / "in", rows=ROWS[:1], workers=1, max_new_tokens=8)
+    store = tmp_path / ("a-store-whose-path-is-longer-than-eighty-columns-" * 2)
+    planned = run_cli("sweep", "plan", sweep_file, "--store", store, env={"COLUMNS": "80"})
+    assert planned.returncode == 0, planned.stderr
+    sweep = only_sweep(store)
+    assert f"planned 1 item in {sweep}" in planned.stderr.splitlines(), planned.stderr
+    quiet = run_cli("sweep", "plan", sweep_file, "--store", store, "--quiet", env={"COLUMNS": "80"})
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    (second,) = [p for p in store.iterdir() if p.is_dir() and p != sweep and not p.name.startswith(".") and "-0000-" not in p.name]
+    assert quiet.stdout == f"{second}\n"

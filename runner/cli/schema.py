@@ -28,5 +28,5 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json([str(p) for p in written])
     else:
-        stderr_console.print(f"wrote {len(written)} schema files to {(args.out or JSON_DIR)}" + (f" and the format doc to {doc}" if doc else ""))
+        stderr_console.print(f"wrote {len(written)} schema files to {(args.out or JSON_DIR)}" + (f" and the format doc to {doc}" if doc else ""), soft_wrap=True)
     return 0

@@ -74,7 +74,7 @@ def handle(args: argparse.Namespace) -> int:
     bound = f"of {record.revokes}" if record.revokes else f"{record.digest_kind} digest {record.digest[:12]}…"
     if is_sweep:  # a sweep's own record: it binds the sweep's files, which record every item's digest
         bound = f"sweep {snapshot.name}, {bound}"
-    stderr_console.print(f"{how} {record.decision} by {escape(record.by)}, {escape(bound)}")
+    stderr_console.print(f"{how} {record.decision} by {escape(record.by)}, {escape(bound)}", soft_wrap=True)
     stderr_console.print(str(path), markup=False, soft_wrap=True)
     if record.decision == "approve" and (started := execution_started_at(snapshot)) is not None:
         stderr_console.print(f"note: this plan already ran (started {started}): the approval is recorded, but it did not gate that run "

@@ -60,7 +60,7 @@ def handle(args: argparse.Namespace) -> int:
             sweep_dir = plan_sweep(path, args.store, force=args.force, on_item=None if args.json else partial(_checking, say))
         if not args.json:
             count = _item_count(sweep_dir)
-            stderr_console.print(f"planned {counted(count, 'item')} in {shown_path(sweep_dir)}", markup=False, highlight=False)
+            stderr_console.print(f"planned {counted(count, 'item')} in {shown_path(sweep_dir)}", markup=False, highlight=False, soft_wrap=True)
         if action == "plan":
             if args.json:
                 print_json({"sweep": str(sweep_dir)})
@@ -98,19 +98,19 @@ def _execute(sweep_dir: Path, as_json: bool) -> int:
         run = execute_sweep(sweep_dir, make_pool, on_event=progress.event)
     if run.leftovers:
         stderr_console.print(f"stopped {len(run.leftovers)} process(es) an earlier driver of this sweep left running "
-                             f"(PIDs {', '.join(map(str, run.leftovers))}) before resuming", markup=False, highlight=False)
+                             f"(PIDs {', '.join(map(str, run.leftovers))}) before resuming", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         print_json({"sweep": str(run.sweep_dir), "exit_code": run.exit_code, "result": run.result.model_dump(mode="json")})
     else:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(run.result.counts.items()))
-        stderr_console.print(f"sweep {run.result.status}: {counts}  ({shown_path(run.sweep_dir)})", markup=False, highlight=False)
+        stderr_console.print(f"sweep {run.result.status}: {counts}  ({shown_path(run.sweep_dir)})", markup=False, highlight=False, soft_wrap=True)
     return run.exit_code
 
 
 def _checking(say: Callable[[str], None], done: int, total: int) -> None:
     say(f"planning the sweep: validated {done}/{total} items")
     if done == total or done % 50 == 0:
-        stderr_console.print(f"validated {done}/{total} items", markup=False, highlight=False)
+        stderr_console.print(f"validated {done}/{total} items", markup=False, highlight=False, soft_wrap=True)
 
 
 def _item_count(sweep_dir: Path) -> int:

@@ -69,7 +69,7 @@ def render_sweep(v, command: str) -> None:  # noqa: ANN001 (analysis.sweep.Sweep
             counts.add_row(label, key, str(n))
     stdout_console.print(counts)
     if d.units_min is not None:
-        stdout_console.print(f"units per item: min {d.units_min}, median {d.units_median:g}, max {d.units_max}", markup=False, highlight=False)
+        stdout_console.print(f"units per item: min {d.units_min}, median {d.units_median:g}, max {d.units_max}", markup=False, highlight=False, soft_wrap=True)
     stdout_console.print(f"lost attempts (kept as incomplete snapshots): {d.lost_attempts}; failed items: {_indices(d.failed_items)}; "
                          f"lost items: {_indices(d.lost_items)}", markup=False, highlight=False, soft_wrap=True)
     attention = [i for i in v.items if i.failures or i.warnings or i.status != "succeeded"]
@@ -86,7 +86,7 @@ def render_sweep(v, command: str) -> None:  # noqa: ANN001 (analysis.sweep.Sweep
                 table.add_row(*row)
             stdout_console.print(table)
         else:  # narrower: one item per line, nothing folded (a table this narrow cut ids and words in half)
-            stdout_console.print("items needing attention:", markup=False, highlight=False)
+            stdout_console.print("items needing attention:", markup=False, highlight=False, soft_wrap=True)
             for index, status, stop, units, warns, fails, snapshot in rows:
                 stdout_console.print(f"  item {index}: {status}, stop {stop}, {units} units, WARN {warns}, FAIL {fails}\n    {snapshot}",
                                      markup=False, highlight=False, soft_wrap=True)

@@ -56,7 +56,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         return _watch_sweep(snapshot, args) if is_sweep else _watch(snapshot, args)
     except RunInterrupted as exc:  # the watcher's own Ctrl-C: nothing it watches is touched
-        stderr_console.print(f"stopped watching ({exc.signal_name}); the run itself is not affected", markup=False, highlight=False)
+        stderr_console.print(f"stopped watching ({exc.signal_name}); the run itself is not affected", markup=False, highlight=False, soft_wrap=True)
         return EXIT_CODES.get(exc.signal_name, 130)
 
 
