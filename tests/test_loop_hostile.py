@@ -228,13 +228,19 @@ def create_backend():
 '''
 
 
-def test_a_plugins_count_beyond_what_genrun_counted_fails_the_run_and_is_not_recorded(tmp_path: Path) -> None:
-    from test_backend_plugin import findings_of, install_counter, plan_and_execute
+def _installed_plugin(tmp_path: Path, module: str, source: str) -> dict[str, str]:
+    """The environment of a process that discovers `module`'s `create_backend` (written from `source`) as a backend."""
+    from test_backend_plugin import install_counter
 
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "liar_backend.py").write_text(LIAR)
-    env = install_counter(tmp_path / "site", target="liar_backend:create_backend")
-    snapshot, executed = plan_and_execute(tmp_path, env)
+    (tmp_path / "site" / f"{module}.py").write_text(source)
+    return install_counter(tmp_path / "site", target=f"{module}:create_backend")
+
+
+def test_a_plugins_count_beyond_what_genrun_counted_fails_the_run_and_is_not_recorded(tmp_path: Path) -> None:
+    from test_backend_plugin import findings_of, plan_and_execute
+
+    snapshot, executed = plan_and_execute(tmp_path, _installed_plugin(tmp_path, "liar_backend", LIAR))
     assert executed.returncode == 1, executed.stderr
     result = json.loads(executed.stdout)
     assert (result["status"], result["generated"]) == ("failed", 4)  # the recorder's count, not the claim
@@ -286,11 +292,9 @@ def test_a_declared_pattern_that_backtracks_catastrophically_is_checked_in_linea
     """With the `jsonschema` package, `verify` and `report --html` never finished on this value."""
     import subprocess
 
-    from test_backend_plugin import genrun, install_counter, plan_and_execute
+    from test_backend_plugin import genrun, plan_and_execute
 
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "labelled_backend.py").write_text(LABELLED)
-    env = install_counter(tmp_path / "site", target="labelled_backend:create_backend")
+    env = _installed_plugin(tmp_path, "labelled_backend", LABELLED)
     snapshot, executed = plan_and_execute(tmp_path, env)
     assert executed.returncode == 0, executed.stderr
     stop_file = snapshot / "generation-stop.json"
@@ -346,11 +350,9 @@ def create_backend():
     ("backreference", "cannot be applied: \"(a+)\\\\1\" is not a \"regex\""),
 ])
 def test_a_declared_schema_verify_cannot_apply_safely_is_refused_at_plan(tmp_path: Path, kind: str, expected: str) -> None:
-    from test_backend_plugin import counter_request, genrun, install_counter
+    from test_backend_plugin import counter_request, genrun
 
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "hostile_backend.py").write_text(HOSTILE_SCHEMA)
-    env = install_counter(tmp_path / "site", target="hostile_backend:create_backend") | {"HOSTILE_SCHEMA": kind}
+    env = _installed_plugin(tmp_path, "hostile_backend", HOSTILE_SCHEMA) | {"HOSTILE_SCHEMA": kind}
     planned = genrun("plan", str(counter_request(tmp_path)), "--store", str(tmp_path / "store"), env=env, cwd=tmp_path)
     assert planned.returncode == 2, planned.stderr
     assert "the 'counter' backend's declared evidence is refused: the call-config schema hostile_backend:HostileCall" in planned.stderr
