@@ -285,7 +285,8 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
         loaded["request_source_name"] = source_name
         loaded["request_source"] = _read(root, source_name, problems)
     _check_declaration_present(root, files, problems)
-    loaded["request_json"], loaded["artifacts"] = _read_json_artifacts(root, files, problems)
+    raw, loaded["artifacts"] = _read_json_artifacts(root, files, problems)
+    loaded["request_json"] = raw.get(layout.REQUEST)
     loaded["frozen_manifest"], loaded["plan_digest"] = _read_manifest(root, layout.FROZEN_MANIFEST, problems)
     if layout.PROGRESS in files:
         loaded["progress"] = _read_progress(root, files, problems)
@@ -297,32 +298,32 @@ def read_snapshot(path: str | Path, *, hash_files: bool = True) -> Snapshot:
     if layout.STAGE_PROGRESS in files:
         loaded["stage_events"] = _read_stage_events(root, problems)
     snap = Snapshot(path=root, files=MappingProxyType(files), problems=MappingProxyType(problems), **loaded)
-    return _with_call_config(snap, root, problems)
+    return _with_call_config(snap, root, problems, raw)
 
 
-def _read_json_artifacts(root: Path, files: Mapping[str, FileFact], problems: dict[str, str]) -> tuple[Any, Mapping[str, BaseModel]]:
-    """(`request.json` as plain JSON, file -> model) for every JSON file present that the artifact registry names, each
-    validated with the registry's model; sign-off records are read by `signoffs`, not here."""
-    raw_request = None
+def _read_json_artifacts(root: Path, files: Mapping[str, FileFact],
+                         problems: dict[str, str]) -> tuple[Mapping[str, Any], Mapping[str, BaseModel]]:
+    """(file -> plain JSON, file -> model) for every JSON file present that the artifact registry names, each validated
+    with the registry's model; sign-off records are read by `signoffs`, not here."""
+    raw: dict[str, Any] = {}
     artifacts: dict[str, BaseModel] = {}
     for rel in files:
         spec = artifact_for(rel, SNAPSHOT_ARTIFACTS)
         if spec is None or spec.form != "json" or spec.phase == "sign-off":
             continue
-        data = _read_json(root, rel, files, problems)
-        if rel == layout.REQUEST:
-            raw_request = data
-        if (model := _validate(root, spec.model, data, rel, problems)) is not None:
+        raw[rel] = _read_json(root, rel, files, problems)
+        if (model := _validate(root, spec.model, raw[rel], rel, problems)) is not None:
             artifacts[rel] = model
-    return raw_request, MappingProxyType(artifacts)
+    return raw, MappingProxyType(artifacts)
 
 
-def _with_call_config(snap: Snapshot, root: Path, problems: dict[str, str]) -> Snapshot:
-    """The snapshot with its declared call-config artifact: as plain JSON, and typed where genrun's own model reads it."""
+def _with_call_config(snap: Snapshot, root: Path, problems: dict[str, str], raw: Mapping[str, Any]) -> Snapshot:
+    """The snapshot with its declared call-config artifact: as plain JSON (read once: `raw` holds it where the registry
+    names the file), and typed where genrun's own model reads it."""
     declared = snap.declaration.call_config
     if declared is None or declared.name not in snap.files:
         return snap
-    data = _read_json(root, declared.name, snap.files, problems)
+    data = raw[declared.name] if declared.name in raw else _read_json(root, declared.name, snap.files, problems)
     model = typed_call_config_model(snap.declaration)
     typed = snap.artifacts.get(declared.name)  # the registry's model already read it (a built-in backend's file)
     if model is not None and not isinstance(typed, model):
