@@ -139,9 +139,10 @@ def sequence_text_path(index: int) -> str:
     return f"{OUTPUTS_DIR}/{sequence_text_name(index)}"
 
 
-def extra_generation_config_name(call_index: int) -> str:
-    """Effective config of the outermost generate call `call_index` >= 1 (entry points calling generate twice)."""
-    return GENERATION_CONFIG.replace(".json", f".{call_index}.json")
+def generation_config_name(call_index: int) -> str:
+    """The effective config of outermost generate call `call_index`: `generation-config.before-generate.json` for the
+    first (0), `...before-generate.<i>.json` for each further one (entry points calling generate more than once)."""
+    return GENERATION_CONFIG if call_index == 0 else GENERATION_CONFIG.replace(".json", f".{call_index}.json")
 
 
 def generation_config_call_index(name: str) -> int | None:

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import DIFFUSION_EVIDENCE, PipelineCallBeforeCall, Request, TokenBudget, layout
-from genrun.schemas.progress import Unit
-from genrun.schemas.rendering import jsonable
+from genrun.schemas.evidence import DIFFUSION_EVIDENCE
+from genrun.schemas.layout import PIPELINE_CALL
+from genrun.schemas.pipeline_call import PipelineCallBeforeCall
+from genrun.backends import Request, TokenBudget, Unit, jsonable
 from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, generation_timings, refuse_generation, save_output_fields, unknown_key_message, user_import_paths
 
 from . import _files as files
@@ -117,7 +118,7 @@ class DiffusersRun:
             pipe.set_progress_bar_config(disable=True)  # genrun draws its own bar; tqdm would interleave with it on stderr
             self.call = describe_call(ctx, pipe, plan, kwargs, timesteps, note, by_callback)
             with deferred():  # complete or absent, never half-written
-                ctx.snapshot.write(layout.PIPELINE_CALL, self.call)
+                ctx.snapshot.write(PIPELINE_CALL, self.call)
             self.started = time.monotonic()
             try:
                 if by_callback:

@@ -1,9 +1,8 @@
 """The one stop record of a pipeline call: `completed`, `interrupted` or `exception`, with steps done of steps planned."""
 
-from genrun.schemas import (CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps, PipelineCallBeforeCall,
-                            SequenceStop, StopEvidence)
-from genrun.schemas.stop_diffusion import StepsPlannedSource
-from genrun.backends import exception_info
+from genrun.schemas.pipeline_call import PipelineCallBeforeCall
+from genrun.schemas.stop_diffusion import CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence
+from genrun.backends import DiffusionSteps, SequenceStop, StepsPlannedSource, StopEvidence, exception_info
 
 from .steps import StepObserver
 
