@@ -165,83 +165,127 @@ row's ids), `summarise_token_rows` (the summary `save_token_rows` writes, withou
 (a line a process your backend started wrote, such as an engine's own process, kept in the run's `run-log.ndjson`).
 """
 
-from genrun.runner._io import write_bytes_atomic, write_model_atomic
-from genrun.runner.backends.batching import BatchingBackend, ItemBatch
-from genrun.runner.backends.entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
-from genrun.runner.backends import (
-    ENTRY_POINT_GROUP,
-    Backend,
-    BackendOutcome,
-    ExecutionContext,
-    GenerationEnd,
-    LoadContext,
-    LoadedModel,
-    Run,
-    exception_info,
-    generation_timings,
-    refuse_generation,
-)
-from genrun.runner.backends._audio import DecodedAudio, decode_audio
-from genrun.runner.backends._images import load_image
-from genrun.runner.budget import DTYPE_BYTES, MemoryFit, memory_fit, refusals_for, unit_budget, with_refusals
-from genrun.runner.backends._torch_runtime import TORCH_PACKAGES, TorchRuntime
-from genrun.runner.errors import RequestError
-from genrun.runner.executing_process import refuse_other_process
-from genrun.runner.input_files import input_path, read_input_files
-from genrun.runner.interrupts import RunInterrupted, deferred, first_signal, stop_if_requested
-from genrun.runner.media import save_array, save_audio, save_output_fields
-from genrun.runner.model_identity import WEIGHT_SUFFIXES
-from genrun.runner.plan_context import PlanContext
-from genrun.runner.recorder import ProgressRecorder
-from genrun.runner.request_loading import unknown_key_message
-from genrun.runner.run_log import add_line_from_another_process
-from genrun.runner.runtime import DeviceMemory, Runtime
-from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows, summarise_token_rows, write_sequence_texts
-from genrun.schemas import (
-    EVIDENCE_KIND_MEANING,
-    AudioEvidence,
-    AudioReceived,
-    CallEvidence,
-    DecoderPrompt,
-    DiffusionSteps,
-    DomainEstimate,
-    GenerationCalls,
-    GenerationConfigBeforeGenerate,
-    ImageReceived,
-    InputFile,
-    InputPreparation,
-    InputSpec,
-    LimitSource,
-    PreparedRow,
-    Truncation,
-    UnitsSpec,
-    STOP_REASON_MEANING,
-    EvidenceDeclaration,
-    EvidenceKind,
-    ExceptionInfo,
-    Failed,
-    FailedWithMessage,
-    Interrupted,
-    Request,
-    SequenceStop,
-    StopEvidence,
-    StopReason,
-    TokenBudget,
-    TokenStopFacts,
-)
-from genrun.schemas.budget import FrameRateSource, LengthSource
-from genrun.schemas.inputs import Architecture
-from genrun.schemas.layout import GENERATION_CALLS as GENERATION_CALLS_FILE
-from genrun.schemas.layout import INPUT_PREPARATION as INPUT_PREPARATION_FILE
-from genrun.schemas.layout import LIBRARY_DEFAULT_NEW_TOKENS, generation_config_name
-from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
-from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
-from genrun.schemas.layout import STAGES as STAGES_FILE
-from genrun.schemas.progress import Unit
-from genrun.schemas.rendering import array_or, human_bytes, jsonable
-from genrun.schemas.stop_diffusion import StepsPlannedSource
-from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
-from genrun.snapshot_dir import AppendStream, SnapshotDir
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The names are imported on first use (PEP 562), like `genrun.schemas`: an evidence module that needs three models
+# (and every reader that finds a built-in backend's models through it) does not pay for the runner's modules. The
+# `TYPE_CHECKING` imports are what type checkers read; `_EXPORTS` is what runs; tests/test_plugin_contract.py checks
+# that the two name the same things.
+if TYPE_CHECKING:
+    from genrun.runner._io import write_bytes_atomic, write_model_atomic
+    from genrun.runner.backends.batching import BatchingBackend, ItemBatch
+    from genrun.runner.backends.entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+    from genrun.runner.backends import (
+        ENTRY_POINT_GROUP,
+        Backend,
+        BackendOutcome,
+        ExecutionContext,
+        GenerationEnd,
+        LoadContext,
+        LoadedModel,
+        Run,
+        exception_info,
+        generation_timings,
+        refuse_generation,
+    )
+    from genrun.runner.backends._audio import DecodedAudio, decode_audio
+    from genrun.runner.backends._images import load_image
+    from genrun.runner.budget import DTYPE_BYTES, MemoryFit, memory_fit, refusals_for, unit_budget, with_refusals
+    from genrun.runner.backends._torch_runtime import TORCH_PACKAGES, TorchRuntime
+    from genrun.runner.errors import RequestError
+    from genrun.runner.executing_process import refuse_other_process
+    from genrun.runner.input_files import input_path, read_input_files
+    from genrun.runner.interrupts import RunInterrupted, deferred, first_signal, stop_if_requested
+    from genrun.runner.media import save_array, save_audio, save_output_fields
+    from genrun.runner.model_identity import WEIGHT_SUFFIXES
+    from genrun.runner.plan_context import PlanContext
+    from genrun.runner.recorder import ProgressRecorder
+    from genrun.runner.request_loading import unknown_key_message
+    from genrun.runner.run_log import add_line_from_another_process
+    from genrun.runner.runtime import DeviceMemory, Runtime
+    from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows, summarise_token_rows, write_sequence_texts
+    from genrun.schemas import (
+        EVIDENCE_KIND_MEANING,
+        AudioEvidence,
+        AudioReceived,
+        CallEvidence,
+        DecoderPrompt,
+        DiffusionSteps,
+        DomainEstimate,
+        GenerationCalls,
+        GenerationConfigBeforeGenerate,
+        ImageReceived,
+        InputFile,
+        InputPreparation,
+        InputSpec,
+        LimitSource,
+        PreparedRow,
+        Truncation,
+        UnitsSpec,
+        STOP_REASON_MEANING,
+        EvidenceDeclaration,
+        EvidenceKind,
+        ExceptionInfo,
+        Failed,
+        FailedWithMessage,
+        Interrupted,
+        Request,
+        SequenceStop,
+        StopEvidence,
+        StopReason,
+        TokenBudget,
+        TokenStopFacts,
+    )
+    from genrun.schemas.budget import FrameRateSource, LengthSource
+    from genrun.schemas.inputs import Architecture
+    from genrun.schemas.layout import GENERATION_CALLS as GENERATION_CALLS_FILE
+    from genrun.schemas.layout import INPUT_PREPARATION as INPUT_PREPARATION_FILE
+    from genrun.schemas.layout import LIBRARY_DEFAULT_NEW_TOKENS, generation_config_name
+    from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
+    from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
+    from genrun.schemas.layout import STAGES as STAGES_FILE
+    from genrun.schemas.progress import Unit
+    from genrun.schemas.rendering import array_or, human_bytes, jsonable
+    from genrun.schemas.diffusion_steps import StepsPlannedSource
+    from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
+    from genrun.snapshot_dir import AppendStream, SnapshotDir
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "genrun.runner._io": ("write_bytes_atomic", "write_model_atomic"),
+    "genrun.runner.backends": ("Backend", "BackendOutcome", "ENTRY_POINT_GROUP", "ExecutionContext", "GenerationEnd", "LoadContext", "LoadedModel", "Run", "exception_info", "generation_timings", "refuse_generation"),
+    "genrun.runner.backends._audio": ("DecodedAudio", "decode_audio"),
+    "genrun.runner.backends._images": ("load_image",),
+    "genrun.runner.backends._torch_runtime": ("TORCH_PACKAGES", "TorchRuntime"),
+    "genrun.runner.backends.batching": ("BatchingBackend", "ItemBatch"),
+    "genrun.runner.backends.entrypoint": ("resolve_callable", "save_entrypoint_result", "user_import_paths"),
+    "genrun.runner.budget": ("DTYPE_BYTES", "MemoryFit", "memory_fit", "refusals_for", "unit_budget", "with_refusals"),
+    "genrun.runner.errors": ("RequestError",),
+    "genrun.runner.executing_process": ("refuse_other_process",),
+    "genrun.runner.input_files": ("input_path", "read_input_files"),
+    "genrun.runner.interrupts": ("RunInterrupted", "deferred", "first_signal", "stop_if_requested"),
+    "genrun.runner.media": ("save_array", "save_audio", "save_output_fields"),
+    "genrun.runner.model_identity": ("WEIGHT_SUFFIXES",),
+    "genrun.runner.plan_context": ("PlanContext",),
+    "genrun.runner.recorder": ("ProgressRecorder",),
+    "genrun.runner.request_loading": ("unknown_key_message",),
+    "genrun.runner.run_log": ("add_line_from_another_process",),
+    "genrun.runner.runtime": ("DeviceMemory", "Runtime"),
+    "genrun.runner.token_rows": ("TokenRow", "save_prompt_ids", "save_token_rows", "summarise_token_rows", "write_sequence_texts"),
+    "genrun.schemas": ("AudioEvidence", "AudioReceived", "CallEvidence", "DecoderPrompt", "DiffusionSteps", "DomainEstimate", "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "GenerationCalls", "GenerationConfigBeforeGenerate", "ImageReceived", "InputFile", "InputPreparation", "InputSpec", "Interrupted", "LimitSource", "PreparedRow", "Request", "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenBudget", "TokenStopFacts", "Truncation", "UnitsSpec"),
+    "genrun.schemas.budget": ("FrameRateSource", "LengthSource"),
+    "genrun.schemas.inputs": ("Architecture",),
+    "genrun.schemas.layout": ("GENERATION_CALLS_FILE=GENERATION_CALLS", "INPUT_PREPARATION_FILE=INPUT_PREPARATION", "LIBRARY_DEFAULT_NEW_TOKENS", "STAGES_FILE=STAGES", "STAGE_IDS_FILE=STAGE_IDS", "STAGE_PROGRESS_FILE=STAGE_PROGRESS", "generation_config_name"),
+    "genrun.schemas.progress": ("Unit",),
+    "genrun.schemas.rendering": ("array_or", "human_bytes", "jsonable"),
+    "genrun.schemas.stages": ("StageEndEvent", "StageIds", "StageProgressEvent", "StageRecord", "StageStartEvent", "StageUnit", "Stages"),
+    "genrun.schemas.diffusion_steps": ("StepsPlannedSource",),
+    "genrun.snapshot_dir": ("AppendStream", "SnapshotDir"),
+}
+"""Each module and the names this one takes from it (`PUBLIC=attribute` where the public name differs)."""
+_SOURCE = {public: (module, attribute or public) for module, names in _EXPORTS.items()
+           for public, _, attribute in (name.partition("=") for name in names)}
+"""Public name -> (module, attribute)."""
 
 __all__ = [
     # registering and the protocol
@@ -287,3 +331,17 @@ __all__ = [
     # the `token_ids` evidence kind, for a backend that keeps its own ids (needs torch and safetensors)
     "TokenRow", "save_prompt_ids", "save_token_rows", "summarise_token_rows", "write_sequence_texts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`from genrun.backends import Request`: the module that defines it is imported now (once: the name is kept)."""
+    source = _SOURCE.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source[0]), source[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -56,14 +56,11 @@ def imported_modules(path: Path, name: tuple[str, bool] | None = None) -> list[t
     return found
 
 
-# The family evidence models (and the file names and declarations built from them) still defined in genrun's core,
-# which their backends import until the models move into them (issue 37, item 4): exactly these names, nothing else of
-# `genrun.schemas`.
+# The call-config models (and their file names) still defined in genrun's core, which their backends import until they
+# move into them too (issue 37, item 4): exactly these names, nothing else of `genrun.schemas`.
 EVIDENCE_STILL_IN_CORE = (
-    "genrun.schemas.stop_tokens", "genrun.schemas.stop_diffusion.CompletedEvidence", "genrun.schemas.stop_diffusion.DiffusionExceptionEvidence",
-    "genrun.schemas.stop_diffusion.DiffusionInterruptedEvidence", "genrun.schemas.pipeline_call.PipelineCallBeforeCall",
-    "genrun.schemas.stages.LoopCall", "genrun.schemas.layout.LOOP_CALL", "genrun.schemas.layout.PIPELINE_CALL",
-    "genrun.schemas.evidence.TOKEN_EVIDENCE", "genrun.schemas.evidence.DIFFUSION_EVIDENCE",
+    "genrun.schemas.pipeline_call.PipelineCallBeforeCall", "genrun.schemas.stages.LoopCall", "genrun.schemas.layout.LOOP_CALL",
+    "genrun.schemas.layout.PIPELINE_CALL",
 )
 
 
@@ -75,7 +72,7 @@ def _private_core_imports(source: Path, own: str, *, probe: bool = False) -> lis
             if name.split(".")[0] != "genrun" or any(name == a or name.startswith(a + ".") for a in ("genrun.backends", own)):
                 continue
             # `from genrun.schemas.stages import LoopCall` also yields its module, `genrun.schemas.stages`
-            if name != "genrun.schemas" and any(name == a or name.startswith(a + ".") or a.startswith(name + ".") for a in EVIDENCE_STILL_IN_CORE):
+            if any(name == a or name.startswith(a + ".") or name == a.rpartition(".")[0] for a in EVIDENCE_STILL_IN_CORE):
                 continue
             bad.append(f"{path.relative_to(source.parent)}:{line}: {name}")
     return bad
@@ -178,7 +175,8 @@ def test_every_backends_interrupted_and_failed_evidence_is_the_shared_model() ->
     from genrun.examples.counter_backend import CounterBackend
     from genrun.runner.backends.loop.backend import LoopBackend
     from genrun.runner.backends.vllm import VllmBackend
-    from genrun.schemas import DIFFUSION_STOP_EVIDENCE, TOKEN_STOP_EVIDENCE
+    from genrun.runner.backends.diffusers.evidence import DIFFUSION_STOP_EVIDENCE
+    from genrun.runner.backends.transformers.evidence import TOKEN_STOP_EVIDENCE
 
     declared = {"counter": CounterBackend.evidence.stop_evidence, "loop": LoopBackend.evidence.stop_evidence,
                 "vllm": VllmBackend.evidence.stop_evidence, "tokens": TOKEN_STOP_EVIDENCE, "diffusion": DIFFUSION_STOP_EVIDENCE}
@@ -273,3 +271,50 @@ def test_analysis_code_names_no_backend_family_beyond_the_listed_debt() -> None:
     assert FAMILY_NAMES_STILL_IN_ANALYSIS - found == set(), "debt paid: strike it from the list"
     # The scan reads code: the loop backend's package, scanned the same way, is full of its family's name.
     assert any(FAMILY_WORDS.search(text) for _, text in _code_tokens(BACKENDS / "loop" / "backend.py"))
+
+
+def test_the_plugin_modules_lazy_names_are_the_ones_type_checkers_read() -> None:
+    """`genrun.backends` imports a name when it is first used; what runs (`_EXPORTS`) names the same module and attribute as
+    the `TYPE_CHECKING` imports type checkers read, and every exported name resolves."""
+    tree = ast.parse(Path(public.__file__).read_text())
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    typed = {alias.asname or alias.name: (node.module, alias.name) for node in guarded.body if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    assert typed == public._SOURCE
+    assert sorted(public.__all__) == sorted(typed)
+    assert public.SequenceStop is __import__("genrun.schemas", fromlist=["SequenceStop"]).SequenceStop
+    with pytest.raises(AttributeError, match="has no attribute 'NotExported'"):
+        public.NotExported  # noqa: B018
+
+
+def test_genruns_own_evidence_models_are_found_through_its_entry_points_and_by_their_names_before_they_moved() -> None:
+    """The core resolves the built-in backends' models through the `genrun.evidence` group (no import of a backend's
+    package by name), by the names new snapshots record and by the names snapshots recorded before the models moved."""
+    from genrun.runner.backends.diffusers.evidence import EVIDENCE as DIFFUSERS
+    from genrun.runner.backends.transformers.evidence import EVIDENCE as TRANSFORMERS, EosEvidence
+    from genrun.schemas.evidence import MOVED_EVIDENCE_MODELS, builtin_declarations, genrun_evidence_model, qualified_name
+
+    assert dict(builtin_declarations()) == {"diffusers": DIFFUSERS, "transformers": TRANSFORMERS}
+    assert genrun_evidence_model("genrun.runner.backends.transformers.evidence:EosEvidence") is EosEvidence
+    assert genrun_evidence_model("genrun.schemas.stop_tokens:EosEvidence") is EosEvidence
+    assert {old: qualified_name(genrun_evidence_model(old)) for old in MOVED_EVIDENCE_MODELS} == dict(MOVED_EVIDENCE_MODELS)  # type: ignore[arg-type]
+    assert genrun_evidence_model("genrun.schemas.stop_tokens:NotAModel") is None
+    assert genrun_evidence_model("genrun.examples.counter_backend:CounterCall") is None  # a plugin's: its schema is recorded
+
+
+def test_a_third_partys_evidence_entry_point_does_not_make_its_models_genruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only genrun's own distribution is read from `genrun.evidence`: another's models still record their JSON Schema."""
+    from genrun.schemas.evidence import _models_by_name, builtin_declarations, genrun_evidence_model
+
+    folder = tmp_path / "site" / "sneaky-1.0.dist-info"
+    folder.mkdir(parents=True)
+    (folder / "METADATA").write_text("Metadata-Version: 2.1\nName: sneaky\nVersion: 1.0\n")
+    (folder / "entry_points.txt").write_text("[genrun.evidence]\ncounter = genrun.examples.counter_backend:CounterBackend.evidence\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    builtin_declarations.cache_clear(), _models_by_name.cache_clear()
+    try:
+        assert sorted(builtin_declarations()) == ["diffusers", "transformers"]
+        assert genrun_evidence_model("genrun.examples.counter_backend:CounterCall") is None
+    finally:
+        monkeypatch.undo()
+        builtin_declarations.cache_clear(), _models_by_name.cache_clear()

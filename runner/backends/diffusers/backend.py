@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas.evidence import DIFFUSION_EVIDENCE
 from genrun.schemas.layout import PIPELINE_CALL
 from genrun.schemas.pipeline_call import PipelineCallBeforeCall
 from genrun.backends import Request, TokenBudget, Unit, jsonable
@@ -25,6 +24,7 @@ from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, Loa
 
 from . import _files as files
 from .budget import DIFFUSERS_RUNTIME, DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
+from .evidence import EVIDENCE
 from .loading import denoiser_of, load_pipeline
 from .steps import StepObserver
 from .stop import stop_record
@@ -39,7 +39,7 @@ class DiffusersBackend:
 
     name = "diffusers"
     runtime = DIFFUSERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
-    evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
+    evidence = EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""

@@ -12,7 +12,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genrun.schemas.evidence import TOKEN_EVIDENCE
 from genrun.backends import (GENERATION_CALLS_FILE, INPUT_PREPARATION_FILE, BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel,
                              PlanContext, Request, RequestError, TokenBudget, TokenRow, Unit, deferred, exception_info, generation_config_name,
                              generation_timings, input_path, read_input_files, refuse_generation, resolve_callable, save_entrypoint_result,
@@ -29,6 +28,7 @@ from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems, quick_generation_problems
 from .budget import TRANSFORMERS_RUNTIME
+from .evidence import EVIDENCE
 
 if TYPE_CHECKING:  # `instrument` imports torch and transformers: only execution imports them, so a
     # request's mistakes are refused at plan time without them (`_transformers_keys.quick_generation_problems`)
@@ -40,7 +40,7 @@ class TransformersBackend:
 
     name = "transformers"
     runtime = TRANSFORMERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
-    evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
+    evidence = EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""

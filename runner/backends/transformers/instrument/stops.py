@@ -17,7 +17,7 @@ Rules (the stop vocabulary, `genrun.backends.StopReason`), per row of every oute
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from genrun.schemas.stop_tokens import (
+from ..evidence import (
     CustomEvidence,
     EosEvidence,
     ExceptionEvidence,
