@@ -81,7 +81,8 @@ The kinds say which of verify's checks apply. Every backend provides `stop_recor
 `save_token_rows` (and `save_prompt_ids`) and give every stop model the `TokenStopFacts` fields;
 `diffusion_steps` only if every stop model carries `steps`, a `DiffusionSteps` (steps done of steps planned, and where
 the plan came from: `StepsPlannedSource`); `stages` as in section 5; `generation_config` and `generation_calls` as in
-section 8. Reasons come from the core vocabulary (`StopReason`, meanings in
+section 8. genrun's own call-config models subclass `CallConfigRecord` (how `report` and `diff` show the record, and
+where it carries the request's values); yours need not: a third party's call config is shown as recorded. Reasons come from the core vocabulary (`StopReason`, meanings in
 `STOP_REASON_MEANING`): `completed`, `interrupted` and `exception` must agree with how the run ended;
 the others (`eos`, `max_new_tokens`, ...) are yours to justify in your evidence. `Interrupted`,
 `Failed` and `FailedWithMessage` (`type` and `message` instead of `raised`) are the shared models of
@@ -238,6 +239,7 @@ if TYPE_CHECKING:
         TokenStopFacts,
     )
     from genrun.schemas.budget import FrameRateSource, LengthSource
+    from genrun.schemas.call_config import CallConfigRecord
     from genrun.schemas.inputs import Architecture
     from genrun.schemas.layout import GENERATION_CALLS as GENERATION_CALLS_FILE
     from genrun.schemas.layout import INPUT_PREPARATION as INPUT_PREPARATION_FILE
@@ -272,6 +274,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "genrun.runner.run_log": ("add_line_from_another_process",),
     "genrun.runner.runtime": ("DeviceMemory", "Runtime"),
     "genrun.runner.token_rows": ("TokenRow", "save_prompt_ids", "save_token_rows", "summarise_token_rows", "write_sequence_texts"),
+    "genrun.schemas.call_config": ("CallConfigRecord",),
     "genrun.schemas": ("AudioEvidence", "AudioReceived", "CallEvidence", "DecoderPrompt", "DiffusionSteps", "DomainEstimate", "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "GenerationCalls", "GenerationConfigBeforeGenerate", "ImageReceived", "InputFile", "InputPreparation", "InputSpec", "Interrupted", "LimitSource", "PreparedRow", "Request", "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenBudget", "TokenStopFacts", "Truncation", "UnitsSpec"),
     "genrun.schemas.budget": ("FrameRateSource", "LengthSource"),
     "genrun.schemas.inputs": ("Architecture",),
@@ -298,6 +301,8 @@ __all__ = [
     # evidence: the declaration and the stop records
     "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "Interrupted",
     "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
+    # the base of genrun's own typed call-config models
+    "CallConfigRecord",
     # the `diffusion_steps` evidence kind: the steps every stop record carries
     "DiffusionSteps", "StepsPlannedSource",
     # signals; a process forked by user code never writes (its own appends: `refuse_other_process` first)

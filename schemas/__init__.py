@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity, ProcessorIdentity
     from .lineage import ChangeAction, Determinism, Lineage, RequestChange
     from .inputs import AudioFacts, AudioReceived, DecoderPrompt, ImageFacts, ImageReceived, InputFile, InputFiles, InputPreparation, PreparedRow, Truncation
-    from .pipeline_call import PipelineCallBeforeCall
     from .progress import (
         EVENT_ADAPTER,
         AnyEvent,
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from .diffusion_steps import DiffusionSteps
     from .token_ids import GeneratedTokenIds, TokenSequenceSummary, TokenStopFacts
     from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
-    from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec, artifact_for, model_for, with_declared
+    from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec, artifact_for, model_for, snapshot_artifacts, with_declared
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "budget": ("DomainEstimate", "TokenBudget"),
@@ -52,7 +51,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "identity": ("CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo", "Environment", "FileDigest", "GitState", "ModelFile", "ModelIdentity", "ProcessorIdentity"),
     "lineage": ("ChangeAction", "Determinism", "Lineage", "RequestChange"),
     "inputs": ("AudioFacts", "AudioReceived", "DecoderPrompt", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation"),
-    "pipeline_call": ("PipelineCallBeforeCall",),
     "progress": ("EVENT_ADAPTER", "AnyEvent", "EndEvent", "ExceptionEvent", "FirstTokenEvent", "InterruptedEvent", "ProgressEvent", "StartEvent"),
     "request": ("BudgetSpec", "ChatMessage", "DeterminismSpec", "EntrypointSpec", "InputSpec", "ModelSpec", "PolicySpec", "ProgressSpec", "Request", "UnitsSpec"),
     "result": ("ExecutionIdentity", "PeakMemory", "Phases", "Result", "RunStatus", "Timings"),
@@ -63,7 +61,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "diffusion_steps": ("DiffusionSteps",),
     "token_ids": ("GeneratedTokenIds", "TokenSequenceSummary", "TokenStopFacts"),
     "_versioning": ("FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned"),
-    "artifacts": ("SNAPSHOT_ARTIFACTS", "SWEEP_ARTIFACTS", "ArtifactSpec", "artifact_for", "model_for", "with_declared"),
+    "artifacts": ("SNAPSHOT_ARTIFACTS", "SWEEP_ARTIFACTS", "ArtifactSpec", "artifact_for", "model_for", "snapshot_artifacts", "with_declared"),
 }
 """Each submodule and the names this package takes from it."""
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import layout
-from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec
+from .artifacts import SWEEP_ARTIFACTS, ArtifactSpec, snapshot_artifacts
 from .evidence import EVIDENCE_KIND_MEANING, MOVED_EVIDENCE_MODELS, builtin_declarations
 from .stop import STOP_REASON_MEANING
 
@@ -111,7 +111,7 @@ def render_format_doc() -> str:
         "a trailing `/` for a directory. *Written by* names the backend, or the kind of run, that writes the file; *read as*",
         "names the model that validates it (per line for `.ndjson`), or how it is read when no model does.",
         "",
-        *_files_table(SNAPSHOT_ARTIFACTS),
+        *_files_table(snapshot_artifacts()),
         "",
         f"Constants: the ids summary keeps the last {layout.LAST_IDS_KEPT} ids of each row; rows are `sequence_<i>`; with no",
         f"length set anywhere, transformers stops at prompt + {layout.LIBRARY_DEFAULT_NEW_TOKENS} tokens (`library_default`).",
@@ -165,7 +165,7 @@ def render_format_doc() -> str:
         "",
     ]
     roots: list[type[BaseModel]] = []
-    for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS):
+    for spec in (*snapshot_artifacts(), *SWEEP_ARTIFACTS):
         roots += [m for m in _member_models(spec.model) if m not in roots]
     declarations = builtin_declarations()
     for backend in [*(b for b in _FAMILY_WORDS if b in declarations), *(b for b in declarations if b not in _FAMILY_WORDS)]:

@@ -55,7 +55,7 @@ BACKEND = "backend.json"  # format 3+: the backend and the evidence it declares 
 
 # -- execute: written by `genrun execute` ---------------------------------------------------------------------------
 GENERATION_CONFIG = "generation-config.before-generate.json"
-PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made
+PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made (its declaration names it; format 1/2 is read by it)
 PROGRESS = "progress.ndjson"
 TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"

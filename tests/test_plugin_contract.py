@@ -56,12 +56,9 @@ def imported_modules(path: Path, name: tuple[str, bool] | None = None) -> list[t
     return found
 
 
-# The call-config models (and their file names) still defined in genrun's core, which their backends import until they
-# move into them too (issue 37, item 4): exactly these names, nothing else of `genrun.schemas`.
-EVIDENCE_STILL_IN_CORE = (
-    "genrun.schemas.pipeline_call.PipelineCallBeforeCall", "genrun.schemas.stages.LoopCall", "genrun.schemas.layout.LOOP_CALL",
-    "genrun.schemas.layout.PIPELINE_CALL",
-)
+# The loop's call-config model (and its file name), still defined in genrun's core, which the loop imports until it moves
+# into it too (issue 37, item 4): exactly these names, nothing else of `genrun.schemas`.
+EVIDENCE_STILL_IN_CORE = ("genrun.schemas.stages.LoopCall", "genrun.schemas.layout.LOOP_CALL")
 
 
 def _private_core_imports(source: Path, own: str, *, probe: bool = False) -> list[str]:
@@ -300,6 +297,25 @@ def test_genruns_own_evidence_models_are_found_through_its_entry_points_and_by_t
     assert {old: qualified_name(genrun_evidence_model(old)) for old in MOVED_EVIDENCE_MODELS} == dict(MOVED_EVIDENCE_MODELS)  # type: ignore[arg-type]
     assert genrun_evidence_model("genrun.schemas.stop_tokens:NotAModel") is None
     assert genrun_evidence_model("genrun.examples.counter_backend:CounterCall") is None  # a plugin's: its schema is recorded
+
+
+def test_a_built_in_call_config_is_listed_in_the_registry_as_its_backend_declares_it_when_first_asked_for() -> None:
+    """The artifact registry takes the diffusers call config's name and model from its declaration, and importing the
+    registry or the reader loads no backend's evidence (discovery runs when the list is first used)."""
+    import subprocess
+    import sys
+
+    from genrun.runner.backends.diffusers.evidence import EVIDENCE, PipelineCallBeforeCall
+    from genrun.schemas import layout
+    from genrun.schemas.artifacts import artifact_for
+
+    spec = artifact_for(layout.PIPELINE_CALL)
+    assert spec is not None and spec.model is PipelineCallBeforeCall and spec.written_by == ("diffusers",)
+    assert EVIDENCE.call_config_name == layout.PIPELINE_CALL == spec.name  # the name formats 1 and 2 are recognised by
+    probe = ("import sys, genrun.schemas.artifacts, genrun.analysis._load\n"
+             "print(sorted(m for m in sys.modules if m.startswith('genrun.runner.backends.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
 
 
 def test_a_third_partys_evidence_entry_point_does_not_make_its_models_genruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

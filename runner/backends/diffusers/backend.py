@@ -17,14 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas.layout import PIPELINE_CALL
-from genrun.schemas.pipeline_call import PipelineCallBeforeCall
 from genrun.backends import Request, TokenBudget, Unit, jsonable
 from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, generation_timings, refuse_generation, save_output_fields, unknown_key_message, user_import_paths
 
 from . import _files as files
 from .budget import DIFFUSERS_RUNTIME, DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
-from .evidence import EVIDENCE
+from .evidence import CALL_CONFIG, EVIDENCE, PipelineCallBeforeCall
 from .loading import denoiser_of, load_pipeline
 from .steps import StepObserver
 from .stop import stop_record
@@ -118,7 +116,7 @@ class DiffusersRun:
             pipe.set_progress_bar_config(disable=True)  # genrun draws its own bar; tqdm would interleave with it on stderr
             self.call = describe_call(ctx, pipe, plan, kwargs, timesteps, note, by_callback)
             with deferred():  # complete or absent, never half-written
-                ctx.snapshot.write(PIPELINE_CALL, self.call)
+                ctx.snapshot.write(CALL_CONFIG, self.call)
             self.started = time.monotonic()
             try:
                 if by_callback:

@@ -1,9 +1,8 @@
 """The one stop record of a pipeline call: `completed`, `interrupted` or `exception`, with steps done of steps planned."""
 
-from genrun.schemas.pipeline_call import PipelineCallBeforeCall
 from genrun.backends import DiffusionSteps, SequenceStop, StepsPlannedSource, StopEvidence, exception_info
 
-from .evidence import CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence
+from .evidence import CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, PipelineCallBeforeCall
 from .steps import StepObserver
 
 
