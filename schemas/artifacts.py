@@ -33,7 +33,7 @@ from .result import Result
 from .run_log import RunLogLine
 from .signoff import Signoff
 from .stop import GenerationStop
-from .stages import AnyStageEvent, LoopCall, StageIds, Stages
+from .stages import AnyStageEvent, StageIds, Stages
 from .sweep import ItemAttempt, SweepFile, SweepPlan, SweepResult, WorkerModel
 from .token_ids import GeneratedTokenIds
 
@@ -209,7 +209,7 @@ _SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec | _BuiltInCallConfig, ...] = (
           "Each outermost generate call's path and evidence level, the instrumentation's self-check, and calls that were not the run's."),
     _json(layout.WORKER_MODEL, "execute", WorkerModel, (SWEEP_ITEMS,),
           "The sweep worker that ran the item and whether it reused its already loaded model."),
-    _json(layout.LOOP_CALL, "execute", LoopCall, ("loop",), "The loop genrun called (`[loop] callable`, kwargs, budget) and the "
+    _BuiltInCallConfig("loop", "The loop genrun called (`[loop] callable`, kwargs, budget) and the "
           "configuration it gave `rec.config` before its first unit."),
     ArtifactSpec(layout.STAGE_PROGRESS, "execute", "Append-only per-stage events (start, progress, end), each with per-row unit and id counts.",
                  _STAGED, "ndjson", AnyStageEvent, schema="stage-progress-event"),

@@ -232,6 +232,7 @@ MOVED_EVIDENCE_MODELS: Mapping[str, str] = MappingProxyType({
     **{f"genrun.schemas.stop_tokens:{name}": f"genrun.runner.backends.transformers.evidence:{name}" for _, name in _TOKEN_STOPS},
     **{f"genrun.schemas.stop_diffusion:{name}": f"genrun.runner.backends.diffusers.evidence:{name}" for _, name in _DIFFUSION_STOPS},
     "genrun.schemas.pipeline_call:PipelineCallBeforeCall": "genrun.runner.backends.diffusers.evidence:PipelineCallBeforeCall",
+    "genrun.schemas.stages:LoopCall": "genrun.runner.backends.loop.evidence:LoopCall",  # recorded with its JSON Schema then
 })
 """A model's name in `backend.json` before it moved into its backend -> its name now (both resolve to the same model)."""
 

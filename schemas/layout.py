@@ -62,7 +62,6 @@ TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
 GENERATION_CALLS = "generation-calls.json"  # transformers backend: path and evidence level of each generate call
 RESULT = "result.json"
-LOOP_CALL = "loop-call.json"  # loop backend: the loop called and the configuration it froze before its first unit
 STAGES = "stages.json"  # `stages` evidence: each stage of a staged run (unit, rows, counts, consumption, time, memory)
 STAGE_IDS = "stage-ids.json"  # `stages` evidence: the ids each stage emitted, per row
 STAGE_PROGRESS = "stage-progress.ndjson"  # `stages` evidence: append-only start / progress / end per stage

@@ -56,20 +56,12 @@ def imported_modules(path: Path, name: tuple[str, bool] | None = None) -> list[t
     return found
 
 
-# The loop's call-config model (and its file name), still defined in genrun's core, which the loop imports until it moves
-# into it too (issue 37, item 4): exactly these names, nothing else of `genrun.schemas`.
-EVIDENCE_STILL_IN_CORE = ("genrun.schemas.stages.LoopCall", "genrun.schemas.layout.LOOP_CALL")
-
-
 def _private_core_imports(source: Path, own: str, *, probe: bool = False) -> list[str]:
     """Imports of genrun by the package in `source` (dotted name `own`): anything but `genrun.backends` and `own` itself."""
     bad = []
     for path in sorted(source.rglob("*.py")):
         for line, name in imported_modules(path, (own, True) if probe else None):
             if name.split(".")[0] != "genrun" or any(name == a or name.startswith(a + ".") for a in ("genrun.backends", own)):
-                continue
-            # `from genrun.schemas.stages import LoopCall` also yields its module, `genrun.schemas.stages`
-            if any(name == a or name.startswith(a + ".") or name == a.rpartition(".")[0] for a in EVIDENCE_STILL_IN_CORE):
                 continue
             bad.append(f"{path.relative_to(source.parent)}:{line}: {name}")
     return bad
@@ -85,13 +77,13 @@ def test_the_shipped_example_uses_the_core_only_through_the_plugin_module() -> N
 
 
 def test_the_import_scan_refuses_genruns_own_modules_and_the_format_package(tmp_path: Path) -> None:
-    """What the scan above flags: a schema name, a runner module, the bare `genrun` package and the moving models' own
-    modules for any other name (it is not vacuous)."""
+    """What the scan above flags: a schema name, a runner module, the bare `genrun` package (it is not vacuous)."""
     (tmp_path / "__init__.py").write_text(
         "import genrun\nfrom genrun.schemas import Request\nfrom genrun.runner import budget\nfrom genrun.schemas.stages import Stages\n"
         "from genrun.backends import Request as Public\nfrom . import helpers\nfrom genrun.schemas.stages import LoopCall\n")
     flagged = [entry.split(": ")[1] for entry in _private_core_imports(tmp_path, "my_backend", probe=True)]
-    assert flagged == ["genrun", "genrun.schemas", "genrun.schemas.Request", "genrun.runner", "genrun.runner.budget", "genrun.schemas.stages.Stages"]
+    assert flagged == ["genrun", "genrun.schemas", "genrun.schemas.Request", "genrun.runner", "genrun.runner.budget", "genrun.schemas.stages",
+                       "genrun.schemas.stages.Stages", "genrun.schemas.stages", "genrun.schemas.stages.LoopCall"]
 
 
 def test_the_import_scan_sees_relative_and_absolute_imports() -> None:
@@ -288,10 +280,11 @@ def test_genruns_own_evidence_models_are_found_through_its_entry_points_and_by_t
     """The core resolves the built-in backends' models through the `genrun.evidence` group (no import of a backend's
     package by name), by the names new snapshots record and by the names snapshots recorded before the models moved."""
     from genrun.runner.backends.diffusers.evidence import EVIDENCE as DIFFUSERS
+    from genrun.runner.backends.loop.evidence import EVIDENCE as LOOP
     from genrun.runner.backends.transformers.evidence import EVIDENCE as TRANSFORMERS, EosEvidence
     from genrun.schemas.evidence import MOVED_EVIDENCE_MODELS, builtin_declarations, genrun_evidence_model, qualified_name
 
-    assert dict(builtin_declarations()) == {"diffusers": DIFFUSERS, "transformers": TRANSFORMERS}
+    assert dict(builtin_declarations()) == {"diffusers": DIFFUSERS, "loop": LOOP, "transformers": TRANSFORMERS}
     assert genrun_evidence_model("genrun.runner.backends.transformers.evidence:EosEvidence") is EosEvidence
     assert genrun_evidence_model("genrun.schemas.stop_tokens:EosEvidence") is EosEvidence
     assert {old: qualified_name(genrun_evidence_model(old)) for old in MOVED_EVIDENCE_MODELS} == dict(MOVED_EVIDENCE_MODELS)  # type: ignore[arg-type]
@@ -329,7 +322,7 @@ def test_a_third_partys_evidence_entry_point_does_not_make_its_models_genruns(tm
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     builtin_declarations.cache_clear(), _models_by_name.cache_clear()
     try:
-        assert sorted(builtin_declarations()) == ["diffusers", "transformers"]
+        assert sorted(builtin_declarations()) == ["diffusers", "loop", "transformers"]
         assert genrun_evidence_model("genrun.examples.counter_backend:CounterCall") is None
     finally:
         monkeypatch.undo()
