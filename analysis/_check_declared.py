@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from genrun.schemas import layout
 from genrun.schemas.declared_schema import MAX_ERRORS, UnsafeSchema, compile_declared, schema_errors
-from genrun.schemas.evidence import GENRUN_EVIDENCE_MODELS, stop_evidence_adapter
+from genrun.schemas.evidence import genrun_evidence_model, stop_evidence_adapter
 
 from ._context import CheckContext
 from ._finding import Examined, Finding, skip
@@ -44,7 +44,15 @@ def _model_errors(validate: Any, data: Any) -> list[str]:
 
 
 def _unknown_models(names: tuple[str, ...]) -> list[str]:
-    return [n for n in names if n not in GENRUN_EVIDENCE_MODELS]
+    return [n for n in names if genrun_evidence_model(n) is None]
+
+
+def _known(name: str) -> Any:
+    """genrun's own model named `name` (the caller has checked that it is one: `_unknown_models`)."""
+    model = genrun_evidence_model(name)
+    if model is None:
+        raise LookupError(f"{name} is not one of genrun's evidence models")
+    return model
 
 
 NO_JSONSCHEMA = "jsonschema-rs is not installed, so the recorded schema cannot be applied (pip install jsonschema-rs)"
@@ -71,7 +79,7 @@ def check_call_config(snap: Snapshot, ctx: CheckContext) -> Finding:
         return Finding(name=name, status="FAIL", message=f"{layout.BACKEND} names {declared.model} as the call config's model, "
                        "which is not one of genrun's, and records no schema for it", evidence=evidence, examined=Examined(files=1))
     else:
-        errors = _model_errors(GENRUN_EVIDENCE_MODELS[declared.model].model_validate, snap.call_config_json)
+        errors = _model_errors(_known(declared.model).model_validate, snap.call_config_json)
     if errors is None:
         return skip(name, f"{declared.name} is present; {NO_JSONSCHEMA}", **evidence)
     if errors:
@@ -96,7 +104,7 @@ def check_stop_evidence(snap: Snapshot, ctx: CheckContext) -> Finding:
     schema, unknown = declared.stop_evidence_schema, _unknown_models(declared.stop_evidence_models)
     if schema is None and unknown:
         problems.append(f"{layout.BACKEND} names stop-evidence models that are not genrun's and records no schema for them: {', '.join(unknown)}")
-    adapter = stop_evidence_adapter(tuple(GENRUN_EVIDENCE_MODELS[m] for m in declared.stop_evidence_models)) if schema is None and not unknown else None
+    adapter = stop_evidence_adapter(tuple(_known(m) for m in declared.stop_evidence_models)) if schema is None and not unknown else None
     validator, what = None, f"the stop-evidence schema of the {declared.backend!r} backend"
     if schema is not None:
         try:

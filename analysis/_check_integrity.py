@@ -104,11 +104,11 @@ def check_artifacts_valid(snap: Snapshot, ctx: CheckContext) -> Finding:
 def undeclared_files(snap: Snapshot) -> list[str]:
     """Files no entry of the format (`genrun.schemas.artifacts`) and no declaration of the backend names (`outputs/` holds
     anything the run produced)."""
-    from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+    from genrun.schemas.artifacts import artifact_for
 
     call_config = snap.declaration.call_config
     declared = {call_config.name} if call_config is not None else set()
-    return sorted(f for f in snap.files if f not in declared and artifact_for(f, SNAPSHOT_ARTIFACTS) is None)
+    return sorted(f for f in snap.files if f not in declared and artifact_for(f) is None)
 
 
 def _executor_note(snap: Snapshot) -> str:

@@ -41,7 +41,7 @@ from genrun.schemas import (
 )
 from genrun._safe_read import MAX_PROGRESS_LINES
 from genrun.snapshot_dir import ArtifactError, ManifestDamaged, SnapshotDir, describe_validation_error, parse_progress_lines
-from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+from genrun.schemas.artifacts import artifact_for
 from genrun.schemas.call_config import CallConfigRecord
 from genrun.schemas.stages import STAGE_EVENT, StageIds, Stages
 from genrun.schemas.evidence import EvidenceKind, derived_unit, typed_call_config_model
@@ -308,7 +308,7 @@ def _read_json_artifacts(root: Path, files: Mapping[str, FileFact],
     raw: dict[str, Any] = {}
     artifacts: dict[str, BaseModel] = {}
     for rel in files:
-        spec = artifact_for(rel, SNAPSHOT_ARTIFACTS)
+        spec = artifact_for(rel)
         if spec is None or spec.form != "json" or spec.phase == "sign-off":
             continue
         raw[rel] = _read_json(root, rel, files, problems)

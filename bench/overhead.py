@@ -38,7 +38,7 @@ from genrun.snapshot_dir import SnapshotDir  # noqa: E402
 from genrun.runner.backends.transformers.instrument import CaptureSession, classify_calls, instrument_generate  # noqa: E402
 from genrun.runner.backends import exception_info  # noqa: E402
 from genrun.runner.recorder import ProgressRecorder  # noqa: E402
-from genrun.runner.backends.transformers.token_artifacts import summarise, write_token_ids, write_token_summary  # noqa: E402
+from genrun.backends import TokenRow, save_token_rows  # noqa: E402
 
 PROMPT = "count down from 40 :"
 TARGETS = {"tiny": 0.95, "20m": 0.98}
@@ -105,8 +105,9 @@ def instrumented(model: Any, tokenizer: Any, kwargs: dict[str, Any], every_units
     recorder.mark_generation_end()
     after = time.perf_counter()
     rows = classify_calls(session.calls, tokenizer, exception_info)
-    write_token_ids(snapshot, rows)
-    write_token_summary(snapshot, summarise(rows, tokenizer, session.calls[0].prompt_length, (), None))
+    (workdir / "outputs").mkdir()
+    save_token_rows(snapshot, workdir / "outputs", [TokenRow(r.index, r.tokens.ids.tolist(), (), r.tokens.call_index) for r in rows], tokenizer,
+                    prompt_length=session.calls[0].prompt_length, eos_token_ids=(), pad_token_id=None)
     recorder.end()
     artifacts_s = time.perf_counter() - after
     generated = out.shape[1] - kwargs["input_ids"].shape[1]

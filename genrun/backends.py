@@ -79,7 +79,10 @@ importing your code::
 The kinds say which of verify's checks apply. Every backend provides `stop_records`; add
 `call_config` with a call-config artifact; `token_ids` only if you write the token-id files with
 `save_token_rows` (and `save_prompt_ids`) and give every stop model the `TokenStopFacts` fields;
-`stages` as in section 5. Reasons come from the core vocabulary (`StopReason`, meanings in
+`diffusion_steps` only if every stop model carries `steps`, a `DiffusionSteps` (steps done of steps planned, and where
+the plan came from: `StepsPlannedSource`); `stages` as in section 5; `generation_config` and `generation_calls` as in
+section 8. genrun's own call-config models subclass `CallConfigRecord` (how `report` and `diff` show the record, and
+where it carries the request's values); yours need not: a third party's call config is shown as recorded. Reasons come from the core vocabulary (`StopReason`, meanings in
 `STOP_REASON_MEANING`): `completed`, `interrupted` and `exception` must agree with how the run ended;
 the others (`eos`, `max_new_tokens`, ...) are yours to justify in your evidence. `Interrupted`,
 `Failed` and `FailedWithMessage` (`type` and `message` instead of `raised`) are the shared models of
@@ -100,7 +103,7 @@ is its path, for messages), call `ctx.recorder.start(planned_units, rows)`, then
 `emit`), call `stop_if_requested()` first: a signal that code swallowed stops the run there. A file you append to yourself is written after
 `refuse_other_process(what)`: a child forked by user code that returns into your code ends there (genrun's own writes
 and the seal check the same). `[input]` files frozen with the snapshot
-are `read_input_files(ctx.snapshot)` and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
+are `read_input_files(ctx.snapshot)` (an `InputFile` each) and `input_path(ctx.snapshot_dir, file)`; `decode_audio`
 and `load_image` read them. In `finish(end)`, write your outputs under `ctx.outputs_dir` (partial ones
 too; `ctx.snapshot.write_bytes("outputs/NAME", data)`, or `save_audio`, `save_array`,
 `save_output_fields` for arrays, which need numpy) and return `BackendOutcome(unit=..., generated=...,
@@ -135,12 +138,27 @@ CPU, no switches are set and none is claimed (`None`), no packages are named. A 
 (`resolve_device`, `require_device`, `deterministic_mode`, `capture_determinism`, `device_memory`, `set_threads`,
 `cuda_info`; `packages=` names the distributions whose versions shape its generation).
 
+**8. A library's generate, instrumented (optional)**: a backend that runs a library's `generate` (the built-in
+`transformers` backend is one) may write what verify checks for two more kinds, and what each row became before it:
+
+- `generation_config`: before a call's first token, the config exactly as generate used it, a
+  `GenerationConfigBeforeGenerate` written as `generation_config_name(call_index)` (outermost calls from 0), each limit
+  with who set it (`LimitSource`; a `library_default` length is the prompt + `LIBRARY_DEFAULT_NEW_TOKENS`);
+- `generation_calls`: `GENERATION_CALLS_FILE`, a `GenerationCalls` with one `CallEvidence` per outermost call (and an
+  `AudioEvidence` for the audio a call decoded);
+- `INPUT_PREPARATION_FILE` (no kind; `report` shows it): an `InputPreparation` with one `PreparedRow` per row (prompt
+  ids, the `AudioReceived` / `ImageReceived` facts, forced `DecoderPrompt`s, every `Truncation`) for the model's
+  `Architecture`.
+
 **Also here**: `ENTRY_POINT_GROUP` (the group's name); `Backend` (the protocol of section 2, for
 `isinstance` and type checkers); `ProgressRecorder` (the type of `ctx.recorder`); `EvidenceKind` (the
 type of a kind); `ExceptionInfo` (what `exception_info` returns); `MemoryFit` (what `memory_fit`
 returns); `DeviceMemory` (what `Runtime.device_memory` returns); `AppendStream` (what
 `ctx.snapshot.open_stream` returns: `write`, `fsync`, `close`); `DecodedAudio` (what `decode_audio` returns: samples and rate); `StageRecord` and
-`StageUnit` (the parts of `Stages`); `write_bytes_atomic(path, data)` and `write_model_atomic(path,
+`StageUnit` (the parts of `Stages`); `InputSpec` and `UnitsSpec` (the types of `request.input` and
+`request.units`); `DomainEstimate`, `LengthSource` and `FrameRateSource` (parts of `TokenBudget`); `jsonable(value,
+leaf)` and `array_or(describe)` (a library's config objects as plain JSON values, for a call-config artifact);
+`human_bytes(n)` (a size in a refusal's words, as genrun's own messages print it); `write_bytes_atomic(path, data)` and `write_model_atomic(path,
 model)` (a file outside the snapshot's own layout, atomically); `save_entrypoint_result(outputs_dir,
 value)` (what a user's entry point returned, as `outputs/` files); for `token_ids`, `TokenRow` (one
 row's ids), `summarise_token_rows` (the summary `save_token_rows` writes, without writing) and
@@ -148,60 +166,129 @@ row's ids), `summarise_token_rows` (the summary `save_token_rows` writes, withou
 (a line a process your backend started wrote, such as an engine's own process, kept in the run's `run-log.ndjson`).
 """
 
-from genrun.runner._io import write_bytes_atomic, write_model_atomic
-from genrun.runner.backends.batching import BatchingBackend, ItemBatch
-from genrun.runner.backends.entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
-from genrun.runner.backends import (
-    ENTRY_POINT_GROUP,
-    Backend,
-    BackendOutcome,
-    ExecutionContext,
-    GenerationEnd,
-    LoadContext,
-    LoadedModel,
-    Run,
-    exception_info,
-    generation_timings,
-    refuse_generation,
-)
-from genrun.runner.backends._audio import DecodedAudio, decode_audio
-from genrun.runner.backends._images import load_image
-from genrun.runner.budget import DTYPE_BYTES, MemoryFit, memory_fit, refusals_for, unit_budget, with_refusals
-from genrun.runner.backends._torch_runtime import TORCH_PACKAGES, TorchRuntime
-from genrun.runner.errors import RequestError
-from genrun.runner.executing_process import refuse_other_process
-from genrun.runner.input_files import input_path, read_input_files
-from genrun.runner.interrupts import RunInterrupted, deferred, first_signal, stop_if_requested
-from genrun.runner.media import save_array, save_audio, save_output_fields
-from genrun.runner.model_identity import WEIGHT_SUFFIXES
-from genrun.runner.plan_context import PlanContext
-from genrun.runner.recorder import ProgressRecorder
-from genrun.runner.request_loading import unknown_key_message
-from genrun.runner.run_log import add_line_from_another_process
-from genrun.runner.runtime import DeviceMemory, Runtime
-from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows, summarise_token_rows, write_sequence_texts
-from genrun.schemas import (
-    EVIDENCE_KIND_MEANING,
-    STOP_REASON_MEANING,
-    EvidenceDeclaration,
-    EvidenceKind,
-    ExceptionInfo,
-    Failed,
-    FailedWithMessage,
-    Interrupted,
-    Request,
-    SequenceStop,
-    StopEvidence,
-    StopReason,
-    TokenBudget,
-    TokenStopFacts,
-)
-from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
-from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
-from genrun.schemas.layout import STAGES as STAGES_FILE
-from genrun.schemas.progress import Unit
-from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
-from genrun.snapshot_dir import AppendStream, SnapshotDir
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The names are imported on first use (PEP 562), like `genrun.schemas`: an evidence module that needs three models
+# (and every reader that finds a built-in backend's models through it) does not pay for the runner's modules. The
+# `TYPE_CHECKING` imports are what type checkers read; `_EXPORTS` is what runs; tests/test_plugin_contract.py checks
+# that the two name the same things.
+if TYPE_CHECKING:
+    from genrun.runner._io import write_bytes_atomic, write_model_atomic
+    from genrun.runner.backends.batching import BatchingBackend, ItemBatch
+    from genrun.runner.backends.entrypoint import resolve_callable, save_entrypoint_result, user_import_paths
+    from genrun.runner.backends import (
+        ENTRY_POINT_GROUP,
+        Backend,
+        BackendOutcome,
+        ExecutionContext,
+        GenerationEnd,
+        LoadContext,
+        LoadedModel,
+        Run,
+        exception_info,
+        generation_timings,
+        refuse_generation,
+    )
+    from genrun.runner.backends._audio import DecodedAudio, decode_audio
+    from genrun.runner.backends._images import load_image
+    from genrun.runner.budget import DTYPE_BYTES, MemoryFit, memory_fit, refusals_for, unit_budget, with_refusals
+    from genrun.runner.backends._torch_runtime import TORCH_PACKAGES, TorchRuntime
+    from genrun.runner.errors import RequestError
+    from genrun.runner.executing_process import refuse_other_process
+    from genrun.runner.input_files import input_path, read_input_files
+    from genrun.runner.interrupts import RunInterrupted, deferred, first_signal, stop_if_requested
+    from genrun.runner.media import save_array, save_audio, save_output_fields
+    from genrun.runner.model_identity import WEIGHT_SUFFIXES
+    from genrun.runner.plan_context import PlanContext
+    from genrun.runner.recorder import ProgressRecorder
+    from genrun.runner.request_loading import unknown_key_message
+    from genrun.runner.run_log import add_line_from_another_process
+    from genrun.runner.runtime import DeviceMemory, Runtime
+    from genrun.runner.token_rows import TokenRow, save_prompt_ids, save_token_rows, summarise_token_rows, write_sequence_texts
+    from genrun.schemas import (
+        EVIDENCE_KIND_MEANING,
+        AudioEvidence,
+        AudioReceived,
+        CallEvidence,
+        DecoderPrompt,
+        DiffusionSteps,
+        DomainEstimate,
+        GenerationCalls,
+        GenerationConfigBeforeGenerate,
+        ImageReceived,
+        InputFile,
+        InputPreparation,
+        InputSpec,
+        LimitSource,
+        PreparedRow,
+        Truncation,
+        UnitsSpec,
+        STOP_REASON_MEANING,
+        EvidenceDeclaration,
+        EvidenceKind,
+        ExceptionInfo,
+        Failed,
+        FailedWithMessage,
+        Interrupted,
+        Request,
+        SequenceStop,
+        StopEvidence,
+        StopReason,
+        TokenBudget,
+        TokenStopFacts,
+    )
+    from genrun.schemas.budget import FrameRateSource, LengthSource
+    from genrun.schemas.call_config import CallConfigRecord
+    from genrun.schemas.inputs import Architecture
+    from genrun.schemas.layout import GENERATION_CALLS as GENERATION_CALLS_FILE
+    from genrun.schemas.layout import INPUT_PREPARATION as INPUT_PREPARATION_FILE
+    from genrun.schemas.layout import LIBRARY_DEFAULT_NEW_TOKENS, generation_config_name
+    from genrun.schemas.layout import STAGE_IDS as STAGE_IDS_FILE
+    from genrun.schemas.layout import STAGE_PROGRESS as STAGE_PROGRESS_FILE
+    from genrun.schemas.layout import STAGES as STAGES_FILE
+    from genrun.schemas.progress import Unit
+    from genrun.schemas.rendering import array_or, human_bytes, jsonable
+    from genrun.schemas.diffusion_steps import StepsPlannedSource
+    from genrun.schemas.stages import StageEndEvent, StageIds, StageProgressEvent, StageRecord, Stages, StageStartEvent, StageUnit
+    from genrun.snapshot_dir import AppendStream, SnapshotDir
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "genrun.runner._io": ("write_bytes_atomic", "write_model_atomic"),
+    "genrun.runner.backends": ("Backend", "BackendOutcome", "ENTRY_POINT_GROUP", "ExecutionContext", "GenerationEnd", "LoadContext", "LoadedModel", "Run", "exception_info", "generation_timings", "refuse_generation"),
+    "genrun.runner.backends._audio": ("DecodedAudio", "decode_audio"),
+    "genrun.runner.backends._images": ("load_image",),
+    "genrun.runner.backends._torch_runtime": ("TORCH_PACKAGES", "TorchRuntime"),
+    "genrun.runner.backends.batching": ("BatchingBackend", "ItemBatch"),
+    "genrun.runner.backends.entrypoint": ("resolve_callable", "save_entrypoint_result", "user_import_paths"),
+    "genrun.runner.budget": ("DTYPE_BYTES", "MemoryFit", "memory_fit", "refusals_for", "unit_budget", "with_refusals"),
+    "genrun.runner.errors": ("RequestError",),
+    "genrun.runner.executing_process": ("refuse_other_process",),
+    "genrun.runner.input_files": ("input_path", "read_input_files"),
+    "genrun.runner.interrupts": ("RunInterrupted", "deferred", "first_signal", "stop_if_requested"),
+    "genrun.runner.media": ("save_array", "save_audio", "save_output_fields"),
+    "genrun.runner.model_identity": ("WEIGHT_SUFFIXES",),
+    "genrun.runner.plan_context": ("PlanContext",),
+    "genrun.runner.recorder": ("ProgressRecorder",),
+    "genrun.runner.request_loading": ("unknown_key_message",),
+    "genrun.runner.run_log": ("add_line_from_another_process",),
+    "genrun.runner.runtime": ("DeviceMemory", "Runtime"),
+    "genrun.runner.token_rows": ("TokenRow", "save_prompt_ids", "save_token_rows", "summarise_token_rows", "write_sequence_texts"),
+    "genrun.schemas.call_config": ("CallConfigRecord",),
+    "genrun.schemas": ("AudioEvidence", "AudioReceived", "CallEvidence", "DecoderPrompt", "DiffusionSteps", "DomainEstimate", "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "GenerationCalls", "GenerationConfigBeforeGenerate", "ImageReceived", "InputFile", "InputPreparation", "InputSpec", "Interrupted", "LimitSource", "PreparedRow", "Request", "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenBudget", "TokenStopFacts", "Truncation", "UnitsSpec"),
+    "genrun.schemas.budget": ("FrameRateSource", "LengthSource"),
+    "genrun.schemas.inputs": ("Architecture",),
+    "genrun.schemas.layout": ("GENERATION_CALLS_FILE=GENERATION_CALLS", "INPUT_PREPARATION_FILE=INPUT_PREPARATION", "LIBRARY_DEFAULT_NEW_TOKENS", "STAGES_FILE=STAGES", "STAGE_IDS_FILE=STAGE_IDS", "STAGE_PROGRESS_FILE=STAGE_PROGRESS", "generation_config_name"),
+    "genrun.schemas.progress": ("Unit",),
+    "genrun.schemas.rendering": ("array_or", "human_bytes", "jsonable"),
+    "genrun.schemas.stages": ("StageEndEvent", "StageIds", "StageProgressEvent", "StageRecord", "StageStartEvent", "StageUnit", "Stages"),
+    "genrun.schemas.diffusion_steps": ("StepsPlannedSource",),
+    "genrun.snapshot_dir": ("AppendStream", "SnapshotDir"),
+}
+"""Each module and the names this one takes from it (`PUBLIC=attribute` where the public name differs)."""
+_SOURCE = {public: (module, attribute or public) for module, names in _EXPORTS.items()
+           for public, _, attribute in (name.partition("=") for name in names)}
+"""Public name -> (module, attribute)."""
 
 __all__ = [
     # registering and the protocol
@@ -209,9 +296,15 @@ __all__ = [
     # what the core hands a backend, and what it returns
     "BackendOutcome", "ExecutionContext", "GenerationEnd", "LoadContext", "LoadedModel", "ProgressRecorder", "Request", "Unit",
     "generation_timings",
+    # the request's parts a backend reads
+    "InputSpec", "UnitsSpec",
     # evidence: the declaration and the stop records
     "EVIDENCE_KIND_MEANING", "EvidenceDeclaration", "EvidenceKind", "ExceptionInfo", "Failed", "FailedWithMessage", "Interrupted",
     "STOP_REASON_MEANING", "SequenceStop", "StopEvidence", "StopReason", "TokenStopFacts", "exception_info",
+    # the base of genrun's own typed call-config models
+    "CallConfigRecord",
+    # the `diffusion_steps` evidence kind: the steps every stop record carries
+    "DiffusionSteps", "StepsPlannedSource",
     # signals; a process forked by user code never writes (its own appends: `refuse_other_process` first)
     "RunInterrupted", "deferred", "first_signal", "refuse_other_process", "stop_if_requested",
     # optional: many snapshots' generation at once on one loaded model (a sweep worker's items; see section 6)
@@ -222,8 +315,9 @@ __all__ = [
     "DeviceMemory", "Runtime", "TORCH_PACKAGES", "TorchRuntime",
     # the plan-time budget
     "DTYPE_BYTES", "MemoryFit", "PlanContext", "TokenBudget", "WEIGHT_SUFFIXES", "memory_fit", "refusals_for", "unit_budget", "with_refusals",
+    "DomainEstimate", "FrameRateSource", "LengthSource", "human_bytes",
     # the request's input files, as frozen into the snapshot (`[input]` audio/images)
-    "DecodedAudio", "decode_audio", "input_path", "load_image", "read_input_files",
+    "DecodedAudio", "InputFile", "decode_audio", "input_path", "load_image", "read_input_files",
     # writing an artifact (`ctx.snapshot`; the functions write a file outside a snapshot's own layout atomically)
     "AppendStream", "SnapshotDir", "write_bytes_atomic", "write_model_atomic",
     # writing outputs under `ctx.outputs_dir` (numpy needed when called)
@@ -235,6 +329,24 @@ __all__ = [
     "add_line_from_another_process",
     # user code named by the request (`module:function`, beside the request)
     "resolve_callable", "user_import_paths",
+    # a library's generate, instrumented (section 8): the `generation_config` and `generation_calls` kinds, input preparation
+    "AudioEvidence", "CallEvidence", "GENERATION_CALLS_FILE", "GenerationCalls", "GenerationConfigBeforeGenerate", "LIBRARY_DEFAULT_NEW_TOKENS",
+    "LimitSource", "generation_config_name", "array_or", "jsonable",
+    "Architecture", "AudioReceived", "DecoderPrompt", "INPUT_PREPARATION_FILE", "ImageReceived", "InputPreparation", "PreparedRow", "Truncation",
     # the `token_ids` evidence kind, for a backend that keeps its own ids (needs torch and safetensors)
     "TokenRow", "save_prompt_ids", "save_token_rows", "summarise_token_rows", "write_sequence_texts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`from genrun.backends import Request`: the module that defines it is imported now (once: the name is kept)."""
+    source = _SOURCE.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source[0]), source[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

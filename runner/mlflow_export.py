@@ -22,7 +22,7 @@ import orjson
 
 from genrun.analysis import Snapshot, read_snapshot
 from genrun.schemas import StartEvent
-from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, artifact_for
+from genrun.schemas.artifacts import artifact_for
 from genrun.snapshot_dir import SnapshotDir
 
 from .errors import GenrunError, SnapshotError
@@ -139,7 +139,7 @@ def artifact_files(snapshot_dir: Path) -> tuple[list[str], list[str]]:
     for rel, st in sorted(SnapshotDir(snapshot_dir).entries()):
         if not stat.S_ISREG(st.st_mode):
             continue
-        spec = artifact_for(rel, SNAPSHOT_ARTIFACTS)
+        spec = artifact_for(rel)
         if spec is None:
             skipped.append(rel)
         elif not spec.transient:

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from .identity import CodeIdentity, CodeSet, CpuInfo, CudaDevice, CudaInfo, Environment, FileDigest, GitState, ModelFile, ModelIdentity, ProcessorIdentity
     from .lineage import ChangeAction, Determinism, Lineage, RequestChange
     from .inputs import AudioFacts, AudioReceived, DecoderPrompt, ImageFacts, ImageReceived, InputFile, InputFiles, InputPreparation, PreparedRow, Truncation
-    from .pipeline_call import PipelineCallBeforeCall
     from .progress import (
         EVENT_ADAPTER,
         AnyEvent,
@@ -32,9 +31,7 @@ if TYPE_CHECKING:
     from .run_log import RunLogLine
     from .signoff import Decision, DigestKind, Signoff
     from .evidence import (
-        DIFFUSION_EVIDENCE,
         EVIDENCE_KIND_MEANING,
-        TOKEN_EVIDENCE,
         BackendDeclaration,
         CallConfigArtifact,
         EvidenceDeclaration,
@@ -42,23 +39,10 @@ if TYPE_CHECKING:
         derived_declaration,
     )
     from .stop import STOP_REASON_MEANING, TERMINAL_REASONS, ExceptionInfo, Failed, FailedWithMessage, GenerationStop, Interrupted, SequenceStop, StopEvidence, StopReason, describe_stop
-    from .stop_diffusion import DIFFUSION_STOP_EVIDENCE, CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps
-    from .stop_tokens import (
-        TOKEN_STOP_EVIDENCE,
-        CustomEvidence,
-        EosEvidence,
-        ExceptionEvidence,
-        InterruptedEvidence,
-        MaxLengthEvidence,
-        MaxNewTokensEvidence,
-        MaxTimeEvidence,
-        StopStringEvidence,
-        TokenStopFacts,
-        UnknownEvidence,
-    )
-    from .token_ids import GeneratedTokenIds, TokenSequenceSummary
+    from .diffusion_steps import DiffusionSteps
+    from .token_ids import GeneratedTokenIds, TokenSequenceSummary, TokenStopFacts
     from ._versioning import FORMAT_HISTORY, FORMAT_VERSION, NewerFormat, Versioned
-    from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec, artifact_for, model_for, with_declared
+    from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec, artifact_for, model_for, snapshot_artifacts, with_declared
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "budget": ("DomainEstimate", "TokenBudget"),
@@ -67,19 +51,17 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "identity": ("CodeIdentity", "CodeSet", "CpuInfo", "CudaDevice", "CudaInfo", "Environment", "FileDigest", "GitState", "ModelFile", "ModelIdentity", "ProcessorIdentity"),
     "lineage": ("ChangeAction", "Determinism", "Lineage", "RequestChange"),
     "inputs": ("AudioFacts", "AudioReceived", "DecoderPrompt", "ImageFacts", "ImageReceived", "InputFile", "InputFiles", "InputPreparation", "PreparedRow", "Truncation"),
-    "pipeline_call": ("PipelineCallBeforeCall",),
     "progress": ("EVENT_ADAPTER", "AnyEvent", "EndEvent", "ExceptionEvent", "FirstTokenEvent", "InterruptedEvent", "ProgressEvent", "StartEvent"),
     "request": ("BudgetSpec", "ChatMessage", "DeterminismSpec", "EntrypointSpec", "InputSpec", "ModelSpec", "PolicySpec", "ProgressSpec", "Request", "UnitsSpec"),
     "result": ("ExecutionIdentity", "PeakMemory", "Phases", "Result", "RunStatus", "Timings"),
     "run_log": ("RunLogLine",),
     "signoff": ("Decision", "DigestKind", "Signoff"),
-    "evidence": ("DIFFUSION_EVIDENCE", "EVIDENCE_KIND_MEANING", "TOKEN_EVIDENCE", "BackendDeclaration", "CallConfigArtifact", "EvidenceDeclaration", "EvidenceKind", "derived_declaration"),
+    "evidence": ("EVIDENCE_KIND_MEANING", "BackendDeclaration", "CallConfigArtifact", "EvidenceDeclaration", "EvidenceKind", "derived_declaration"),
     "stop": ("STOP_REASON_MEANING", "TERMINAL_REASONS", "ExceptionInfo", "Failed", "FailedWithMessage", "GenerationStop", "Interrupted", "SequenceStop", "StopEvidence", "StopReason", "describe_stop"),
-    "stop_diffusion": ("DIFFUSION_STOP_EVIDENCE", "CompletedEvidence", "DiffusionExceptionEvidence", "DiffusionInterruptedEvidence", "DiffusionSteps"),
-    "stop_tokens": ("TOKEN_STOP_EVIDENCE", "CustomEvidence", "EosEvidence", "ExceptionEvidence", "InterruptedEvidence", "MaxLengthEvidence", "MaxNewTokensEvidence", "MaxTimeEvidence", "StopStringEvidence", "TokenStopFacts", "UnknownEvidence"),
-    "token_ids": ("GeneratedTokenIds", "TokenSequenceSummary"),
+    "diffusion_steps": ("DiffusionSteps",),
+    "token_ids": ("GeneratedTokenIds", "TokenSequenceSummary", "TokenStopFacts"),
     "_versioning": ("FORMAT_HISTORY", "FORMAT_VERSION", "NewerFormat", "Versioned"),
-    "artifacts": ("SNAPSHOT_ARTIFACTS", "SWEEP_ARTIFACTS", "ArtifactSpec", "artifact_for", "model_for", "with_declared"),
+    "artifacts": ("SNAPSHOT_ARTIFACTS", "SWEEP_ARTIFACTS", "ArtifactSpec", "artifact_for", "model_for", "snapshot_artifacts", "with_declared"),
 }
 """Each submodule and the names this package takes from it."""
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -4,8 +4,9 @@ Each entry names the file (or a pattern for a family), the model that reads it, 
 what it means and who writes it. The generated `docs/snapshot-format.md`, the JSON Schema export
 (`schemas/json/`) and the MLflow export's upload list are all derived from here, and
 tests/test_artifact_registry.py holds every file of real sealed snapshots to it. The file names themselves live in `layout`; this module only
-lists them. A backend adds its own artifacts with `with_declared(SNAPSHOT_ARTIFACTS, declared, by)`,
-never by editing this list.
+lists them. A backend adds its own artifacts with `with_declared(snapshot_artifacts(), declared, by)`,
+never by editing this list. A built-in backend's call config has its place in the list, but its name and model come
+from the backend's declaration (`genrun.evidence` entry points), read when the list is first used.
 
 Torch-free and pure: nothing here reads or writes a snapshot.
 """
@@ -20,20 +21,19 @@ from pydantic import TypeAdapter
 
 from . import layout
 from .budget import TokenBudget
-from .evidence import BackendDeclaration
+from .evidence import BackendDeclaration, builtin_declarations
 from .generation_calls import GenerationCalls
 from .generation_config import GenerationConfigBeforeGenerate
 from .identity import CodeIdentity, Environment, ModelIdentity
 from .inputs import InputFiles, InputPreparation
 from .lineage import Determinism, Lineage
-from .pipeline_call import PipelineCallBeforeCall
 from .progress import AnyEvent
 from .request import Request
 from .result import Result
 from .run_log import RunLogLine
 from .signoff import Signoff
 from .stop import GenerationStop
-from .stages import AnyStageEvent, LoopCall, StageIds, Stages
+from .stages import AnyStageEvent, StageIds, Stages
 from .sweep import ItemAttempt, SweepFile, SweepPlan, SweepResult, WorkerModel
 from .token_ids import GeneratedTokenIds
 
@@ -150,7 +150,22 @@ _SIGNOFFS = (  # appended to a sealed run or sweep alike, outside its manifest
                  (SIGNOFF,), "bytes"),
 )
 
-SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
+@dataclass(frozen=True)
+class _BuiltInCallConfig:
+    """The place of a built-in backend's call config in the list; its file name and model are the backend's declaration."""
+
+    backend: str
+    meaning: str
+
+    def spec(self) -> ArtifactSpec:
+        declared = builtin_declarations().get(self.backend)
+        if declared is None or declared.call_config_name is None:
+            raise LookupError(f"genrun's {self.backend!r} evidence declaration is not installed (the genrun.evidence entry points "
+                              "of genrun's distribution); reinstall genrun")
+        return _json(declared.call_config_name, "execute", declared.call_config_model, (self.backend,), self.meaning)
+
+
+_SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec | _BuiltInCallConfig, ...] = (
     ArtifactSpec(f"{layout.REQUEST_SOURCE_PREFIX}.<ext>", "plan", "The request bytes exactly as given (`.toml` or `.json`).",
                  _ALL, "source", Request),
     _json(layout.REQUEST, "plan", Request, _ALL, "The validated request, normalised (every default filled in)."),
@@ -179,7 +194,7 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
           "The config exactly as generate used it, with who set each limit (first outermost call)."),
     ArtifactSpec("generation-config.before-generate.<i>.json", "execute", "The same for each further outermost generate call.",
                  _TRANSFORMERS, "json", GenerationConfigBeforeGenerate),
-    _json(layout.PIPELINE_CALL, "execute", PipelineCallBeforeCall, ("diffusers",), "The pipeline call as made."),
+    _BuiltInCallConfig("diffusers", "The pipeline call as made."),
     _json(layout.INPUT_PREPARATION, "execute", InputPreparation, _TRANSFORMERS,
           "What each row became before generate (prompt ids, audio seconds received, image size, forced decoder tokens, "
           "every truncation), and where the processor was loaded from."),
@@ -194,7 +209,7 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
           "Each outermost generate call's path and evidence level, the instrumentation's self-check, and calls that were not the run's."),
     _json(layout.WORKER_MODEL, "execute", WorkerModel, (SWEEP_ITEMS,),
           "The sweep worker that ran the item and whether it reused its already loaded model."),
-    _json(layout.LOOP_CALL, "execute", LoopCall, ("loop",), "The loop genrun called (`[loop] callable`, kwargs, budget) and the "
+    _BuiltInCallConfig("loop", "The loop genrun called (`[loop] callable`, kwargs, budget) and the "
           "configuration it gave `rec.config` before its first unit."),
     ArtifactSpec(layout.STAGE_PROGRESS, "execute", "Append-only per-stage events (start, progress, end), each with per-row unit and id counts.",
                  _STAGED, "ndjson", AnyStageEvent, schema="stage-progress-event"),
@@ -212,7 +227,20 @@ SNAPSHOT_ARTIFACTS: tuple[ArtifactSpec, ...] = (
                  "its sha256 is the snapshot digest.", _ALL, "sha256sum"),
     *_SIGNOFFS,
 )
-"""Every file of a run's snapshot, in the order it is written."""
+"""Every file of a run's snapshot, in the order it is written (see `snapshot_artifacts`)."""
+
+
+@cache
+def snapshot_artifacts() -> tuple[ArtifactSpec, ...]:
+    """Every file of a run's snapshot, in the order it is written (the built-in backends' call configs as they declare them)."""
+    return tuple(entry.spec() if isinstance(entry, _BuiltInCallConfig) else entry for entry in _SNAPSHOT_ARTIFACTS)
+
+
+def __getattr__(name: str) -> Any:
+    """`SNAPSHOT_ARTIFACTS`: `snapshot_artifacts()`, found when first asked for (not when this module is imported)."""
+    if name == "SNAPSHOT_ARTIFACTS":
+        return snapshot_artifacts()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SWEEP_ARTIFACTS: tuple[ArtifactSpec, ...] = (
     ArtifactSpec(f"{layout.SWEEP_SOURCE_PREFIX}.<ext>", "plan", "The sweep file exactly as given.", (SWEEPS,), "source", SweepFile,
@@ -232,12 +260,13 @@ SWEEP_ARTIFACTS: tuple[ArtifactSpec, ...] = (
 """Every file of a sweep snapshot (the directory beside its items' snapshots), in the order it is written."""
 
 
-def artifact_for(rel: str, artifacts: Iterable[ArtifactSpec] = SNAPSHOT_ARTIFACTS) -> ArtifactSpec | None:
-    """The entry that file `rel` (relative path, `/` separators) belongs to, families included; `None` if none does."""
-    return next((spec for spec in artifacts if spec.matches(rel)), None)
+def artifact_for(rel: str, artifacts: Iterable[ArtifactSpec] | None = None) -> ArtifactSpec | None:
+    """The entry that file `rel` (relative path, `/` separators) belongs to, families included; `None` if none does
+    (`artifacts`: a run's snapshot's when not given)."""
+    return next((spec for spec in (snapshot_artifacts() if artifacts is None else artifacts) if spec.matches(rel)), None)
 
 
-def model_for(rel: str, artifacts: Iterable[ArtifactSpec] = SNAPSHOT_ARTIFACTS) -> Any:
+def model_for(rel: str, artifacts: Iterable[ArtifactSpec] | None = None) -> Any:
     """The model that reads file `rel` (`None` for files without one, or unknown files)."""
     spec = artifact_for(rel, artifacts)
     return spec.model if spec is not None else None
@@ -265,6 +294,8 @@ def with_declared(artifacts: tuple[ArtifactSpec, ...], declared: Iterable[Artifa
     return tuple(merged)
 
 
-def json_schema_sources(artifacts: Iterable[ArtifactSpec] = (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS)) -> dict[str, Any]:
-    """Schema file stem -> model, for every entry with a schema of its own (an entry listed in both kinds of snapshot once)."""
-    return {spec.schema: spec.model for spec in artifacts if spec.schema is not None}
+def json_schema_sources(artifacts: Iterable[ArtifactSpec] | None = None) -> dict[str, Any]:
+    """Schema file stem -> model, for every entry with a schema of its own (an entry listed in both kinds of snapshot once;
+    `artifacts`: both kinds' when not given)."""
+    listed = (*snapshot_artifacts(), *SWEEP_ARTIFACTS) if artifacts is None else artifacts
+    return {spec.schema: spec.model for spec in listed if spec.schema is not None}

@@ -9,11 +9,18 @@ code, and analysis picks checks by declared kind, never by asking which backend 
 
 Snapshots of formats 1 and 2 have no `backend.json`: their declaration is derived in memory
 from what they recorded (`derived_declaration`).
+
+genrun's own backends' models are named in `backend.json` without their JSON Schema: readers resolve them by name
+(`genrun_evidence_model`). They live in their backends (e.g. `genrun.runner.backends.transformers.evidence`), found
+through the `genrun.evidence` entry points of genrun's own distribution, never by importing a backend's package here.
+Snapshots written before they moved name them where they were (`genrun.schemas.stop_tokens:EosEvidence`, ...):
+`MOVED_EVIDENCE_MODELS` maps those names to the current ones, so both read alike.
 """
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
+from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, Union
 
@@ -23,12 +30,8 @@ from . import layout
 from ._base import Strict
 from ._versioning import Versioned
 from .call_config import CallConfigRecord
-from .generation_config import GenerationConfigBeforeGenerate
-from .pipeline_call import PipelineCallBeforeCall
 from .progress import Unit
 from .stop import StopEvidence, StopReason
-from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
-from .stop_tokens import TOKEN_STOP_EVIDENCE
 
 EvidenceKind = Literal["call_config", "stop_records", "token_ids", "generation_config", "generation_calls", "diffusion_steps", "stages"]
 
@@ -171,51 +174,113 @@ class EvidenceDeclaration:
         )
 
 
+# -- genrun's own backends' models, found through entry points ------------------------------------------------------
+EVIDENCE_GROUP = "genrun.evidence"
+"""Entry-point group naming the `EvidenceDeclaration` of each backend genrun itself ships whose models readers resolve by
+name (only genrun's own distribution is read: a third party's models travel with their JSON Schema instead)."""
+
+
+@cache
+def builtin_declarations() -> Mapping[str, EvidenceDeclaration]:
+    """Backend name -> the declaration its `genrun.evidence` entry point names (loaded once; no backend's libraries)."""
+    found = {}
+    for point in sorted(entry_points(group=EVIDENCE_GROUP), key=lambda p: p.name):
+        if point.dist is None or point.dist.metadata["Name"] != "genrun":
+            continue
+        declared = point.load()
+        if not isinstance(declared, EvidenceDeclaration):
+            raise TypeError(f"the {EVIDENCE_GROUP} entry point {point.name!r} ({point.value}) names {type(declared).__name__}, "
+                            "not an EvidenceDeclaration")
+        found[point.name] = declared
+    return MappingProxyType(found)
+
+
+@cache
+def _models_by_name() -> Mapping[str, type[BaseModel]]:
+    models: dict[str, type[BaseModel]] = {}
+    for declared in builtin_declarations().values():
+        for model in (*([declared.call_config_model] if declared.call_config_model else []), *declared.stop_evidence):
+            models[qualified_name(model)] = model
+    return MappingProxyType(models)
+
+
+def genrun_evidence_model(name: str) -> type[BaseModel] | None:
+    """The model of genrun's own that `backend.json` names `name` (`module:QualName`, as written then: a moved model's old
+    name included); `None` when no built-in backend declares it."""
+    return _models_by_name().get(MOVED_EVIDENCE_MODELS.get(name, name))
+
+
 def _is_genrun_model(model: type) -> bool:
-    """A model every reader resolves by its name (`GENRUN_EVIDENCE_MODELS`); any other model's JSON Schema is recorded,
-    a model of `genrun.schemas` that readers do not look up by name included."""
-    return qualified_name(model) in GENRUN_EVIDENCE_MODELS
+    """A model every reader resolves by its name (a built-in backend's); any other model's JSON Schema is recorded, a
+    model of `genrun.schemas` that readers do not look up by name included."""
+    return genrun_evidence_model(qualified_name(model)) is model
 
 
-# -- the built-in families (their backends declare these; older snapshots are derived from them) ---------------------
-TOKEN_EVIDENCE = EvidenceDeclaration(
+# -- what snapshots written before the models moved name (part of the format: never edit, only add) -----------------
+_TOKEN_STOPS: tuple[tuple[StopReason, str], ...] = (
+    ("eos", "EosEvidence"), ("stop_string", "StopStringEvidence"), ("max_new_tokens", "MaxNewTokensEvidence"),
+    ("max_length", "MaxLengthEvidence"), ("max_time", "MaxTimeEvidence"), ("custom", "CustomEvidence"), ("unknown", "UnknownEvidence"),
+    ("interrupted", "InterruptedEvidence"), ("exception", "ExceptionEvidence"),
+)
+"""The `transformers` backend's stop reasons and models, in declared order."""
+_DIFFUSION_STOPS: tuple[tuple[StopReason, str], ...] = (
+    ("completed", "CompletedEvidence"), ("interrupted", "DiffusionInterruptedEvidence"), ("exception", "DiffusionExceptionEvidence"),
+)
+"""The `diffusers` backend's, in declared order."""
+
+MOVED_EVIDENCE_MODELS: Mapping[str, str] = MappingProxyType({
+    **{f"genrun.schemas.stop_tokens:{name}": f"genrun.runner.backends.transformers.evidence:{name}" for _, name in _TOKEN_STOPS},
+    **{f"genrun.schemas.stop_diffusion:{name}": f"genrun.runner.backends.diffusers.evidence:{name}" for _, name in _DIFFUSION_STOPS},
+    "genrun.schemas.pipeline_call:PipelineCallBeforeCall": "genrun.runner.backends.diffusers.evidence:PipelineCallBeforeCall",
+    "genrun.schemas.stages:LoopCall": "genrun.runner.backends.loop.evidence:LoopCall",  # recorded with its JSON Schema then
+})
+"""A model's name in `backend.json` before it moved into its backend -> its name now (both resolve to the same model)."""
+
+
+@dataclass(frozen=True)
+class _Format2Family:
+    """What genrun declared for one of the two families formats 1 and 2 knew, by the names it used then."""
+
+    kinds: tuple[EvidenceKind, ...]
+    call_config_name: str
+    call_config_model: str
+    stops: tuple[tuple[StopReason, str], ...]
+    """(reason, `module:QualName`) per stop-evidence model."""
+
+    def declaration(self, *, backend: str, unit: Unit, genrun_version: str | None) -> BackendDeclaration:
+        return BackendDeclaration(
+            backend=backend, distribution="genrun", distribution_version=genrun_version, unit=unit, evidence=self.kinds,
+            call_config=CallConfigArtifact(name=self.call_config_name, model=self.call_config_model, json_schema=None),
+            stop_reasons=tuple(reason for reason, _ in self.stops), stop_evidence_models=tuple(model for _, model in self.stops),
+            stop_evidence_schema=None, derived=True)
+
+
+_FORMAT_2_LANGUAGE_MODELS = _Format2Family(
     kinds=("call_config", "stop_records", "token_ids", "generation_config", "generation_calls"),
-    stop_evidence=TOKEN_STOP_EVIDENCE,
-    call_config_name=layout.GENERATION_CONFIG,
-    call_config_model=GenerationConfigBeforeGenerate,
-)
-"""Language models (the `transformers` backend): token ids, effective generation configs, per-call evidence."""
-
-DIFFUSION_EVIDENCE = EvidenceDeclaration(
+    call_config_name=layout.GENERATION_CONFIG, call_config_model="genrun.schemas.generation_config:GenerationConfigBeforeGenerate",
+    stops=tuple((reason, f"genrun.schemas.stop_tokens:{name}") for reason, name in _TOKEN_STOPS))
+_FORMAT_2_DIFFUSION = _Format2Family(
     kinds=("call_config", "stop_records", "diffusion_steps"),
-    stop_evidence=DIFFUSION_STOP_EVIDENCE,
-    call_config_name=layout.PIPELINE_CALL,
-    call_config_model=PipelineCallBeforeCall,
-)
-"""Diffusion pipelines (the `diffusers` backend): the pipeline call as made, steps done of steps planned."""
+    call_config_name=layout.PIPELINE_CALL, call_config_model="genrun.schemas.pipeline_call:PipelineCallBeforeCall",
+    stops=tuple((reason, f"genrun.schemas.stop_diffusion:{name}") for reason, name in _DIFFUSION_STOPS))
 
 
 def derived_unit(files: Collection[str]) -> Unit | None:
     """What a format-1/2 snapshot counted, from its file names alone (when nothing that records the unit could be read):
     only the diffusion family wrote its call-config file, and it counted steps; `None` when the names do not say."""
-    return "step" if DIFFUSION_EVIDENCE.call_config_name in files else None
+    return "step" if _FORMAT_2_DIFFUSION.call_config_name in files else None
 
 
 @lru_cache(maxsize=64)
 def derived_declaration(*, backend: str, unit: Unit, genrun_version: str | None) -> BackendDeclaration:
-    """The declaration of a format-1/2 snapshot (no `backend.json`), from what it recorded.
+    """The declaration of a format-1/2 snapshot (no `backend.json`), from what it recorded: what the genrun that wrote it
+    declared, by the names it used.
 
     Those formats knew two families: a run that counted steps is diffusion evidence, any other a
     language model's.
     """
-    family = DIFFUSION_EVIDENCE if unit == "step" else TOKEN_EVIDENCE
-    declared = family.record(backend=backend, unit=unit, distribution="genrun", distribution_version=genrun_version)
-    return declared.model_copy(update={"derived": True})
-
-
-_GENRUN_MODELS: tuple[type[BaseModel], ...] = (GenerationConfigBeforeGenerate, PipelineCallBeforeCall, *TOKEN_STOP_EVIDENCE, *DIFFUSION_STOP_EVIDENCE)
-GENRUN_EVIDENCE_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType({qualified_name(m): m for m in _GENRUN_MODELS})
-"""`module:QualName` -> genrun's own call-config and stop-evidence models, by the names `backend.json` records (part of the format)."""
+    family = _FORMAT_2_DIFFUSION if unit == "step" else _FORMAT_2_LANGUAGE_MODELS
+    return family.declaration(backend=backend, unit=unit, genrun_version=genrun_version)
 
 
 def typed_call_config_model(declaration: BackendDeclaration) -> type[CallConfigRecord] | None:
@@ -224,5 +289,5 @@ def typed_call_config_model(declaration: BackendDeclaration) -> type[CallConfigR
     artifact = declaration.call_config
     if artifact is None or not artifact.read_as_model:
         return None
-    model = GENRUN_EVIDENCE_MODELS.get(artifact.model)
+    model = genrun_evidence_model(artifact.model)
     return model if isinstance(model, type) and issubclass(model, CallConfigRecord) else None

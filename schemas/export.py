@@ -7,21 +7,23 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from .artifacts import json_schema_sources
-from .evidence import stop_evidence_adapter
-from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
-from .stop_tokens import TOKEN_STOP_EVIDENCE
+from .evidence import builtin_declarations, stop_evidence_adapter
 
 JSON_DIR = Path(__file__).parent / "json"
 
+STOP_EVIDENCE_STEMS = {"transformers": "language-model", "diffusers": "diffusion"}
+"""Built-in backend -> the stem its stop evidence's schema file has had since before the models moved into it
+(`stop-evidence.<stem>.schema.json`); a built-in backend not named here gets its own name."""
+
 EVIDENCE_SCHEMAS: dict[str, Any] = {
-    "stop-evidence.language-model": stop_evidence_adapter(TOKEN_STOP_EVIDENCE),
-    "stop-evidence.diffusion": stop_evidence_adapter(DIFFUSION_STOP_EVIDENCE),
+    f"stop-evidence.{STOP_EVIDENCE_STEMS.get(backend, backend)}": stop_evidence_adapter(declared.stop_evidence)
+    for backend, declared in builtin_declarations().items()
 }
-"""The built-in families' stop evidence (`generation-stop.json` `evidence`, validated by the model its `backend.json` declares)."""
+"""The built-in backends' stop evidence (`generation-stop.json` `evidence`, validated by the models `backend.json` names)."""
 
 SCHEMA_SOURCES: dict[str, Any] = {**json_schema_sources(), **EVIDENCE_SCHEMAS}
 """Schema file stem -> model (a tagged union for progress events): one per artifact registry entry with a schema, and the
-built-in families' stop evidence."""
+built-in backends' stop evidence."""
 
 
 def render_json_schemas() -> dict[str, bytes]:

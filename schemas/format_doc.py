@@ -11,13 +11,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import layout
-from .artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, ArtifactSpec
-from .evidence import EVIDENCE_KIND_MEANING
+from .artifacts import SWEEP_ARTIFACTS, ArtifactSpec, snapshot_artifacts
+from .evidence import EVIDENCE_KIND_MEANING, MOVED_EVIDENCE_MODELS, builtin_declarations
 from .stop import STOP_REASON_MEANING
-from .stop_diffusion import DIFFUSION_STOP_EVIDENCE
-from .stop_tokens import TOKEN_STOP_EVIDENCE
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "snapshot-format.md"
+
+_FAMILY_WORDS = {"transformers": "language models", "diffusers": "diffusion"}
+"""How the document has named the built-in backends' stop evidence since before it moved into them."""
 
 
 def _type_name(annotation: Any) -> str:
@@ -110,7 +111,7 @@ def render_format_doc() -> str:
         "a trailing `/` for a directory. *Written by* names the backend, or the kind of run, that writes the file; *read as*",
         "names the model that validates it (per line for `.ndjson`), or how it is read when no model does.",
         "",
-        *_files_table(SNAPSHOT_ARTIFACTS),
+        *_files_table(snapshot_artifacts()),
         "",
         f"Constants: the ids summary keeps the last {layout.LAST_IDS_KEPT} ids of each row; rows are `sequence_<i>`; with no",
         f"length set anywhere, transformers stops at prompt + {layout.LIBRARY_DEFAULT_NEW_TOKENS} tokens (`library_default`).",
@@ -141,6 +142,14 @@ def render_format_doc() -> str:
         "|---|---|",
         *(f"| `{kind}` | {meaning} |" for kind, meaning in EVIDENCE_KIND_MEANING.items()),
         "",
+        f"The models of genrun's own backends are named in `{layout.BACKEND}` (`module:QualName`) without their JSON Schema:",
+        "readers resolve them by name. They live in their backends' packages; snapshots written before they moved there",
+        "name them where they were, and new snapshots name them where they are. Readers accept both:",
+        "",
+        "| older snapshots record | newer snapshots record |",
+        "|---|---|",
+        *(f"| `{old}` | `{new}` |" for old, new in MOVED_EVIDENCE_MODELS.items()),
+        "",
         "## Units",
         "",
         "`generated` counts " + ", ".join(f"`{u}`s" for u in typing.get_args(layout.Unit)) + ".",
@@ -156,10 +165,13 @@ def render_format_doc() -> str:
         "",
     ]
     roots: list[type[BaseModel]] = []
-    for spec in (*SNAPSHOT_ARTIFACTS, *SWEEP_ARTIFACTS):
+    for spec in (*snapshot_artifacts(), *SWEEP_ARTIFACTS):
         roots += [m for m in _member_models(spec.model) if m not in roots]
-    families = (("language models (`transformers`)", TOKEN_STOP_EVIDENCE), ("diffusion (`diffusers`)", DIFFUSION_STOP_EVIDENCE))
-    for family, models in families:
+    declarations = builtin_declarations()
+    for backend in [*(b for b in _FAMILY_WORDS if b in declarations), *(b for b in declarations if b not in _FAMILY_WORDS)]:
+        declared = declarations[backend]
+        family = f"{_FAMILY_WORDS[backend]} (`{backend}`)" if backend in _FAMILY_WORDS else f"the `{backend}` backend"
+        models = declared.stop_evidence
         out.append(f"- `{layout.STOP}` `evidence` of {family}: " + ", ".join(f"[{m.__name__}](#{m.__name__.lower()})" for m in models))
         roots += [m for m in models if m not in roots]
     for model in _models_in_order(roots):

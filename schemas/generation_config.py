@@ -1,4 +1,9 @@
-"""`generation-config.before-generate.json`: the config exactly as generate used it."""
+"""`generation-config.before-generate.json`: the config exactly as generate used it.
+
+Core, unlike the built-in backends' other evidence models: this is the file of the `generation_config` evidence KIND,
+which any backend may declare (`genrun.backends` exports it) and which analysis checks itself (the limits a request
+set, and who set each: `analysis/_check_limits.py`); the `transformers` backend declares it as its call config.
+"""
 
 from typing import Any, Literal
 

@@ -55,14 +55,13 @@ BACKEND = "backend.json"  # format 3+: the backend and the evidence it declares 
 
 # -- execute: written by `genrun execute` ---------------------------------------------------------------------------
 GENERATION_CONFIG = "generation-config.before-generate.json"
-PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made
+PIPELINE_CALL = "pipeline-call.before-call.json"  # diffusers backend: the call as made (its declaration names it; format 1/2 is read by it)
 PROGRESS = "progress.ndjson"
 TOKEN_IDS = "generated-token-ids.safetensors"
 TOKEN_IDS_SUMMARY = "generated-token-ids.json"
 STOP = "generation-stop.json"
 GENERATION_CALLS = "generation-calls.json"  # transformers backend: path and evidence level of each generate call
 RESULT = "result.json"
-LOOP_CALL = "loop-call.json"  # loop backend: the loop called and the configuration it froze before its first unit
 STAGES = "stages.json"  # `stages` evidence: each stage of a staged run (unit, rows, counts, consumption, time, memory)
 STAGE_IDS = "stage-ids.json"  # `stages` evidence: the ids each stage emitted, per row
 STAGE_PROGRESS = "stage-progress.ndjson"  # `stages` evidence: append-only start / progress / end per stage
@@ -139,9 +138,10 @@ def sequence_text_path(index: int) -> str:
     return f"{OUTPUTS_DIR}/{sequence_text_name(index)}"
 
 
-def extra_generation_config_name(call_index: int) -> str:
-    """Effective config of the outermost generate call `call_index` >= 1 (entry points calling generate twice)."""
-    return GENERATION_CONFIG.replace(".json", f".{call_index}.json")
+def generation_config_name(call_index: int) -> str:
+    """The effective config of outermost generate call `call_index`: `generation-config.before-generate.json` for the
+    first (0), `...before-generate.<i>.json` for each further one (entry points calling generate more than once)."""
+    return GENERATION_CONFIG if call_index == 0 else GENERATION_CONFIG.replace(".json", f".{call_index}.json")
 
 
 def generation_config_call_index(name: str) -> int | None:

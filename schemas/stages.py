@@ -8,7 +8,7 @@ read, seconds and memory per stage). verify re-derives the counts from the ids a
 with the live stream (`analysis/_check_stages.py`).
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -96,19 +96,6 @@ class Stages(Versioned):
 
     stages: tuple[StageRecord, ...]
     """The stages."""
-
-
-class LoopCall(Versioned):
-    """`loop-call.json`: the loop the `loop` backend called and the configuration it froze before its first unit."""
-
-    callable: str
-    """`[loop] callable`: `module:function`."""
-    kwargs: dict[str, Any]
-    """`[loop] kwargs`, passed as keyword arguments."""
-    budget: str | None
-    """`[loop] budget`: the plan-time budget callable (`None`: none)."""
-    config: dict[str, Any] | None
-    """What the loop passed to `rec.config(...)` (`None`: it declared no configuration before its first stage)."""
 
 
 class StageIds(Versioned):

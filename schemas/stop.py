@@ -3,9 +3,8 @@
 The stop vocabulary (`StopReason`) and the wording of each reason (`STOP_REASON_MEANING`) live
 here, once. A stop record (`SequenceStop`) is the same for every backend: row, call, reason,
 units generated, exception, and `evidence`, an object tagged by the same `reason` whose shape is
-the backend's own (one model per reason, declared in `backend.json`): the language-model models
-are in `stop_tokens.py`, the diffusion ones in `stop_diffusion.py`, a third-party backend brings
-its own. Readers validate the core record here and a row's evidence against the schema the
+the backend's own (one model per reason, declared in `backend.json`): each built-in backend keeps
+its models in its own package (`genrun.runner.backends.<name>`), as a third-party backend does. Readers validate the core record here and a row's evidence against the schema the
 snapshot recorded, never by guessing the family.
 
 Format history of this file: format 1 had an untyped evidence object (migrated to per-reason

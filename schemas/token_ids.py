@@ -1,8 +1,10 @@
-"""`generated-token-ids.json`: a readable summary of `generated-token-ids.safetensors`."""
+"""The `token_ids` evidence kind: `generated-token-ids.json` (a readable summary of `generated-token-ids.safetensors`)
+and the facts every row's stop evidence carries (`TokenStopFacts`), whichever backend saved the ids."""
 
 
 from ._base import Strict
 from ._versioning import Versioned
+from .stop import StopEvidence
 
 
 class TokenSequenceSummary(Strict):
@@ -35,3 +37,20 @@ class GeneratedTokenIds(Versioned):
     """Effective pad id (trailing pads after a row finished are not kept)."""
     sequences: tuple[TokenSequenceSummary, ...]
     """One entry per row."""
+
+
+class TokenStopFacts(StopEvidence):
+    """What the token checks read from every row's evidence when the backend declares `token_ids`."""
+
+    last_token_id: int | None = None
+    """Last generated id (`None` when the row has no tokens)."""
+    fired: tuple[str, ...] = ()
+    """Criteria that fired at the step the row finished, e.g. `EosTokenCriteria`."""
+    eos_token_ids: tuple[int, ...] = ()
+    """Effective EOS set."""
+    max_new_tokens: int | None = None
+    """Effective `max_new_tokens`."""
+    max_length: int | None = None
+    """Effective `max_length` (prompt included)."""
+    prompt_length: int | None = None
+    """Padded prompt length."""

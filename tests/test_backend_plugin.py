@@ -291,9 +291,10 @@ def test_an_evidence_declaration_that_cannot_hold_is_refused_when_the_backend_is
 
 def test_genruns_own_models_are_named_not_copied_into_every_snapshot() -> None:
     """Every reader has genrun's models (and migrates their older formats): a built-in backend.json names them and stays small."""
-    from genrun.schemas import TOKEN_EVIDENCE
+    from genrun.runner.backends.transformers.evidence import EVIDENCE
 
-    declared = TOKEN_EVIDENCE.record(backend="transformers", unit="token", distribution="genrun", distribution_version="0.3.0")
+    declared = EVIDENCE.record(backend="transformers", unit="token", distribution="genrun", distribution_version="0.3.0")
     assert declared.call_config is not None and declared.call_config.json_schema is None and declared.stop_evidence_schema is None
     assert declared.call_config.model == "genrun.schemas.generation_config:GenerationConfigBeforeGenerate"
+    assert declared.stop_evidence_models[0] == "genrun.runner.backends.transformers.evidence:EosEvidence"
     assert len(declared.model_dump_json()) < 2048

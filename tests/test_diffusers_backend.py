@@ -37,7 +37,8 @@ from genrun.runner.errors import BudgetRefused, RequestError
 from genrun.runner.execute import execute_snapshot
 from genrun.runner.plan import plan_request
 from genrun.runner.store import is_sealed
-from genrun.schemas import PipelineCallBeforeCall, Result, TokenBudget, layout
+from genrun.runner.backends.diffusers.evidence import PipelineCallBeforeCall
+from genrun.schemas import Result, TokenBudget, layout
 from genrun.snapshot_dir import SnapshotDir
 
 EXAMPLE = REPO / "examples" / "tiny-diffusion.toml"

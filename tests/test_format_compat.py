@@ -16,13 +16,10 @@ from genrun.analysis.report import Report
 from genrun.runner.cli import main
 from genrun.runner.plan import plan_request
 from genrun.schemas import (
+    BackendDeclaration,
     FORMAT_HISTORY,
     FORMAT_VERSION,
-    DIFFUSION_STOP_EVIDENCE,
-    TOKEN_STOP_EVIDENCE,
-    CompletedEvidence,
     Environment,
-    EosEvidence,
     GenerationStop,
     NewerFormat,
     Result,
@@ -30,6 +27,8 @@ from genrun.schemas import (
     layout,
 )
 from genrun.schemas.evidence import stop_evidence_adapter
+from genrun.runner.backends.diffusers.evidence import DIFFUSION_STOP_EVIDENCE, CompletedEvidence
+from genrun.runner.backends.transformers.evidence import TOKEN_STOP_EVIDENCE, EosEvidence
 from genrun.schemas.digests import manifest_candidates, render_sha256sum, sha256_file
 from conftest import tiny_request, write_request
 
@@ -40,6 +39,10 @@ FORMAT_2 = Path(__file__).parent / "fixtures" / "format-2"
 LM_2 = FORMAT_2 / "20261201T150421Z-tiny-fd0549"
 DIFFUSION_2 = FORMAT_2 / "20261201T150426Z-tiny-diffusion-13bd79"
 SWEEP_2 = FORMAT_2 / "sweep-store" / "20261201T150437Z-countdowns-f7bdc4"
+FORMAT_3 = Path(__file__).parent / "fixtures" / "format-3"
+LM_3 = FORMAT_3 / "20261203T205014Z-tiny-d42ab2"
+DIFFUSION_3 = FORMAT_3 / "20261203T205028Z-tiny-diffusion-f6224e"
+LOOP_3 = FORMAT_3 / "20261203T205031Z-tiny-onnx-loop-0ea41e"
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, dict]:
@@ -70,7 +73,8 @@ def test_fixtures_are_format_1_written_by_0_1_0() -> None:
         assert orjson.loads((snapshot / layout.ENVIRONMENT).read_bytes())["genrun_version"] == "0.1.0"
 
 
-@pytest.mark.parametrize("snapshot", [LM, DIFFUSION, LM_2, DIFFUSION_2], ids=["lm-1", "diffusion-1", "lm-2", "diffusion-2"])
+@pytest.mark.parametrize("snapshot", [LM, DIFFUSION, LM_2, DIFFUSION_2, LM_3, DIFFUSION_3, LOOP_3],
+                         ids=["lm-1", "diffusion-1", "lm-2", "diffusion-2", "lm-3", "diffusion-3", "loop-3"])
 def test_an_older_format_snapshot_verifies_and_reports_unchanged(snapshot: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = _digests(snapshot)
     code, verified = _cli_json(capsys, "verify", snapshot)
@@ -99,6 +103,35 @@ def test_format_2_sweep_and_its_items_verify(capsys: pytest.CaptureFixture[str])
         code, verified = _cli_json(capsys, "verify", item)
         assert code == 0, [f for f in verified["findings"] if f["status"] == "FAIL"]
     assert _digests(FORMAT_2 / "sweep-store") == before
+
+
+def test_format_3_fixtures_name_the_built_in_models_where_they_were_before_they_moved() -> None:
+    for snapshot, where in ((LM_3, "genrun.schemas.stop_tokens:"), (DIFFUSION_3, "genrun.schemas.stop_diffusion:")):
+        declared = BackendDeclaration.model_validate_json((snapshot / layout.BACKEND).read_bytes())
+        assert declared.stop_evidence_models and all(m.startswith(where) for m in declared.stop_evidence_models)
+        assert declared.stop_evidence_schema is None  # named only: readers resolve them by that name
+    loop = BackendDeclaration.model_validate_json((LOOP_3 / layout.BACKEND).read_bytes())
+    assert loop.call_config is not None and loop.call_config.model == "genrun.schemas.stages:LoopCall" and loop.call_config.json_schema
+
+
+@pytest.mark.parametrize("snapshot", [LM_3, DIFFUSION_3], ids=["lm-3", "diffusion-3"])
+def test_a_model_named_where_it_was_validates_as_the_model_it_moved_into(snapshot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    declared = BackendDeclaration.model_validate_json((snapshot / layout.BACKEND).read_bytes())
+    code, verified = _cli_json(capsys, "verify", snapshot)
+    found = {f["name"]: f for f in verified["findings"]}
+    assert code == 0 and (found["stop_evidence"]["status"], found["call_config"]["status"]) == ("PASS", "PASS")
+    assert found["stop_evidence"]["evidence"]["models"] == list(declared.stop_evidence_models)  # reported as recorded
+
+
+def test_a_model_name_genrun_never_wrote_is_refused_not_guessed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / LM_3.name
+    shutil.copytree(LM_3, copy)
+    backend = copy / layout.BACKEND
+    backend.chmod(0o644)
+    backend.write_bytes(backend.read_bytes().replace(b"genrun.schemas.stop_tokens:EosEvidence", b"genrun.schemas.stop_tokens:EosEvidenz"))
+    _, verified = _cli_json(capsys, "verify", copy)
+    stop = next(f for f in verified["findings"] if f["name"] == "stop_evidence")
+    assert stop["status"] == "FAIL" and "not genrun's and records no schema for them: genrun.schemas.stop_tokens:EosEvidenz" in stop["message"]
 
 
 def test_a_moved_store_verifies_the_sweep_items_it_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

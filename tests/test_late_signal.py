@@ -52,9 +52,9 @@ def _assert_late_signal_noted_not_acted_on(result: Result, snapshot: Path, reaso
 
 
 def test_transformers_late_signal_while_ids_are_saved(tmp_path: Path, tiny_lm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genrun.runner.backends.transformers import token_artifacts  # imported by the backend when it writes (lazily)
+    from genrun.runner.backends.transformers import backend as transformers_backend
 
-    monkeypatch.setattr(token_artifacts, "write_token_ids", _sigint_first(token_artifacts.write_token_ids))
+    monkeypatch.setattr(transformers_backend, "save_token_rows", _sigint_first(transformers_backend.save_token_rows))
     result, snapshot = _run(tmp_path, tiny_request(tiny_lm, generation="max_new_tokens = 4"))
     _assert_late_signal_noted_not_acted_on(result, snapshot, {"eos", "max_new_tokens"})
     assert result.generated > 0 and (snapshot / layout.TOKEN_IDS).is_file()

@@ -103,7 +103,7 @@ def test_long_form_runs_sequential_windows_each_with_its_stop_reason(capsys, tmp
     assert (row.audio.seconds_received, row.audio.long_form, row.audio.feature_frames) == (34.0, True, 3400)
     stops = orjson.loads((snapshot / layout.STOP).read_bytes())["sequences"]
     assert sorted({s["call_index"] for s in stops}) == [0, 1]  # two 30 s windows: two outermost generate calls
-    assert (snapshot / layout.extra_generation_config_name(1)).is_file()
+    assert (snapshot / layout.generation_config_name(1)).is_file()
     assert row.decoder_prompt.text == "<|startoftranscript|>"  # long form forces timestamps: no <|notimestamps|>
     coverage = verify(capsys, snapshot)["input_coverage"]
     assert coverage["status"] == "PASS" and "2 sequential window(s)" in coverage["message"]

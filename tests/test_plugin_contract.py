@@ -1,8 +1,8 @@
 """The plugin contract (`genrun.backends`) is complete and the only way between genrun's core and a backend.
 
-- The built-in backends import genrun only through `genrun.backends` (and the format's models in `genrun.schemas`),
+- The built-in backends and the shipped example import genrun only through `genrun.backends` (and their own package),
   as a third party must: four real backends prove the public surface.
-- The core never imports a backend's package: it finds backends through the entry-point group only.
+- The core never imports a backend's package (nor the example): it finds backends through the entry-point group only.
 - Two distributions registering one backend name are refused, naming both.
 - Everything `genrun.backends` exports is described in its docstring, every required member first among them `name`.
 - The stop evidence of the two reasons the core decides is defined once and shared by every backend.
@@ -36,9 +36,11 @@ def _module_name(path: Path) -> tuple[str, bool]:
     raise AssertionError(f"{path} is not in a folder mapped into genrun")
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
-    """Every module `path` imports (relative imports resolved; `from a import b` also yields `a.b`, which may be a module)."""
-    module, is_package = _module_name(path)
+def imported_modules(path: Path, name: tuple[str, bool] | None = None) -> list[tuple[int, str]]:
+    """Every module `path` imports (relative imports resolved; `from a import b` also yields `a.b`, which may be a module).
+
+    `name`: the module's dotted name and whether it is a package, for a file outside the folders mapped into genrun."""
+    module, is_package = name or _module_name(path)
     package = module if is_package else module.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -54,21 +56,34 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _private_core_imports(backend: str) -> list[str]:
-    """Imports of genrun's own modules by `backend`'s package: anything but `genrun.backends`, `genrun.schemas` and itself."""
-    own = f"genrun.runner.backends.{backend}"
-    allowed = ("genrun.backends", "genrun.schemas", own)
+def _private_core_imports(source: Path, own: str, *, probe: bool = False) -> list[str]:
+    """Imports of genrun by the package in `source` (dotted name `own`): anything but `genrun.backends` and `own` itself."""
     bad = []
-    for path in sorted((BACKENDS / backend).rglob("*.py")):
-        for line, name in imported_modules(path):
-            if name.split(".")[0] == "genrun" and name != "genrun" and not any(name == a or name.startswith(a + ".") for a in allowed):
-                bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    for path in sorted(source.rglob("*.py")):
+        for line, name in imported_modules(path, (own, True) if probe else None):
+            if name.split(".")[0] != "genrun" or any(name == a or name.startswith(a + ".") for a in ("genrun.backends", own)):
+                continue
+            bad.append(f"{path.relative_to(source.parent)}:{line}: {name}")
     return bad
 
 
 @pytest.mark.parametrize("backend", BUILT_IN)
 def test_a_built_in_backend_uses_the_core_only_through_the_plugin_module(backend: str) -> None:
-    assert _private_core_imports(backend) == []
+    assert _private_core_imports(BACKENDS / backend, f"genrun.runner.backends.{backend}") == []
+
+
+def test_the_shipped_example_uses_the_core_only_through_the_plugin_module() -> None:
+    assert _private_core_imports(REPO / "genrun" / "examples", "genrun.examples") == []
+
+
+def test_the_import_scan_refuses_genruns_own_modules_and_the_format_package(tmp_path: Path) -> None:
+    """What the scan above flags: a schema name, a runner module, the bare `genrun` package (it is not vacuous)."""
+    (tmp_path / "__init__.py").write_text(
+        "import genrun\nfrom genrun.schemas import Request\nfrom genrun.runner import budget\nfrom genrun.schemas.stages import Stages\n"
+        "from genrun.backends import Request as Public\nfrom . import helpers\nfrom genrun.schemas.stages import LoopCall\n")
+    flagged = [entry.split(": ")[1] for entry in _private_core_imports(tmp_path, "my_backend", probe=True)]
+    assert flagged == ["genrun", "genrun.schemas", "genrun.schemas.Request", "genrun.runner", "genrun.runner.budget", "genrun.schemas.stages",
+                       "genrun.schemas.stages.Stages", "genrun.schemas.stages", "genrun.schemas.stages.LoopCall"]
 
 
 def test_the_import_scan_sees_relative_and_absolute_imports() -> None:
@@ -82,7 +97,7 @@ def test_the_import_scan_sees_relative_and_absolute_imports() -> None:
 
 def test_the_core_imports_no_backends_package() -> None:
     """Outside a backend's own package, nothing of genrun imports it: backends are found through entry points only."""
-    packages = tuple(f"genrun.runner.backends.{p.name}" for p in BACKENDS.iterdir() if (p / "__init__.py").is_file())
+    packages = (*(f"genrun.runner.backends.{p.name}" for p in BACKENDS.iterdir() if (p / "__init__.py").is_file()), "genrun.examples")
     assert set(packages) >= {f"genrun.runner.backends.{name}" for name in BUILT_IN}
     bad = []
     for folder in MAPPED:
@@ -149,7 +164,8 @@ def test_every_backends_interrupted_and_failed_evidence_is_the_shared_model() ->
     from genrun.examples.counter_backend import CounterBackend
     from genrun.runner.backends.loop.backend import LoopBackend
     from genrun.runner.backends.vllm import VllmBackend
-    from genrun.schemas import DIFFUSION_STOP_EVIDENCE, TOKEN_STOP_EVIDENCE
+    from genrun.runner.backends.diffusers.evidence import DIFFUSION_STOP_EVIDENCE
+    from genrun.runner.backends.transformers.evidence import TOKEN_STOP_EVIDENCE
 
     declared = {"counter": CounterBackend.evidence.stop_evidence, "loop": LoopBackend.evidence.stop_evidence,
                 "vllm": VllmBackend.evidence.stop_evidence, "tokens": TOKEN_STOP_EVIDENCE, "diffusion": DIFFUSION_STOP_EVIDENCE}
@@ -244,3 +260,70 @@ def test_analysis_code_names_no_backend_family_beyond_the_listed_debt() -> None:
     assert FAMILY_NAMES_STILL_IN_ANALYSIS - found == set(), "debt paid: strike it from the list"
     # The scan reads code: the loop backend's package, scanned the same way, is full of its family's name.
     assert any(FAMILY_WORDS.search(text) for _, text in _code_tokens(BACKENDS / "loop" / "backend.py"))
+
+
+def test_the_plugin_modules_lazy_names_are_the_ones_type_checkers_read() -> None:
+    """`genrun.backends` imports a name when it is first used; what runs (`_EXPORTS`) names the same module and attribute as
+    the `TYPE_CHECKING` imports type checkers read, and every exported name resolves."""
+    tree = ast.parse(Path(public.__file__).read_text())
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    typed = {alias.asname or alias.name: (node.module, alias.name) for node in guarded.body if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    assert typed == public._SOURCE
+    assert sorted(public.__all__) == sorted(typed)
+    assert public.SequenceStop is __import__("genrun.schemas", fromlist=["SequenceStop"]).SequenceStop
+    with pytest.raises(AttributeError, match="has no attribute 'NotExported'"):
+        public.NotExported  # noqa: B018
+
+
+def test_genruns_own_evidence_models_are_found_through_its_entry_points_and_by_their_names_before_they_moved() -> None:
+    """The core resolves the built-in backends' models through the `genrun.evidence` group (no import of a backend's
+    package by name), by the names new snapshots record and by the names snapshots recorded before the models moved."""
+    from genrun.runner.backends.diffusers.evidence import EVIDENCE as DIFFUSERS
+    from genrun.runner.backends.loop.evidence import EVIDENCE as LOOP
+    from genrun.runner.backends.transformers.evidence import EVIDENCE as TRANSFORMERS, EosEvidence
+    from genrun.schemas.evidence import MOVED_EVIDENCE_MODELS, builtin_declarations, genrun_evidence_model, qualified_name
+
+    assert dict(builtin_declarations()) == {"diffusers": DIFFUSERS, "loop": LOOP, "transformers": TRANSFORMERS}
+    assert genrun_evidence_model("genrun.runner.backends.transformers.evidence:EosEvidence") is EosEvidence
+    assert genrun_evidence_model("genrun.schemas.stop_tokens:EosEvidence") is EosEvidence
+    assert {old: qualified_name(genrun_evidence_model(old)) for old in MOVED_EVIDENCE_MODELS} == dict(MOVED_EVIDENCE_MODELS)  # type: ignore[arg-type]
+    assert genrun_evidence_model("genrun.schemas.stop_tokens:NotAModel") is None
+    assert genrun_evidence_model("genrun.examples.counter_backend:CounterCall") is None  # a plugin's: its schema is recorded
+
+
+def test_a_built_in_call_config_is_listed_in_the_registry_as_its_backend_declares_it_when_first_asked_for() -> None:
+    """The artifact registry takes the diffusers call config's name and model from its declaration, and importing the
+    registry or the reader loads no backend's evidence (discovery runs when the list is first used)."""
+    import subprocess
+    import sys
+
+    from genrun.runner.backends.diffusers.evidence import EVIDENCE, PipelineCallBeforeCall
+    from genrun.schemas import layout
+    from genrun.schemas.artifacts import artifact_for
+
+    spec = artifact_for(layout.PIPELINE_CALL)
+    assert spec is not None and spec.model is PipelineCallBeforeCall and spec.written_by == ("diffusers",)
+    assert EVIDENCE.call_config_name == layout.PIPELINE_CALL == spec.name  # the name formats 1 and 2 are recognised by
+    probe = ("import sys, genrun.schemas.artifacts, genrun.analysis._load\n"
+             "print(sorted(m for m in sys.modules if m.startswith('genrun.runner.backends.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_a_third_partys_evidence_entry_point_does_not_make_its_models_genruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only genrun's own distribution is read from `genrun.evidence`: another's models still record their JSON Schema."""
+    from genrun.schemas.evidence import _models_by_name, builtin_declarations, genrun_evidence_model
+
+    folder = tmp_path / "site" / "sneaky-1.0.dist-info"
+    folder.mkdir(parents=True)
+    (folder / "METADATA").write_text("Metadata-Version: 2.1\nName: sneaky\nVersion: 1.0\n")
+    (folder / "entry_points.txt").write_text("[genrun.evidence]\ncounter = genrun.examples.counter_backend:CounterBackend.evidence\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    builtin_declarations.cache_clear(), _models_by_name.cache_clear()
+    try:
+        assert sorted(builtin_declarations()) == ["diffusers", "loop", "transformers"]
+        assert genrun_evidence_model("genrun.examples.counter_backend:CounterCall") is None
+    finally:
+        monkeypatch.undo()
+        builtin_declarations.cache_clear(), _models_by_name.cache_clear()

@@ -12,7 +12,6 @@ from conftest import run_cli, tiny_request, write_request
 from genrun.runner.plan import plan_request
 from genrun.schemas import (
     EVENT_ADAPTER,
-    TOKEN_EVIDENCE,
     BackendDeclaration,
     AudioEvidence,
     CallEvidence,
@@ -21,8 +20,6 @@ from genrun.schemas import (
     RequestChange,
     CodeIdentity,
     Environment,
-    EosEvidence,
-    ExceptionEvidence,
     ExceptionInfo,
     ExecutionIdentity,
     GeneratedTokenIds,
@@ -48,6 +45,7 @@ from genrun.schemas.artifacts import SNAPSHOT_ARTIFACTS, SWEEP_ARTIFACTS, artifa
 from genrun.schemas.evidence import stop_evidence_adapter
 from genrun.schemas.export import EVIDENCE_SCHEMAS, JSON_DIR, SCHEMA_SOURCES, render_json_schemas
 from genrun.schemas.format_doc import DOC_PATH, render_format_doc
+from genrun.runner.backends.transformers.evidence import EVIDENCE, EosEvidence, ExceptionEvidence
 
 FROZEN_MODELS = {
     layout.REQUEST: Request,
@@ -135,7 +133,7 @@ def test_stop_evidence_round_trips_through_its_declared_models() -> None:
     """Loaded, a row's evidence keeps every fact; validated with the family's models (as backend.json records them) it is the typed model again."""
     stops = _stops()
     loaded = GenerationStop.model_validate_json(stops.model_dump_json())
-    adapter = stop_evidence_adapter(TOKEN_EVIDENCE.stop_evidence)
+    adapter = stop_evidence_adapter(EVIDENCE.stop_evidence)
     assert [adapter.validate_python(s.evidence.model_dump(mode="json")) for s in loaded.sequences] == [s.evidence for s in stops.sequences]
     with pytest.raises(ValidationError, match="surprise"):
         adapter.validate_python(loaded.sequences[0].evidence.model_dump(mode="json") | {"surprise": 1})

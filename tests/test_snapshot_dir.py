@@ -24,7 +24,6 @@ from genrun.schemas import (
     GenerationStop,
     InputPreparation,
     ModelIdentity,
-    PipelineCallBeforeCall,
     Request,
     Result,
     Signoff,
@@ -32,6 +31,7 @@ from genrun.schemas import (
     layout,
 )
 from genrun.schemas.digests import plan_digest, snapshot_digest
+from genrun.runner.backends.diffusers.evidence import PipelineCallBeforeCall
 from genrun.schemas.sweep import SweepPlan, SweepResult, WorkerModel
 from genrun.snapshot_dir import (
     ArtifactDamaged,

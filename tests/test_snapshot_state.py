@@ -20,7 +20,7 @@ PLAN = [layout.REQUEST_SOURCE_PREFIX + ".toml", *layout.FROZEN_FILES]
     (PLAN, SnapshotState.PLANNING),
     ([*PLAN, layout.FROZEN_MANIFEST], SnapshotState.PLANNED),
     ([*PLAN, layout.FROZEN_MANIFEST, layout.PROGRESS], SnapshotState.RUNNING),
-    ([*PLAN, layout.FROZEN_MANIFEST, layout.extra_generation_config_name(2)], SnapshotState.RUNNING),
+    ([*PLAN, layout.FROZEN_MANIFEST, layout.generation_config_name(2)], SnapshotState.RUNNING),
     ([*PLAN, layout.FROZEN_MANIFEST, layout.sequence_text_path(0)], SnapshotState.RUNNING),
     ([*PLAN, layout.FROZEN_MANIFEST, layout.PROGRESS, layout.RESULT], SnapshotState.INCOMPLETE),
     ([*PLAN, layout.FROZEN_MANIFEST, layout.PROGRESS, layout.RESULT, layout.MANIFEST], SnapshotState.SEALED),
@@ -31,7 +31,7 @@ def test_state_from_the_files_present(names: list[str], state: SnapshotState) ->
 
 def test_names_round_trip_through_the_format_module() -> None:
     assert layout.sequence_index(layout.sequence_name(12)) == 12 and layout.sequence_index("sequence_x") is None
-    assert layout.generation_config_call_index(layout.extra_generation_config_name(3)) == 3
+    assert layout.generation_config_call_index(layout.generation_config_name(3)) == 3
     assert layout.generation_config_call_index(layout.GENERATION_CONFIG) == 0
     assert layout.generation_config_call_index(layout.PIPELINE_CALL) is None
 

@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import DIFFUSION_EVIDENCE, PipelineCallBeforeCall, Request, TokenBudget, layout
-from genrun.schemas.progress import Unit
-from genrun.schemas.rendering import jsonable
+from genrun.backends import Request, TokenBudget, Unit, jsonable
 from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, generation_timings, refuse_generation, save_output_fields, unknown_key_message, user_import_paths
 
 from . import _files as files
 from .budget import DIFFUSERS_RUNTIME, DURATION_KEYS, CallPlan, estimate_diffusers_budget, plan_call
+from .evidence import CALL_CONFIG, EVIDENCE, PipelineCallBeforeCall
 from .loading import denoiser_of, load_pipeline
 from .steps import StepObserver
 from .stop import stop_record
@@ -38,7 +37,7 @@ class DiffusersBackend:
 
     name = "diffusers"
     runtime = DIFFUSERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
-    evidence = DIFFUSION_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
+    evidence = EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """`[generation]` keys must be parameters of the pipeline's `__call__`; `[input]` is optional (unconditional pipelines)."""
@@ -117,7 +116,7 @@ class DiffusersRun:
             pipe.set_progress_bar_config(disable=True)  # genrun draws its own bar; tqdm would interleave with it on stderr
             self.call = describe_call(ctx, pipe, plan, kwargs, timesteps, note, by_callback)
             with deferred():  # complete or absent, never half-written
-                ctx.snapshot.write(layout.PIPELINE_CALL, self.call)
+                ctx.snapshot.write(CALL_CONFIG, self.call)
             self.started = time.monotonic()
             try:
                 if by_callback:

@@ -28,9 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from genrun.schemas import Request, TokenBudget
-from genrun.schemas.rendering import human_bytes
-from genrun.backends import DTYPE_BYTES, TORCH_PACKAGES, RequestError, TorchRuntime, memory_fit, with_refusals
+from genrun.backends import DTYPE_BYTES, TORCH_PACKAGES, Request, RequestError, TokenBudget, TorchRuntime, human_bytes, memory_fit, with_refusals
 
 from . import _files as files
 

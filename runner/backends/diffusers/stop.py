@@ -1,10 +1,8 @@
 """The one stop record of a pipeline call: `completed`, `interrupted` or `exception`, with steps done of steps planned."""
 
-from genrun.schemas import (CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, DiffusionSteps, PipelineCallBeforeCall,
-                            SequenceStop, StopEvidence)
-from genrun.schemas.stop_diffusion import StepsPlannedSource
-from genrun.backends import exception_info
+from genrun.backends import DiffusionSteps, SequenceStop, StepsPlannedSource, StopEvidence, exception_info
 
+from .evidence import CompletedEvidence, DiffusionExceptionEvidence, DiffusionInterruptedEvidence, PipelineCallBeforeCall
 from .steps import StepObserver
 
 

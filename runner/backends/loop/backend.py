@@ -22,7 +22,6 @@ from genrun.backends import (
     STAGE_PROGRESS_FILE,
     STAGES_FILE,
     BackendOutcome,
-    EvidenceDeclaration,
     ExecutionContext,
     GenerationEnd,
     LoadContext,
@@ -43,7 +42,7 @@ from genrun.backends import (
     user_import_paths,
 )
 
-from .evidence import CALL_CONFIG, LOOP_STOP_EVIDENCE, LoopCall, stop_evidence_model
+from .evidence import CALL_CONFIG, EVIDENCE, LoopCall, stop_evidence_model
 from .recorder import LoopRecorder, RecorderMisuse, Stage
 
 LOOP_KEYS = ("callable", "kwargs", "budget")
@@ -57,8 +56,7 @@ class LoopBackend:
     # The loop brings its own engine: genrun sets no library's switches and names the engines its examples use (recorded
     # in environment.json as installed or absent), never torch.
     runtime = Runtime(packages=("onnxruntime", "MNN", "numpy", "tokenizers"))
-    evidence = EvidenceDeclaration(kinds=("call_config", "stop_records", "stages"), stop_evidence=LOOP_STOP_EVIDENCE,
-                                   call_config_name=CALL_CONFIG, call_config_model=LoopCall)
+    evidence = EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: Any) -> None:
         """`[loop] callable` is required (`module:function`, importable beside the request); `kwargs` is a table; `budget` a

@@ -4,15 +4,30 @@ Every stop record of a loop names its stage (`call_index` is the stage's positio
 stage's counts for the row; the reason's own fact is what verify checks against the ids.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from genrun.backends import Failed, Interrupted, StopEvidence
-from genrun.schemas.layout import LOOP_CALL as CALL_CONFIG
-from genrun.schemas.stages import LoopCall
+from genrun.backends import CallConfigRecord, EvidenceDeclaration, Failed, Interrupted, StopEvidence
 
-__all__ = ["CALL_CONFIG", "LOOP_STOP_EVIDENCE", "LoopCall", "stop_evidence_model"]
+__all__ = ["CALL_CONFIG", "EVIDENCE", "LOOP_STOP_EVIDENCE", "LoopCall", "stop_evidence_model"]
+
+CALL_CONFIG = "loop-call.json"
+"""The call config's file: the loop called and the configuration it froze before its first unit."""
+
+
+class LoopCall(CallConfigRecord):
+    """`loop-call.json`: the loop the `loop` backend called and the configuration it froze before its first unit."""
+
+    callable: str
+    """`[loop] callable`: `module:function`."""
+    kwargs: dict[str, Any]
+    """`[loop] kwargs`, passed as keyword arguments."""
+    budget: str | None
+    """`[loop] budget`: the plan-time budget callable (`None`: none)."""
+    config: dict[str, Any] | None
+    """What the loop passed to `rec.config(...)` (`None`: it declared no configuration before its first stage)."""
+
 
 
 class _StageFacts(StopEvidence):
@@ -100,6 +115,11 @@ class LoopUnknown(_StageFacts):
 
 LOOP_STOP_EVIDENCE = (LoopEos, LoopMaxNewTokens, LoopMaxLength, LoopStopString, LoopMaxTime, LoopCompleted, LoopCustom,
                       LoopInterrupted, LoopException, LoopUnknown)
+
+
+EVIDENCE = EvidenceDeclaration(kinds=("call_config", "stop_records", "stages"), stop_evidence=LOOP_STOP_EVIDENCE,
+                               call_config_name=CALL_CONFIG, call_config_model=LoopCall)
+"""What the loop provides and analysis may check (frozen as `backend.json` at plan time)."""
 
 
 def stop_evidence_model(reason: str) -> type[_StageFacts]:

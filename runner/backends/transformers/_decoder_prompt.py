@@ -14,7 +14,7 @@ failed run (generate then raises its own error, which is recorded).
 from collections.abc import Mapping
 from typing import Any
 
-from genrun.schemas import DecoderPrompt
+from genrun.backends import DecoderPrompt
 
 BUILDER = "_retrieve_init_tokens"
 _GENERATE_ARGUMENTS = ("return_timestamps", "language", "task", "is_multilingual")

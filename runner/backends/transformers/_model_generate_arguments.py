@@ -11,8 +11,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import Request
-from genrun.backends import PlanContext, RequestError
+from genrun.backends import PlanContext, Request, RequestError
 
 from ._checkpoint_config import checkpoint_config
 from ._processor import model_auto_class

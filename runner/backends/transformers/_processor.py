@@ -7,9 +7,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import Request
-from genrun.schemas.inputs import Architecture
-from genrun.backends import PlanContext, RequestError
+from genrun.backends import Architecture, PlanContext, Request, RequestError
 
 from ._checkpoint_config import checkpoint_config, checkpoint_tokenizer
 from ._prompts import encode_input

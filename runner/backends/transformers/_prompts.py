@@ -2,8 +2,7 @@
 
 from typing import Any
 
-from genrun.schemas import InputSpec
-from genrun.backends import RequestError
+from genrun.backends import InputSpec, RequestError
 
 
 

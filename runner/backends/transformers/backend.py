@@ -12,9 +12,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genrun.schemas import TOKEN_EVIDENCE, Request, TokenBudget, layout
-from genrun.schemas.progress import Unit
-from genrun.backends import BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel, PlanContext, RequestError, deferred, exception_info, generation_timings, input_path, read_input_files, refuse_generation, resolve_callable, save_entrypoint_result, save_prompt_ids, user_import_paths, write_sequence_texts
+from genrun.backends import (GENERATION_CALLS_FILE, INPUT_PREPARATION_FILE, BackendOutcome, ExecutionContext, GenerationEnd, LoadContext, LoadedModel,
+                             PlanContext, Request, RequestError, TokenBudget, TokenRow, Unit, deferred, exception_info, generation_config_name,
+                             generation_timings, input_path, read_input_files, refuse_generation, resolve_callable, save_entrypoint_result,
+                             save_prompt_ids, save_token_rows, user_import_paths)
 
 from . import musicgen
 from ._processor import (architecture, load_processor, model_auto_class, processor_source, require_checkpoint_config, require_config_file,
@@ -27,8 +28,9 @@ from ._model_generate_arguments import model_generate_arguments
 from .input_preparation import MediaRow, prepare_model_inputs, with_loading_facts
 from ._transformers_keys import generation_problems, quick_generation_problems
 from .budget import TRANSFORMERS_RUNTIME
+from .evidence import EVIDENCE
 
-if TYPE_CHECKING:  # `instrument` and `token_artifacts` import torch and transformers: only execution imports them, so a
+if TYPE_CHECKING:  # `instrument` imports torch and transformers: only execution imports them, so a
     # request's mistakes are refused at plan time without them (`_transformers_keys.quick_generation_problems`)
     from .instrument import CallCapture, CaptureSession, ClassifiedRow
 
@@ -38,7 +40,7 @@ class TransformersBackend:
 
     name = "transformers"
     runtime = TRANSFORMERS_RUNTIME  # devices, determinism, threads and versions as torch sees them
-    evidence = TOKEN_EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
+    evidence = EVIDENCE  # what analysis may check (frozen as backend.json at plan time)
 
     def validate_request(self, request: Request, model_dir: Path, context: PlanContext) -> None:
         """A model needs a prompt or media (unless an entry point builds its inputs); `[generation]` must be generate's own keys."""
@@ -146,10 +148,10 @@ class TransformersRun:
         prepared = prepare_model_inputs(ctx.request.input, tokenizer, architecture(model.config), media)
         generation = dict(ctx.request.generation)
         text_tokenizer = tokenizer_of(tokenizer)
-        record = with_loading_facts(prepared.record, processor_dir=layout.PROCESSOR_DIR if ctx.frozen_processor_dir else None,
+        record = with_loading_facts(prepared.record, processor_dir=ctx.frozen_processor_dir.name if ctx.frozen_processor_dir else None,
                                     decoder_prompts=forced_decoder_prompts(model, generation, prepared.model_inputs, text_tokenizer))
         with deferred():  # what the model will receive, on disk before generate starts
-            ctx.snapshot.write(layout.INPUT_PREPARATION, record)
+            ctx.snapshot.write(INPUT_PREPARATION_FILE, record)
             save_prompt_ids(ctx.snapshot, [(r.row, r.prompt_token_ids) for r in record.rows])
         encoded = prepared.model_inputs.to(model.device)
         ctx.recorder.start(ctx.planned_units, _planned_rows(model, ctx, len(record.rows)))
@@ -164,23 +166,22 @@ class TransformersRun:
     def finish(self, end: GenerationEnd) -> BackendOutcome:
         """Token ids, summary, texts, the entry point's result, audio and `generation-calls.json`, partial ones too."""
         from .instrument import classify_calls
-        from .token_artifacts import summarise, write_token_ids, write_token_summary
 
         ctx, state = self._ctx, self
         calls = state.session.calls if state.session is not None else []
         rows = classify_calls(calls, state.tokenizer, exception_info)
         first = _first_config(calls)
-        summary = summarise(
-            rows,
-            None if musicgen.is_music_instance(state.model) else state.tokenizer,  # codebook codes are no text: no decodes
-            calls[0].prompt_length if calls else None,
-            first.eos_token_ids if first else (),
-            first.pad_token_id if first else None,
-        )
-        write_token_ids(ctx.snapshot, rows)
-        write_token_summary(ctx.snapshot, summary)
+        # each row's ids up to the step it stopped at (ids generate kept emitting after a row finished are not kept), with
+        # its own EOS set; partial rows of an interrupted or failed run as far as they got
+        token_rows = [TokenRow(r.index, r.tokens.ids.tolist(), tuple(r.stop.evidence.fact("eos_token_ids", ())), r.tokens.call_index) for r in rows]
         ctx.outputs_dir.mkdir(exist_ok=True)
-        outputs = write_sequence_texts(ctx.outputs_dir, summary)
+        outputs = save_token_rows(
+            ctx.snapshot, ctx.outputs_dir, token_rows,
+            None if musicgen.is_music_instance(state.model) else state.tokenizer,  # codebook codes are no text: no decodes
+            prompt_length=calls[0].prompt_length if calls else None,
+            eos_token_ids=first.eos_token_ids if first else (),
+            pad_token_id=first.pad_token_id if first else None,
+        )
         if end.returned and ctx.request.entrypoint is not None:
             outputs += save_entrypoint_result(ctx.outputs_dir, state.value)
         outputs += self._save_audio(ctx, state, calls)
@@ -209,13 +210,13 @@ class TransformersRun:
         from .instrument import generation_calls
 
         evidence = generation_calls(session, {a.call_index: musicgen.audio_evidence(a) for a in state.audio})
-        ctx.snapshot.write(layout.GENERATION_CALLS, evidence)
+        ctx.snapshot.write(GENERATION_CALLS_FILE, evidence)
         if session.nested_calls:
             state.notes.append(f"{session.nested_calls} nested generate call(s) ran inside outer ones (not recorded separately)")
         if evidence.foreign_thread_calls:
             state.notes.append(f"{evidence.foreign_thread_calls} generate call(s) from threads that are not the run's passed through unrecorded")
         if evidence.evidence_level == "partial":
-            state.notes.append(f"evidence partial: see {layout.GENERATION_CALLS}")
+            state.notes.append(f"evidence partial: see {GENERATION_CALLS_FILE}")
 
     def _outcome(self, ctx: ExecutionContext, state: "TransformersRun", rows: "tuple[ClassifiedRow, ...]", outputs: tuple[str, ...]) -> BackendOutcome:
         from .instrument import stop_records
@@ -280,10 +281,9 @@ def load_model(ctx: LoadContext) -> tuple[Any, Any]:
 
 def write_effective_config(ctx: ExecutionContext, call: "CallCapture") -> None:
     """Inside generate, before the first token: `generation-config.before-generate[.<i>].json`."""
-    name = layout.GENERATION_CONFIG if call.index == 0 else layout.extra_generation_config_name(call.index)
     assert call.config is not None, "the instrument calls on_config only once it has recorded the call's config"
     with deferred():  # the file is complete or absent, never interrupted half-way
-        ctx.snapshot.write(name, call.config)
+        ctx.snapshot.write(generation_config_name(call.index), call.config)
 
 
 def _planned_rows(model: Any, ctx: ExecutionContext, batch: int) -> int:

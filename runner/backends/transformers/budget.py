@@ -3,8 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from genrun.schemas import Request, TokenBudget
-from genrun.backends import DTYPE_BYTES, TORCH_PACKAGES, PlanContext, TorchRuntime, decode_audio, load_image, memory_fit, refusals_for, with_refusals
+from genrun.backends import DTYPE_BYTES, TORCH_PACKAGES, PlanContext, Request, TokenBudget, TorchRuntime, decode_audio, load_image, memory_fit, refusals_for, with_refusals
 
 from ._kv_budget import decoder_position_limit, kv_bytes_per_token, model_shape
 

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from genrun.schemas import AudioReceived, DecoderPrompt, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation
-from genrun.schemas.inputs import Architecture
-from genrun.backends import decode_audio, load_image
+from genrun.backends import (Architecture, AudioReceived, DecoderPrompt, ImageReceived, InputFile, InputPreparation, InputSpec, PreparedRow, Truncation,
+                             decode_audio, load_image)
 
 from ._processor import tokenizer_of
 from ._prompts import prepare_tokenizer

@@ -6,8 +6,7 @@ classifier-free guidance (MusicGen) doubles the decoded rows.
 
 from typing import Any, NamedTuple
 
-from genrun.schemas import DomainEstimate, Request, layout
-from genrun.schemas.budget import FrameRateSource, LengthSource
+from genrun.backends import LIBRARY_DEFAULT_NEW_TOKENS, DomainEstimate, FrameRateSource, LengthSource, Request
 
 
 class LengthLimit(NamedTuple):
@@ -35,7 +34,7 @@ def effective_length(prompt_tokens: int, overrides: dict[str, Any], checkpoint: 
             if key == "max_new_tokens":
                 return LengthLimit(prompt_tokens + value, value, source)
             return LengthLimit(value, value - prompt_tokens, source)
-    limit = prompt_tokens + layout.LIBRARY_DEFAULT_NEW_TOKENS
+    limit = prompt_tokens + LIBRARY_DEFAULT_NEW_TOKENS
     if context is not None:
         limit = min(limit, context)
     return LengthLimit(limit, limit - prompt_tokens, "library_default")

@@ -18,9 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from genrun.schemas import Request
-from genrun.schemas.request import UnitsSpec
-from genrun.backends import PlanContext, RequestError, save_audio
+from genrun.backends import PlanContext, Request, RequestError, UnitsSpec, save_audio
 
 from ._checkpoint_config import checkpoint_config
 from .length_rules import FrameRate
@@ -139,7 +137,7 @@ def save_call_audio(outputs_dir: Path, call_index: int, audio: Any, codec_info: 
 
 def audio_evidence(audio: AudioOutput) -> Any:
     """The `generation-calls.json` record of one call's audio."""
-    from genrun.schemas import AudioEvidence
+    from genrun.backends import AudioEvidence
 
     return AudioEvidence(codebooks=audio.codebooks, frames_per_second=audio.codec.frames_per_second, sampling_rate=audio.codec.sampling_rate,
                          frames=audio.frames, seconds=audio.seconds, files=audio.files)

@@ -7,7 +7,7 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
-from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
+from genrun.backends import GenerationConfigBeforeGenerate, LimitSource
 
 from .criteria import RecordingCriteriaList, RowCriteria
 from .effective_config import CallArguments

@@ -11,9 +11,8 @@ from typing import Any, NamedTuple
 
 from transformers import GenerationConfig
 
-from genrun.schemas import GenerationConfigBeforeGenerate, LimitSource
-from genrun.schemas.rendering import array_or
-from genrun.schemas.rendering import jsonable as plain_json
+from genrun.backends import GenerationConfigBeforeGenerate, LimitSource, array_or
+from genrun.backends import jsonable as plain_json
 
 from .._kv_budget import PositionLimit, decoder_context_limit
 

@@ -2,7 +2,7 @@
 
 from collections.abc import Mapping
 
-from genrun.schemas import AudioEvidence, CallEvidence, GenerationCalls
+from genrun.backends import AudioEvidence, CallEvidence, GenerationCalls
 
 from .capture import CallCapture, CaptureSession
 

@@ -1,6 +1,6 @@
 """Per-row stop records (`generation-stop.json`) from what the criteria list recorded live.
 
-Rules (the stop vocabulary of `genrun.schemas.stop`), per row of every outermost call:
+Rules (the stop vocabulary, `genrun.backends.StopReason`), per row of every outermost call:
 - the row finished and its stop step is among the kept ids: the criteria that fired at that step,
   attributed by `KIND_PRIORITY` (eos > stop_string > max_new_tokens > max_length > max_time);
 - only criteria genrun does not know fired (a user's own `StoppingCriteria`): `custom`, with
@@ -17,21 +17,18 @@ Rules (the stop vocabulary of `genrun.schemas.stop`), per row of every outermost
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from genrun.schemas import (
+from ..evidence import (
     CustomEvidence,
-    ExceptionInfo,
-    SequenceStop,
     EosEvidence,
     ExceptionEvidence,
     InterruptedEvidence,
     MaxLengthEvidence,
     MaxNewTokensEvidence,
     MaxTimeEvidence,
-    StopEvidence,
     StopStringEvidence,
     UnknownEvidence,
 )
-from genrun.backends import GenerationEnd
+from genrun.backends import ExceptionInfo, GenerationEnd, SequenceStop, StopEvidence
 
 from .capture import CallCapture, RowTokens
 from .criteria import RowCriteria, primary_kind

@@ -1,10 +1,18 @@
-"""`pipeline-call.before-call.json`: a diffusers pipeline call exactly as genrun is about to make it."""
+"""What the `diffusers` backend declares: its call config (`pipeline-call.before-call.json`) and one stop-evidence model
+per reason, each with the call's steps (`DiffusionSteps`, which the `diffusion_steps` evidence kind reads).
+
+genrun finds this declaration through the `genrun.evidence` entry points (readers resolve its models by the names
+`backend.json` records); reading a snapshot never imports torch or diffusers.
+"""
 
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
-from .call_config import CallConfigRecord
+from genrun.backends import CallConfigRecord, DiffusionSteps, EvidenceDeclaration, FailedWithMessage, Interrupted, StopEvidence
+
+CALL_CONFIG = "pipeline-call.before-call.json"
+"""The call config's file: the pipeline call exactly as genrun is about to make it."""
 
 StepObservation = Literal["callback_on_step_end", "progress_bar"]
 StepsSource = Literal["request", "pipeline_default"]
@@ -83,3 +91,43 @@ class PipelineCallBeforeCall(CallConfigRecord):
     def planned_units(self) -> int | None:
         """The scheduler's timesteps after `set_timesteps` (the steps the denoising loop will run)."""
         return self.timesteps_planned
+
+
+class _StepStop(StopEvidence):
+    """Shared by every diffusion reason: the steps done and planned (the `diffusion_steps` evidence kind reads `steps`)."""
+
+    model_config = {**StopEvidence.model_config, "extra": "forbid"}
+
+    steps: DiffusionSteps
+    """Steps done and planned."""
+
+
+class CompletedEvidence(_StepStop):
+    """`completed`: the pipeline ran all its steps."""
+
+    reason: Literal["completed"] = "completed"
+    """Tag."""
+
+
+class DiffusionInterruptedEvidence(Interrupted, _StepStop):
+    """`interrupted`: a signal stopped the pipeline."""
+
+    interrupt_flag_set_at_step: int | None = None
+    """The step at which the pipeline's interrupt flag was set."""
+
+
+class DiffusionExceptionEvidence(FailedWithMessage, _StepStop):
+    """`exception` (the traceback is in the record's `exception`)."""
+
+
+DIFFUSION_STOP_EVIDENCE: tuple[type[StopEvidence], ...] = (CompletedEvidence, DiffusionInterruptedEvidence, DiffusionExceptionEvidence)
+"""One model per reason."""
+
+
+EVIDENCE = EvidenceDeclaration(
+    kinds=("call_config", "stop_records", "diffusion_steps"),
+    stop_evidence=DIFFUSION_STOP_EVIDENCE,
+    call_config_name=CALL_CONFIG,
+    call_config_model=PipelineCallBeforeCall,
+)
+"""Diffusion pipelines: the pipeline call as made, steps done of steps planned (frozen as `backend.json` at plan time)."""

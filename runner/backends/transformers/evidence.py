@@ -1,31 +1,16 @@
-"""Language-model stop evidence (the `transformers` backend, and any backend that saves token ids).
+"""What the `transformers` backend declares: its call config (`generation-config.before-generate.json`, genrun's
+`GenerationConfigBeforeGenerate`) and one stop-evidence model per reason.
 
-Every model carries `TokenStopFacts`, the facts the token checks judge a row by (last id, EOS
-set, limits, prompt length): a backend that declares the `token_ids` evidence kind gives each
-row's evidence these fields, so `verify` can hold the recorded reason against the saved ids.
+Every model carries `TokenStopFacts`, the facts the token checks judge a row by (last id, EOS set, limits, prompt
+length), so `verify` holds the recorded reason against the saved ids. genrun finds this declaration through the
+`genrun.evidence` entry points (readers resolve its models by the names `backend.json` records); this module imports
+only pydantic and `genrun.backends`, so reading a snapshot never imports torch or transformers.
 """
 
 from typing import Literal
 
-from .generation_config import LimitSource
-from .stop import FailedWithMessage, Interrupted, StopEvidence
-
-
-class TokenStopFacts(StopEvidence):
-    """What the token checks read from every row's evidence when the backend declares `token_ids`."""
-
-    last_token_id: int | None = None
-    """Last generated id (`None` when the row has no tokens)."""
-    fired: tuple[str, ...] = ()
-    """Criteria that fired at the step the row finished, e.g. `EosTokenCriteria`."""
-    eos_token_ids: tuple[int, ...] = ()
-    """Effective EOS set."""
-    max_new_tokens: int | None = None
-    """Effective `max_new_tokens`."""
-    max_length: int | None = None
-    """Effective `max_length` (prompt included)."""
-    prompt_length: int | None = None
-    """Padded prompt length."""
+from genrun.backends import (EvidenceDeclaration, FailedWithMessage, GenerationConfigBeforeGenerate, Interrupted, LimitSource, StopEvidence,
+                             TokenStopFacts, generation_config_name)
 
 
 class _Closed(TokenStopFacts):
@@ -130,4 +115,13 @@ TOKEN_STOP_EVIDENCE: tuple[type[StopEvidence], ...] = (
     EosEvidence, StopStringEvidence, MaxNewTokensEvidence, MaxLengthEvidence, MaxTimeEvidence, CustomEvidence, UnknownEvidence,
     InterruptedEvidence, ExceptionEvidence,
 )
-"""The language-model family's stop evidence, one model per reason."""
+"""One model per reason."""
+
+
+EVIDENCE = EvidenceDeclaration(
+    kinds=("call_config", "stop_records", "token_ids", "generation_config", "generation_calls"),
+    stop_evidence=TOKEN_STOP_EVIDENCE,
+    call_config_name=generation_config_name(0),
+    call_config_model=GenerationConfigBeforeGenerate,
+)
+"""Language models: token ids, effective generation configs, per-call evidence (frozen as `backend.json` at plan time)."""
