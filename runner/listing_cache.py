@@ -33,10 +33,10 @@ SealKey = tuple[int, int, int, int]
 """The manifest file's stat (inode, size, mtime_ns, ctime_ns): any rewrite, replacement or chmod of it changes one."""
 
 
-def seal_key(manifest: str) -> SealKey | None:
-    """None when no regular file is there (not sealed; a link is never a seal)."""
+def seal_key(manifest: str, dir_fd: int | None = None) -> SealKey | None:
+    """None when no regular file is there (not sealed; a link is never a seal); `manifest` relative to `dir_fd` if given."""
     try:
-        st = os.lstat(manifest)
+        st = os.lstat(manifest, dir_fd=dir_fd)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
@@ -149,18 +149,28 @@ class ListingCache:
             self._db.close()
             self._db = None
 
-    def rows(self, ids: Sequence[str] | None = None, *, placing: bool = False) -> dict[str, Cached]:
+    def rows(self, ids: Sequence[str] | None = None) -> dict[str, Cached]:
         """Every row that validates (or those of `ids`), by id; a row that does not validate is left out: it is read
-        again. `placing`: only each row's id and sweep members are fetched (the other cells NULL): enough to place
-        100,000 rows of which a terminal shows 200, fetched whole with `rows(ids)`."""
-        assert self._db is not None
+        again from its files."""
+        if ids is None:
+            return self._valid()
+        chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
+        return {i: row for chunk in chunks for i, row in self._valid(f"id IN ({', '.join('?' * len(chunk))})", chunk).items()}
+
+    def placing(self) -> dict[str, Cached | None]:
+        """What places the rows of a window (`ls --limit 200` of 100,000) without reading every row whole: each run row's
+        id (None: fetched whole with `rows(ids)` when shown, and validated then) and each sweep's validated row (its
+        members place its items; one that does not validate is read again, as `rows` leaves it out)."""
+        return {**dict.fromkeys(i for (i,) in self._query("SELECT id FROM rows WHERE members IS NULL")), **self._valid("members IS NOT NULL")}
+
+    def _valid(self, where: str = "1", parameters: Sequence[str] = ()) -> dict[str, Cached]:
         names = (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields)
-        query = f"SELECT {', '.join(c if not placing or c in ('id', 'members') else 'NULL' for c in names)} FROM rows WHERE {self.valid}"
+        return {r[CELLS]: r for r in self._query(f"SELECT {', '.join(names)} FROM rows WHERE {where} AND {self.valid}", parameters)}
+
+    def _query(self, sql: str, parameters: Sequence[str] = ()) -> list[tuple]:
+        assert self._db is not None
         try:
-            if ids is None:
-                return {r[CELLS]: r for r in self._db.execute(query)}
-            chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
-            return {r[CELLS]: r for chunk in chunks for r in self._db.execute(f"{query} AND id IN ({', '.join('?' * len(chunk))})", chunk)}
+            return self._db.execute(sql, parameters).fetchall()
         except sqlite3.DatabaseError as exc:
             raise CacheUnavailable(f"the listing cache {self.path} cannot be read ({exc}); answering from the files "
                                    "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None

@@ -10,7 +10,9 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -23,24 +25,42 @@ _TIME_LIMIT = re.compile(r"valid-(?:after|before)=\"?(\d{8}(?:\d{4}(?:\d{2})?)?)
 _MAX_ALLOWED_SIGNERS = 4 << 20  # bytes: an allowed-signers file of a team is a few kB
 
 
-class Trust(NamedTuple):
+class Trust:
     """The allowed-signers file a listing judges signatures against: its identity (path and content) and the moments
-    (`valid-after`/`valid-before` of its keys) at which a judgement made with it may change."""
+    (`valid-after`/`valid-before` of its keys) at which a judgement made with it may change.
 
-    path: Path | None
-    identity: str
-    limits: tuple[float, ...]
-    """Epoch seconds of every key's time limit; -inf for one that could not be read (no judgement then outlives now)."""
+    Resolved (git asked, the file read) on first use: a listing whose snapshots hold no sign-off record never needs it,
+    nor the modules that resolve it."""
+
+    def __init__(self, resolve: Callable[[], Path | None]) -> None:
+        self._resolve = resolve
 
     @classmethod
     def of(cls, path: Path | None) -> "Trust":
-        if path is None:
-            return cls(None, "-", ())
+        return cls(lambda: path)
+
+    @cached_property
+    def path(self) -> Path | None:
+        return self._resolve()
+
+    @property
+    def identity(self) -> str:
+        return self._read[0]
+
+    @property
+    def limits(self) -> tuple[float, ...]:
+        """Epoch seconds of every key's time limit; -inf for one that could not be read (no judgement then outlives now)."""
+        return self._read[1]
+
+    @cached_property
+    def _read(self) -> tuple[str, tuple[float, ...]]:
+        if self.path is None:
+            return "-", ()
         try:
-            with open(path, "rb") as file:
+            with open(self.path, "rb") as file:
                 data = file.read(_MAX_ALLOWED_SIGNERS + 1)
         except OSError as exc:
-            return cls(path, f"{path}|{exc.strerror}", ())
+            return f"{self.path}|{exc.strerror}", ()
         limits: list[float] = []
         for line in data.decode(errors="replace").lower().splitlines():
             found = _TIME_LIMIT.findall(line)
@@ -49,7 +69,7 @@ class Trust(NamedTuple):
                 limits.append(float("-inf"))
             for digits, utc in found:  # a date alone: its start and its end, whichever ssh-keygen takes
                 limits += [_epoch(digits, utc == "z"), *([_epoch(digits, utc == "z") + 86_400] if len(digits) == 8 else [])]
-        return cls(path, f"{path}|{hashlib.sha256(data).hexdigest()}", tuple(limits))
+        return f"{self.path}|{hashlib.sha256(data).hexdigest()}", tuple(limits)
 
     def until(self, now: float) -> float | None:
         """When a judgement made `now` may stop holding: the next time limit of a key (None: none comes)."""
@@ -88,18 +108,19 @@ def _records_key(base: str, trust: Trust) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def unchanged_key(key: str, base: str, trust: Trust) -> bool:
-    """Whether `signoffs_key(base, trust)` is still `key`: one system call for a snapshot with no records (100,000 a
-    listing; for the usual one, with no `signoffs/`, an existence test that raises nothing)."""
-    if key == "-":
-        return not os.access(base + layout.SIGNOFFS_DIR, os.F_OK, follow_symlinks=False)
+def unchanged_key(key: str, store: str, name: str, store_fd: int, trust: Trust) -> bool:
+    """Whether `signoffs_key` of snapshot `name` in `store` (open as `store_fd`) is still `key`: one system call for a
+    snapshot with no records (100,000 a listing: relative to the store's descriptor, no path walked from the root)."""
+    folder = f"{name}/{layout.SIGNOFFS_DIR}"
+    if key == "-":  # no `signoffs/`: an existence test that raises nothing
+        return not os.access(folder, os.F_OK, dir_fd=store_fd, follow_symlinks=False)
     if key.startswith("empty|"):
         try:
-            st = os.lstat(base + layout.SIGNOFFS_DIR)
+            st = os.lstat(folder, dir_fd=store_fd)
         except OSError:
             return False
         return key == f"empty|{st.st_mode}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}"
-    return signoffs_key(base, trust) == key
+    return signoffs_key(f"{store}/{name}/", trust) == key
 
 
 class Judgement(NamedTuple):
