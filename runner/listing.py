@@ -11,6 +11,7 @@ every row from its files. One process: no worker, no shared memory.
 A warm listing reads no snapshot file: `SnapshotDir` (and the pydantic models it brings) is imported where one is read.
 """
 
+import bisect
 import contextlib
 import os
 import re
@@ -18,6 +19,7 @@ import stat
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast, get_args
 
@@ -396,10 +398,11 @@ def _opened(store: Path) -> Iterator[int | None]:
 
 def _scan(store: Path, store_fd: int) -> tuple[list[str], list[str]]:
     """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order)."""
-    found = os.listdir(store_fd)
-    names = sorted(name for name in found if name[0] != ".")
-    planning = sorted(name for name in found if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}"))
-    return names, planning
+    found = sorted(os.listdir(store_fd))
+    # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
+    start, end = bisect.bisect_left(found, "."), bisect.bisect_left(found, "/")
+    planning = [name for name in found[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
+    return found[:start] + found[end:], planning
 
 
 def _is_directory(path: str) -> bool:
@@ -457,17 +460,18 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
         cache, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, {})
         try:
             names, planning = _scan(store, store_fd)
-            held = sum(map(cached.__contains__, names))
-            if progress is not None and (unread := len(names) - (0 if check else held)) >= _PROGRESS_FROM:
-                progress(f"reading {unread:,} snapshots from their files (once: later listings answer from the cache in "
+            unread = names if check else sorted(set(names).difference(cached))
+            if progress is not None and len(unread) >= _PROGRESS_FROM:
+                progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                          f"{cache.path.parent if cache else 'your cache folder'})")
             found = _Rows(store, store_fd, trust, cached, cache.rows if cache is not None and placing else None)
-            listing = _listed(found, names, planning, check, window, keep)
+            listing = _listed(found, names, unread, planning, window, keep)
             if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
                 found = _Rows(store, store_fd, trust, found.cached)
-                listing = _listed(found, names, planning, True, window, keep)
+                listing = _listed(found, names, names, planning, window, keep)
             if cache is not None:
                 try:
+                    held = len(names) - len(unread)
                     cache.write(found.fresh, set(cached).difference(names) if held < len(cached) else ())
                 except CacheUnavailable as exc:
                     notes.append(str(exc))
@@ -477,45 +481,51 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
     return listing._replace(notes=notes + listing.notes)
 
 
-def _listed(found: _Rows, names: list[str], planning: list[str], check: bool, window: slice | None, keep: "RowFilter | None") -> Listing:
-    """`list_store`'s listing of these names, every one read from its files with `check`. The listing is placed by ids
-    and sweeps' members alone; rows are made only where needed: all of them for a filter, else only the window's."""
+def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[str], window: slice | None,
+            keep: "RowFilter | None") -> Listing:
+    """`list_store`'s listing of these names, those `unread` (all of them with `check`) read from their files. The
+    listing is placed by ids and sweeps' members alone; rows are made only where needed: all of them for a filter, else
+    only the window's."""
     cached = found.cached
-    listed = [name for name in names if (name in cached and not check) or found.read(name) is not None]
+    gone = {name for name in unread if found.read(name) is None}
+    listed = [name for name in names if name not in gone] if gone else names
     for name in planning:
         found.read_rows[name] = _planning_row(found.store / name)
     members = {name: row.members for name, row in found.read_rows.items() if row.members}
-    if not check:
-        members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values() if e is not None and e[_MEMBERS] and e[CELLS] not in found.read_rows)
-    order = _grouped(listed + planning, members)
+    members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values() if e is not None and e[_MEMBERS] and e[CELLS] not in found.read_rows)
+    order, sweeps = _grouped(listed + planning, members)
     said: list[str] = []
     if keep is None:
         total = matched = len(order)
-        chosen = order if window is None else order[window]
+        chosen = list(zip(order, sweeps) if window is None else zip(order[window], sweeps[window]))
         if found.fetch is not None:  # the window's entries fetched whole (one that no longer validates is read again)
             cached.update(found.fetch([name for name, _ in chosen if name in cached and cached[name] is None]))
         shown = [row for name, sweep in chosen if (row := found.shown(name, sweep))]
     else:
-        rows = [found.row(name, sweep) for name, sweep in order]
+        rows = list(map(found.row, order, sweeps))
         kept, said = keep.select(rows, found.signed_now)
         total, matched = len(rows), len(kept)
         shown = [row for row in (found.shown(r.id, r.sweep) for r in (kept if window is None else kept[window])) if row]
-    unchecked = len(set(listed).difference(found.read_rows, found.checked))
+    unchecked = len(listed) + len(planning) - len(found.checked.union(found.read_rows))  # placed by the cache alone
     return Listing(shown, said, total, matched, unchecked, tuple(found.changed))
 
 
-def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> list[tuple[str, str | None]]:
-    """Each sweep's items (every attempt) right under the sweep, as (id, its sweep); others in order."""
+def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list[str], list[str | None]]:
+    """The listing's order, each sweep's items (every attempt) right under the sweep: (ids, the sweep each is listed
+    under or None), two lists so that a window of a listing without sweeps makes no pair per row."""
     if not members:
-        return [(i, None) for i in ids]
+        return ids, [None] * len(ids)
     present = set(ids)
-    under = {sweep: [(sid, sweep) for sid in items if sid in present] for sweep, items in members.items() if sweep in present}
-    grouped = {sid for items in under.values() for sid, _ in items}
-    ordered: list[tuple[str, str | None]] = []
+    under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items() if sweep in present}
+    grouped = {sid for items in under.values() for sid in items}
+    ordered: list[str] = []
+    sweeps: list[str | None] = []
     for sid in ids:
         if sid not in grouped:
-            ordered += [(sid, None), *under.get(sid, ())]
-    return ordered
+            items = under.get(sid, ())
+            ordered += [sid, *items]
+            sweeps += [None, *(sid for _ in items)]
+    return ordered, sweeps
 
 
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ._hash_cache import cache_dir
 
-FORMAT = 1
-"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache)."""
+FORMAT = 2
+"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache). 2: the sweeps' index."""
 BUSY_TIMEOUT_S = 2.0  # another `ls` holds the lock for one transaction; after this, answer without the cache
 _IDS_PER_QUERY = 500  # under any sqlite's limit on the parameters of one statement (999 before 3.32)
 
@@ -136,6 +136,7 @@ class ListingCache:
         with self._transaction():
             self._db.execute("DROP TABLE IF EXISTS rows")
             self._db.execute(f"CREATE TABLE rows ({columns})")
+            self._db.execute("CREATE INDEX sweeps ON rows (id) WHERE members IS NOT NULL")  # `placing` reads sweeps alone
             self._db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def __enter__(self) -> "ListingCache":
@@ -160,8 +161,14 @@ class ListingCache:
     def placing(self) -> dict[str, Cached | None]:
         """What places the rows of a window (`ls --limit 200` of 100,000) without reading every row whole: each run row's
         id (None: fetched whole with `rows(ids)` when shown, and validated then) and each sweep's validated row (its
-        members place its items; one that does not validate is read again, as `rows` leaves it out)."""
-        return {**dict.fromkeys(i for (i,) in self._query("SELECT id FROM rows WHERE members IS NULL")), **self._valid("members IS NOT NULL")}
+        members place its items; one that does not validate is read again, as `rows` leaves it out). Read from the ids'
+        index and the sweeps' (the table's pages are not read); the ids as one NUL-joined text (no object per row beside
+        the id; a snapshot's name cannot hold a NUL)."""
+        (ids,), = self._query("SELECT group_concat(id, char(0)) FROM rows")
+        placed: dict[str, Cached | None] = dict.fromkeys(ids.split("\0") if ids else ())
+        for (sweep,) in self._query("SELECT id FROM rows WHERE members IS NOT NULL"):
+            placed.pop(sweep, None)
+        return {**placed, **self._valid("members IS NOT NULL")}
 
     def _valid(self, where: str = "1", parameters: Sequence[str] = ()) -> dict[str, Cached]:
         names = (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields)

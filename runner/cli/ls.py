@@ -81,7 +81,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
-    from genrun.runner.store import locate_store, missing_store
+    from genrun.runner.store_location import locate_store, missing_store
 
     if args.limit is not None and args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
