@@ -13,12 +13,12 @@ A warm listing reads no snapshot file: `SnapshotDir` (and the pydantic models it
 
 import bisect
 import contextlib
+import functools
 import os
 import re
 import stat
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from functools import partial
 from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast, get_args
@@ -27,7 +27,7 @@ from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
 
 from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, SealKey, remove_cache, seal_key
-from .signoff_judgement import Judgement, Trust, judge_now, unchanged_key
+from .signoff_judgement import Judgement, Trust, Trusted, judge_now, unchanged_key
 
 if TYPE_CHECKING:
     from genrun.snapshot_dir import SnapshotDir
@@ -150,7 +150,7 @@ class Read(NamedTuple):
     cached: Cached | None
 
 
-def read_snapshot(store: Path, name: str, trust: Trust) -> Read | None:
+def read_snapshot(store: Path, name: str, trust: Trusted) -> Read | None:
     """`name`'s row from its files; None when it is no snapshot (or was removed while read). A sealed one comes with its
     cache entry when its seal held still while it was read; an unsealed one is never cached."""
     base = f"{store}/{name}/"
@@ -167,7 +167,7 @@ def read_snapshot(store: Path, name: str, trust: Trust) -> Read | None:
         return Read(unreadable_row(name, exc), None)
 
 
-def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
+def _read_sealed(snapshot: Path, key: SealKey, trust: Trusted) -> Read | None:
     from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
     directory = SnapshotDir(snapshot)
@@ -188,7 +188,7 @@ def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
     return Read(row, _cached(key, judged_under, judgement.until, row))
 
 
-def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[str] | None = None,
+def describe(snapshot: Path, trust: Trusted, *, sealed: bool, listed: Collection[str] | None = None,
              directory: "SnapshotDir | None" = None, judgement: Judgement | None = None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
 
@@ -301,7 +301,7 @@ class _Rows:
     checked against their seals (`shown`); collects what the cache should learn (`fresh`) and the rows whose seal
     changed since cached (`changed`)."""
 
-    def __init__(self, store: Path, store_fd: int, trust: Trust, cached: dict[str, Cached | None],
+    def __init__(self, store: Path, store_fd: int, trust: Trusted, cached: dict[str, Cached | None],
                  fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> None:
         self.store, self.fd, self.trust, self.cached, self.fetch = store, store_fd, trust, cached, fetch
         self.path = str(store)
@@ -435,10 +435,13 @@ def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = T
         return None, {}
 
 
-def _allowed_signers(given: Path | None) -> Path | None:
-    from genrun.analysis.signoffs import resolve_allowed_signers
+def _trusted(given: Path | None) -> Trusted:
+    """The allowed-signers file `given` (else the default's), resolved when first needed (`Trusted`)."""
+    def resolved() -> Trust:
+        from genrun.analysis.signoffs import resolve_allowed_signers
 
-    return resolve_allowed_signers(given)
+        return Trust.of(resolve_allowed_signers(given))  # once: it may ask git
+    return functools.cache(resolved)
 
 
 def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: bool = True, check: bool = False,
@@ -451,7 +454,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
     sign-offs judged now where a filter asks about them; the rows handed back are checked against their seals (read
     from their files where it changed). `check`: every row read from its files (as without the cache), and those whose
     seal changed since cached named (`Listing.changed`). `use_cache` False: neither read nor written."""
-    trust = Trust(partial(_allowed_signers, allowed_signers))  # once, when a sign-off record is first judged: it may ask git
+    trust = _trusted(allowed_signers)
     notes: list[str] = []
     with _opened(store) as store_fd:
         if store_fd is None:
@@ -469,10 +472,10 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
             if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
                 found = _Rows(store, store_fd, trust, found.cached)
                 listing = _listed(found, names, names, planning, window, keep)
-            if cache is not None:
+            gone = set(cached).difference(names) if len(names) - len(unread) < len(cached) else ()
+            if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
                 try:
-                    held = len(names) - len(unread)
-                    cache.write(found.fresh, set(cached).difference(names) if held < len(cached) else ())
+                    cache.write(found.fresh, gone)
                 except CacheUnavailable as exc:
                     notes.append(str(exc))
         finally:
@@ -492,7 +495,8 @@ def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[st
     for name in planning:
         found.read_rows[name] = _planning_row(found.store / name)
     members = {name: row.members for name, row in found.read_rows.items() if row.members}
-    members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values() if e is not None and e[_MEMBERS] and e[CELLS] not in found.read_rows)
+    members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values()
+                   if e is not None and e[_MEMBERS] and e[CELLS] not in found.read_rows)
     order, sweeps = _grouped(listed + planning, members)
     said: list[str] = []
     if keep is None:
@@ -535,7 +539,7 @@ def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Ca
         names = [] if store_fd is None else _scan(store, store_fd)[0]
     if progress is not None and len(names) >= _PROGRESS_FROM:
         progress(f"reading {len(names):,} snapshots from their files")
-    trust = Trust(partial(_allowed_signers, allowed_signers))
+    trust = _trusted(allowed_signers)
     fresh = [read.cached for name in names if (read := read_snapshot(store, name, trust)) and read.cached]
     remove_cache(store)
     with ListingCache(store, ROW_FIELDS, VALID_ROW) as cache:

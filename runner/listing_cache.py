@@ -159,11 +159,10 @@ class ListingCache:
         return {i: row for chunk in chunks for i, row in self._valid(f"id IN ({', '.join('?' * len(chunk))})", chunk).items()}
 
     def placing(self) -> dict[str, Cached | None]:
-        """What places the rows of a window (`ls --limit 200` of 100,000) without reading every row whole: each run row's
-        id (None: fetched whole with `rows(ids)` when shown, and validated then) and each sweep's validated row (its
-        members place its items; one that does not validate is read again, as `rows` leaves it out). Read from the ids'
-        index and the sweeps' (the table's pages are not read); the ids as one NUL-joined text (no object per row beside
-        the id; a snapshot's name cannot hold a NUL)."""
+        """What places a window's rows (`ls --limit 200` of 100,000) without reading every row: each run row's id (None:
+        fetched whole, and validated, by `rows(ids)` if shown) and each sweep's validated row (its members place its
+        items; one that does not validate is left out, to be read again). From the ids' index and the sweeps' alone, the
+        ids as one NUL-joined text (a snapshot's name holds no NUL): no object per row beside its id."""
         (ids,), = self._query("SELECT group_concat(id, char(0)) FROM rows")
         placed: dict[str, Cached | None] = dict.fromkeys(ids.split("\0") if ids else ())
         for (sweep,) in self._query("SELECT id FROM rows WHERE members IS NOT NULL"):
@@ -213,4 +212,5 @@ def _damaged(exc: sqlite3.DatabaseError) -> bool:
     return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc) or "not a database" in str(exc)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file", "seal_key", "remove_cache"]
+__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file",
+           "seal_key", "remove_cache"]

@@ -12,7 +12,6 @@ import stat
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -25,42 +24,24 @@ _TIME_LIMIT = re.compile(r"valid-(?:after|before)=\"?(\d{8}(?:\d{4}(?:\d{2})?)?)
 _MAX_ALLOWED_SIGNERS = 4 << 20  # bytes: an allowed-signers file of a team is a few kB
 
 
-class Trust:
+class Trust(NamedTuple):
     """The allowed-signers file a listing judges signatures against: its identity (path and content) and the moments
-    (`valid-after`/`valid-before` of its keys) at which a judgement made with it may change.
+    (`valid-after`/`valid-before` of its keys) at which a judgement made with it may change."""
 
-    Resolved (git asked, the file read) on first use: a listing whose snapshots hold no sign-off record never needs it,
-    nor the modules that resolve it."""
-
-    def __init__(self, resolve: Callable[[], Path | None]) -> None:
-        self._resolve = resolve
+    path: Path | None
+    identity: str
+    limits: tuple[float, ...]
+    """Epoch seconds of every key's time limit; -inf for one that could not be read (no judgement then outlives now)."""
 
     @classmethod
     def of(cls, path: Path | None) -> "Trust":
-        return cls(lambda: path)
-
-    @cached_property
-    def path(self) -> Path | None:
-        return self._resolve()
-
-    @property
-    def identity(self) -> str:
-        return self._read[0]
-
-    @property
-    def limits(self) -> tuple[float, ...]:
-        """Epoch seconds of every key's time limit; -inf for one that could not be read (no judgement then outlives now)."""
-        return self._read[1]
-
-    @cached_property
-    def _read(self) -> tuple[str, tuple[float, ...]]:
-        if self.path is None:
-            return "-", ()
+        if path is None:
+            return cls(None, "-", ())
         try:
-            with open(self.path, "rb") as file:
+            with open(path, "rb") as file:
                 data = file.read(_MAX_ALLOWED_SIGNERS + 1)
         except OSError as exc:
-            return f"{self.path}|{exc.strerror}", ()
+            return cls(path, f"{path}|{exc.strerror}", ())
         limits: list[float] = []
         for line in data.decode(errors="replace").lower().splitlines():
             found = _TIME_LIMIT.findall(line)
@@ -69,7 +50,7 @@ class Trust:
                 limits.append(float("-inf"))
             for digits, utc in found:  # a date alone: its start and its end, whichever ssh-keygen takes
                 limits += [_epoch(digits, utc == "z"), *([_epoch(digits, utc == "z") + 86_400] if len(digits) == 8 else [])]
-        return f"{self.path}|{hashlib.sha256(data).hexdigest()}", tuple(limits)
+        return cls(path, f"{path}|{hashlib.sha256(data).hexdigest()}", tuple(limits))
 
     def until(self, now: float) -> float | None:
         """When a judgement made `now` may stop holding: the next time limit of a key (None: none comes)."""
@@ -78,13 +59,18 @@ class Trust:
         return min((limit for limit in self.limits if limit > now), default=None)
 
 
+Trusted = Callable[[], Trust]
+"""The allowed-signers file, resolved (git asked, the file read) when first called: only judging or keying a sign-off
+record calls it, so a listing of snapshots with no record never resolves it (nor imports what resolves it)."""
+
+
 def _epoch(digits: str, utc: bool) -> float:
     """ssh-keygen's `YYYYMMDD[HHMM[SS]]` (UTC with `Z`, else local time), as epoch seconds."""
     when = datetime.strptime(digits.ljust(14, "0"), "%Y%m%d%H%M%S")
     return when.replace(tzinfo=timezone.utc).timestamp() if utc else time.mktime(when.timetuple())
 
 
-def signoffs_key(base: str, trust: Trust) -> str:
+def signoffs_key(base: str, trust: Trusted) -> str:
     """What a snapshot's sign-off judgement depends on besides time (`base`: its path ending in "/"): "-" without a
     `signoffs/` folder; the folder's stat while it is empty (adding a record renames one in, which changes it); else
     each record's stat, the plan it binds (`frozen-sha256.txt`) and the allowed-signers file."""
@@ -97,8 +83,8 @@ def signoffs_key(base: str, trust: Trust) -> str:
     return empty if stat.S_ISDIR(st.st_mode) and st.st_nlink == 2 and not os.listdir(folder) else _records_key(base, trust)
 
 
-def _records_key(base: str, trust: Trust) -> str:
-    parts = [trust.identity]
+def _records_key(base: str, trust: Trusted) -> str:
+    parts = [trust().identity]
     try:
         for name in [layout.FROZEN_MANIFEST, *(f"{layout.SIGNOFFS_DIR}/{n}" for n in sorted(os.listdir(base + layout.SIGNOFFS_DIR)))]:
             st = os.lstat(base + name)
@@ -108,7 +94,7 @@ def _records_key(base: str, trust: Trust) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def unchanged_key(key: str, store: str, name: str, store_fd: int, trust: Trust) -> bool:
+def unchanged_key(key: str, store: str, name: str, store_fd: int, trust: Trusted) -> bool:
     """Whether `signoffs_key` of snapshot `name` in `store` (open as `store_fd`) is still `key`: one system call for a
     snapshot with no records (100,000 a listing: relative to the store's descriptor, no path walked from the root)."""
     folder = f"{name}/{layout.SIGNOFFS_DIR}"
@@ -135,15 +121,15 @@ class Judgement(NamedTuple):
 _RANK = {"valid": 0, "unverified": 1, "unsigned": 2, "invalid": 3, "revoked": 4}
 
 
-def judge_now(snapshot: Path, trust: Trust) -> tuple[str, Judgement]:
+def judge_now(snapshot: Path, trusted: Trusted) -> tuple[str, Judgement]:
     """The sign-offs of `snapshot` as they are now (`analysis.signoffs.judge_signoffs`, as verify judges them), and the
     key they were judged under (`signoffs_key`, taken first: a record added meanwhile changes it)."""
-    key = signoffs_key(f"{snapshot}/", trust)
+    key = signoffs_key(f"{snapshot}/", trusted)
     if key == "-" or key.startswith("empty|"):  # no record to judge
         return key, Judgement("-", (), None)
     from genrun.analysis.signoffs import judge_signoffs
 
-    now = time.time()
+    now, trust = time.time(), trusted()
     statuses = judge_signoffs(snapshot, trust.path)
     if not statuses:
         return key, Judgement("-", (), None)

@@ -222,6 +222,21 @@ def test_a_locked_cache_is_answered_from_the_files_with_a_note(tmp_path: Path) -
     assert "answering from the files" in window.stderr
 
 
+def test_a_warm_listing_that_learns_nothing_takes_no_write_lock(tmp_path: Path) -> None:
+    """Another `ls` writing (holding the write lock) does not hold up a listing that has nothing to write, nor make it
+    say the cache was not updated."""
+    store = _store(tmp_path)
+    expected = _ls(store)
+    writer = sqlite3.connect(index_file(store), isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        listed = run_cli("ls", "--store", store, "--json")
+    finally:
+        writer.close()
+    assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
+    assert listed.stderr == "", listed.stderr
+
+
 def test_verify_never_reads_the_cache(tmp_path: Path) -> None:
     store = _store(tmp_path)
     list_store(store)
