@@ -12,7 +12,7 @@ seconds and as CPU seconds (user + system of the process and its children: on a 
 with the load, the CPU figure much less):
 
 - cold: `ls --json` with no cache (every snapshot read from its files; the cache filled): best of as many runs as
-  allowed (each after removing the cache: this genrun's private folder, `--before`'s `<store>/.genrun-index`);
+  allowed (each after removing that genrun's cache: its private folder, and 04185e5's `<store>/.genrun-index`);
 - warm: `ls --limit 0` (every row, as piped), `ls --json`, and `ls --limit 200` (what `genrun ls` shows on a terminal);
 - sign-offs: `ls --signed-by alice@example.com` (every row's sign-offs looked at now; none signed) and
   `ls --unsigned --limit 200`;
