@@ -12,13 +12,12 @@ A warm listing reads no snapshot file: `SnapshotDir` (and the pydantic models it
 """
 
 import bisect
-import contextlib
 import functools
 import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast, get_args
@@ -382,23 +381,10 @@ _DIGEST = CELLS + ROW_FIELDS.index("seal_digest")
 _MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 
-@contextlib.contextmanager
-def _opened(store: Path) -> Iterator[int | None]:
-    """The store directory, open (its snapshots' seals are looked at relative to it); None when there is no store."""
-    try:
-        fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        yield None
-        return
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _scan(store: Path, store_fd: int) -> tuple[list[str], list[str]]:
-    """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order)."""
-    found = sorted(os.listdir(store_fd))
+def _scan(store: Path, at: int | Path) -> tuple[list[str], list[str]]:
+    """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order), of
+    the store open `at` a descriptor (or at its path)."""
+    found = sorted(os.listdir(at))
     # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
     start, end = bisect.bisect_left(found, "."), bisect.bisect_left(found, "/")
     planning = [name for name in found[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
@@ -456,31 +442,33 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
     seal changed since cached named (`Listing.changed`). `use_cache` False: neither read nor written."""
     trust = _trusted(allowed_signers)
     notes: list[str] = []
-    with _opened(store) as store_fd:
-        if store_fd is None:
-            return Listing([], notes, 0, 0)
-        placing = keep is None and window is not None and not check  # only the window's rows are fetched whole
-        cache, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, {})
-        try:
-            names, planning = _scan(store, store_fd)
-            unread = names if check else sorted(set(names).difference(cached))
-            if progress is not None and len(unread) >= _PROGRESS_FROM:
-                progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
-                         f"{cache.path.parent if cache else 'your cache folder'})")
-            found = _Rows(store, store_fd, trust, cached, cache.rows if cache is not None and placing else None)
-            listing = _listed(found, names, unread, planning, window, keep)
-            if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
-                found = _Rows(store, store_fd, trust, found.cached)
-                listing = _listed(found, names, names, planning, window, keep)
-            gone = set(cached).difference(names) if len(names) - len(unread) < len(cached) else ()
-            if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
-                try:
-                    cache.write(found.fresh, gone)
-                except CacheUnavailable as exc:
-                    notes.append(str(exc))
-        finally:
-            if cache is not None:
-                cache.close()
+    try:  # seals are looked at relative to the store's descriptor: no path walked from the root for each
+        store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):  # no store yet: nothing listed (`ls` says where it looked)
+        return Listing([], notes, 0, 0)
+    placing = keep is None and window is not None and not check  # only the window's rows are fetched whole
+    cache, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, {})
+    try:
+        names, planning = _scan(store, store_fd)
+        unread = names if check else sorted(set(names).difference(cached))
+        if progress is not None and len(unread) >= _PROGRESS_FROM:
+            progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
+                     f"{cache.path.parent if cache else 'your cache folder'})")
+        found = _Rows(store, store_fd, trust, cached, cache.rows if cache is not None and placing else None)
+        listing = _listed(found, names, unread, planning, window, keep)
+        if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
+            found = _Rows(store, store_fd, trust, found.cached)
+            listing = _listed(found, names, names, planning, window, keep)
+        gone = set(cached).difference(names) if len(names) - len(unread) < len(cached) else ()
+        if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
+            try:
+                cache.write(found.fresh, gone)
+            except CacheUnavailable as exc:
+                notes.append(str(exc))
+    finally:
+        os.close(store_fd)
+        if cache is not None:
+            cache.close()
     return listing._replace(notes=notes + listing.notes)
 
 
@@ -535,8 +523,7 @@ def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
     """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
     followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
-    with _opened(store) as store_fd:
-        names = [] if store_fd is None else _scan(store, store_fd)[0]
+    names, _ = _scan(store, store)
     if progress is not None and len(names) >= _PROGRESS_FROM:
         progress(f"reading {len(names):,} snapshots from their files")
     trust = _trusted(allowed_signers)
