@@ -12,7 +12,7 @@ seconds and as CPU seconds (user + system of the process and its children: on a 
 with the load, the CPU figure much less):
 
 - cold: `ls --json` with no cache (every snapshot read from its files; the cache filled): best of as many runs as
-  allowed (each after removing the cache: this genrun's private folder, `--before`'s `<store>/.genrun-index`);
+  allowed (each after removing that genrun's cache: its private folder, and 04185e5's `<store>/.genrun-index`);
 - warm: `ls --limit 0` (every row, as piped), `ls --json`, and `ls --limit 200` (what `genrun ls` shows on a terminal);
 - sign-offs: `ls --signed-by alice@example.com` (every row's sign-offs looked at now; none signed) and
   `ls --unsigned --limit 200`;
@@ -20,8 +20,8 @@ with the load, the CPU figure much less):
 - page: `report --store DIR --html FILE` (warm; the index pages, without review pages);
 - startup: `ls` of an empty store: the floor under every figure (imports, parser), taken off the per-snapshot figures.
 
-Every process may write its bytecode cache, and one `--version` of each genrun runs first to write it. This genrun's
-cache goes to a folder of the run's own (`GENRUN_CACHE_DIR`), never the user's.
+Every process may write its bytecode cache, and one `--version` of each genrun runs first to write it. Each genrun's
+listing cache goes to a folder of the run's own (`GENRUN_CACHE_DIR`), never the user's.
 
 Usage: python bench/store.py [--sizes 1000 10000 100000] [--repeat 3] [--work DIR] [--seeds STORE] [--reuse] [--sweep-items 0]
 Goals: warm ls of 100,000 < 1 s (terminal and --json), the terminal's <= 2x its 1,000 figure; a sign-off filter of
@@ -191,10 +191,16 @@ class Side(NamedTuple):
 
 
 def sides(work: Path, before: str) -> list[Side]:
-    cache = work / "listing-cache"
-    now = {**CHILD_ENV, "GENRUN_CACHE_DIR": str(cache)}
-    return [Side(before, before_tree(work, before), lambda store: shutil.rmtree(store / ".genrun-index", ignore_errors=True)),
-            Side("now", now, lambda store: shutil.rmtree(cache, ignore_errors=True))]
+    """Each genrun with a cache folder of its own (`GENRUN_CACHE_DIR`, never the user's), forgotten with whatever index
+    it keeps in the store (04185e5's `.genrun-index`; a later one keeps none there)."""
+    def side(name: str, env: dict[str, str]) -> Side:
+        cache = work / f"listing-cache-{name}"
+
+        def forget(store: Path) -> None:
+            shutil.rmtree(store / ".genrun-index", ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
+        return Side(name, {**env, "GENRUN_CACHE_DIR": str(cache)}, forget)
+    return [side(before, before_tree(work, before)), side("now", CHILD_ENV)]
 
 
 FIGURES = (("cold", ["--json"]), ("warm", ["--limit", "0"]), ("warm_json", ["--json"]), ("window", ["--limit", str(TERMINAL_ROWS)]),

@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from ._io import write_bytes_atomic
 
 _ENTRY_DIR = "hashes-v1"
 _LINE = re.compile(r"^([0-9a-f]{64})  (.*)\n?$", re.DOTALL)
@@ -97,6 +96,8 @@ def held_until_planned() -> Iterator[None]:
 
 
 def _write(key: str, sha256: str, path: Path) -> None:
+    from ._io import write_bytes_atomic  # here: `cache_dir`'s other user, the listing cache, needs none of _io's imports
+
     directory = cache_dir() / _ENTRY_DIR
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -7,25 +7,30 @@ sign-offs are judged as they are now (records arrive after the seal, keys expire
 the judgement depends on changed (`signoff_judgement`). Every row `ls` shows is checked against its seal; the rows it does not
 show (outside a `--limit`, or left out by a filter) are placed and matched by the cache alone, and `ls --check` reads
 every row from its files. One process: no worker, no shared memory.
+
+A warm listing reads no snapshot file: `SnapshotDir` (and the pydantic models it brings) is imported where one is read.
 """
 
+import bisect
+import functools
 import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, get_args
+from typing import TYPE_CHECKING, NamedTuple, cast, get_args
 
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
-from genrun.schemas.sweep import SweepStatus
-from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
 
 from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, SealKey, remove_cache, seal_key
-from .signoff_judgement import Judgement, Trust, judge_now, unchanged_key
+from .signoff_judgement import Judgement, Trust, Trusted, judge_now, unchanged_key
 
 if TYPE_CHECKING:
+    from genrun.snapshot_dir import SnapshotDir
+
     from .row_filter import RowFilter
 
 UNREADABLE = "unreadable"
@@ -87,12 +92,12 @@ def _valid_row_sql() -> str:
         allowed = {_SQL_TYPES.get(kind, "'text'") for kind in kinds}  # a tuple of ids is newline-joined text
         checks.append(f"typeof({field}) IN ({', '.join(sorted(allowed))})")
     sealed_states = (*get_args(layout.RunStatus), SEALED)
-    sweep_states = tuple(f"{SWEEP_STATE} {status}" for status in (*get_args(SweepStatus), *_UNFINISHED_SWEEP))
     checks += ["typeof(seal_ino) = 'integer'", "typeof(seal_size) = 'integer'", "typeof(seal_mtime_ns) = 'integer'",
                "typeof(seal_ctime_ns) = 'integer'", "typeof(signoffs_key) = 'text'", "typeof(signoffs_until) IN ('real', 'integer', 'null')",
                "(generated IS NULL OR generated >= 0)", "length(seal_digest) = 64",
+               # a sweep's state is `sweep <status>` as its result file says (`_describe_sweep`)
                f"((members IS NULL AND state IN ({', '.join(map(repr, sealed_states))})) OR "
-               f"(members IS NOT NULL AND state IN ({', '.join(map(repr, sweep_states))})))"]
+               f"(members IS NOT NULL AND state GLOB '{SWEEP_STATE} ?*'))"]
     return " AND ".join(checks)
 
 
@@ -144,7 +149,7 @@ class Read(NamedTuple):
     cached: Cached | None
 
 
-def read_snapshot(store: Path, name: str, trust: Trust) -> Read | None:
+def read_snapshot(store: Path, name: str, trust: Trusted) -> Read | None:
     """`name`'s row from its files; None when it is no snapshot (or was removed while read). A sealed one comes with its
     cache entry when its seal held still while it was read; an unsealed one is never cached."""
     base = f"{store}/{name}/"
@@ -161,7 +166,9 @@ def read_snapshot(store: Path, name: str, trust: Trust) -> Read | None:
         return Read(unreadable_row(name, exc), None)
 
 
-def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
+def _read_sealed(snapshot: Path, key: SealKey, trust: Trusted) -> Read | None:
+    from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
+
     directory = SnapshotDir(snapshot)
     with directory.held_open():  # one open of the directory for the files read
         try:
@@ -180,13 +187,15 @@ def _read_sealed(snapshot: Path, key: SealKey, trust: Trust) -> Read | None:
     return Read(row, _cached(key, judged_under, judgement.until, row))
 
 
-def describe(snapshot: Path, trust: Trust, *, sealed: bool, listed: Collection[str] | None = None,
-             directory: SnapshotDir | None = None, judgement: Judgement | None = None) -> SnapshotRow:
+def describe(snapshot: Path, trust: Trusted, *, sealed: bool, listed: Collection[str] | None = None,
+             directory: "SnapshotDir | None" = None, judgement: Judgement | None = None) -> SnapshotRow:
     """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
 
     `sealed`: the caller saw a regular manifest; `listed`: the files the seal lists (None: try each), so that no open is
     spent on a file that is not there; `judgement`: its sign-offs, when the caller judged them. Files are read through
     `SnapshotDir`: no link followed, nothing unbounded."""
+    from genrun.snapshot_dir import SnapshotDir
+
     directory = directory or SnapshotDir(snapshot)
 
     def read(name: str) -> dict | None:
@@ -224,7 +233,7 @@ def executor_gone(snapshot: Path) -> bool:
     return execution_lock_held(snapshot) is False and not (snapshot / layout.MANIFEST).exists()
 
 
-def _describe_sweep(directory: SnapshotDir, plan: dict, sealed: bool, judgement: Judgement) -> SnapshotRow:
+def _describe_sweep(directory: "SnapshotDir", plan: dict, sealed: bool, judgement: Judgement) -> SnapshotRow:
     result = _read_json(directory, layout.SWEEP_RESULT)
     counts = result.get("counts") if result else None
     ids = [str(i["snapshot_id"]) for i in plan["items"]]
@@ -251,9 +260,11 @@ def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
                        problem=f"cannot be read ({why[:200]}): run 'genrun verify {name}'")
 
 
-def _read_json(directory: SnapshotDir, name: str) -> dict | None:
+def _read_json(directory: "SnapshotDir", name: str) -> dict | None:
     """A JSON object as plain JSON (a newer format still shows its status); anything else (missing, a FIFO, a link,
     a list) is `None`: `genrun verify` names the damage, `ls` only must not hang or crash on it."""
+    from genrun.snapshot_dir import ArtifactError
+
     try:
         data = directory.read_json(name)
     except ArtifactError:
@@ -285,88 +296,99 @@ def _planning_row(path: Path) -> SnapshotRow:
 
 
 class _Rows:
-    """The rows of one listing as they are found: from the cache (unchecked until `check`ed) or read from the files;
-    collects what the cache should learn (`fresh`) and the rows whose seal changed since cached."""
+    """The rows of one listing as they are found: read from their files (`read`), or made from their cache entries and
+    checked against their seals (`shown`); collects what the cache should learn (`fresh`) and the rows whose seal
+    changed since cached (`changed`)."""
 
-    def __init__(self, store: Path, trust: Trust, cached: dict[str, Cached], complete: Callable[[list[str]], dict[str, Cached]] | None = None) -> None:
-        self.store, self.trust, self.cached = store, trust, cached
-        self.complete = complete
-        """Fetches the whole entries of these ids, where `cached` holds only what places them (`ListingCache.rows`)."""
-        self.prefix = f"{store}/"
+    def __init__(self, store: Path, store_fd: int, trust: Trusted, cached: dict[str, Cached | None],
+                 fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> None:
+        self.store, self.fd, self.trust, self.cached, self.fetch = store, store_fd, trust, cached, fetch
+        self.path = str(store)
+        """`cached`: the cache's entries by id (None: placed by its id alone, fetched whole by `fetch` when shown)."""
+        self.read_rows: dict[str, SnapshotRow] = {}
+        """The rows read from their files in this listing."""
+        self.checked: set[str] = set()
+        """Ids of the cached rows whose seal was compared in this listing."""
         self.fresh: list[Cached] = []
         self.changed: list[str] = []
-        self.checked: set[str] = set()
-        """Ids looked at in this listing: read from their files, or their seal compared with the cached one."""
         self._judged: dict[str, Judgement] = {}
         self._now = time.time()  # judgements are of the moment the listing began
 
     def read(self, name: str) -> SnapshotRow | None:
         """`name` from its files; a sealed one is cached unless its seal changed since the cache read it (verify judges
         it; `genrun index --rebuild` accepts it)."""
-        self.checked.add(name)
         found = read_snapshot(self.store, name, self.trust)
         if found is None:
             return None
         row, fresh = found
         before = self.cached.get(name)
-        then = before[CELLS + ROW_FIELDS.index("seal_digest")] if before is not None else None
+        then = before[_DIGEST] if before is not None else None
         if then is not None and row.seal_digest is not None and then != row.seal_digest:
             self.changed.append(name)
-            return row._replace(changed=f"the seal changed since it was cached (sha256 {then[:12]}… then, {row.seal_digest[:12]}… now): "
-                                        f"run 'genrun verify {name}'; 'genrun index --rebuild' accepts it")
-        if fresh is not None:
+            row = row._replace(changed=f"the seal changed since it was cached (sha256 {then[:12]}… then, {row.seal_digest[:12]}… "
+                                       f"now): run 'genrun verify {name}'; 'genrun index --rebuild' accepts it")
+        elif fresh is not None:
             self.fresh.append(fresh)
+        self.read_rows[name] = row
         return row
 
+    def row(self, name: str, sweep: str | None) -> SnapshotRow:
+        """A listed row as found, its seal not checked (what a filter matches)."""
+        read = self.read_rows.get(name)
+        if read is not None:
+            return read if sweep is None else read._replace(sweep=sweep)
+        entry = self.cached[name]
+        assert entry is not None, "a filter's listing has every entry whole (only a window's is placed by ids)"
+        return _from_cache(entry, sweep)
+
+    def shown(self, name: str, sweep: str | None) -> SnapshotRow | None:
+        """The row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has
+        its sign-offs judged now; one whose seal changed is read from its files (None: gone)."""
+        entry = self.cached.get(name)
+        if entry is None or name in self.read_rows:
+            return self.row(name, sweep) if name in self.read_rows else self._read_under(name, sweep)
+        self.checked.add(name)
+        try:
+            unchanged = seal_key(f"{name}/{layout.MANIFEST}", self.fd) == entry[SEAL]
+        except OSError:
+            unchanged = False  # `read` says why
+        return self._signed(entry, _from_cache(entry, sweep)) if unchanged else self._read_under(name, sweep)
+
+    def _read_under(self, name: str, sweep: str | None) -> SnapshotRow | None:
+        row = self.read(name)
+        return None if row is None else row._replace(sweep=sweep)
+
     def signed_now(self, row: SnapshotRow) -> SnapshotRow:
-        """A cached row a filter looks at, with its sign-offs as they are now (`_signed`); a row read from its files was
-        judged as it was read (filters run before any row is `shown`: what is checked by then was read)."""
+        """A row a filter looks at, with its sign-offs as they are now (`_signed`); one read from its files was judged as
+        it was read."""
         entry = self.cached.get(row.id)
-        return row if entry is None or row.id in self.checked else self._signed(entry, row)
+        return row if entry is None or row.id in self.read_rows else self._signed(entry, row)
 
     def _signed(self, entry: Cached, row: SnapshotRow) -> SnapshotRow:
         """`row` (made from `entry`) with its sign-offs as they are now: the cached judgement while nothing it depends on
         changed and its time has not come, else judged again (and cached)."""
         judgement = self._judged.get(row.id)
         if judgement is None:
-            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], f"{self.prefix}{row.id}/", self.trust):
+            if (entry[UNTIL] is None or self._now < entry[UNTIL]) and unchanged_key(entry[KEY], self.path, row.id, self.fd, self.trust):
                 return row
             key, judgement = judge_now(self.store / row.id, self.trust)
             self._judged[row.id] = judgement
             self.fresh.append(_cached(entry[SEAL], key, judgement.until, row._replace(signoffs=judgement.signoffs, signers=judgement.signers)))
         return row._replace(signoffs=judgement.signoffs, signers=judgement.signers)
 
-    def check(self, row: SnapshotRow) -> SnapshotRow | None:
-        """A row a filter kept, about to be shown (`shown`); a row read from its files in this listing is as it was read."""
-        entry = self.cached.get(row.id)
-        return row if entry is None or row.id in self.checked else self.shown(entry, row.sweep)
 
-    def shown(self, placed: "SnapshotRow | Cached", sweep: str | None) -> SnapshotRow | None:
-        """The row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has
-        its sign-offs judged now; one whose seal changed is read from its files (None: gone)."""
-        if isinstance(placed, SnapshotRow):  # read from its files in this listing (or a plan being frozen)
-            return _row(placed, sweep)
-        name = placed[CELLS]
-        self.checked.add(name)
-        try:
-            unchanged = seal_key(f"{self.prefix}{name}/{layout.MANIFEST}") == placed[SEAL]
-        except OSError:
-            unchanged = False  # `read` says why
-        if unchanged:
-            return self._signed(placed, _from_cache(placed, sweep))
-        read = self.read(name)
-        return None if read is None else read._replace(sweep=sweep)
+_DIGEST = CELLS + ROW_FIELDS.index("seal_digest")
+_MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 
-def _scan(store: Path) -> tuple[list[str], list[str]]:
-    """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order)."""
-    try:
-        found = os.listdir(store)
-    except (FileNotFoundError, NotADirectoryError):
-        return [], []
-    names = sorted(name for name in found if name[0] != ".")
-    planning = sorted(name for name in found if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}"))
-    return names, planning
+def _scan(store: Path, at: int | Path) -> tuple[list[str], list[str]]:
+    """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order), of
+    the store open `at` a descriptor (or at its path)."""
+    found = sorted(os.listdir(at))
+    # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
+    start, end = bisect.bisect_left(found, "."), bisect.bisect_left(found, "/")
+    planning = [name for name in found[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
+    return found[:start] + found[end:], planning
 
 
 def _is_directory(path: str) -> bool:
@@ -381,13 +403,13 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached]]:
-    """The store's cache and its valid rows (`placing`: what places them); a damaged one is made anew (it is ours and
-    only a cache), once."""
+def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached | None]]:
+    """The store's cache and its valid rows (`placing`: what places them, `ListingCache.placing`); a damaged one is made
+    anew (it is ours and only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        return cache, cache.rows(placing=placing)
+        return cache, cache.placing() if placing else cast(dict[str, Cached | None], cache.rows())
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
@@ -397,6 +419,15 @@ def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = T
             return _open_cache(store, notes, placing=placing, again=False)
         notes.append(str(exc))
         return None, {}
+
+
+def _trusted(given: Path | None) -> Trusted:
+    """The allowed-signers file `given` (else the default's), resolved when first needed (`Trusted`)."""
+    def resolved() -> Trust:
+        from genrun.analysis.signoffs import resolve_allowed_signers
+
+        return Trust.of(resolve_allowed_signers(given))  # once: it may ask git
+    return functools.cache(resolved)
 
 
 def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: bool = True, check: bool = False,
@@ -409,104 +440,95 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
     sign-offs judged now where a filter asks about them; the rows handed back are checked against their seals (read
     from their files where it changed). `check`: every row read from its files (as without the cache), and those whose
     seal changed since cached named (`Listing.changed`). `use_cache` False: neither read nor written."""
-    from genrun.analysis.signoffs import resolve_allowed_signers
-
-    trust = Trust.of(resolve_allowed_signers(allowed_signers))  # once: it may ask git
+    trust = _trusted(allowed_signers)
     notes: list[str] = []
-    placing = keep is None and window is not None and not check  # only the window's rows are made
-    cache, cached = _open_cache(store, notes, placing=placing) if use_cache and store.is_dir() else (None, {})
+    try:  # seals are looked at relative to the store's descriptor: no path walked from the root for each
+        store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):  # no store yet: nothing listed (`ls` says where it looked)
+        return Listing([], notes, 0, 0)
+    placing = keep is None and window is not None and not check  # only the window's rows are fetched whole
+    cache, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, {})
     try:
-        names, planning = _scan(store)
-        held = sum(map(cached.__contains__, names))
-        if progress is not None and (unread := len(names) - (0 if check else held)) >= _PROGRESS_FROM:
-            progress(f"reading {unread:,} snapshots from their files (once: later listings answer from the cache in "
+        names, planning = _scan(store, store_fd)
+        unread = names if check else sorted(set(names).difference(cached))
+        if progress is not None and len(unread) >= _PROGRESS_FROM:
+            progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
-        complete = cache.rows if cache is not None and placing else None
-        listing, found = _listed(_Rows(store, trust, cached, complete), names, planning, check, window, keep)
+        found = _Rows(store, store_fd, trust, cached, cache.rows if cache is not None and placing else None)
+        listing = _listed(found, names, unread, planning, window, keep)
         if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
-            listing, found = _listed(_Rows(store, trust, found.cached), names, planning, True, window, keep)
-        if cache is not None:
+            found = _Rows(store, store_fd, trust, found.cached)
+            listing = _listed(found, names, names, planning, window, keep)
+        gone = set(cached).difference(names) if len(names) - len(unread) < len(cached) else ()
+        if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
             try:
-                cache.write(found.fresh, set(cached).difference(names) if held < len(cached) else ())
+                cache.write(found.fresh, gone)
             except CacheUnavailable as exc:
                 notes.append(str(exc))
     finally:
+        os.close(store_fd)
         if cache is not None:
             cache.close()
     return listing._replace(notes=notes + listing.notes)
 
 
-def _listed(found: _Rows, names: list[str], planning: list[str], check: bool, window: slice | None,
-            keep: "RowFilter | None") -> tuple[Listing, _Rows]:
-    """`list_store`'s listing of these names, every one read from its files with `check`. Cached rows are made into
-    `SnapshotRow`s only where needed: all of them for a filter, only the window's without one (the others are placed
-    by their ids and sweeps' members alone)."""
+def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[str], window: slice | None,
+            keep: "RowFilter | None") -> Listing:
+    """`list_store`'s listing of these names, those `unread` (all of them with `check`) read from their files. The
+    listing is placed by ids and sweeps' members alone; rows are made only where needed: all of them for a filter, else
+    only the window's."""
     cached = found.cached
-    placed: list[SnapshotRow | Cached] = [x for name in names if (x := cached[name] if name in cached and not check else found.read(name))]
-    placed += [_planning_row(found.store / name) for name in planning]
-    grouped, said = _grouped(placed), list[str]()
+    gone = {name for name in unread if found.read(name) is None}
+    listed = [name for name in names if name not in gone] if gone else names
+    for name in planning:
+        found.read_rows[name] = _planning_row(found.store / name)
+    members = {name: row.members for name, row in found.read_rows.items() if row.members}
+    members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values()
+                   if e is not None and e[_MEMBERS] and e[CELLS] not in found.read_rows)
+    order, sweeps = _grouped(listed + planning, members)
+    said: list[str] = []
     if keep is None:
-        total = matched = len(grouped)
-        chosen = grouped if window is None else grouped[window]
-        if found.complete is not None:  # the window's entries fetched whole (one gone meanwhile keeps no seal: read again)
-            cached.update(found.complete([x[CELLS] for x, _ in chosen if not isinstance(x, SnapshotRow)]))
-            chosen = [(x if isinstance(x, SnapshotRow) else cached[x[CELLS]], sweep) for x, sweep in chosen]
-        shown = [row for x, sweep in chosen if (row := found.shown(x, sweep))]
+        total = matched = len(order)
+        chosen = list(zip(order, sweeps) if window is None else zip(order[window], sweeps[window]))
+        if found.fetch is not None:  # the window's entries fetched whole (one that no longer validates is read again)
+            cached.update(found.fetch([name for name, _ in chosen if name in cached and cached[name] is None]))
+        shown = [row for name, sweep in chosen if (row := found.shown(name, sweep))]
     else:
-        rows = [_row(x, sweep) for x, sweep in grouped]
+        rows = list(map(found.row, order, sweeps))
         kept, said = keep.select(rows, found.signed_now)
         total, matched = len(rows), len(kept)
-        shown = [row for row in map(found.check, kept if window is None else kept[window]) if row is not None]
-    unchecked = sum(map(cached.__contains__, names)) - sum(map(cached.__contains__, found.checked))
-    return Listing(shown, said, total, matched, unchecked, tuple(found.changed)), found
+        shown = [row for row in (found.shown(r.id, r.sweep) for r in (kept if window is None else kept[window])) if row]
+    unchecked = len(listed) + len(planning) - len(found.checked.union(found.read_rows))  # placed by the cache alone
+    return Listing(shown, said, total, matched, unchecked, tuple(found.changed))
 
 
-def _row(placed: "SnapshotRow | Cached", sweep: str | None) -> SnapshotRow:
-    """The row of a placed cache entry or row, listed under `sweep`."""
-    if isinstance(placed, SnapshotRow):
-        return placed if sweep is None else placed._replace(sweep=sweep)
-    return _from_cache(placed, sweep)
-
-
-_MEMBERS = CELLS + ROW_FIELDS.index("members")
-
-
-def _grouped(placed: list) -> list:
-    """Each sweep's items (every attempt) right under the sweep, as (row or cache entry, its sweep); others in order."""
-    members: dict[str, Sequence[str]] = {}
-    for x in placed:
-        if isinstance(x, SnapshotRow):
-            if x.members:
-                members[x.id] = x.members
-        elif x[_MEMBERS]:
-            members[x[CELLS]] = x[_MEMBERS].split("\n")
+def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list[str], list[str | None]]:
+    """The listing's order, each sweep's items (every attempt) right under the sweep: (ids, the sweep each is listed
+    under or None), two lists so that a window of a listing without sweeps makes no pair per row."""
     if not members:
-        return [(x, None) for x in placed]
-    ids = [x.id if isinstance(x, SnapshotRow) else x[CELLS] for x in placed]
-    by_id = dict(zip(ids, placed))
-    under = {sweep: [(by_id[sid], sweep) for sid in items if sid in by_id] for sweep, items in members.items()}
-    grouped = {sid for items in members.values() for sid in items if sid in by_id}
-    ordered: list = []
-    for sid, x in zip(ids, placed):
+        return ids, [None] * len(ids)
+    present = set(ids)
+    under = {sweep: [sid for sid in items if sid in present] for sweep, items in members.items() if sweep in present}
+    grouped = {sid for items in under.values() for sid in items}
+    ordered: list[str] = []
+    sweeps: list[str | None] = []
+    for sid in ids:
         if sid not in grouped:
-            ordered += [(x, None), *under.get(sid, ())]
-    return ordered
+            items = under.get(sid, ())
+            ordered += [sid, *items]
+            sweeps += [None, *(sid for _ in items)]
+    return ordered, sweeps
 
 
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
     """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
     followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
-    from genrun.analysis.signoffs import resolve_allowed_signers
-
-    trust = Trust.of(resolve_allowed_signers(allowed_signers))
-    names, _ = _scan(store)
+    names, _ = _scan(store, store)
     if progress is not None and len(names) >= _PROGRESS_FROM:
         progress(f"reading {len(names):,} snapshots from their files")
-    found = _Rows(store, trust, {})
-    for name in names:
-        found.read(name)
+    trust = _trusted(allowed_signers)
+    fresh = [read.cached for name in names if (read := read_snapshot(store, name, trust)) and read.cached]
     remove_cache(store)
     with ListingCache(store, ROW_FIELDS, VALID_ROW) as cache:
-        cache.write(found.fresh, replace=True)
-    return cache.path, len(found.fresh)
-
+        cache.write(fresh, replace=True)
+    return cache.path, len(fresh)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ._hash_cache import cache_dir
 
-FORMAT = 1
-"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache)."""
+FORMAT = 2
+"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache). 2: the sweeps' index."""
 BUSY_TIMEOUT_S = 2.0  # another `ls` holds the lock for one transaction; after this, answer without the cache
 _IDS_PER_QUERY = 500  # under any sqlite's limit on the parameters of one statement (999 before 3.32)
 
@@ -33,10 +33,10 @@ SealKey = tuple[int, int, int, int]
 """The manifest file's stat (inode, size, mtime_ns, ctime_ns): any rewrite, replacement or chmod of it changes one."""
 
 
-def seal_key(manifest: str) -> SealKey | None:
-    """None when no regular file is there (not sealed; a link is never a seal)."""
+def seal_key(manifest: str, dir_fd: int | None = None) -> SealKey | None:
+    """None when no regular file is there (not sealed; a link is never a seal); `manifest` relative to `dir_fd` if given."""
     try:
-        st = os.lstat(manifest)
+        st = os.lstat(manifest, dir_fd=dir_fd)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
@@ -136,6 +136,7 @@ class ListingCache:
         with self._transaction():
             self._db.execute("DROP TABLE IF EXISTS rows")
             self._db.execute(f"CREATE TABLE rows ({columns})")
+            self._db.execute("CREATE INDEX sweeps ON rows (id) WHERE members IS NOT NULL")  # `placing` reads sweeps alone
             self._db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def __enter__(self) -> "ListingCache":
@@ -149,18 +150,33 @@ class ListingCache:
             self._db.close()
             self._db = None
 
-    def rows(self, ids: Sequence[str] | None = None, *, placing: bool = False) -> dict[str, Cached]:
+    def rows(self, ids: Sequence[str] | None = None) -> dict[str, Cached]:
         """Every row that validates (or those of `ids`), by id; a row that does not validate is left out: it is read
-        again. `placing`: only each row's id and sweep members are fetched (the other cells NULL): enough to place
-        100,000 rows of which a terminal shows 200, fetched whole with `rows(ids)`."""
-        assert self._db is not None
+        again from its files."""
+        if ids is None:
+            return self._valid()
+        chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
+        return {i: row for chunk in chunks for i, row in self._valid(f"id IN ({', '.join('?' * len(chunk))})", chunk).items()}
+
+    def placing(self) -> dict[str, Cached | None]:
+        """What places a window's rows (`ls --limit 200` of 100,000) without reading every row: each run row's id (None:
+        fetched whole, and validated, by `rows(ids)` if shown) and each sweep's validated row (its members place its
+        items; one that does not validate is left out, to be read again). From the ids' index and the sweeps' alone, the
+        ids as one NUL-joined text (a snapshot's name holds no NUL): no object per row beside its id."""
+        (ids,), = self._query("SELECT group_concat(id, char(0)) FROM rows")
+        placed: dict[str, Cached | None] = dict.fromkeys(ids.split("\0") if ids else ())
+        for (sweep,) in self._query("SELECT id FROM rows WHERE members IS NOT NULL"):
+            placed.pop(sweep, None)
+        return {**placed, **self._valid("members IS NOT NULL")}
+
+    def _valid(self, where: str = "1", parameters: Sequence[str] = ()) -> dict[str, Cached]:
         names = (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields)
-        query = f"SELECT {', '.join(c if not placing or c in ('id', 'members') else 'NULL' for c in names)} FROM rows WHERE {self.valid}"
+        return {r[CELLS]: r for r in self._query(f"SELECT {', '.join(names)} FROM rows WHERE {where} AND {self.valid}", parameters)}
+
+    def _query(self, sql: str, parameters: Sequence[str] = ()) -> list[tuple]:
+        assert self._db is not None
         try:
-            if ids is None:
-                return {r[CELLS]: r for r in self._db.execute(query)}
-            chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
-            return {r[CELLS]: r for chunk in chunks for r in self._db.execute(f"{query} AND id IN ({', '.join('?' * len(chunk))})", chunk)}
+            return self._db.execute(sql, parameters).fetchall()
         except sqlite3.DatabaseError as exc:
             raise CacheUnavailable(f"the listing cache {self.path} cannot be read ({exc}); answering from the files "
                                    "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
@@ -196,4 +212,5 @@ def _damaged(exc: sqlite3.DatabaseError) -> bool:
     return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc) or "not a database" in str(exc)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file", "seal_key", "remove_cache"]
+__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file",
+           "seal_key", "remove_cache"]

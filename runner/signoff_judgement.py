@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -58,13 +59,18 @@ class Trust(NamedTuple):
         return min((limit for limit in self.limits if limit > now), default=None)
 
 
+Trusted = Callable[[], Trust]
+"""The allowed-signers file, resolved (git asked, the file read) when first called: only judging or keying a sign-off
+record calls it, so a listing of snapshots with no record never resolves it (nor imports what resolves it)."""
+
+
 def _epoch(digits: str, utc: bool) -> float:
     """ssh-keygen's `YYYYMMDD[HHMM[SS]]` (UTC with `Z`, else local time), as epoch seconds."""
     when = datetime.strptime(digits.ljust(14, "0"), "%Y%m%d%H%M%S")
     return when.replace(tzinfo=timezone.utc).timestamp() if utc else time.mktime(when.timetuple())
 
 
-def signoffs_key(base: str, trust: Trust) -> str:
+def signoffs_key(base: str, trust: Trusted) -> str:
     """What a snapshot's sign-off judgement depends on besides time (`base`: its path ending in "/"): "-" without a
     `signoffs/` folder; the folder's stat while it is empty (adding a record renames one in, which changes it); else
     each record's stat, the plan it binds (`frozen-sha256.txt`) and the allowed-signers file."""
@@ -77,8 +83,8 @@ def signoffs_key(base: str, trust: Trust) -> str:
     return empty if stat.S_ISDIR(st.st_mode) and st.st_nlink == 2 and not os.listdir(folder) else _records_key(base, trust)
 
 
-def _records_key(base: str, trust: Trust) -> str:
-    parts = [trust.identity]
+def _records_key(base: str, trust: Trusted) -> str:
+    parts = [trust().identity]
     try:
         for name in [layout.FROZEN_MANIFEST, *(f"{layout.SIGNOFFS_DIR}/{n}" for n in sorted(os.listdir(base + layout.SIGNOFFS_DIR)))]:
             st = os.lstat(base + name)
@@ -88,18 +94,19 @@ def _records_key(base: str, trust: Trust) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def unchanged_key(key: str, base: str, trust: Trust) -> bool:
-    """Whether `signoffs_key(base, trust)` is still `key`: one system call for a snapshot with no records (100,000 a
-    listing; for the usual one, with no `signoffs/`, an existence test that raises nothing)."""
-    if key == "-":
-        return not os.access(base + layout.SIGNOFFS_DIR, os.F_OK, follow_symlinks=False)
+def unchanged_key(key: str, store: str, name: str, store_fd: int, trust: Trusted) -> bool:
+    """Whether `signoffs_key` of snapshot `name` in `store` (open as `store_fd`) is still `key`: one system call for a
+    snapshot with no records (100,000 a listing: relative to the store's descriptor, no path walked from the root)."""
+    folder = f"{name}/{layout.SIGNOFFS_DIR}"
+    if key == "-":  # no `signoffs/`: an existence test that raises nothing
+        return not os.access(folder, os.F_OK, dir_fd=store_fd, follow_symlinks=False)
     if key.startswith("empty|"):
         try:
-            st = os.lstat(base + layout.SIGNOFFS_DIR)
+            st = os.lstat(folder, dir_fd=store_fd)
         except OSError:
             return False
         return key == f"empty|{st.st_mode}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}"
-    return signoffs_key(base, trust) == key
+    return signoffs_key(f"{store}/{name}/", trust) == key
 
 
 class Judgement(NamedTuple):
@@ -114,15 +121,15 @@ class Judgement(NamedTuple):
 _RANK = {"valid": 0, "unverified": 1, "unsigned": 2, "invalid": 3, "revoked": 4}
 
 
-def judge_now(snapshot: Path, trust: Trust) -> tuple[str, Judgement]:
+def judge_now(snapshot: Path, trusted: Trusted) -> tuple[str, Judgement]:
     """The sign-offs of `snapshot` as they are now (`analysis.signoffs.judge_signoffs`, as verify judges them), and the
     key they were judged under (`signoffs_key`, taken first: a record added meanwhile changes it)."""
-    key = signoffs_key(f"{snapshot}/", trust)
+    key = signoffs_key(f"{snapshot}/", trusted)
     if key == "-" or key.startswith("empty|"):  # no record to judge
         return key, Judgement("-", (), None)
     from genrun.analysis.signoffs import judge_signoffs
 
-    now = time.time()
+    now, trust = time.time(), trusted()
     statuses = judge_signoffs(snapshot, trust.path)
     if not statuses:
         return key, Judgement("-", (), None)

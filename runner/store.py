@@ -25,58 +25,12 @@ from genrun.snapshot_dir import SnapshotDir
 from ._io import DIR_MODE, fsync_dir, sync
 from .executing_process import refuse_other_process
 from ._locks import lock_holder, try_exclusive
-from .errors import SnapshotError, StoreError, UsageError
+from .errors import SnapshotError, StoreError
 from .interrupts import deferred
+# where the store is: its own module (`ls` locates a store without this one's imports), re-exported for older callers
+from .store_location import STORE_ENV, StoreLocation, existing_store, locate_store, missing_store, resolve_store  # noqa: F401
 
-DEFAULT_STORE = Path("snapshots")
-STORE_ENV = "GENRUN_STORE"
 READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH  # 0o444
-
-
-class StoreLocation(NamedTuple):
-    """Where the store is, and which setting said so (for messages: the user sees where genrun looked)."""
-
-    path: Path
-    origin: str
-    """`--store`, `$GENRUN_STORE`, or the default (neither set)."""
-
-
-def locate_store(store: str | Path | None) -> StoreLocation:
-    """`--store` wins, then `$GENRUN_STORE`, then `./snapshots`; one that exists but is not a directory is refused
-    (`UsageError`, exit 2) for every command alike, before anything is read or written."""
-    if store is not None:
-        location = StoreLocation(Path(store), "--store")
-    elif os.environ.get(STORE_ENV):
-        location = StoreLocation(Path(os.environ[STORE_ENV]), f"${STORE_ENV}")
-    else:
-        location = StoreLocation(DEFAULT_STORE, f"the default: neither --store nor ${STORE_ENV} is set")
-    if location.path.exists() and not location.path.is_dir():
-        raise UsageError(f"store {location.path} ({location.origin}) is a file, not a directory; "
-                         f"pass --store DIR or set {STORE_ENV} to the folder that holds the snapshots")
-    return location
-
-
-def resolve_store(store: str | Path | None) -> Path:
-    """The store's directory (`locate_store`)."""
-    return locate_store(store).path
-
-
-def missing_store(location: StoreLocation) -> str | None:
-    """`store X does not exist yet (...)` when it does not; `None` when it does. Reading commands say it instead of
-    listing an empty store as if it were one (a mistyped --store would otherwise look like a store with nothing in it)."""
-    if location.path.is_dir():
-        return None
-    return (f"store {location.path} does not exist yet ({location.origin}); the first 'genrun run' or 'genrun plan' with it "
-            f"creates it. Another store: --store DIR or {STORE_ENV}")
-
-
-def existing_store(store: str | Path | None) -> Path:
-    """The store's directory for a command that needs one to exist (`index --rebuild`, the store page): `StoreError`
-    (exit 1) with `missing_store`'s sentence when it does not."""
-    location = locate_store(store)
-    if (absent := missing_store(location)) is not None:
-        raise StoreError(absent)
-    return location.path
 
 
 def new_snapshot_id(name: str, now: datetime | None = None) -> str:

@@ -222,6 +222,21 @@ def test_a_locked_cache_is_answered_from_the_files_with_a_note(tmp_path: Path) -
     assert "answering from the files" in window.stderr
 
 
+def test_a_warm_listing_that_learns_nothing_takes_no_write_lock(tmp_path: Path) -> None:
+    """Another `ls` writing (holding the write lock) does not hold up a listing that has nothing to write, nor make it
+    say the cache was not updated."""
+    store = _store(tmp_path)
+    expected = _ls(store)
+    writer = sqlite3.connect(index_file(store), isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        listed = run_cli("ls", "--store", store, "--json")
+    finally:
+        writer.close()
+    assert listed.returncode == 0 and orjson.loads(listed.stdout) == expected
+    assert listed.stderr == "", listed.stderr
+
+
 def test_verify_never_reads_the_cache(tmp_path: Path) -> None:
     store = _store(tmp_path)
     list_store(store)
@@ -335,6 +350,55 @@ def test_ls_with_a_limit_and_no_filter_answers_as_the_whole_listing_does(tmp_pat
         assert [line.split("└")[-1].split()[0] for line in limited.stdout.splitlines()[2:]] == \
                [line.split("└")[-1].split()[0] for line in kept]
     assert _ls(store, "--limit", "2")["snapshots"] == _ls(store)["snapshots"][-2:] and _ls(store, "--limit", "2")["total"] == 8
+
+
+def test_a_window_whose_sweep_row_no_longer_validates_reads_it_again_and_still_groups_its_items(tmp_path: Path) -> None:
+    """A window is placed by ids and the sweeps' validated rows: a sweep row that does not validate is read from its files
+    (its members place its items), never placed as a run."""
+    store = _store_with_a_sweep(tmp_path)
+    whole = list_store(store)
+    sweep = next(r.id for r in whole.rows if r.members is not None)
+    with sqlite3.connect(index_file(store)) as db:
+        assert db.execute("UPDATE rows SET members = ? WHERE id = ?", (b"\x00 a blob", sweep)).rowcount == 1
+    for size in (1, 4, 8):
+        assert list_store(store, window=slice(-size, None)).rows == whole.rows[-size:]
+
+
+_WARM_IMPORTS = """
+import sys
+from pathlib import Path
+from genrun.runner.listing import list_store
+listing = list_store(Path(sys.argv[1]))
+assert len(listing.rows) == int(sys.argv[2]), listing
+print(sorted(m for m in ("pydantic", "genrun.snapshot_dir", "genrun.analysis.signoffs", "genrun.schemas.sweep") if m in sys.modules))
+"""
+
+
+def test_a_warm_listing_without_sign_off_records_imports_no_model_and_asks_no_git(tmp_path: Path) -> None:
+    """What a warm whole listing of sealed snapshots with no sign-off record needs is the cache and two lstats a row:
+    the allowed-signers file (git's setting) is resolved, and the files' models imported, only when a record is judged or
+    a snapshot is read. A `git` that records its calls shows whether it ran."""
+    store = tmp_path / "store"
+    for i in range(3):
+        make_run(store, f"run{i}")
+    calls = tmp_path / "git-calls"
+    fake_git = tmp_path / "bin" / "git"
+    fake_git.parent.mkdir()
+    fake_git.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
+    fake_git.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_git.parent}:{os.environ['PATH']}"}
+    env.pop("GENRUN_ALLOWED_SIGNERS", None)
+
+    def imported(n: int) -> str:
+        done = subprocess.run([sys.executable, "-c", _WARM_IMPORTS, str(store), str(n)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert "genrun.snapshot_dir" in imported(3)  # cold: every snapshot read from its files
+    assert imported(3) == "[]" and not calls.exists()
+    signers = make_signers(tmp_path / "keys", ["alice@example.com"])
+    sign(store / sorted(p.name for p in store.iterdir())[0], "alice@example.com", signers)
+    assert "genrun.analysis.signoffs" in imported(3) and "gpg.ssh.allowedSignersFile" in calls.read_text()  # a record: judged
 
 
 # -- concurrency ----------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from genrun.runner.row_filter import RowFilter
 from ._columns import fit, output_width, render
 from ._options import add_allowed_signers, add_store
 
-__all__ = ["COLUMNS", "SnapshotRow", "arranged", "handle", "limited"]
+__all__ = ["COLUMNS", "SnapshotRow", "handle"]
 
 COLUMNS = ("id", "state", "sealed", "generated", "stop reasons", "sign-offs")
 """Left to right in order of importance: the last ones are left out first on a narrow terminal."""
@@ -81,14 +81,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from genrun.runner.listing import list_store
-    from genrun.runner.store import locate_store, missing_store
+    from genrun.runner.store_location import locate_store, missing_store
 
     if args.limit is not None and args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (every row) or more; leave it out for the default")
     since, until = _when("--since", args.since), _when("--until", args.until)
     location = locate_store(args.store)
     store = location.path
-    listing = list_store(store, args.allowed_signers, use_cache=not args.no_cache, check=args.check, window=_window(args),
+    limit = _limit(args)
+    listing = list_store(store, args.allowed_signers, use_cache=not args.no_cache, check=args.check,
+                         window=slice(-limit, None) if limit and not args.sort else None,
                          keep=_keep(args, since, until), progress=lambda text: _notes([f"note: {text}"]))
     notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
     if args.check:
@@ -96,7 +98,12 @@ def handle(args: argparse.Namespace) -> int:
                      (f"{len(listing.changed):,} seal(s) changed since cached: {', '.join(listing.changed)} (run 'genrun verify ID')"
                       if listing.changed else "no seal changed since cached"))
     status = 1 if listing.changed and args.check else 0
-    rows = arranged(listing.rows, args)
+    rows = listing.rows[::-1] if args.reverse else listing.rows
+    if args.sort:
+        rows = sorted(listing.rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
+    newest_last = not args.reverse and not args.sort
+    if limit:  # the newest: the last in time order (the default), the first with --reverse; the first of a --sort
+        rows = rows[-limit:] if newest_last else rows[:limit]
     if args.json:
         _notes(notes)
         from ._output import print_json
@@ -105,23 +112,21 @@ def handle(args: argparse.Namespace) -> int:
         print_json({"store": str(store), "total": listing.total, "snapshots": list(map(dict, map(zip, repeat(SnapshotRow._fields), rows)))})
         return status
     more = ""
-    if args.limit is None and sys.stdout.isatty() and listing.matched > TERMINAL_ROWS:
-        hidden = f"{listing.matched - TERMINAL_ROWS:,} {'earlier' if _newest_last(args) else 'later'}"
-        rows = limited(rows, TERMINAL_ROWS, args)
-        more = f"… {hidden} row(s) not shown: --limit 0 lists every one (so does piping)\n"
+    if args.limit is None and limit and listing.matched > limit:  # a terminal's default
+        more = (f"… {listing.matched - limit:,} {'earlier' if newest_last else 'later'} row(s) not shown: --limit 0 lists every one "
+                "(so does piping)\n")
     _notes(notes + [f"note: {row.id}: {row.changed or row.problem}" for row in rows if row.changed or row.problem])
     _print_table(rows, listing.total, store, more)
     return status
 
 
-def _window(args: argparse.Namespace) -> slice | None:
-    """With no sort, the rows a limit keeps (`--limit N`, a terminal's default) are a window of the (filtered) listing,
-    and only they need reading (`list_store(window=...)`): `genrun ls` on a terminal answers about as fast from a store of
-    100,000 as from one of 1,000. None when every row is listed, or sorted (a sort reads every row the filters keep)."""
-    limit = args.limit if args.limit is not None else None if args.json or not sys.stdout.isatty() else TERMINAL_ROWS
-    if not limit or args.sort:
-        return None
-    return slice(-limit, None)  # the newest: the last in time order (`--reverse` turns them round afterwards)
+def _limit(args: argparse.Namespace) -> int | None:
+    """The rows shown (the newest that many): `--limit N` (0: every row), else every row piped or with --json, the
+    newest `TERMINAL_ROWS` on a terminal. Without a sort they are a window of the (filtered) listing, and only they are
+    read (`list_store(window=...)`): `genrun ls` on a terminal answers about as fast from 100,000 snapshots as from 1,000."""
+    if args.limit is not None:
+        return args.limit or None
+    return None if args.json or not sys.stdout.isatty() else TERMINAL_ROWS
 
 
 def _keep(args: argparse.Namespace, since: datetime | None, until: datetime | None) -> RowFilter | None:
@@ -138,25 +143,6 @@ def _notes(lines: list[str]) -> None:
 
         for line in lines:
             stderr_console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def arranged(rows: list[SnapshotRow], args: argparse.Namespace) -> list[SnapshotRow]:
-    """`rows` sorted (or reversed) and limited (`limited`)."""
-    if args.sort:
-        rows = sorted(rows, key=SORT_KEYS[args.sort], reverse=args.reverse)
-    elif args.reverse:
-        rows = rows[::-1]
-    return limited(rows, args.limit, args) if args.limit else rows
-
-
-def limited(rows: list[SnapshotRow], limit: int, args: argparse.Namespace) -> list[SnapshotRow]:
-    """The `limit` newest rows, `--limit N` and a terminal's default alike: the last in time order (the default), the
-    first with --reverse; the first of a --sort."""
-    return rows[-limit:] if _newest_last(args) else rows[:limit]
-
-
-def _newest_last(args: argparse.Namespace) -> bool:
-    return not args.reverse and not args.sort
 
 
 _AGO = re.compile(r"^(\d+)([dhm])$")
