@@ -1,8 +1,9 @@
-"""Group commit: a sweep worker's items are made durable together, then sealed, instead of each file synced alone.
+"""Group commit: a sweep worker's items (and a server's requests) are made durable together, then sealed, instead of
+each file synced alone.
 
 A single run syncs each evidence file as it writes it and seals last (`store.seal_snapshot`). A sweep worker runs
 many items; an item's ten-odd syncs then cost more than its evidence. Inside `GroupCommit.owning(snapshot)` (the
-item's thread, from its first execution file to its seal) the files on the store's filesystem are written without
+item's thread, from its first execution file to its seal; a served request's thread from its frozen plan on) the files on the store's filesystem are written without
 their own sync (`_io.syncs_deferred_on`), and `seal_snapshot` hands the snapshot to the committer thread and waits.
 The committer takes every snapshot waiting and commits them as one group:
 
@@ -66,9 +67,10 @@ class GroupCommit:
         self._thread.start()
 
     @contextlib.contextmanager
-    def owning(self, snapshot: Path) -> Iterator[None]:
-        """On this thread, the snapshot's files leave their sync to this group and its seal waits for the group."""
-        device = os.stat(snapshot).st_dev
+    def owning(self, where: Path) -> Iterator[None]:
+        """On this thread, files on `where`'s filesystem (a snapshot, or the store it is made in) leave their sync to this
+        group, and a seal waits for the group."""
+        device = os.stat(where).st_dev
         outer = current()
         _current.group = self
         try:

@@ -123,9 +123,10 @@ def prepare_plan(
         budget = backend.estimate_budget(budget_request, resolved.path, model.weight_bytes, force, context)
     stop_if_requested()
     enforce(budget)
-    # the same for every plan of one backend and unit (its JSON Schemas take pydantic ~0.1 s to generate): once per context
-    declaration = context.cached(("backend-declaration", backend.name, backend.progress_unit(request)), lambda: declaration_of(backend, request))
-    refuse_unsafe_schemas(declaration)
+    # The same for every plan of one backend and unit (pydantic generates its JSON Schemas, jsonschema-rs compiles them to
+    # check them): made and checked once per context. A refused declaration is not kept, so every plan is refused.
+    declaration = context.cached(("backend-declaration", backend.name, backend.progress_unit(request)),
+                                 lambda: refuse_unsafe_schemas(declaration_of(backend, request)))
     clock.enter("environment")  # once the budget fits: a refusal stays cheap
     environment = context.environment(runtime_of(backend))
     stop_if_requested()
@@ -157,9 +158,10 @@ def with_processor_path(request: Request, processor: ProcessorIdentity | None) -
 
 
 
-def refuse_unsafe_schemas(declaration: BackendDeclaration) -> None:
-    """A declared schema that verify could not apply safely (too deep, too large, a pattern that needs backtracking) is
-    refused now, naming it, instead of reaching every reader of every snapshot of the backend."""
+def refuse_unsafe_schemas(declaration: BackendDeclaration) -> BackendDeclaration:
+    """`declaration`, once its schemas are checked: a declared schema that verify could not apply safely (too deep, too
+    large, a pattern that needs backtracking) is refused now, naming it, instead of reaching every reader of every
+    snapshot of the backend."""
     schemas = [(f"the stop-evidence schema of the {declaration.backend!r} backend", declaration.stop_evidence_schema)]
     if declaration.call_config is not None:
         schemas.append((f"the call-config schema {declaration.call_config.model}", declaration.call_config.json_schema))
@@ -171,3 +173,4 @@ def refuse_unsafe_schemas(declaration: BackendDeclaration) -> None:
         except UnsafeSchema as exc:
             raise RequestError(f"the {declaration.backend!r} backend's declared evidence is refused: {exc}; its models must give "
                                "schemas verify can apply (fix the backend's models)") from None
+    return declaration

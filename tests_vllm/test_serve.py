@@ -41,6 +41,24 @@ class Server(NamedTuple):
     url: str
     store: Path
     log: Path
+    commits: Path
+    """The module server's group-commit steps, one JSON line each (`_COMMIT_AUDIT`)."""
+
+
+_COMMIT_AUDIT = """
+import json, sys
+from genrun.runner import group_commit
+LOG = sys.argv.pop(1)
+def hook(event, args):
+    if event == group_commit.AUDIT_EVENT:
+        with open(LOG, "a") as log:
+            log.write(json.dumps(args) + "\\n")
+sys.addaudithook(hook)
+from genrun.runner.cli import main
+sys.exit(main())
+"""
+"""`python -c` of the module's server: genrun's command line with an audit hook that logs each `genrun.group_commit` step
+(`sys.audit` events genrun raises for the fault-injection tests) to the file named by its first argument."""
 
 
 def _free_port() -> int:
@@ -79,8 +97,9 @@ def _environment(**changes: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("serve")
-    port, store, log = _free_port(), directory / "store", directory / "serve.log"
+    port, store, log, commits = _free_port(), directory / "store", directory / "serve.log", directory / "group-commit.ndjson"
     command = _serve_command(_base_request(directory), store, port, "--api-key", KEY, "--max-body-bytes", str(BODY_LIMIT))
+    command[1:3] = ["-c", _COMMIT_AUDIT, str(commits)]  # `python -m genrun` with the audit hook
     process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=_environment())
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -88,7 +107,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         assert process.poll() is None, f"genrun serve exited {process.returncode}:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"genrun serve not ready after {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}"
         time.sleep(0.5)
-    yield Server(process, url, store, log)
+    yield Server(process, url, store, log, commits)
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -194,6 +213,24 @@ def test_32_requests_at_once_are_32_distinct_snapshots_that_verify(server: Serve
         assert problems(server.store / snapshot) == [], snapshot
         # each ran on the server's one engine, loaded at start (execute notes the reuse)
         assert any(note.startswith("the model was loaded once before this run and reused") for note in _result(server, snapshot)["notes"])
+
+
+def test_served_requests_are_made_durable_and_sealed_in_groups(server: Server) -> None:
+    """As a sweep worker's items: each request's files are synced by its group's one syncfs before its seal, not each alone."""
+    client = _client(server)
+    with ThreadPoolExecutor(8) as pool:
+        snapshots = list(pool.map(lambda i: client.completions.with_raw_response.create(
+            model="tiny-serve", prompt=f"Group: {i}", max_tokens=8).headers["x-genrun-snapshot"], range(8)))
+    steps = [json.loads(line) for line in server.commits.read_text().splitlines()] if server.commits.exists() else []
+    for snapshot in snapshots:
+        path = str(server.store / snapshot)
+        assert ["queued", path] in steps, f"{snapshot} was sealed alone, not in a group commit"
+        queued = steps.index(["queued", path])
+        synced = next(i for i, step in enumerate(steps) if step[0] == "files-synced" and path in step[2])
+        sealed = steps.index(["seal", path])
+        manifests = next(i for i, step in enumerate(steps) if step[0] == "manifests-synced" and path in step[2])
+        assert queued < synced < sealed < manifests, (snapshot, steps)
+        assert _result(server, snapshot)["status"] == "succeeded" and problems(server.store / snapshot) == []
 
 
 # --- refusals ----------------------------------------------------------------------------------------------------------

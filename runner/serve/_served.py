@@ -4,7 +4,8 @@ A request is planned from the base request plus its own fields (`prepare_plan`, 
 life, as a sweep plans its items), held against the engine's capacity, frozen into the store and executed with
 `execute_snapshot(..., loaded=)` on the shared engine: verified, recorded and sealed like any run. The machinery is the
 sweep worker's (`genrun.runner.backends.batching`): a backend that batches itself (vLLM's continuous batching) gets one
-`open_batch` for the server's life and every request's `generate` joins it from its own thread. Other backends are
+`open_batch` for the server's life and every request's `generate` joins it from its own thread; the requests' files are
+made durable and sealed in groups (`genrun.runner.group_commit`), as a sweep worker's items are. Other backends are
 refused at start (a signal reaches only the main thread, and only a batch passes it on to a run on another thread).
 
 Refusals come before anything is frozen, so a refused request leaves nothing in the store (no snapshot, no refusal
@@ -28,6 +29,7 @@ from .. import _hash_cache
 from ..backends import LoadedModel, get_backend
 from ..backends.batching import BatchingBackend, ItemBatch
 from ..errors import BudgetRefused, GenrunError, RequestError
+from ..group_commit import GroupCommit
 from ..plan import prepare_plan
 from ..plan_context import PlanContext
 from ..request_loading import load_request
@@ -111,6 +113,7 @@ class ServedModel:
         self.capacity = _capacity(self.loaded)
         self.chat_as_prompt = _renders_chat_itself(self.backend, self.base)
         self._batch: ItemBatch = self.backend.open_batch(self.loaded)
+        self._commit = GroupCommit()
         self._lock = threading.Lock()
         self._held: dict[int, Hold] = {}
         self._keys = itertools.count()
@@ -160,23 +163,27 @@ class ServedModel:
     def run(self, served: ServedRequest) -> Answer:
         """Plan, hold, freeze, execute and seal one request (on the caller's thread); raises before freezing on a refusal."""
         request = self.request_for(served)
-        with _hash_cache.held_until_planned():
+        self.store.mkdir(parents=True, exist_ok=True)
+        # From its frozen plan to its last evidence file, a request's files are made durable with its group's (one syncfs
+        # for the requests sealing together), before its seal vouches for them: a served snapshot claims nothing unsealed.
+        with self._commit.owning(self.store):
+            with _hash_cache.held_until_planned():
+                try:
+                    prepared = prepare_plan(request, base_dir=self.base_dir, context=self.context)
+                except BudgetRefused as exc:  # the CLI's way past it (--force) is no option for a served request
+                    raise CannotFit("\n".join(line for line in str(exc).splitlines() if "--force" not in line)) from exc
+                hold = self._hold(prepared.budget)
+                try:
+                    snapshot = create_snapshot(self.store, prepared.name, prepared.freeze)
+                except BaseException:
+                    self._release(hold, None)
+                    raise
             try:
-                prepared = prepare_plan(request, base_dir=self.base_dir, context=self.context)
-            except BudgetRefused as exc:  # the CLI's way past it (--force) is no option for a served request
-                raise CannotFit("\n".join(line for line in str(exc).splitlines() if "--force" not in line)) from exc
-            hold = self._hold(prepared.budget)
-            try:
-                snapshot = create_snapshot(self.store, prepared.name, prepared.freeze)
-            except BaseException:
-                self._release(hold, None)
-                raise
-        try:
-            with self._lock:
-                self.in_flight.add(snapshot)
-            result = self._execute(snapshot)
-        finally:
-            self._release(hold, snapshot)
+                with self._lock:
+                    self.in_flight.add(snapshot)
+                result = self._execute(snapshot)
+            finally:
+                self._release(hold, snapshot)
         return read_answer(snapshot, result, rows_per_prompt=int(request.generation.get("n", 1)))
 
     def _execute(self, snapshot: Path) -> Result:
@@ -223,8 +230,9 @@ class ServedModel:
             self._batch.interrupt(signal_name)
 
     def close(self) -> None:
-        """Close the batch and stop the engine (vLLM's engine core included, reaped)."""
+        """Close the batch, commit the seals still waiting, and stop the engine (vLLM's engine core included, reaped)."""
         self._batch.close()
+        self._commit.close()
         if self.loaded.release is not None:
             self.loaded.release()
 
