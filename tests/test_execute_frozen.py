@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import REPO, run_cli, run_cli_subprocess
+from conftest import copy_of_genrun, run_cli, run_cli_subprocess
 
 from _lm_helpers import plan, request_text, tiny_lm_variant, write_entry_module
 from genrun.runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
@@ -44,12 +44,7 @@ def test_an_edited_code_json_changes_the_plan_digest(tmp_path: Path, tiny_lm: Pa
 
 def test_changed_genrun_code_is_refused_naming_the_file(tmp_path: Path, tiny_lm: Path) -> None:
     """A copy of genrun plans, then one of its source files changes; the copy's execute refuses."""
-    source = tmp_path / "genrun-copy"
-    for package in ("genrun", "runner", "schemas", "analysis"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for package in ("runner", "schemas", "analysis"):
-        # What the build's package-dir mapping does for an install: genrun.<name> is the top-level folder.
-        (source / "genrun" / package).symlink_to(Path("..") / package)
+    source = copy_of_genrun(tmp_path / "genrun-copy")
     request = tmp_path / "r.toml"
     request.write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
     # A process is the point: it must import genrun from the copy (cwd=source), not from this checkout.
