@@ -231,7 +231,9 @@ class SnapshotDir:
 
     def read_json(self, name: str) -> Any:
         """`name` parsed as plain JSON (for key-by-key comparison, or a file whose own format may be newer)."""
-        data = self.read_bytes(name)
+        return self._loads(name, self.read_bytes(name))
+
+    def _loads(self, name: str, data: bytes) -> Any:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -239,7 +241,11 @@ class SnapshotDir:
 
     def read(self, name: str, model: type[_M]) -> _M:
         """Artifact `name` validated as `model`: older formats migrated in memory, a newer one refused (`ArtifactNewer`)."""
-        return self.validate(name, model, self.read_json(name))
+        return self.parse(name, model, self.read_bytes(name))
+
+    def parse(self, name: str, model: type[_M], data: bytes) -> _M:
+        """`read` of bytes the caller read from artifact `name` already (e.g. to hash them first), with `read`'s errors."""
+        return self.validate(name, model, self._loads(name, data))
 
     def read_optional(self, name: str, model: type[_M]) -> _M | None:
         """`read`, but `None` when the file is absent (a run that never got that far); damage still raises."""

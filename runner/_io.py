@@ -84,13 +84,14 @@ def write_bytes_atomic(path: Path, data: bytes, *, beneath: Path | None = None, 
     lands in the directory it holds even if `beneath`'s path now names another one.
     On a full disk, a space reserve held for this snapshot (`reserve_space`) is released and the write tried once more.
     """
-    refuse_other_process(f"writing {Path(path).name}")
+    path = path if isinstance(path, Path) else Path(path)
+    refuse_other_process(f"writing {path.name}")
     try:
-        _write_bytes_atomic(Path(path), data, beneath, beneath_fd)
+        _write_bytes_atomic(path, data, beneath, beneath_fd)
     except OSError as exc:
-        if exc.errno != errno.ENOSPC or not release_space(Path(path).parent):
+        if exc.errno != errno.ENOSPC or not release_space(path.parent):
             raise
-        _write_bytes_atomic(Path(path), data, beneath, beneath_fd)
+        _write_bytes_atomic(path, data, beneath, beneath_fd)
 
 
 def _open_folder(path: Path, beneath: Path | None, beneath_fd: int | None = None) -> int:
@@ -112,11 +113,14 @@ def _write_bytes_atomic(path: Path, data: bytes, beneath: Path | None = None, be
     try:
         fd, tmp = _create_temporary(folder, path.name)
         try:
-            os.fchmod(fd, FILE_MODE)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                sync(f.fileno())
+            try:
+                os.fchmod(fd, FILE_MODE)
+                view = memoryview(data)
+                while view:  # a short write is completed, never dropped
+                    view = view[os.write(fd, view):]
+                sync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

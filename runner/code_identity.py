@@ -8,9 +8,10 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from genrun.schemas import CodeIdentity, CodeSet, FileDigest
 from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
@@ -42,21 +43,78 @@ class _ModuleSource(NamedTuple):
     files: list[Path]
 
 
+FileState = tuple[str, int, int, int, int, int]
+"""(path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns): what the memos below are keyed by. ctime is in it because
+nothing but the kernel sets it: a file rewritten in place (even with its mtime restored) gets a new one, so a memo never
+answers for content it did not hash."""
+
+
 def genrun_code_set() -> CodeSet:
     """Every `*.py` of genrun's packages plus `schemas/json/*.json`, relative to their common parent.
 
-    Cheap on purpose (a few hundred small files, hashed once per process and file state, nothing cached across
-    processes): it runs at plan time and again at execute time to detect code that changed in between. Paths stay
-    strings here: a sweep worker calls this once per item, and pathlib objects for every file were most of its cost.
+    It runs at plan time and again before each execution, to refuse code that changed in between; a sweep worker or a
+    server runs it once per item. What the check is for is the code that runs here, and a module this process imported
+    is never read from its file again: an edit to that file changes the disk, not what runs. So such a file is identified
+    once per process (`_GenrunFiles`), and only the files a run could still read (modules not imported yet, which an
+    import would load as they are then) and the folders (a file added could be imported) are stat'ed on every call.
     """
+    global _genrun_files
     package_dirs = [_package_dir(name) for name in GENRUN_PACKAGES]
-    files: set[str] = set()  # a set: in a wheel the subpackages lie inside genrun/ as well
-    for directory in package_dirs:
-        files.update(_python_file_paths(directory))
-        if os.path.basename(directory) == "schemas":
-            json_dir = os.path.join(directory, "json")
-            files.update(os.path.join(json_dir, n) for n in os.listdir(json_dir) if n.endswith(".json") and not n.startswith("."))
-    return code_set(os.path.commonpath([os.path.dirname(d) for d in package_dirs]), sorted(files), absolute=True)
+    with _identifying:  # a batching worker's items check on their own threads
+        listings = (*(_python_file_paths(d) for d in package_dirs),
+                    _schema_file_paths(os.path.join(_package_dir("genrun.schemas"), "json")))
+        files = _genrun_files
+        if files is None or any(now is not then for now, then in zip(listings, files.listings)):  # a folder changed: listed anew
+            files = _genrun_files = _GenrunFiles(package_dirs, listings)
+        return files.code_set()
+
+
+class _GenrunFiles:
+    """genrun's files as this process identifies them, from one listing of its folders."""
+
+    def __init__(self, package_dirs: list[str], listings: tuple[list[str], ...]) -> None:
+        self.listings = listings
+        """`_python_file_paths`' lists per package and the JSON Schemas' (the same objects while no folder changed)."""
+        modules: dict[str, str | None] = {}  # a dict: in a wheel the subpackages lie inside genrun/ as well
+        for package, directory, listing in zip(GENRUN_PACKAGES, package_dirs, listings):
+            modules.update((path, _module_name(package, directory, path)) for path in listing)
+        modules.update((path, None) for path in listings[-1])
+        self.root = os.path.commonpath([os.path.dirname(d) for d in package_dirs])
+        self.paths = sorted(modules)
+        self.modules = [modules[path] for path in self.paths]
+        self.states: list[FileState | None] = [_fixed_states.get(path) for path in self.paths]
+        self.unfixed = [i for i, state in enumerate(self.states) if state is None]
+        """Files still stat'ed on every call: modules not imported yet (an import would read them as they are then)."""
+        self._code_set: CodeSet | None = None
+
+    def code_set(self) -> CodeSet:
+        changed = self._code_set is None
+        for i in list(self.unfixed):
+            path, module = self.paths[i], self.modules[i]
+            state = _file_state(path)
+            changed = changed or state != self.states[i]
+            self.states[i] = state
+            if module is None or getattr(sys.modules.get(module), "__file__", None) == path:
+                # imported from this file by now (or no module at all: a JSON Schema, which no run reads): its code runs as
+                # imported, whatever the file holds later. (A file edited between its import and this first look is taken
+                # as edited: a check then refuses a plan made before the edit; it cannot see what the import read.)
+                _fixed_states[path] = state
+                self.unfixed.remove(i)
+        if changed or self._code_set is None:
+            self._code_set = _code_set_of(self.root, tuple(cast(FileState, state) for state in self.states))
+        return self._code_set
+
+
+_genrun_files: _GenrunFiles | None = None
+_identifying = threading.Lock()
+_fixed_states: dict[str, FileState] = {}
+"""genrun's files that can no longer change what this process runs -> their state when it first identified them."""
+
+
+def _module_name(package: str, directory: str, path: str) -> str:
+    """The module `path` (a `*.py` under `directory`, the folder of `package`) is imported as."""
+    parts = os.path.relpath(path, directory)[:-3].split(os.sep)
+    return ".".join([package, *parts[:-1], *([] if parts[-1] == "__init__" else parts[-1:])])
 
 
 def identify_code(
@@ -125,12 +183,7 @@ def module_source(ref: CodeRef, search_path: Sequence[Path]) -> _ModuleSource:
     return _ModuleSource(Path("/"), [])  # built-in or frozen module: no source file to hash
 
 
-FileState = tuple[str, int, int, int, int, int]
-"""(path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns): what the memos below are keyed by. ctime is in it because
-nothing but the kernel sets it: a file rewritten in place (even with its mtime restored) gets a new one, so a memo never
-answers for content it did not hash."""
-# For this process only. A sweep worker checks genrun's ~250 source files once per item; re-reading them, and then
-# rebuilding the same code set, for every item cost more than the item's own evidence.
+# For this process only: a file's content hashed once per state, a set's digest once per set of states.
 _digests_seen: dict[FileState, str] = {}
 _code_sets_seen: dict[tuple[str, tuple[FileState, ...]], CodeSet] = {}
 
@@ -147,12 +200,13 @@ def _file_digest(state: FileState, root: str) -> FileDigest:
     return FileDigest(path=Path(state[0]).relative_to(root).as_posix(), size=state[3], sha256=sha256)
 
 
-def code_set(root: str | Path, files: Iterable[str | Path], *, absolute: bool = False) -> CodeSet:
+def code_set(root: str | Path, files: Iterable[str | Path]) -> CodeSet:
     """Hash `files` (all under `root`) into a `CodeSet`: paths relative to `root`, sorted, one aggregate digest.
-    Every file is stat'ed on every call; a set whose files all have the states of an earlier call is that call's.
-    `absolute`: the caller's paths are absolute and normal already (genrun's own, from `_package_dir`)."""
-    top = os.path.abspath(root)
-    states = tuple(_file_state(os.fspath(f)) for f in files) if absolute else tuple(_file_state(os.path.abspath(f)) for f in files)
+    Every file is stat'ed on every call; a set whose files all have the states of an earlier call is that call's."""
+    return _code_set_of(os.path.abspath(root), tuple(_file_state(os.path.abspath(f)) for f in files))
+
+
+def _code_set_of(top: str, states: tuple[FileState, ...]) -> CodeSet:
     known = _code_sets_seen.get((top, states))
     if known is None:
         digests = sorted((_file_digest(state, top) for state in states), key=lambda d: d.path)
@@ -202,6 +256,17 @@ def _python_file_paths(directory: str) -> list[str]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         found.extend(os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
     _walks_seen[directory] = (tuple(folders), found)
+    return found
+
+
+def _schema_file_paths(json_dir: str) -> list[str]:
+    """`schemas/json/*.json` (dot files left out), listed again only when the folder changed, as `_python_file_paths`."""
+    seen = _walks_seen.get(json_dir)
+    if seen is not None and _folder_state(json_dir) == seen[0][0][1]:
+        return seen[1]
+    state = _folder_state(json_dir)  # before listing: a name added meanwhile changes the folder after this state
+    found = [os.path.join(json_dir, n) for n in os.listdir(json_dir) if n.endswith(".json") and not n.startswith(".")]
+    _walks_seen[json_dir] = (((json_dir, state),), found)
     return found
 
 

@@ -8,7 +8,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -45,9 +45,10 @@ class VerifiedIdentity(NamedTuple):
 def verify_before_loading(snapshot: SnapshotDir) -> tuple[FrozenPlan, VerifiedIdentity]:
     """Not executed yet, frozen files intact, then code and model unchanged; the frozen plan and the digests."""
     refuse_executed(snapshot)
-    digest = verify_plan_files(snapshot)
+    read: dict[str, _ReadFile] = {}
+    digest = verify_plan_files(snapshot, keep=read)
     verify_input_files(snapshot)  # files frozen by hash only (`[input] copy = false`)
-    plan = load_frozen(snapshot)
+    plan = load_frozen(snapshot, read)
     return plan, VerifiedIdentity(digest, verify_code(plan.code), verify_model(plan.model))
 
 
@@ -61,30 +62,55 @@ def refuse_executed(snapshot: SnapshotDir) -> None:
             )
 
 
-def load_frozen(snapshot: SnapshotDir) -> FrozenPlan:
-    """Parse the frozen files (a file that no longer parses is a changed plan)."""
+class _ReadFile(NamedTuple):
+    """A frozen file's bytes as `verify_plan_files` hashed them."""
+
+    data: bytes
+    sha256: str
+
+
+_PARSED = (layout.REQUEST, layout.CODE, layout.MODEL, layout.TOKEN_BUDGET)
+"""The frozen files execution parses (`FrozenPlan`), in its order."""
+
+
+def load_frozen(snapshot: SnapshotDir, read: Mapping[str, _ReadFile] | None = None) -> FrozenPlan:
+    """Parse the frozen files (a file that no longer parses is a changed plan); `read`: bytes `verify_plan_files` read
+    and hashed, parsed instead of reading the files again (the plan that runs is the one verified, byte for byte)."""
     return FrozenPlan(
-        _load_frozen_file(snapshot, layout.REQUEST, Request),
-        _load_frozen_file(snapshot, layout.CODE, CodeIdentity),
-        _load_frozen_file(snapshot, layout.MODEL, ModelIdentity),
-        _load_frozen_file(snapshot, layout.TOKEN_BUDGET, TokenBudget),
+        _load_frozen_file(snapshot, layout.REQUEST, Request, (read or {}).get(layout.REQUEST)),
+        _load_frozen_file(snapshot, layout.CODE, CodeIdentity, (read or {}).get(layout.CODE)),
+        _load_frozen_file(snapshot, layout.MODEL, ModelIdentity, (read or {}).get(layout.MODEL)),
+        _load_frozen_file(snapshot, layout.TOKEN_BUDGET, TokenBudget, (read or {}).get(layout.TOKEN_BUDGET)),
     )
 
 
 _Frozen = TypeVar("_Frozen", bound=BaseModel)
+_parsed_last: dict[tuple[str, type], tuple[str, BaseModel]] = {}
+"""(frozen file, model) -> (sha256 of the bytes, the model validated from them), the last of each in this process: a
+sweep's items (a server's requests) freeze the same `code.json` (hundreds of entries) and `model.json`, so a worker
+validates those bytes once. Keyed by their digest, which `verify_plan_files` has just computed of the bytes parsed;
+the models are frozen, so one instance serves every item."""
 
 
-def _load_frozen_file(snapshot: SnapshotDir, name: str, model: type[_Frozen]) -> _Frozen:
+def _load_frozen_file(snapshot: SnapshotDir, name: str, model: type[_Frozen], read: _ReadFile | None = None) -> _Frozen:
     try:
-        return snapshot.read(name, model)
+        if read is None:
+            return snapshot.read(name, model)
+        last = _parsed_last.get((name, model))
+        if last is not None and last[0] == read.sha256:
+            return cast(_Frozen, last[1])
+        parsed = snapshot.parse(name, model, read.data)
+        _parsed_last[(name, model)] = (read.sha256, parsed)
+        return parsed
     except ArtifactNewer as exc:  # its reason names the genrun that planned it (environment.json)
         raise SnapshotError(f"frozen file {name} in {snapshot.path} was {exc.reason}") from None
     except ArtifactError as exc:
         raise FrozenMismatch(f"frozen file {name} in {snapshot.path} cannot be read as planned ({exc.reason}); plan the request again") from None
 
 
-def verify_plan_files(snapshot: SnapshotDir) -> str:
-    """Recompute every `frozen-sha256.txt` entry; returns the plan digest."""
+def verify_plan_files(snapshot: SnapshotDir, *, keep: dict[str, _ReadFile] | None = None) -> str:
+    """Recompute every `frozen-sha256.txt` entry; returns the plan digest. `keep`: receives the bytes hashed of the files
+    execution parses (`load_frozen`), so they are read once."""
     snapshot_dir = snapshot.path
     try:
         manifest = snapshot.read_manifest(layout.FROZEN_MANIFEST)
@@ -95,7 +121,7 @@ def verify_plan_files(snapshot: SnapshotDir) -> str:
     current: dict[str, str] = {}  # the files that are there, for naming a changed one's digest
 
     def digest_of(rel: str) -> str | None:
-        digest = _sha256_of_file(snapshot, rel)
+        digest = _sha256_of_file(snapshot, rel, keep if rel in _PARSED else None)
         if digest is not None:
             current[rel] = digest
         return digest
@@ -116,15 +142,24 @@ def verify_plan_files(snapshot: SnapshotDir) -> str:
     return manifest.digest  # the plan digest, of the bytes checked above
 
 
-def _sha256_of_file(snapshot: SnapshotDir, rel: str) -> str | None:
+def _sha256_of_file(snapshot: SnapshotDir, rel: str, keep: dict[str, _ReadFile] | None = None) -> str | None:
     """sha256 of entry `rel` when it is (or links to) a regular file, else `None` (a link is refused by name afterwards,
-    by `refuse_foreign_entries`)."""
+    by `refuse_foreign_entries`). `keep`: the bytes of a regular file within its read bound are kept there, by `rel`
+    (one over it is hashed as any file, and its parse refuses it)."""
     if (found := snapshot.lstat(rel)) is None:
         return None
     if stat.S_ISLNK(found.st_mode):
         return sha256_file(snapshot.path / rel) if (snapshot.path / rel).is_file() else None
     if not stat.S_ISREG(found.st_mode):
         return None
+    if keep is not None:
+        try:
+            data = snapshot.read_bytes(rel)
+        except ArtifactError:
+            pass
+        else:
+            keep[rel] = _ReadFile(data, sha256_bytes(data))
+            return keep[rel].sha256
     with os.fdopen(snapshot.open_file(rel), "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 

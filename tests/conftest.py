@@ -148,6 +148,18 @@ def run_cli_subprocess(*args: str | Path, cwd: Path | None = None, env: dict[str
     )
 
 
+def copy_of_genrun(destination: Path) -> Path:
+    """A copy of genrun's source laid out as an install maps it (`genrun.<name>` is the top-level folder `<name>`), for a
+    test that edits genrun's own files: a process started with `cwd` there imports genrun from the copy."""
+    import shutil
+
+    for package in ("genrun", "runner", "schemas", "analysis"):
+        shutil.copytree(REPO / package, destination / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("runner", "schemas", "analysis"):
+        (destination / "genrun" / package).symlink_to(Path("..") / package)
+    return destination
+
+
 class ProcessState(NamedTuple):
     """Process-wide state an in-process CLI run could change and leave behind."""
 

@@ -1,6 +1,7 @@
 """Code identity (`code.json`) and environment capture (`environment.json`) on real files and real git."""
 
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import copy_of_genrun
 from genrun.runner.code_identity import code_refs, code_set, genrun_code_set, identify_code
 from genrun.runner.backends.diffusers.budget import DIFFUSERS_RUNTIME
 from genrun.runner.environment import GENRUN_PACKAGES, capture_environment, git_state, is_credential_name, relevant_env_vars
 from genrun.runner.runtime import Runtime
 from genrun.runner.errors import RequestError
-from genrun.schemas import CodeIdentity, Environment
+from genrun.runner.frozen_plan import describe_differences
+from genrun.schemas import CodeIdentity, CodeSet, Environment
 from genrun.schemas.digests import render_sha256sum, sha256_bytes, sha256_file
 
 # --- genrun's own code ----------------------------------------------------------------------------
@@ -49,6 +52,40 @@ def test_code_set_memo_never_answers_for_content_rewritten_in_place(tmp_path: Pa
         os.chmod(source, 0o644)
     second = code_set(tmp_path, [source])
     assert second.files[0].sha256 == sha256_file(source) != first.files[0].sha256
+
+
+_IDENTIFY_AND_EDIT = """
+import json, sys
+import genrun.runner.execute
+from genrun.runner.code_identity import genrun_code_set
+assert "genrun.runner.live_progress" in sys.modules and "genrun.runner.gc" not in sys.modules
+first = genrun_code_set()
+with open("runner/live_progress.py", "a") as f:
+    f.write("# an edit to a module this process runs as imported\\n")
+after_imported_edit = genrun_code_set()
+with open("runner/gc.py", "a") as f:
+    f.write("# an edit to a module not imported yet\\n")
+after_other_edit = genrun_code_set()
+print(json.dumps([first.model_dump(mode="json"), after_imported_edit == first, after_other_edit.model_dump(mode="json")]))
+"""
+
+
+def test_a_process_identifies_the_modules_it_imported_once_and_sees_an_edit_to_one_it_has_not(tmp_path: Path) -> None:
+    """What the check guards is the code that runs: an imported module runs as imported, so an edit to its file changes
+    nothing in that process (`code.json` stays true; a sweep's later items still run); a module not imported yet would be
+    read as edited, so that edit changes the set, naming the file. A fresh process (the next `execute`) sees both."""
+    source = copy_of_genrun(tmp_path / "genrun-copy")
+    ran = subprocess.run([sys.executable, "-c", _IDENTIFY_AND_EDIT], cwd=source, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    first, unchanged, after = (CodeSet.model_validate(v) if isinstance(v, dict) else v for v in json.loads(ran.stdout))
+    assert first.root == str(source)  # the copy's code was identified, not this checkout's
+    assert unchanged is True
+    gc, live_progress = (next(f.path for f in first.files if f.path.endswith(name)) for name in ("runner/gc.py", "runner/live_progress.py"))
+    assert describe_differences(first.files, after.files) == f"changed: {gc}"
+    fresh = subprocess.run([sys.executable, "-c", "from genrun.runner.code_identity import genrun_code_set; "
+                            "print(genrun_code_set().model_dump_json())"], cwd=source, capture_output=True, text=True, timeout=300)
+    assert fresh.returncode == 0, fresh.stderr
+    assert describe_differences(first.files, CodeSet.model_validate_json(fresh.stdout).files) == f"changed: {gc}, {live_progress}"
 
 
 # --- user entry points ----------------------------------------------------------------------------

@@ -23,8 +23,8 @@ def test_a_file_changed_in_place_changes_the_code_set_of_a_remembered_tree(tmp_p
     (tmp_path / "pkg").mkdir()
     module = tmp_path / "pkg" / "a.py"
     module.write_text("A = 1\n")
-    before = code_set(tmp_path, _python_file_paths(str(tmp_path / "pkg")), absolute=True)
+    before = code_set(tmp_path, _python_file_paths(str(tmp_path / "pkg")))
     time.sleep(0.05)
     module.write_text("A = 22\n")  # in place: the folder does not change, the listing is the remembered one
-    after = code_set(tmp_path, _python_file_paths(str(tmp_path / "pkg")), absolute=True)
+    after = code_set(tmp_path, _python_file_paths(str(tmp_path / "pkg")))
     assert before.digest != after.digest and [f.path for f in after.files] == ["pkg/a.py"]

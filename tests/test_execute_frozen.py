@@ -8,11 +8,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import REPO, run_cli, run_cli_subprocess
+from conftest import copy_of_genrun, run_cli, run_cli_subprocess
 
 from _lm_helpers import plan, request_text, tiny_lm_variant, write_entry_module
 from genrun.runner.errors import ApprovalRequired, FrozenMismatch, SnapshotError
-from genrun.runner.execute import execute_snapshot, load_frozen, verify_model
+from genrun.runner.execute import FrozenPlan, execute_snapshot, load_frozen, verify_model
+from genrun.runner.frozen_plan import verify_before_loading
 from genrun.runner.store import is_sealed
 from genrun.schemas import layout
 from genrun.snapshot_dir import SnapshotDir
@@ -44,12 +45,7 @@ def test_an_edited_code_json_changes_the_plan_digest(tmp_path: Path, tiny_lm: Pa
 
 def test_changed_genrun_code_is_refused_naming_the_file(tmp_path: Path, tiny_lm: Path) -> None:
     """A copy of genrun plans, then one of its source files changes; the copy's execute refuses."""
-    source = tmp_path / "genrun-copy"
-    for package in ("genrun", "runner", "schemas", "analysis"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for package in ("runner", "schemas", "analysis"):
-        # What the build's package-dir mapping does for an install: genrun.<name> is the top-level folder.
-        (source / "genrun" / package).symlink_to(Path("..") / package)
+    source = copy_of_genrun(tmp_path / "genrun-copy")
     request = tmp_path / "r.toml"
     request.write_text(request_text(tiny_lm, generation={"max_new_tokens": 8}))
     # A process is the point: it must import genrun from the copy (cwd=source), not from this checkout.
@@ -97,6 +93,26 @@ def test_a_process_that_verified_a_model_rechecks_it_by_state_and_sees_an_edit_t
     assert config.stat().st_size == st.st_size
     with pytest.raises(FrozenMismatch, match=r"model files .* changed since planning \(changed: generation_config.json\)"):
         verify_model(frozen)
+
+
+def test_the_plan_run_is_the_bytes_verified_and_a_parse_is_reused_only_for_the_same_bytes(tmp_path: Path, tiny_lm: Path) -> None:
+    """`execute` parses the frozen files from the bytes it hashed; a process that parsed the same bytes before (a sweep's
+    items share `code.json` and `model.json`) reuses that parse, and never for other bytes (another model's plan)."""
+    model = tiny_lm_variant(tmp_path / "model", {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0})
+    plan(tmp_path / "warm", request_text(tiny_lm, generation={"max_new_tokens": 8}))  # model.json says whether hashes were cached
+    first = plan(tmp_path / "a", request_text(tiny_lm, generation={"max_new_tokens": 8}))
+    same = plan(tmp_path / "b", request_text(tiny_lm, generation={"max_new_tokens": 9}))
+    other = plan(tmp_path / "c", request_text(model, generation={"max_new_tokens": 8}))
+
+    def verified(snapshot: Path) -> FrozenPlan:
+        with SnapshotDir(snapshot).held_open() as held:
+            return verify_before_loading(held)[0]
+
+    plans = [verified(s) for s in (first, same, other)]
+    assert [p.model for p in plans] == [load_frozen(SnapshotDir(s)).model for s in (first, same, other)]
+    assert plans[1].model is plans[0].model and plans[1].code is plans[0].code  # the same bytes: parsed once
+    assert plans[2].model.digest != plans[0].model.digest and plans[2].model is not plans[0].model
+    assert verified(first).model is not plans[0].model  # the last bytes parsed were the other model's
 
 
 def test_changed_entrypoint_code_is_refused(tmp_path: Path, tiny_lm: Path) -> None:

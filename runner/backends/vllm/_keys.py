@@ -6,6 +6,7 @@ environment has none), and only a vLLM request pays vLLM's import time.
 """
 
 import dataclasses
+import functools
 import inspect
 from typing import Any
 
@@ -32,11 +33,13 @@ CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 """On CPU the KV cache size is this environment variable (GiB), not an engine argument."""
 
 
-def sampling_fields() -> list[str]:
-    """The user-settable `SamplingParams` names of the installed vLLM."""
+@functools.cache
+def sampling_fields() -> tuple[str, ...]:
+    """The user-settable `SamplingParams` names of the installed vLLM: read once per process (the vLLM imported cannot
+    change under it), not per item of a sweep or request of a server (`inspect.signature` each time)."""
     from vllm import SamplingParams
 
-    return [n for n in inspect.signature(SamplingParams.from_optional).parameters if n not in SET_BY_GENRUN]
+    return tuple(n for n in inspect.signature(SamplingParams.from_optional).parameters if n not in SET_BY_GENRUN)
 
 
 def engine_fields() -> list[str]:
@@ -56,7 +59,7 @@ def generation_key_problems(generation: dict[str, Any]) -> list[str]:
         elif key in TRANSFORMERS_NAMES:
             problems.append(f"unknown key {key!r} in [generation]: {TRANSFORMERS_NAMES[key]}")
         elif key not in valid:
-            problems.append(unknown_key_message(("generation",), key, valid))
+            problems.append(unknown_key_message(("generation",), key, list(valid)))
         else:
             problems.extend(_type_problems(key, value))
     return problems
