@@ -88,7 +88,8 @@ class CallConfigArtifact(Strict):
     """The pydantic model it is written with (`module:QualName`)."""
     json_schema: dict[str, Any] | None
     """That model's JSON Schema, so readers validate the file without the backend's code; `None` when the model is
-    genrun's own (`genrun.schemas`: readers validate with it, older formats migrated, and every snapshot stays small)."""
+    genrun's own (a built-in backend's, found through `genrun.evidence`: readers validate with it, older formats migrated,
+    and every snapshot stays small)."""
 
     @property
     def read_as_model(self) -> bool:
