@@ -76,11 +76,12 @@ _PARSED = (layout.REQUEST, layout.CODE, layout.MODEL, layout.TOKEN_BUDGET)
 def load_frozen(snapshot: SnapshotDir, read: Mapping[str, _ReadFile] | None = None) -> FrozenPlan:
     """Parse the frozen files (a file that no longer parses is a changed plan); `read`: bytes `verify_plan_files` read
     and hashed, parsed instead of reading the files again (the plan that runs is the one verified, byte for byte)."""
+    read = read or {}
     return FrozenPlan(
-        _load_frozen_file(snapshot, layout.REQUEST, Request, (read or {}).get(layout.REQUEST)),
-        _load_frozen_file(snapshot, layout.CODE, CodeIdentity, (read or {}).get(layout.CODE)),
-        _load_frozen_file(snapshot, layout.MODEL, ModelIdentity, (read or {}).get(layout.MODEL)),
-        _load_frozen_file(snapshot, layout.TOKEN_BUDGET, TokenBudget, (read or {}).get(layout.TOKEN_BUDGET)),
+        _load_frozen_file(snapshot, layout.REQUEST, Request, read.get(layout.REQUEST)),
+        _load_frozen_file(snapshot, layout.CODE, CodeIdentity, read.get(layout.CODE)),
+        _load_frozen_file(snapshot, layout.MODEL, ModelIdentity, read.get(layout.MODEL)),
+        _load_frozen_file(snapshot, layout.TOKEN_BUDGET, TokenBudget, read.get(layout.TOKEN_BUDGET)),
     )
 
 
