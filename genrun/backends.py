@@ -46,7 +46,8 @@ itself. Two installed distributions registering one name are refused, naming bot
 - `load(ctx)`: load the frozen model offline from `ctx.model_dir` onto `ctx.device`; return
   `LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=ctx.request.model.dtype,
   device=ctx.device, loader=ctx.request.model.loader, model=..., processor=..., load_s=...)`, with
-  `release=` if dropping it is not enough (e.g. a child process). A sweep may reuse it for other snapshots.
+  `release=` if dropping it is not enough (e.g. a child process): called after the seal of the run that loaded it.
+  A sweep may reuse it for other snapshots.
 - `start(ctx)`: your `Run` for one snapshot; cheap, loads and writes nothing.
 
 Optional members: `request_tables = ("engine",)` (top-level request tables you own: genrun parses

@@ -21,6 +21,7 @@ determinism, the run log, the evidence), the backend's or user code — is the r
 import contextlib
 import errno
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -214,6 +215,7 @@ def _run_record_seal(
     The seal is written only after `result.json`: a failed write (a full disk) leaves the snapshot recognisably
     unsealed (`incomplete`/`running`) and raises a `StoreError` naming the store and its free space.
     """
+    record: RunRecord | None = None
     try:
         with bar if bar is not None else contextlib.nullcontext():  # the bar shows the terminal event's count too
             record, determinism = _generate(run, backend, loaded, early_failure)
@@ -231,6 +233,21 @@ def _run_record_seal(
     finally:
         run.recorder.close()
         run.outputs.close()
+        if record is not None:
+            _release_after_seal(record.loaded_here)
+
+
+def _release_after_seal(loaded: LoadedModel | None) -> None:
+    """Free the model a run loaded itself (`LoadedModel.release`: vLLM stops its engine-core process) once the snapshot is
+    sealed (or could not be): stopping an engine takes seconds that are neither generation nor evidence, and a kill
+    during them finds the run already sealed. What the library prints meanwhile is dropped with the closed run log."""
+    if loaded is None or loaded.release is None:
+        return
+    try:
+        loaded.release()
+    except Exception as exc:  # noqa: BLE001 - the sealed run stands; freeing its model is this process's business
+        sys.stderr.write(f"genrun: warning: the {loaded.backend} model was not released cleanly after the run was sealed "
+                         f"({type(exc).__name__}: {exc})\n")
 
 
 def _valid_stops(stops: tuple[SequenceStop, ...]) -> bool:

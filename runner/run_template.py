@@ -33,6 +33,9 @@ class RunRecord(NamedTuple):
     """Seconds the model's load took (`None` when loading never finished)."""
     notes: tuple[str, ...] = ()
     """The core's remarks (a reused model), before the backend's own."""
+    loaded_here: LoadedModel | None = None
+    """The model this run loaded itself (not a preloaded one): kept until the snapshot is sealed, then released by the
+    caller (`execute`), so that stopping it (vLLM's engine core takes seconds) is neither the run's time nor its risk."""
 
 
 def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel | None = None, clock: PhaseClock | None = None) -> RunRecord:
@@ -64,7 +67,8 @@ def run_template(backend: Backend, ctx: ExecutionContext, preloaded: LoadedModel
     enter("evidence")
     outcome, finish_failure = _finish(run, end, ctx.recorder)
     outcome, contradiction = held_to_the_recorder(outcome, ctx.recorder, backend.name)
-    return _record(outcome, end, finish_failure or contradiction, load_s, notes)
+    record = _record(outcome, end, finish_failure or contradiction, load_s, notes)
+    return record if loaded is preloaded else record._replace(loaded_here=loaded)
 
 
 def _with_forked_returns(end: GenerationEnd, ctx: ExecutionContext) -> GenerationEnd:

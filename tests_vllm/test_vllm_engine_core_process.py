@@ -49,7 +49,8 @@ def _kill_when_generating(store: Path, parent: int, rows: int) -> int | None:
 def test_the_terminal_holds_genruns_lines_and_the_run_log_the_engine_cores(tmp_path: Path) -> None:
     """genrun's lines: the plan block (`planned <snapshot> ...` and its indented lines) and the result block (`succeeded:
     <snapshot>` and its indented lines), all on stderr; nothing on stdout. vLLM's lines from the engine core and its
-    worker (INFO lines, warnings issued at import, the weight-loading bar) are in run-log.ndjson."""
+    worker (INFO lines, warnings issued at import, the weight-loading bar) are in run-log.ndjson; the engine core's
+    shutdown, after the seal, in neither."""
     store = tmp_path / "store"
     request = write_request(tmp_path, prompts=["uvw"], generation={"max_tokens": 4, "temperature": 0})
     done = subprocess.run([sys.executable, "-m", "genrun", "run", str(request), "--store", str(store)], capture_output=True, text=True,
@@ -65,6 +66,8 @@ def test_the_terminal_holds_genruns_lines_and_the_run_log_the_engine_cores(tmp_p
     assert any(text.startswith("(EngineCore pid=") for text in texts), texts[:20]
     assert any("Loading safetensors checkpoint shards: 100%" in text for text in texts), texts[:20]
     assert not any(line["shown"] for line in logged if line["source"] == "vllm")
+    # the engine is stopped once the snapshot is sealed: its shutdown is in no run log (nor on the terminal, above)
+    assert not any("[shutdown]" in text for text in texts), [t for t in texts if "[shutdown]" in t]
 
 
 def test_a_sweeps_terminal_holds_genruns_lines_and_the_engine_start_goes_to_an_items_run_log(tmp_path: Path) -> None:

@@ -228,8 +228,10 @@ class LoadedModel:
     """`model.json` `processor.digest` of the `[model] processor` it was loaded with, `None` for the checkpoint's own."""
     release: Callable[[], None] | None = field(default=None, compare=False)
     """Frees what the load holds beyond Python objects (vLLM: its engine-core process), `None` where dropping the object
-    is enough. A sweep worker calls it when it drops the model and before it exits: a worker process ends through
-    `multiprocessing`, which waits for the worker's own child processes before the libraries' exit hooks could stop them."""
+    is enough. A run that loaded the model itself calls it once the snapshot is sealed (stopping an engine is neither
+    the run's time nor its risk); a sweep worker calls it when it drops the model and before it exits: a worker process
+    ends through `multiprocessing`, which waits for the worker's own child processes before the libraries' exit hooks
+    could stop them."""
 
     @property
     def reuse_note(self) -> str:
