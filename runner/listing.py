@@ -38,8 +38,6 @@ SEALED = layout.SnapshotState.SEALED.value
 """`ls --state sealed`: every sealed row (a sealed row's state shows the result's status instead)."""
 SWEEP_STATE = "sweep"
 """A sweep's row shows `sweep <status>` (`sweep completed`, `sweep planned`, `sweep (unsealed)`)."""
-_UNFINISHED_SWEEP = (layout.SnapshotState.PLANNED.value, "(unsealed)")
-"""A sweep without a result: not started, or its driver still runs (or was killed)."""
 REASON_SEPARATOR = ", "
 """How a row's stop reasons (a sweep's item counts) are joined (`SnapshotRow.stop_reasons`)."""
 ROW_STATES = (*get_args(layout.RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
@@ -235,7 +233,7 @@ def _describe_sweep(directory: "SnapshotDir", plan: dict, sealed: bool, judgemen
 def _unsealed_sweep_state(sweep: Path) -> str:
     """`planned` while no driver has started it (a driver's first write is the attempt log; verify also asks the lock and
     the items), else `(unsealed)`: running, or its driver was killed."""
-    return _UNFINISHED_SWEEP[1] if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else _UNFINISHED_SWEEP[0]
+    return "(unsealed)" if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else layout.SnapshotState.PLANNED.value
 
 
 def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
@@ -377,13 +375,14 @@ def _scan(store: Path, at: int | Path, known: Collection[str] = ()) -> tuple[lis
     (or at its path)."""
     found = os.listdir(at)
     new = set(found)
-    new.difference_update(known)  # never cached: plans (dot-names), unsealed or new snapshots, stray entries
-    planning = sorted(name for name in new if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}"))
-    unread = sorted(name for name in new if not name.startswith("."))
+    new.difference_update(known)  # never cached: plans, unsealed or new snapshots, stray entries
     held = known if len(found) - len(new) == len(known) else set(found).intersection(known)
-    names = sorted([*held, *unread])  # two runs in id order, merged: no sort of 100,000 names in the directory's order
-    del names[bisect.bisect_left(names, "."):bisect.bisect_left(names, "/")]  # the dot-names sort together: no snapshot
-    return names, unread, planning
+    names = sorted([*held, *new])  # the cache's ids are in order: merged, no sort of 100,000 names in the directory's order
+    # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
+    start, end = bisect.bisect_left(names, "."), bisect.bisect_left(names, "/")
+    planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
+    del names[start:end]
+    return names, sorted(name for name in new if not name.startswith(".")), planning
 
 
 def _is_directory(path: str) -> bool:
