@@ -371,13 +371,13 @@ _MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 def _scan(store: Path, at: int | Path, known: Collection[str] = ()) -> tuple[list[str], list[str], list[str]]:
     """(the entries that may be snapshots, in id = time order; those of them the cache does not hold (`known`: its ids,
-    in id order), in order; the `.tmp-*` plans being frozen or abandoned, in order) of the store open `at` a descriptor
-    (or at its path)."""
+    in the order it keeps them: id order, its rewritten rows last), in order; the `.tmp-*` plans being frozen or
+    abandoned, in order) of the store open `at` a descriptor (or at its path)."""
     found = os.listdir(at)
     new = set(found)
     new.difference_update(known)  # never cached: plans, unsealed or new snapshots, stray entries
     held = known if len(found) - len(new) == len(known) else set(found).intersection(known)
-    names = sorted([*held, *new])  # the cache's ids are in order: merged, no sort of 100,000 names in the directory's order
+    names = sorted([*held, *new])  # a few runs in order, merged: no sort of 100,000 names in the directory's order
     # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
     start, end = bisect.bisect_left(names, "."), bisect.bisect_left(names, "/")
     planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
