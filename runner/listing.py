@@ -17,15 +17,14 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from itertools import repeat
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, cast, get_args
+from typing import TYPE_CHECKING, NamedTuple, get_args
 
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
 
-from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, SealKey, remove_cache, seal_key
+from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, remove_cache, seal_key
 from .signoff_judgement import Judgement, Trust, Trusted, judge_now, unchanged_key
 
 if TYPE_CHECKING:
@@ -39,8 +38,8 @@ SEALED = layout.SnapshotState.SEALED.value
 """`ls --state sealed`: every sealed row (a sealed row's state shows the result's status instead)."""
 SWEEP_STATE = "sweep"
 """A sweep's row shows `sweep <status>` (`sweep completed`, `sweep planned`, `sweep (unsealed)`)."""
-_UNFINISHED_SWEEP = (layout.SnapshotState.PLANNED.value, "(unsealed)")
-"""A sweep without a result: not started, or its driver still runs (or was killed)."""
+REASON_SEPARATOR = ", "
+"""How a row's stop reasons (a sweep's item counts) are joined (`SnapshotRow.stop_reasons`)."""
 ROW_STATES = (*get_args(layout.RunStatus), *(state.value for state in layout.SnapshotState), UNREADABLE, SWEEP_STATE)
 """Every state a row can show (a sweep's as `sweep`): the vocabulary `genrun ls --state` accepts."""
 
@@ -92,9 +91,7 @@ def _valid_row_sql() -> str:
         allowed = {_SQL_TYPES.get(kind, "'text'") for kind in kinds}  # a tuple of ids is newline-joined text
         checks.append(f"typeof({field}) IN ({', '.join(sorted(allowed))})")
     sealed_states = (*get_args(layout.RunStatus), SEALED)
-    checks += ["typeof(seal_ino) = 'integer'", "typeof(seal_size) = 'integer'", "typeof(seal_mtime_ns) = 'integer'",
-               "typeof(seal_ctime_ns) = 'integer'", "typeof(signoffs_key) = 'text'", "typeof(signoffs_until) IN ('real', 'integer', 'null')",
-               "(generated IS NULL OR generated >= 0)", "length(seal_digest) = 64",
+    checks += ["(generated IS NULL OR generated >= 0)", "length(seal_digest) = 64",
                # a sweep's state is `sweep <status>` as its result file says (`_describe_sweep`)
                f"((members IS NULL AND state IN ({', '.join(map(repr, sealed_states))})) OR "
                f"(members IS NOT NULL AND state GLOB '{SWEEP_STATE} ?*'))"]
@@ -138,10 +135,6 @@ class Listing(NamedTuple):
 
 # -- one snapshot from its files -------------------------------------------------------------------------------------
 
-_LISTED = (layout.SWEEP_PLAN, layout.RESULT, layout.STOP, layout.REQUEST)
-"""The files `describe` reads."""
-
-
 class Read(NamedTuple):
     """A snapshot read from its files: its row, and what the cache may keep of it (None: nothing)."""
 
@@ -152,56 +145,46 @@ class Read(NamedTuple):
 def read_snapshot(store: Path, name: str, trust: Trusted) -> Read | None:
     """`name`'s row from its files; None when it is no snapshot (or was removed while read). A sealed one comes with its
     cache entry when its seal held still while it was read; an unsealed one is never cached."""
-    base = f"{store}/{name}/"
+    from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
+
+    snapshot = store / name
     try:
-        key = seal_key(base + layout.MANIFEST)
-        if key is None:  # unsealed: read every time
-            if not os.path.isfile(base + layout.FROZEN_MANIFEST):  # not a snapshot
-                return None
-            return Read(describe(store / name, trust, sealed=False), None)
-        return _read_sealed(store / name, key, trust)
+        key = seal_key(f"{snapshot}/{layout.MANIFEST}")
+        if key is None and not os.path.isfile(f"{snapshot}/{layout.FROZEN_MANIFEST}"):  # neither sealed nor planned
+            return None
+        directory, manifest = SnapshotDir(snapshot), None
+        with directory.held_open():  # one open of the directory for the files read
+            if key is not None:
+                try:
+                    manifest = directory.read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
+                except ArtifactMissing:
+                    return None
+                except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
+                    pass
+            judged_under, judgement = judge_now(snapshot, trust)
+            row = describe(directory, judgement, sealed=key is not None, manifest=manifest)
+        if key is None or manifest is None:  # unsealed (read every time), or its seal no longer a readable file
+            return Read(row, None)
+        row = row._replace(seal_digest=sha256_bytes(manifest))
+        if seal_key(f"{snapshot}/{layout.MANIFEST}") != key or os.path.islink(snapshot):  # changed while read (the row may
+            return Read(row, None)  # mix two seals), or a link to a snapshot (listed through it as before, never cached)
+        return Read(row, _cached(key, judged_under, judgement.until, row))
     except FileNotFoundError:  # removed while we looked
         return None
     except Exception as exc:  # noqa: BLE001 - a hostile snapshot is a row saying so, never the end of the listing
         return Read(unreadable_row(name, exc), None)
 
 
-def _read_sealed(snapshot: Path, key: SealKey, trust: Trusted) -> Read | None:
-    from genrun.snapshot_dir import ArtifactError, ArtifactMissing, SnapshotDir
-
-    directory = SnapshotDir(snapshot)
-    with directory.held_open():  # one open of the directory for the files read
-        try:
-            manifest = directory.read_bytes(layout.MANIFEST)  # no link followed, bounded, as verify reads it
-        except ArtifactMissing:
-            return None
-        except ArtifactError:  # no longer a readable regular file since the stat: listed from the files, never kept
-            return Read(describe(snapshot, trust, sealed=True, directory=directory), None)
-        # the seal lists what the snapshot holds ("<hex>  <path>" lines): a file it does not list is not opened
-        listed = {name for name in _LISTED if f"  {name}\n".encode() in manifest}
-        judged_under, judgement = judge_now(snapshot, trust)
-        row = describe(snapshot, trust, sealed=True, listed=listed, directory=directory, judgement=judgement)
-    row = row._replace(seal_digest=sha256_bytes(manifest))
-    if seal_key(f"{snapshot}/{layout.MANIFEST}") != key or os.path.islink(snapshot):  # changed while read (the row may
-        return Read(row, None)  # mix two seals), or a link to a snapshot (listed through it as before, never cached)
-    return Read(row, _cached(key, judged_under, judgement.until, row))
-
-
-def describe(snapshot: Path, trust: Trusted, *, sealed: bool, listed: Collection[str] | None = None,
-             directory: "SnapshotDir | None" = None, judgement: Judgement | None = None) -> SnapshotRow:
-    """Read just enough of a snapshot for one line; never writes. `FileNotFoundError` when the directory is gone.
-
-    `sealed`: the caller saw a regular manifest; `listed`: the files the seal lists (None: try each), so that no open is
-    spent on a file that is not there; `judgement`: its sign-offs, when the caller judged them. Files are read through
-    `SnapshotDir`: no link followed, nothing unbounded."""
-    from genrun.snapshot_dir import SnapshotDir
-
-    directory = directory or SnapshotDir(snapshot)
+def describe(directory: "SnapshotDir", judgement: Judgement, *, sealed: bool, manifest: bytes | None) -> SnapshotRow:
+    """Read just enough of a snapshot for one line, its sign-offs judged (`judgement`); never writes. `FileNotFoundError`
+    when the directory is gone. `sealed`: the caller saw a regular manifest; `manifest`: its bytes, when read: the seal
+    lists what the snapshot holds ("<hex>  <path>" lines), and a file it does not list is not opened. Files are read
+    through `SnapshotDir`: no link followed, nothing unbounded."""
+    snapshot = directory.path
 
     def read(name: str) -> dict | None:
-        return _read_json(directory, name) if listed is None or name in listed else None
+        return _read_json(directory, name) if manifest is None or f"  {name}\n".encode() in manifest else None
 
-    judgement = judgement or judge_now(snapshot, trust)[1]
     named = _named(snapshot.name)
     plan = read(layout.SWEEP_PLAN)
     if plan is not None:
@@ -219,7 +202,7 @@ def describe(snapshot: Path, trust: Trusted, *, sealed: bool, listed: Collection
     unit = result.get("unit") if result else None
     return SnapshotRow(
         id=snapshot.name, state=shown if isinstance(shown, str) else SEALED, sealed=sealed,
-        generated=generated if type(generated) is int and generated >= 0 else None, stop_reasons=", ".join(reasons) or "-",
+        generated=generated if type(generated) is int and generated >= 0 else None, stop_reasons=REASON_SEPARATOR.join(reasons) or "-",
         signoffs=judgement.signoffs, signers=judgement.signers, backend=backend if isinstance(backend, str) else None,
         unit=unit if isinstance(unit, str) else None, **named,
     )
@@ -242,7 +225,7 @@ def _describe_sweep(directory: "SnapshotDir", plan: dict, sealed: bool, judgemen
     status = f"{result['status']}" if result else _unsealed_sweep_state(directory.path)
     return SnapshotRow(
         id=directory.path.name, state=f"{SWEEP_STATE} {status}", sealed=sealed, generated=None,
-        stop_reasons=", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else f"{len(plan['items'])} items",
+        stop_reasons=REASON_SEPARATOR.join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else f"{len(plan['items'])} items",
         signoffs=judgement.signoffs, signers=judgement.signers, members=tuple(dict.fromkeys(ids)),
     )
 
@@ -250,7 +233,7 @@ def _describe_sweep(directory: "SnapshotDir", plan: dict, sealed: bool, judgemen
 def _unsealed_sweep_state(sweep: Path) -> str:
     """`planned` while no driver has started it (a driver's first write is the attempt log; verify also asks the lock and
     the items), else `(unsealed)`: running, or its driver was killed."""
-    return _UNFINISHED_SWEEP[1] if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else _UNFINISHED_SWEEP[0]
+    return "(unsealed)" if os.path.lexists(f"{sweep}/{layout.SWEEP_PROGRESS}") else layout.SnapshotState.PLANNED.value
 
 
 def unreadable_row(name: str, exc: Exception) -> SnapshotRow:
@@ -300,15 +283,14 @@ class _Rows:
     checked against their seals (`shown`); collects what the cache should learn (`fresh`) and the rows whose seal
     changed since cached (`changed`)."""
 
-    def __init__(self, store: Path, store_fd: int, trust: Trusted, cached: dict[str, Cached | None],
-                 fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> None:
-        self.store, self.fd, self.trust, self.cached, self.fetch = store, store_fd, trust, cached, fetch
+    def __init__(self, store: Path, store_fd: int, trust: Trusted, cached: dict[str, Cached]) -> None:
+        self.store, self.fd, self.trust, self.cached = store, store_fd, trust, cached
+        """`cached`: the cache's valid entries by id (a window's: those of sweeps, and of its own rows once fetched)."""
         self.path = str(store)
-        """`cached`: the cache's entries by id (None: placed by its id alone, fetched whole by `fetch` when shown)."""
         self.read_rows: dict[str, SnapshotRow] = {}
         """The rows read from their files in this listing."""
-        self.checked: set[str] = set()
-        """Ids of the cached rows whose seal was compared in this listing."""
+        self.checked = 0
+        """Cached rows compared with their seals in this listing and not read again (shown from the cache, or gone)."""
         self.fresh: list[Cached] = []
         self.changed: list[str] = []
         self._judged: dict[str, Judgement] = {}
@@ -337,26 +319,31 @@ class _Rows:
         read = self.read_rows.get(name)
         if read is not None:
             return read if sweep is None else read._replace(sweep=sweep)
-        entry = self.cached[name]
-        assert entry is not None, "a filter's listing has every entry whole (only a window's is placed by ids)"
-        return _from_cache(entry, sweep)
+        return _from_cache(self.cached[name], sweep)
 
-    def shown(self, name: str, sweep: str | None) -> SnapshotRow | None:
-        """The row about to be shown, as its files say now: a cached one whose seal is unchanged keeps its facts and has
-        its sign-offs judged now; one whose seal changed is read from its files (None: gone)."""
-        entry = self.cached.get(name)
-        if entry is None or name in self.read_rows:
-            return self.row(name, sweep) if name in self.read_rows else self._read_under(name, sweep)
-        self.checked.add(name)
-        try:
-            unchanged = seal_key(f"{name}/{layout.MANIFEST}", self.fd) == entry[SEAL]
-        except OSError:
-            unchanged = False  # `read` says why
-        return self._signed(entry, _from_cache(entry, sweep)) if unchanged else self._read_under(name, sweep)
-
-    def _read_under(self, name: str, sweep: str | None) -> SnapshotRow | None:
-        row = self.read(name)
-        return None if row is None else row._replace(sweep=sweep)
+    def shown(self, chosen: Iterable[tuple[str, str | None]]) -> list[SnapshotRow]:
+        """The rows about to be shown (id, the sweep it is listed under), as their files say now: a cached one whose
+        seal (the manifest's stat) is unchanged keeps its facts and has its sign-offs judged now (`_signed`); any other
+        is read from its files, and left out when gone. One loop over every shown row (100,000 in `ls --json`)."""
+        lstat, fd, cached, read_rows, shown = os.lstat, self.fd, self.cached, self.read_rows, []
+        for name, sweep in chosen:
+            entry = cached.get(name)
+            if entry is not None and name not in read_rows:
+                try:
+                    st = lstat(name + _SEAL_FILE, dir_fd=fd)
+                    unchanged = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == entry[SEAL]
+                except OSError:
+                    unchanged = False  # `read` says why
+                if unchanged:
+                    self.checked += 1
+                    shown.append(self._signed(entry, _from_cache(entry, sweep)))
+                    continue
+            row = read_rows.get(name) or self.read(name)
+            if row is None:
+                self.checked += entry is not None  # gone since listed: looked at, not shown
+            else:
+                shown.append(row if sweep is None else row._replace(sweep=sweep))
+        return shown
 
     def signed_now(self, row: SnapshotRow) -> SnapshotRow:
         """A row a filter looks at, with its sign-offs as they are now (`_signed`); one read from its files was judged as
@@ -377,18 +364,25 @@ class _Rows:
         return row._replace(signoffs=judgement.signoffs, signers=judgement.signers)
 
 
+_SEAL_FILE = f"/{layout.MANIFEST}"
 _DIGEST = CELLS + ROW_FIELDS.index("seal_digest")
 _MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 
-def _scan(store: Path, at: int | Path) -> tuple[list[str], list[str]]:
-    """(entries that may be snapshots, in id = time order; the `.tmp-*` plans being frozen or abandoned, in order), of
-    the store open `at` a descriptor (or at its path)."""
-    found = sorted(os.listdir(at))
+def _scan(store: Path, at: int | Path, known: Collection[str] = ()) -> tuple[list[str], list[str], list[str]]:
+    """(the entries that may be snapshots, in id = time order; those of them the cache does not hold (`known`: its ids,
+    in the order it keeps them: id order, its rewritten rows last), in order; the `.tmp-*` plans being frozen or
+    abandoned, in order) of the store open `at` a descriptor (or at its path)."""
+    found = os.listdir(at)
+    new = set(found)
+    new.difference_update(known)  # never cached: plans, unsealed or new snapshots, stray entries
+    held = known if len(found) - len(new) == len(known) else set(found).intersection(known)
+    names = sorted([*held, *new])  # a few runs in order, merged: no sort of 100,000 names in the directory's order
     # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
-    start, end = bisect.bisect_left(found, "."), bisect.bisect_left(found, "/")
-    planning = [name for name in found[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
-    return found[:start] + found[end:], planning
+    start, end = bisect.bisect_left(names, "."), bisect.bisect_left(names, "/")
+    planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
+    del names[start:end]
+    return names, sorted(name for name in new if not name.startswith(".")), planning
 
 
 def _is_directory(path: str) -> bool:
@@ -403,13 +397,16 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, dict[str, Cached | None]]:
-    """The store's cache and its valid rows (`placing`: what places them, `ListingCache.placing`); a damaged one is made
-    anew (it is ours and only a cache), once."""
+def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, Collection[str], dict[str, Cached]]:
+    """The store's cache, the ids of the rows it holds (in id order) and its valid rows by id (`placing`: only those of
+    sweeps, `ListingCache.placing`); a damaged one is made anew (it is ours and only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        return cache, cache.placing() if placing else cast(dict[str, Cached | None], cache.rows())
+        if placing:
+            return cache, *cache.placing()
+        rows = cache.rows()
+        return cache, rows, rows
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
@@ -418,7 +415,7 @@ def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = T
             notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
             return _open_cache(store, notes, placing=placing, again=False)
         notes.append(str(exc))
-        return None, {}
+        return None, (), {}
 
 
 def _trusted(given: Path | None) -> Trusted:
@@ -447,19 +444,18 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
     except (FileNotFoundError, NotADirectoryError):  # no store yet: nothing listed (`ls` says where it looked)
         return Listing([], notes, 0, 0)
     placing = keep is None and window is not None and not check  # only the window's rows are fetched whole
-    cache, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, {})
+    cache, known, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, (), {})
     try:
-        names, planning = _scan(store, store_fd)
-        unread = names if check else sorted(set(names).difference(cached))
+        names, unread, planning = _scan(store, store_fd, () if check else known)
         if progress is not None and len(unread) >= _PROGRESS_FROM:
             progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
-        found = _Rows(store, store_fd, trust, cached, cache.rows if cache is not None and placing else None)
-        listing = _listed(found, names, unread, planning, window, keep)
+        found = _Rows(store, store_fd, trust, cached)
+        listing = _listed(found, names, unread, planning, window, keep, cache.rows if cache is not None and placing else None)
         if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
             found = _Rows(store, store_fd, trust, found.cached)
             listing = _listed(found, names, names, planning, window, keep)
-        gone = set(cached).difference(names) if len(names) - len(unread) < len(cached) else ()
+        gone = set(known).difference(names) if len(names) - len(unread) < len(known) else ()
         if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
             try:
                 cache.write(found.fresh, gone)
@@ -473,32 +469,34 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
 
 
 def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[str], window: slice | None,
-            keep: "RowFilter | None") -> Listing:
+            keep: "RowFilter | None", fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> Listing:
     """`list_store`'s listing of these names, those `unread` (all of them with `check`) read from their files. The
     listing is placed by ids and sweeps' members alone; rows are made only where needed: all of them for a filter, else
-    only the window's."""
+    only the window's (`fetch`: their cache entries, when only the sweeps' were read)."""
     cached = found.cached
     gone = {name for name in unread if found.read(name) is None}
     listed = [name for name in names if name not in gone] if gone else names
     for name in planning:
         found.read_rows[name] = _planning_row(found.store / name)
     members = {name: row.members for name, row in found.read_rows.items() if row.members}
-    members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values()
-                   if e is not None and e[_MEMBERS] and e[CELLS] not in found.read_rows)
+    members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values() if e[_MEMBERS] and e[CELLS] not in found.read_rows)
     order, sweeps = _grouped(listed + planning, members)
     said: list[str] = []
     if keep is None:
         total = matched = len(order)
-        chosen = list(zip(order, sweeps) if window is None else zip(order[window], sweeps[window]))
-        if found.fetch is not None:  # the window's entries fetched whole (one that no longer validates is read again)
-            cached.update(found.fetch([name for name, _ in chosen if name in cached and cached[name] is None]))
-        shown = [row for name, sweep in chosen if (row := found.shown(name, sweep))]
+        if window is None:
+            shown = found.shown(zip(order, sweeps))
+        else:
+            chosen = list(zip(order[window], sweeps[window]))
+            if fetch is not None:  # the window's entries fetched whole (one that no longer validates is read again)
+                cached.update(fetch([name for name, _ in chosen if name not in cached and name not in found.read_rows]))
+            shown = found.shown(chosen)
     else:
         rows = list(map(found.row, order, sweeps))
         kept, said = keep.select(rows, found.signed_now)
         total, matched = len(rows), len(kept)
-        shown = [row for row in (found.shown(r.id, r.sweep) for r in (kept if window is None else kept[window])) if row]
-    unchecked = len(listed) + len(planning) - len(found.checked.union(found.read_rows))  # placed by the cache alone
+        shown = found.shown((r.id, r.sweep) for r in (kept if window is None else kept[window]))
+    unchecked = len(listed) + len(planning) - len(found.read_rows) - found.checked  # placed by the cache alone
     return Listing(shown, said, total, matched, unchecked, tuple(found.changed))
 
 
@@ -523,7 +521,7 @@ def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
     """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
     followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
-    names, _ = _scan(store, store)
+    names, _, _ = _scan(store, store)
     if progress is not None and len(names) >= _PROGRESS_FROM:
         progress(f"reading {len(names):,} snapshots from their files")
     trust = _trusted(allowed_signers)

@@ -27,6 +27,9 @@ SEAL_COLUMNS = ("seal_ino", "seal_size", "seal_mtime_ns", "seal_ctime_ns")
 JUDGEMENT_COLUMNS = ("signoffs_key", "signoffs_until")
 """What the sign-off judgement (the `signoffs` and `signers` cells) was made under, and when it stops holding (epoch
 seconds; NULL: never, no signature involved)."""
+_VALID_KEYS = " AND ".join([*(f"typeof({column}) = 'integer'" for column in SEAL_COLUMNS), "typeof(signoffs_key) = 'text'",
+                            "typeof(signoffs_until) IN ('real', 'integer', 'null')"])
+"""SQL true of a row whose own columns (the seal's stat and the judgement's key and expiry) are well-typed."""
 
 
 SealKey = tuple[int, int, int, int]
@@ -124,8 +127,7 @@ class ListingCache:
                 self._create()
         except sqlite3.DatabaseError as exc:
             self.close()
-            raise CacheUnavailable(f"the listing cache {self.path} cannot be used ({exc}); answering from the files "
-                                   "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
+            raise self._unusable(exc) from None
         except OSError as exc:
             self.close()
             raise CacheUnavailable(f"the listing cache cannot be opened ({exc.strerror or exc}); answering from the files") from None
@@ -158,28 +160,32 @@ class ListingCache:
         chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
         return {i: row for chunk in chunks for i, row in self._valid(f"id IN ({', '.join('?' * len(chunk))})", chunk).items()}
 
-    def placing(self) -> dict[str, Cached | None]:
-        """What places a window's rows (`ls --limit 200` of 100,000) without reading every row: each run row's id (None:
-        fetched whole, and validated, by `rows(ids)` if shown) and each sweep's validated row (its members place its
-        items; one that does not validate is left out, to be read again). From the ids' index and the sweeps' alone, the
-        ids as one NUL-joined text (a snapshot's name holds no NUL): no object per row beside its id."""
+    def placing(self) -> tuple[list[str], dict[str, Cached]]:
+        """What places a window's rows (`ls --limit 200` of 100,000) without reading every row: the ids of the rows held,
+        in id order, from the ids' index alone as one NUL-joined text (a snapshot's name holds no NUL): no object per row
+        beside its id; and each sweep's validated row (its members place its items). A sweep row that does not validate
+        is in neither: it is read again from its files."""
         (ids,), = self._query("SELECT group_concat(id, char(0)) FROM rows")
-        placed: dict[str, Cached | None] = dict.fromkeys(ids.split("\0") if ids else ())
-        for (sweep,) in self._query("SELECT id FROM rows WHERE members IS NOT NULL"):
-            placed.pop(sweep, None)
-        return {**placed, **self._valid("members IS NOT NULL")}
+        sweeps = self._valid("members IS NOT NULL")
+        invalid = {sweep for (sweep,) in self._query("SELECT id FROM rows WHERE members IS NOT NULL")}.difference(sweeps)
+        placed = ids.split("\0") if ids else []
+        return [i for i in placed if i not in invalid] if invalid else placed, sweeps
 
     def _valid(self, where: str = "1", parameters: Sequence[str] = ()) -> dict[str, Cached]:
         names = (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields)
-        return {r[CELLS]: r for r in self._query(f"SELECT {', '.join(names)} FROM rows WHERE {where} AND {self.valid}", parameters)}
+        return {r[CELLS]: r for r in self._query(f"SELECT {', '.join(names)} FROM rows WHERE {where} AND {_VALID_KEYS} AND {self.valid}",
+                                                  parameters)}
 
     def _query(self, sql: str, parameters: Sequence[str] = ()) -> list[tuple]:
         assert self._db is not None
         try:
             return self._db.execute(sql, parameters).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise CacheUnavailable(f"the listing cache {self.path} cannot be read ({exc}); answering from the files "
-                                   "('genrun index --rebuild' replaces it)", damaged=_damaged(exc)) from None
+            raise self._unusable(exc) from None
+
+    def _unusable(self, exc: sqlite3.DatabaseError) -> CacheUnavailable:
+        return CacheUnavailable(f"the listing cache {self.path} cannot be used ({exc}); answering from the files "
+                                "('genrun index --rebuild' replaces it)", damaged=_damaged(exc))
 
     def write(self, rows: Iterable[Cached], gone: Iterable[str] = (), *, replace: bool = False) -> None:
         """Add or replace these rows and forget the ids `gone`, in one transaction; `replace`: drop every other row first."""

@@ -10,10 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-from .listing import SEALED, SWEEP_STATE, SnapshotRow
-
-REASON_SEPARATOR = ", "
-"""How a row's stop reasons are joined (`SnapshotRow.stop_reasons`)."""
+from .listing import REASON_SEPARATOR, SEALED, SWEEP_STATE, SnapshotRow
 
 Test = Callable[[SnapshotRow], bool]
 
@@ -42,39 +39,33 @@ class RowFilter:
         self.sweep = sweep
         """A sweep's id or unique id prefix: only its items (rows are listed under their sweep, `SnapshotRow.sweep`)."""
         self.stop_reasons = tuple(dict.fromkeys(stop_reasons))
-        self._facts = self._on_facts(tuple(states), since, until, name, backend)
+        self._facts: list[Test] = []
+        """Tests on what a snapshot is (fixed at its seal), in the order `select` applies them."""
+        if states:
+            wanted = {*states, *(f"{SWEEP_STATE} {s}" for s in states)}  # a sweep's row shows `sweep <status>`
+            any_sweep, any_sealed = SWEEP_STATE in states, SEALED in states  # a sealed row shows its status, not "sealed"
+            self._facts.append(lambda r: r.state in wanted or (any_sweep and r.state.startswith(SWEEP_STATE)) or (any_sealed and r.sealed))
+        if since is not None:
+            at = _stamp(since)
+            self._facts.append(lambda r: r.created is not None and r.created >= at)
+        if until is not None:
+            before = _stamp(until)
+            self._facts.append(lambda r: r.created is not None and r.created < before)
+        if name:
+            self._facts.append(lambda r: r.name is not None and fnmatch.fnmatchcase(r.name, name))  # shell wildcards, case-sensitive
+        if backend:
+            self._facts.append(lambda r: r.backend == backend)
         self._signed: list[Test] = []
         """Tests on the sign-offs as judged now: only valid signatures count (`SnapshotRow.signers`)."""
         if unsigned:
             self._signed.append(lambda r: not r.signers)
         if signed_by:
             self._signed.append(lambda r: signed_by in r.signers)
-        wanted = frozenset(self.stop_reasons)
-        self._reason: Test | None = (lambda r: not wanted.isdisjoint(r.stop_reasons.split(REASON_SEPARATOR))) if wanted else None
+        wanted_reasons = frozenset(self.stop_reasons)
+        self._reason: Test | None = (lambda r: not wanted_reasons.isdisjoint(r.stop_reasons.split(REASON_SEPARATOR))) if wanted_reasons else None
 
     def __bool__(self) -> bool:
         return bool(self.sweep or self._facts or self._signed or self._reason)
-
-    @staticmethod
-    def _on_facts(states: tuple[str, ...], since: datetime | None, until: datetime | None, name: str | None,
-                  backend: str | None) -> list[Test]:
-        """The tests on what a snapshot is (fixed at its seal), in the order `select` applies them."""
-        tests: list[Test] = []
-        if states:
-            wanted = {*states, *(f"{SWEEP_STATE} {s}" for s in states)}  # a sweep's row shows `sweep <status>`
-            any_sweep, any_sealed = SWEEP_STATE in states, SEALED in states  # a sealed row shows its status, not "sealed"
-            tests.append(lambda r: r.state in wanted or (any_sweep and r.state.startswith(SWEEP_STATE)) or (any_sealed and r.sealed))
-        if since is not None:
-            at = _stamp(since)
-            tests.append(lambda r: r.created is not None and r.created >= at)
-        if until is not None:
-            before = _stamp(until)
-            tests.append(lambda r: r.created is not None and r.created < before)
-        if name:
-            tests.append(lambda r: r.name is not None and fnmatch.fnmatchcase(r.name, name))  # shell wildcards, case-sensitive
-        if backend:
-            tests.append(lambda r: r.backend == backend)
-        return tests
 
     def select(self, rows: list[SnapshotRow], signed_now: Callable[[SnapshotRow], SnapshotRow]) -> Selection:
         """The rows the filters keep, in the listing's order (`rows` grouped: each item's `sweep` set). With a sign-off

@@ -79,8 +79,11 @@ def signoffs_key(base: str, trust: Trusted) -> str:
         st = os.lstat(folder)
     except OSError:
         return "-"
-    empty = f"empty|{st.st_mode}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}"
-    return empty if stat.S_ISDIR(st.st_mode) and st.st_nlink == 2 and not os.listdir(folder) else _records_key(base, trust)
+    return _empty_key(st) if stat.S_ISDIR(st.st_mode) and st.st_nlink == 2 and not os.listdir(folder) else _records_key(base, trust)
+
+
+def _empty_key(folder: os.stat_result) -> str:
+    return f"empty|{folder.st_mode}|{folder.st_ino}|{folder.st_mtime_ns}|{folder.st_ctime_ns}"
 
 
 def _records_key(base: str, trust: Trusted) -> str:
@@ -102,10 +105,9 @@ def unchanged_key(key: str, store: str, name: str, store_fd: int, trust: Trusted
         return not os.access(folder, os.F_OK, dir_fd=store_fd, follow_symlinks=False)
     if key.startswith("empty|"):
         try:
-            st = os.lstat(folder, dir_fd=store_fd)
+            return key == _empty_key(os.lstat(folder, dir_fd=store_fd))
         except OSError:
             return False
-        return key == f"empty|{st.st_mode}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}"
     return signoffs_key(f"{store}/{name}/", trust) == key
 
 

@@ -294,6 +294,27 @@ def test_plans_stray_files_and_links_in_the_store_are_listed_as_the_files_say(tm
         assert list_store(store, window=slice(-size, None)).rows == files[-size:]
 
 
+def test_a_listing_is_in_id_order_whatever_order_the_cache_holds_its_ids_in(tmp_path: Path) -> None:
+    """The directory's names are placed by merging them with the cache's ids (no sort of the whole directory): ids the
+    cache holds out of order, ids of removed snapshots, and a plan's name in an edited cache change nothing, whole or
+    in a window."""
+    store = _store_with_a_sweep(tmp_path)
+    (store / ".tmp-plan-abc123").mkdir()  # an abandoned plan
+    list_store(store)  # fills the cache
+    files = list_store(store, use_cache=False).rows
+    sealed = [r.id for r in files if r.sealed]
+    with sqlite3.connect(index_file(store)) as db:  # the oldest row rewritten last: the cache's own order is not id order
+        row = db.execute("SELECT * FROM rows WHERE id = ?", (sealed[0],)).fetchone()
+        db.execute("DELETE FROM rows WHERE id = ?", (sealed[0],))
+        db.execute(f"INSERT INTO rows VALUES ({', '.join('?' * len(row))})", row)
+        db.execute("UPDATE rows SET id = '.tmp-plan-abc123' WHERE id = ?", (sealed[1],))  # an edited cache naming the plan
+        db.execute("UPDATE rows SET id = '20200101T000000Z-removed-abcdef' WHERE id = ?", (sealed[2],))  # a snapshot since removed
+    assert [r.id for r in files][-1] == ".tmp-plan-abc123"
+    for window in (None, slice(-1, None), slice(-3, None), slice(-20, None)):
+        assert list_store(store, window=window).rows == (files if window is None else files[window]), window
+    assert ".tmp-plan-abc123" not in indexed_ids(store) and "20200101T000000Z-removed-abcdef" not in indexed_ids(store)
+
+
 def test_a_whole_listing_checks_every_row_and_reads_only_the_changed_ones(tmp_path: Path, reads: list[str]) -> None:
     store = tmp_path / "store"
     for i in range(4):

@@ -10,12 +10,10 @@ Every row is checked against its seal (the listing of `genrun ls --limit 0`); th
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from genrun.runner.listing import SnapshotRow, list_store
+from genrun.runner.listing import REASON_SEPARATOR, SWEEP_STATE, SnapshotRow, list_store
 
 from ._output import print_note
 
@@ -64,13 +62,12 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     snapshot_dirs = _snapshot_holding(html, store, {row.id for row in listing.rows})
     check_target(html, snapshot_dirs)  # before the review pages are written beside FILE
     if not reviews:  # the review pages an earlier --pages left (one listing, not 100,000 stats)
-        links = _PageLinks.of(store, html, set(os.listdir(pages_dir)) if pages_dir.is_dir() else set())
-        return Written(_write_index(html, _in_pages(listing.rows, partial(_render_page, links)), snapshot_dirs), 0, len(listing.rows), 0)
+        reviewed = set(os.listdir(pages_dir)) if pages_dir.is_dir() else set()
+        return Written(_write_index(html, _index_pages(store, html, listing.rows, reviewed, None), snapshot_dirs), 0, len(listing.rows), 0)
     staged = Path(tempfile.mkdtemp(prefix=f".{pages_dir.name}.", dir=html.parent))
     try:
         outcome = _write_reviews(listing.rows, store, staged, allowed_signers)
-        links = _PageLinks.of(store, html, {f"{i}.html" for i in outcome.counts}, outcome)  # the pages just written
-        rendered = _in_pages(listing.rows, partial(_render_page, links))
+        rendered = _index_pages(store, html, listing.rows, {f"{i}.html" for i in outcome.counts}, outcome)  # the pages just written
         _publish(staged, pages_dir)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
@@ -81,63 +78,44 @@ def write_store_pages(store: Path, html: Path, allowed_signers: Path | None, *, 
     return Written(written, len(outcome.counts), len(listing.rows), len(outcome.errors))
 
 
-def _in_pages(rows: list[SnapshotRow], render: Callable[[list[SnapshotRow], int, int], str]) -> list[str]:
-    """`render(chunk, number, total)` of each `PAGE_SIZE` rows in turn (one empty page for an empty store)."""
-    chunks = [rows[start:start + PAGE_SIZE] for start in range(0, len(rows), PAGE_SIZE)] or [[]]
-    return [render(chunk, number, len(rows)) for number, chunk in enumerate(chunks, start=1)]
-
-
 def _write_index(html: Path, rendered: list[str], snapshot_dirs: list[Path]) -> list[Path]:
     from genrun.analysis.html_report import write_html
 
     return [write_html(text, page_file(html, number), forbidden_roots=snapshot_dirs) for number, text in enumerate(rendered, start=1)]
 
 
-class _PageLinks(NamedTuple):
-    """What an index page needs besides its rows: where it is, where it links, what the review pages said."""
-
-    store: Path
-    html: Path
-    to_store: str
-    """The store, relative to FILE's folder."""
-    to_pages: str
-    """The review pages' folder, relative to FILE's folder."""
-    reviewed: set[str]
-    """`<id>.html` of each review page there is to link to."""
-    outcome: _Reviews | None
-    """The review pages written now (--pages): each one's WARN/FAIL counts, or why it could not be made; None: not verified."""
-
-    @classmethod
-    def of(cls, store: Path, html: Path, reviewed: set[str], outcome: _Reviews | None = None) -> "_PageLinks":
-        here = html.parent.resolve()
-        return cls(store, html, os.path.relpath(store.resolve(), here), os.path.relpath(review_dir(html).resolve(), here), reviewed, outcome)
-
-
 _UNVERIFIED = "WARN/FAIL: not verified here (that reads every file); 'genrun verify ID', or add --pages to verify each and write its review page"
 
 
-def _render_page(links: _PageLinks, rows: list[SnapshotRow], number: int, total: int) -> str:
-    """Index page `number` (from 1) of a listing of `total` rows, holding `rows`; rows link to their review page when
-    `links.reviewed` holds it. Rendered only (the caller writes every page once all are rendered)."""
+def _index_pages(store: Path, html: Path, rows: list[SnapshotRow], reviewed: set[str], outcome: _Reviews | None) -> list[str]:
+    """Each index page (`PAGE_SIZE` rows; one empty page for an empty store), rendered only: the caller writes them once
+    all are rendered. A row links to its review page where `reviewed` holds its `<id>.html`, else to its directory;
+    `outcome`: the review pages written now (--pages), each one's WARN/FAIL counts or why it could not be made (None:
+    not verified)."""
     from genrun.analysis import render_index_html
     from genrun.analysis.html_report import IndexLine, StoreIndex
 
-    counts, errors = links.outcome or _Reviews({}, {})
-    lines = []
-    for row in rows:
-        href = f"{links.to_pages}/{row.id}.html" if f"{row.id}.html" in links.reviewed else f"{links.to_store}/{row.id}/"
-        warnings, failed = counts.get(row.id, (None, None))
-        items = _sweep_items(row)
-        lines.append(IndexLine(id=row.id, state=row.state.removeprefix("sweep ") if items else row.state, sealed=row.sealed,
-                               stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
-                               signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs", href=href, sweep=row.sweep,
-                               sweep_items=items, page_error=errors.get(row.id)))
-    paged = total > PAGE_SIZE
-    labels = tuple((f"{start + 1}–{min(start + PAGE_SIZE, total)}", page_file(links.html, n).name)
-                   for n, start in enumerate(range(0, total, PAGE_SIZE), start=1)) if paged else ()
-    return render_index_html(StoreIndex(store=str(links.store), snapshots=tuple(lines), total=total if paged else None,
-                                        first=(number - 1) * PAGE_SIZE + 1, pages=labels, page=number,
-                                        note=None if links.outcome is not None else _UNVERIFIED))
+    here = html.parent.resolve()
+    to_store, to_pages = (os.path.relpath(path.resolve(), here) for path in (store, review_dir(html)))
+    counts, errors = outcome or _Reviews({}, {})
+    total = len(rows)
+    starts = range(0, max(total, 1), PAGE_SIZE)
+    labels = tuple((f"{start + 1}–{min(start + PAGE_SIZE, total)}", page_file(html, n).name) for n, start in enumerate(starts, start=1))
+    pages = []
+    for number, start in enumerate(starts, start=1):
+        lines = []
+        for row in rows[start:start + PAGE_SIZE]:
+            warnings, failed = counts.get(row.id, (None, None))
+            items = _sweep_items(row)
+            lines.append(IndexLine(id=row.id, state=row.state.removeprefix(f"{SWEEP_STATE} ") if items else row.state, sealed=row.sealed,
+                                   stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
+                                   signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs",
+                                   href=f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/",
+                                   sweep=row.sweep, sweep_items=items, page_error=errors.get(row.id)))
+        pages.append(render_index_html(StoreIndex(store=str(store), snapshots=tuple(lines), total=total if len(starts) > 1 else None,
+                                                  first=start + 1, pages=labels if len(starts) > 1 else (), page=number,
+                                                  note=None if outcome is not None else _UNVERIFIED)))
+    return pages
 
 
 def _snapshot_holding(html: Path, store: Path, ids: set[str]) -> list[Path]:
@@ -153,14 +131,14 @@ def _sweep_items(row: SnapshotRow) -> str | None:
     """A sweep's row shows its items per status (`5 items: 1 failed, 4 succeeded`); `None` for a run's row."""
     if row.members is None:
         return None
-    counts = [part.split(" ", 1) for part in row.stop_reasons.split(", ")]
+    counts = [part.split(" ", 1) for part in row.stop_reasons.split(REASON_SEPARATOR)]
     if not all(len(c) == 2 and c[0].isdigit() for c in counts):
         return row.stop_reasons  # unsealed: the listing says how many items were planned
     return f"{sum(int(n) for n, _ in counts)} items: {row.stop_reasons}"
 
 
 def _reasons(row: SnapshotRow) -> tuple[str, ...]:
-    return () if row.stop_reasons == "-" else tuple(row.stop_reasons.split(", "))
+    return () if row.stop_reasons == "-" else tuple(row.stop_reasons.split(REASON_SEPARATOR))
 
 
 def _write_reviews(rows: list[SnapshotRow], store: Path, pages_dir: Path, allowed_signers: Path | None) -> _Reviews:
