@@ -217,3 +217,49 @@ def test_a_worker_killed_mid_sweep_loses_its_items_and_they_run_again_on_a_fresh
         final = store / outcome.snapshot_id
         assert problems(final) == [] and len(ids(final)[0]) == 600
         assert json.loads((final / "worker-model.json").read_text())["pid"] != killed[0]
+
+
+def test_an_item_on_the_shared_engine_writes_its_prompt_ids_while_the_engine_generates(tmp_path: Path, engine: Any, store: Path,
+                                                                                      monkeypatch: Any) -> None:
+    """Every item of a sweep ends at about the same time, so what an item writes after its rows end is the sweep's tail:
+    on a shared engine the prompt ids (known from each request's first output) are written before generation ends, once,
+    with the same content a single run writes after it."""
+    from conftest import write_request
+    from safetensors.numpy import load_file
+
+    from genrun.runner.backends import get_backend
+    from genrun.runner.backends.vllm import _run
+    from genrun.runner.execute import execute_snapshot
+    from genrun.runner.plan import plan_request
+    from genrun.runner.recorder import ProgressRecorder
+
+    steps: list[str] = []
+    save_prompt_ids, mark_generation_end = _run.save_prompt_ids, ProgressRecorder.mark_generation_end
+
+    def noted_save(*args: Any, **kwargs: Any) -> None:
+        steps.append("prompt ids written")
+        save_prompt_ids(*args, **kwargs)
+
+    def noted_end(recorder: ProgressRecorder) -> None:
+        steps.append("generation ended")
+        mark_generation_end(recorder)
+
+    monkeypatch.setattr(_run, "save_prompt_ids", noted_save)
+    monkeypatch.setattr(ProgressRecorder, "mark_generation_end", noted_end)
+    prompts = ["uvw", "Count: 0"]
+    request = write_request(tmp_path, prompts=prompts, generation={"max_tokens": 40, "temperature": 0})
+    snapshots = [plan_request(request, store), plan_request(request, store, force=True)]
+    batch = get_backend("vllm").open_batch(engine)
+    try:
+        assert execute_snapshot(snapshots[0], loaded=engine, live=False).status == "succeeded"
+    finally:
+        batch.close()
+    assert steps == ["prompt ids written", "generation ended"]
+    steps.clear()
+    assert execute_snapshot(snapshots[1], loaded=engine, live=False).status == "succeeded"  # alone: its own step loop
+    assert steps == ["generation ended", "prompt ids written"]
+    for snapshot in snapshots:
+        assert problems(snapshot) == [], snapshot
+    saved = [load_file(str(s / "prompt-token-ids.safetensors")) for s in snapshots]
+    assert {k: v.tolist() for k, v in saved[0].items()} == {k: v.tolist() for k, v in saved[1].items()}
+    assert [saved[0][f"prompt_{i}"].tolist() for i in (0, 1)] == [engine.processor.encode(p, add_special_tokens=False) for p in prompts]

@@ -84,6 +84,7 @@ class VllmBackend:
 
         from ._core_process import CoreOutput, core_runs_in_a_process, start_resource_tracker, starting_engine_core
         from ._engine import engine_arguments, vllm_environment
+        from ._run import eos_ids
         from ._watchdog import watch_engine_core
 
         started = time.monotonic()
@@ -105,6 +106,7 @@ class VllmBackend:
         # what generation_config="auto" merges, read from the checkpoint once (vLLM re-reads the file on every call; each
         # run checks the checkpoint's files against its frozen hashes before it runs)
         llm._genrun_checkpoint_sampling = dict(llm.llm_engine.model_config.get_diff_sampling_param())
+        llm._genrun_eos_token_ids = eos_ids(llm.get_tokenizer(), ctx.model_dir)  # likewise: each run checks that file first
         watch_engine_core(llm)  # an engine-core process that dies fails the run instead of hanging it
         spec = ctx.request.model
         return LoadedModel(backend=self.name, model_digest=ctx.model.digest, dtype=spec.dtype, device=ctx.device, loader=spec.loader,

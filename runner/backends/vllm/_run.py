@@ -35,7 +35,11 @@ class VllmRun:
     def __init__(self, ctx: ExecutionContext) -> None:
         self._ctx = ctx
         self.rows: list[_Row] = []
+        self.longest = 0
+        """Ids of the longest row so far (what progress counts), kept as ids arrive: the engine thread asks for it per output."""
         self.prompt_ids: dict[int, list[int]] = {}
+        self.prompt_ids_saved = False
+        """`prompt-token-ids.safetensors` written (while the engine generated), so `finish` does not write it again."""
         self.call: VllmCallConfig | None = None
         self.sampling_sources: dict[str, str] = {}
         self.tokenizer: Any = None
@@ -63,7 +67,7 @@ class VllmRun:
         self.rows = [_Row(i) for i in range(len(prompts) * n)]
         self.call = VllmCallConfig(
             vllm_version=_vllm_version(), vllm_environment=loaded_environment(loaded), engine_arguments=engine_arguments(ctx.request, ctx.model_dir),
-            engine=resolved_engine(engine), eos_token_ids=eos_ids(self.tokenizer, ctx.model_dir),
+            engine=resolved_engine(engine), eos_token_ids=engine_eos_ids(llm, self.tokenizer, ctx.model_dir),
             requests=tuple(RowSampling(row=p * n, params=params, sources=sources) for p in range(len(prompts))), chat=chat)
         ctx.snapshot.write(CALL_CONFIG, self.call)
         ctx.recorder.start(ctx.planned_units, len(self.rows))
@@ -104,11 +108,20 @@ class VllmRun:
             self._take(int(out.request_id.rsplit("/", 1)[1]), n, out)
             self._count_progress()
 
-        shared.submit([(f"{tag}/{p}", prompt, sampling) for p, prompt in enumerate(prompts)], on_output).wait()
+        submission = shared.submit([(f"{tag}/{p}", prompt, sampling) for p, prompt in enumerate(prompts)], on_output)
+        # every item of a sweep ends at about the same time, so what it writes after its rows end is the sweep's tail: the
+        # prompt ids are known from each request's first output and written while the engine generates the rest
+        submission.wait_started()
+        try:
+            if self.tokenizer is not None and len(self.prompt_ids) == len(self.rows):  # all of them (not a request refused)
+                save_prompt_ids(self._ctx.snapshot, sorted(self.prompt_ids.items()))
+                self.prompt_ids_saved = True
+        finally:
+            submission.wait()
 
     def _count_progress(self) -> None:
         """One recorder step per new token of the longest row."""
-        longest = max(len(r.ids) for r in self.rows)
+        longest = self.longest
         counted = self._ctx.recorder.steps  # the recorder's own count (a signal inside `step` lands after it): never told twice
         if longest > counted:
             self._ctx.recorder.step(longest - counted)
@@ -120,6 +133,7 @@ class VllmRun:
         for completion in out.outputs:
             row = self.rows[prompt * n + completion.index]
             row.ids.extend(completion.token_ids)
+            self.longest = max(self.longest, len(row.ids))
             row.text += completion.text
             if completion.finish_reason is not None:
                 row.finish_reason, row.stop_reason = completion.finish_reason, completion.stop_reason
@@ -133,7 +147,8 @@ class VllmRun:
         stops = tuple(self._stop(row, end, row_eos, params) for row in self.rows)
         outputs: tuple[str, ...] = ()
         if self.tokenizer is not None or not self.rows:
-            save_prompt_ids(ctx.snapshot, sorted(self.prompt_ids.items()))
+            if not self.prompt_ids_saved:
+                save_prompt_ids(ctx.snapshot, sorted(self.prompt_ids.items()))
             lengths = {len(ids) for ids in self.prompt_ids.values()}
             outputs = save_token_rows(ctx.snapshot, ctx.outputs_dir, [TokenRow(r.index, r.ids, row_eos) for r in self.rows], self.tokenizer,
                                       prompt_length=lengths.pop() if len(lengths) == 1 else None, eos_token_ids=row_eos,
@@ -201,6 +216,12 @@ def checkpoint_sampling(llm: Any) -> dict[str, Any]:
     """The sampling defaults the checkpoint's generation_config.json gives the engine (read when genrun started it)."""
     kept = getattr(llm, "_genrun_checkpoint_sampling", None)
     return dict(kept if kept is not None else llm.llm_engine.model_config.get_diff_sampling_param())
+
+
+def engine_eos_ids(llm: Any, tokenizer: Any, model_dir: Path) -> tuple[int, ...]:
+    """`eos_ids` as read when genrun started the engine (the same checkpoint: a run checks its files before it runs)."""
+    kept = getattr(llm, "_genrun_eos_token_ids", None)
+    return tuple(kept) if kept is not None else eos_ids(tokenizer, model_dir)
 
 
 def _row_eos_set(eos: tuple[int, ...], params: dict[str, Any]) -> tuple[int, ...]:

@@ -2,8 +2,9 @@
 
 vLLM's engine is not thread-safe, so one thread owns it: it admits each item's requests (`add_request`), steps the
 engine, and hands every output to the item it belongs to (the item's callback keeps its ids and counts its progress,
-as its own step loop would). Each item's thread only waits for its own rows, then finishes and seals its snapshot while
-this thread keeps stepping the others. A signal (`interrupt`, from the worker's main thread) aborts every request in
+as its own step loop would). Each item's thread only waits for its own rows (writing its prompt ids once every request
+has started: `Submission.wait_started`), then finishes and seals its snapshot while this thread keeps stepping the
+others. A signal (`interrupt`, from the worker's main thread) aborts every request in
 flight: each waiting item raises `RunInterrupted` with the ids it has. An engine error fails every item in flight; an
 item whose own requests are refused (or whose callback raises) fails alone.
 """
@@ -29,9 +30,24 @@ class Submission:
         self.on_output = on_output
         """Called on the engine thread with each `RequestOutput` of these requests."""
         self.unfinished = {request_id for request_id, _, _ in requests}
+        self._not_started = set(self.unfinished)
+        self.started = threading.Event()
+        """Set once every request has delivered its first output (its prompt ids), or when the submission ended."""
         self.done = threading.Event()
         self.signal: str | None = None
         self.error: BaseException | None = None
+
+    def wait_started(self) -> None:
+        """Block until every request is generating (or the submission ended): what only needs the prompts' ids can be done
+        while the engine generates the rest."""
+        self.started.wait()
+
+    def note_output(self, request_id: str) -> None:
+        """On the engine thread, after `on_output`: the last of the requests to deliver its first output sets `started`."""
+        if self._not_started:
+            self._not_started.discard(request_id)
+            if not self._not_started:
+                self.started.set()
 
     def wait(self) -> None:
         """Block until every request finished; raise `RunInterrupted` or the failure that ended them early."""
@@ -123,6 +139,7 @@ class SharedEngine:
             self._abort(submission, list(submission.unfinished))
             self._end(submission, signal=None, error=exc)
             return
+        submission.note_output(out.request_id)
         if out.finished:
             submission.unfinished.discard(out.request_id)
             self._routes.pop(out.request_id, None)
@@ -137,6 +154,7 @@ class SharedEngine:
 
     def _end(self, submission: Submission, *, signal: str | None, error: BaseException | None) -> None:
         submission.signal, submission.error = signal, error
+        submission.started.set()
         submission.done.set()
 
     def _end_all(self, *, signal: str | None, error: BaseException | None) -> None:
