@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple, get_args
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
 
-from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, remove_cache, seal_key
+from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, Scan, remove_cache, seal_key
 from .signoff_judgement import Judgement, Trust, Trusted, judge_now, unchanged_key
 
 if TYPE_CHECKING:
@@ -369,20 +369,23 @@ _DIGEST = CELLS + ROW_FIELDS.index("seal_digest")
 _MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 
-def _scan(store: Path, at: int | Path, known: Collection[str] = ()) -> tuple[list[str], list[str], list[str]]:
-    """(the entries that may be snapshots, in id = time order; those of them the cache does not hold (`known`: its ids,
-    in the order it keeps them: id order, its rewritten rows last), in order; the `.tmp-*` plans being frozen or
-    abandoned, in order) of the store open `at` a descriptor (or at its path)."""
-    found = os.listdir(at)
+def _scan(found: list[str], known: Collection[str]) -> Scan:
+    """The `Scan` of a store's entries `found` given the ids the cache holds (`known`: in the order it keeps them: id
+    order, its rewritten rows last)."""
     new = set(found)
     new.difference_update(known)  # never cached: plans, unsealed or new snapshots, stray entries
     held = known if len(found) - len(new) == len(known) else set(found).intersection(known)
     names = sorted([*held, *new])  # a few runs in order, merged: no sort of 100,000 names in the directory's order
     # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
     start, end = bisect.bisect_left(names, "."), bisect.bisect_left(names, "/")
-    planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
+    planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX)]
     del names[start:end]
     return names, sorted(name for name in new if not name.startswith(".")), planning
+
+
+def scan_key(found: list[str]) -> str:
+    """What a kept `Scan` is looked up by: the store's entries as listed (a name holds no NUL)."""
+    return sha256_bytes("\0".join(found).encode(errors="surrogateescape"))
 
 
 def _is_directory(path: str) -> bool:
@@ -397,25 +400,27 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, Collection[str], dict[str, Cached]]:
-    """The store's cache, the ids of the rows it holds (in id order) and its valid rows by id (`placing`: only those of
-    sweeps, `ListingCache.placing`); a damaged one is made anew (it is ours and only a cache), once."""
+def _open_cache(store: Path, notes: list[str], placing: str | None,
+                again: bool = True) -> tuple[ListingCache | None, Scan | None, Collection[str], dict[str, Cached]]:
+    """The store's cache, the `Scan` it kept of the entries whose `scan_key` is `placing` (if given), the ids of the rows
+    it holds (in id order; none read when the scan was kept) and its valid rows by id (`placing`: only those of sweeps,
+    `ListingCache.placing`); a damaged one is made anew (it is ours and only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        if placing:
-            return cache, *cache.placing()
+        if placing is not None:
+            return cache, *cache.placing(placing)
         rows = cache.rows()
-        return cache, rows, rows
+        return cache, None, rows, rows
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
         if exc.damaged and again:
             remove_cache(store)
             notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
-            return _open_cache(store, notes, placing=placing, again=False)
+            return _open_cache(store, notes, placing, again=False)
         notes.append(str(exc))
-        return None, (), {}
+        return None, None, (), {}
 
 
 def _trusted(given: Path | None) -> Trusted:
@@ -443,22 +448,28 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
         store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):  # no store yet: nothing listed (`ls` says where it looked)
         return Listing([], notes, 0, 0)
-    placing = keep is None and window is not None and not check  # only the window's rows are fetched whole
-    cache, known, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, (), {})
+    cache = None
     try:
-        names, unread, planning = _scan(store, store_fd, () if check else known)
+        found = os.listdir(store_fd)
+        # a window with no filter fetches only its own rows whole, and keeps what it made of the entries
+        placing = scan_key(found) if keep is None and window is not None and not check else None
+        cache, kept, known, cached = _open_cache(store, notes, placing) if use_cache else (None, None, (), {})
+        names, unread, planning = kept or _scan(found, () if check else known)
         if progress is not None and len(unread) >= _PROGRESS_FROM:
             progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
-        found = _Rows(store, store_fd, trust, cached)
-        listing = _listed(found, names, unread, planning, window, keep, cache.rows if cache is not None and placing else None)
-        if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
-            found = _Rows(store, store_fd, trust, found.cached)
-            listing = _listed(found, names, names, planning, window, keep)
+        rows = _Rows(store, store_fd, trust, cached)
+        listing = _listed(rows, names, unread, planning, window, keep, cache.rows if cache is not None and placing else None)
+        if rows.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
+            rows = _Rows(store, store_fd, trust, rows.cached)
+            listing = _listed(rows, names, names, planning, window, keep)
         gone = set(known).difference(names) if len(names) - len(unread) < len(known) else ()
-        if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
+        # the scan holds until the entries or the cache's rows change; a listing that learnt nothing takes no write lock
+        cached_now = {entry[CELLS] for entry in rows.fresh}
+        scan = (placing, (names, [name for name in unread if name not in cached_now], planning)) if placing else None
+        if cache is not None and (rows.fresh or gone or (scan and not kept)):
             try:
-                cache.write(found.fresh, gone)
+                cache.write(rows.fresh, gone, scan=scan)
             except CacheUnavailable as exc:
                 notes.append(str(exc))
     finally:
@@ -476,6 +487,7 @@ def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[st
     cached = found.cached
     gone = {name for name in unread if found.read(name) is None}
     listed = [name for name in names if name not in gone] if gone else names
+    planning = [name for name in planning if _is_directory(f"{found.store}/{name}")]
     for name in planning:
         found.read_rows[name] = _planning_row(found.store / name)
     members = {name: row.members for name, row in found.read_rows.items() if row.members}
@@ -521,7 +533,7 @@ def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
     """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
     followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
-    names, _, _ = _scan(store, store)
+    names, _, _ = _scan(os.listdir(store), ())
     if progress is not None and len(names) >= _PROGRESS_FROM:
         progress(f"reading {len(names):,} snapshots from their files")
     trust = _trusted(allowed_signers)
