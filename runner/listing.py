@@ -314,12 +314,14 @@ class _Rows:
         self.read_rows[name] = row
         return row
 
-    def row(self, name: str, sweep: str | None) -> SnapshotRow:
-        """A listed row as found, its seal not checked (what a filter matches)."""
-        read = self.read_rows.get(name)
-        if read is not None:
-            return read if sweep is None else read._replace(sweep=sweep)
-        return _from_cache(self.cached[name], sweep)
+    def row(self, name: str, sweep: str | None) -> SnapshotRow | None:
+        """A listed row as found, its seal not checked (what a filter matches); read from its files where the cache holds
+        no valid entry (None: no longer a snapshot)."""
+        entry = self.cached.get(name)
+        if entry is not None and name not in self.read_rows:
+            return _from_cache(entry, sweep)
+        read = self.read_rows.get(name) or self.read(name)
+        return read if read is None or sweep is None else read._replace(sweep=sweep)
 
     def shown(self, chosen: Iterable[tuple[str, str | None]]) -> list[SnapshotRow]:
         """The rows about to be shown (id, the sweep it is listed under), as their files say now: a cached one whose
@@ -400,25 +402,23 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], placing: str | None,
+def _open_cache(store: Path, notes: list[str], entries: str, every: bool,
                 again: bool = True) -> tuple[ListingCache | None, Scan | None, Collection[str], dict[str, Cached]]:
-    """The store's cache, the `Scan` it kept of the entries whose `scan_key` is `placing` (if given), the ids of the rows
-    it holds (in id order; none read when the scan was kept) and its valid rows by id (`placing`: only those of sweeps,
-    `ListingCache.placing`); a damaged one is made anew (it is ours and only a cache), once."""
+    """The store's cache, the `Scan` it kept of the entries whose `scan_key` is `entries`, the ids of the rows it holds
+    (in id order; none read when the scan was kept), and its valid rows by id: those of sweeps (`ListingCache.placing`),
+    or with `every` all of them; a damaged one is made anew (it is ours and only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        if placing is not None:
-            return cache, *cache.placing(placing)
-        rows = cache.rows()
-        return cache, None, rows, rows
+        kept, known, cached = cache.placing(entries)
+        return cache, kept, known, cache.rows() if every else cached
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
         if exc.damaged and again:
             remove_cache(store)
             notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
-            return _open_cache(store, notes, placing, again=False)
+            return _open_cache(store, notes, entries, every, again=False)
         notes.append(str(exc))
         return None, None, (), {}
 
@@ -451,22 +451,23 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
     cache = None
     try:
         found = os.listdir(store_fd)
-        # a window with no filter fetches only its own rows whole, and keeps what it made of the entries
-        placing = scan_key(found) if keep is None and window is not None and not check else None
-        cache, kept, known, cached = _open_cache(store, notes, placing) if use_cache else (None, None, (), {})
-        names, unread, planning = kept or _scan(found, () if check else known)
+        entries = scan_key(found)
+        # a window with no filter needs its own rows' entries alone; every other listing all of them
+        every = keep is not None or window is None or check
+        cache, kept, known, cached = _open_cache(store, notes, entries, every) if use_cache else (None, None, (), {})
+        names, unread, planning = _scan(found, () if check else known) if check or kept is None else kept
         if progress is not None and len(unread) >= _PROGRESS_FROM:
             progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
         rows = _Rows(store, store_fd, trust, cached)
-        listing = _listed(rows, names, unread, planning, window, keep, cache.rows if cache is not None and placing else None)
+        listing = _listed(rows, names, unread, planning, window, keep, cache.rows if cache is not None else None)
         if rows.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
             rows = _Rows(store, store_fd, trust, rows.cached)
             listing = _listed(rows, names, names, planning, window, keep)
         gone = set(known).difference(names) if len(names) - len(unread) < len(known) else ()
-        # the scan holds until the entries or the cache's rows change; a listing that learnt nothing takes no write lock
+        # the scan is kept until the entries or the cache's rows change; a listing that learnt nothing takes no write lock
         cached_now = {entry[CELLS] for entry in rows.fresh}
-        scan = (placing, (names, [name for name in unread if name not in cached_now], planning)) if placing else None
+        scan = None if check else (entries, (names, [name for name in unread if name not in cached_now], planning))
         if cache is not None and (rows.fresh or gone or (scan and not kept)):
             try:
                 cache.write(rows.fresh, gone, scan=scan)
@@ -483,7 +484,7 @@ def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[st
             keep: "RowFilter | None", fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> Listing:
     """`list_store`'s listing of these names, those `unread` (all of them with `check`) read from their files. The
     listing is placed by ids and sweeps' members alone; rows are made only where needed: all of them for a filter, else
-    only the window's (`fetch`: their cache entries, when only the sweeps' were read)."""
+    the shown ones (`fetch`: the cache entries of those it does not hold yet)."""
     cached = found.cached
     gone = {name for name in unread if found.read(name) is None}
     listed = [name for name in names if name not in gone] if gone else names
@@ -494,20 +495,18 @@ def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[st
     members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values() if e[_MEMBERS] and e[CELLS] not in found.read_rows)
     order, sweeps = _grouped(listed + planning, members)
     said: list[str] = []
+    cut = window or slice(None)
     if keep is None:
         total = matched = len(order)
-        if window is None:
-            shown = found.shown(zip(order, sweeps))
-        else:
-            chosen = list(zip(order[window], sweeps[window]))
-            if fetch is not None:  # the window's entries fetched whole (one that no longer validates is read again)
-                cached.update(fetch([name for name, _ in chosen if name not in cached and name not in found.read_rows]))
-            shown = found.shown(chosen)
+        chosen = list(zip(order[cut], sweeps[cut]))
     else:
-        rows = list(map(found.row, order, sweeps))
+        rows = [row for row in map(found.row, order, sweeps) if row is not None]
         kept, said = keep.select(rows, found.signed_now)
         total, matched = len(rows), len(kept)
-        shown = found.shown((r.id, r.sweep) for r in (kept if window is None else kept[window]))
+        chosen = [(row.id, row.sweep) for row in kept[cut]]
+    if fetch is not None:  # the shown rows' entries fetched whole (one that no longer validates is read again)
+        cached.update(fetch([name for name, _ in chosen if name not in cached and name not in found.read_rows]))
+    shown = found.shown(chosen)
     unchecked = len(listed) + len(planning) - len(found.read_rows) - found.checked  # placed by the cache alone
     return Listing(shown, said, total, matched, unchecked, tuple(found.changed))
 
