@@ -531,13 +531,10 @@ def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list
 
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
     """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
-    followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
-    names, _, _ = _scan(os.listdir(store), ())
-    if progress is not None and len(names) >= _PROGRESS_FROM:
-        progress(f"reading {len(names):,} snapshots from their files")
-    trust = _trusted(allowed_signers)
-    fresh = [read.cached for name in names if (read := read_snapshot(store, name, trust)) and read.cached]
+    followed) by a first listing; (its path, the sealed snapshots it holds). `CacheUnavailable` when it cannot be used."""
     remove_cache(store)
+    notes = list_store(store, allowed_signers, progress=progress).notes
+    if notes:  # the cache could not be made or written
+        raise CacheUnavailable(notes[0])
     with ListingCache(store, ROW_FIELDS, VALID_ROW) as cache:
-        cache.write(fresh, replace=True)
-    return cache.path, len(fresh)
+        return cache.path, len(cache.rows())

@@ -199,17 +199,14 @@ class ListingCache:
         return CacheUnavailable(f"the listing cache {self.path} cannot be used ({exc}); answering from the files "
                                 "('genrun index --rebuild' replaces it)", damaged=_damaged(exc))
 
-    def write(self, rows: Iterable[Cached], gone: Iterable[str] = (), *, replace: bool = False,
-              scan: tuple[str, Scan] | None = None) -> None:
-        """Add or replace these rows and forget the ids `gone`, in one transaction; `replace`: drop every other row first;
-        `scan`: keep this scan of the store's entries (hashing to its key) made with the rows as they are now."""
+    def write(self, rows: Iterable[Cached], gone: Iterable[str] = (), scan: tuple[str, Scan] | None = None) -> None:
+        """Add or replace these rows and forget the ids `gone`, in one transaction; `scan`: keep this scan of the store's
+        entries (hashing to its key) made with the rows as they are now."""
         assert self._db is not None
         marks = ", ".join("?" * (len(SEAL_COLUMNS) + len(JUDGEMENT_COLUMNS) + len(self.fields)))
         names = ", ".join((*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))
         try:
             with self._transaction():
-                if replace:
-                    self._db.execute("DELETE FROM rows")
                 self._db.executemany(f"INSERT OR REPLACE INTO rows ({names}) VALUES ({marks})", rows)
                 self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
                 if scan is not None:  # after the rows: a row written drops the scans (the triggers)
