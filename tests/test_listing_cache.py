@@ -419,6 +419,29 @@ def test_a_window_keeps_its_scan_of_the_store_until_an_entry_or_a_cached_row_cha
     assert list_store(store, window=slice(-20, None)).rows == now
 
 
+def test_a_scan_that_cannot_be_kept_changes_no_answer_and_is_said(tmp_path: Path) -> None:
+    """Another `ls` holding the write lock: a window over changed entries answers exactly, says the cache was not
+    updated, and keeps no scan of them (the next listing keeps it)."""
+    store = _store_with_a_sweep(tmp_path)
+    list_store(store, window=slice(-2, None))  # fills the cache, keeps its scan
+    make_run(store, "newer", seal=False)
+    files = list_store(store, use_cache=False).rows
+
+    def kept() -> bool:
+        with sqlite3.connect(index_file(store)) as db:
+            return db.execute("SELECT count(*) FROM scans WHERE key = ?", (listing.scan_key(os.listdir(store)),)).fetchone() == (1,)
+
+    writer = sqlite3.connect(index_file(store), isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        window = list_store(store, window=slice(-3, None))
+    finally:
+        writer.close()
+    assert window.rows == files[-3:] and window.total == len(files)
+    assert len(window.notes) == 1 and "was not updated" in window.notes[0] and not kept()
+    assert list_store(store, window=slice(-3, None)) == window._replace(notes=[]) and kept()
+
+
 _WARM_IMPORTS = """
 import sys
 from pathlib import Path
