@@ -460,7 +460,7 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
             progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
         rows = _Rows(store, store_fd, trust, cached)
-        listing = _listed(rows, names, unread, planning, window, keep, cache.rows if cache is not None else None)
+        listing = _listed(rows, names, unread, planning, window, keep, cache.rows if cache is not None and not every else None)
         if rows.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
             rows = _Rows(store, store_fd, trust, rows.cached)
             listing = _listed(rows, names, names, planning, window, keep)
@@ -484,7 +484,7 @@ def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[st
             keep: "RowFilter | None", fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> Listing:
     """`list_store`'s listing of these names, those `unread` (all of them with `check`) read from their files. The
     listing is placed by ids and sweeps' members alone; rows are made only where needed: all of them for a filter, else
-    the shown ones (`fetch`: the cache entries of those it does not hold yet)."""
+    the shown ones (`fetch`: the cache entries of those it does not hold yet, when it was given those of sweeps alone)."""
     cached = found.cached
     gone = {name for name in unread if found.read(name) is None}
     listed = [name for name in names if name not in gone] if gone else names
