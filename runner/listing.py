@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple, get_args
 from genrun.schemas import layout
 from genrun.schemas.digests import sha256_bytes
 
-from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, remove_cache, seal_key
+from .listing_cache import CELLS, KEY, SEAL, UNTIL, Cached, CacheUnavailable, ListingCache, Scan, remove_cache, seal_key
 from .signoff_judgement import Judgement, Trust, Trusted, judge_now, unchanged_key
 
 if TYPE_CHECKING:
@@ -314,12 +314,14 @@ class _Rows:
         self.read_rows[name] = row
         return row
 
-    def row(self, name: str, sweep: str | None) -> SnapshotRow:
-        """A listed row as found, its seal not checked (what a filter matches)."""
-        read = self.read_rows.get(name)
-        if read is not None:
-            return read if sweep is None else read._replace(sweep=sweep)
-        return _from_cache(self.cached[name], sweep)
+    def row(self, name: str, sweep: str | None) -> SnapshotRow | None:
+        """A listed row as found, its seal not checked (what a filter matches); read from its files where the cache holds
+        no valid entry (None: no longer a snapshot)."""
+        entry = self.cached.get(name)
+        if entry is not None and name not in self.read_rows:
+            return _from_cache(entry, sweep)
+        read = self.read_rows.get(name) or self.read(name)
+        return read if read is None or sweep is None else read._replace(sweep=sweep)
 
     def shown(self, chosen: Iterable[tuple[str, str | None]]) -> list[SnapshotRow]:
         """The rows about to be shown (id, the sweep it is listed under), as their files say now: a cached one whose
@@ -369,20 +371,23 @@ _DIGEST = CELLS + ROW_FIELDS.index("seal_digest")
 _MEMBERS = CELLS + ROW_FIELDS.index("members")
 
 
-def _scan(store: Path, at: int | Path, known: Collection[str] = ()) -> tuple[list[str], list[str], list[str]]:
-    """(the entries that may be snapshots, in id = time order; those of them the cache does not hold (`known`: its ids,
-    in the order it keeps them: id order, its rewritten rows last), in order; the `.tmp-*` plans being frozen or
-    abandoned, in order) of the store open `at` a descriptor (or at its path)."""
-    found = os.listdir(at)
+def _scan(found: list[str], known: Collection[str]) -> Scan:
+    """The `Scan` of a store's entries `found` given the ids the cache holds (`known`: in the order it keeps them: id
+    order, its rewritten rows last)."""
     new = set(found)
     new.difference_update(known)  # never cached: plans, unsealed or new snapshots, stray entries
     held = known if len(found) - len(new) == len(known) else set(found).intersection(known)
     names = sorted([*held, *new])  # a few runs in order, merged: no sort of 100,000 names in the directory's order
     # the dot-names sort together, from "." to "/" (the next character, in no name): no pass over 100,000 names
     start, end = bisect.bisect_left(names, "."), bisect.bisect_left(names, "/")
-    planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX) and _is_directory(f"{store}/{name}")]
+    planning = [name for name in names[start:end] if name.startswith(layout.PLANNING_PREFIX)]
     del names[start:end]
     return names, sorted(name for name in new if not name.startswith(".")), planning
+
+
+def scan_key(found: list[str]) -> str:
+    """What a kept `Scan` is looked up by: the store's entries as listed (a name holds no NUL)."""
+    return sha256_bytes("\0".join(found).encode(errors="surrogateescape"))
 
 
 def _is_directory(path: str) -> bool:
@@ -397,25 +402,25 @@ _PROGRESS_FROM = 1_000
 """Snapshots to read from their files from which `ls` says so first (the first listing of a big store)."""
 
 
-def _open_cache(store: Path, notes: list[str], *, placing: bool, again: bool = True) -> tuple[ListingCache | None, Collection[str], dict[str, Cached]]:
-    """The store's cache, the ids of the rows it holds (in id order) and its valid rows by id (`placing`: only those of
-    sweeps, `ListingCache.placing`); a damaged one is made anew (it is ours and only a cache), once."""
+def _open_cache(store: Path, notes: list[str], entries: str, every: bool,
+                again: bool = True) -> tuple[ListingCache | None, Scan | None, Collection[str], dict[str, Cached]]:
+    """The store's cache, the `Scan` it kept of the entries whose `scan_key` is `entries`, the ids of the rows it holds
+    (in id order; none read when the scan was kept), and its valid rows by id: those of sweeps (`ListingCache.placing`),
+    or with `every` all of them; a damaged one is made anew (it is ours and only a cache), once."""
     cache = None
     try:
         cache = ListingCache(store, ROW_FIELDS, VALID_ROW)
-        if placing:
-            return cache, *cache.placing()
-        rows = cache.rows()
-        return cache, rows, rows
+        kept, known, cached = cache.placing(entries)
+        return cache, kept, known, cache.rows() if every else cached
     except CacheUnavailable as exc:
         if cache is not None:
             cache.close()
         if exc.damaged and again:
             remove_cache(store)
             notes.append(f"{str(exc).split(';')[0]}; it was made anew from the files")
-            return _open_cache(store, notes, placing=placing, again=False)
+            return _open_cache(store, notes, entries, every, again=False)
         notes.append(str(exc))
-        return None, (), {}
+        return None, None, (), {}
 
 
 def _trusted(given: Path | None) -> Trusted:
@@ -443,22 +448,29 @@ def list_store(store: Path, allowed_signers: Path | None = None, *, use_cache: b
         store_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):  # no store yet: nothing listed (`ls` says where it looked)
         return Listing([], notes, 0, 0)
-    placing = keep is None and window is not None and not check  # only the window's rows are fetched whole
-    cache, known, cached = _open_cache(store, notes, placing=placing) if use_cache else (None, (), {})
+    cache = None
     try:
-        names, unread, planning = _scan(store, store_fd, () if check else known)
+        found = os.listdir(store_fd)
+        entries = scan_key(found)
+        # a window with no filter needs its own rows' entries alone; every other listing all of them
+        every = keep is not None or window is None or check
+        cache, kept, known, cached = _open_cache(store, notes, entries, every) if use_cache else (None, None, (), {})
+        names, unread, planning = _scan(found, () if check else known) if check or kept is None else kept
         if progress is not None and len(unread) >= _PROGRESS_FROM:
             progress(f"reading {len(unread):,} snapshots from their files (once: later listings answer from the cache in "
                      f"{cache.path.parent if cache else 'your cache folder'})")
-        found = _Rows(store, store_fd, trust, cached)
-        listing = _listed(found, names, unread, planning, window, keep, cache.rows if cache is not None and placing else None)
-        if found.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
-            found = _Rows(store, store_fd, trust, found.cached)
-            listing = _listed(found, names, names, planning, window, keep)
+        rows = _Rows(store, store_fd, trust, cached)
+        listing = _listed(rows, names, unread, planning, window, keep, cache.rows if cache is not None and not every else None)
+        if rows.changed and not check:  # the cache held a row that is no longer what its files say: trusted for none
+            rows = _Rows(store, store_fd, trust, rows.cached)
+            listing = _listed(rows, names, names, planning, window, keep)
         gone = set(known).difference(names) if len(names) - len(unread) < len(known) else ()
-        if cache is not None and (found.fresh or gone):  # a listing that learnt nothing takes no write lock
+        # the scan is kept until the entries or the cache's rows change; a listing that learnt nothing takes no write lock
+        cached_now = {entry[CELLS] for entry in rows.fresh}
+        scan = None if check else (entries, (names, [name for name in unread if name not in cached_now], planning))
+        if cache is not None and (rows.fresh or gone or (scan and not kept)):
             try:
-                cache.write(found.fresh, gone)
+                cache.write(rows.fresh, gone, scan=scan)
             except CacheUnavailable as exc:
                 notes.append(str(exc))
     finally:
@@ -472,30 +484,29 @@ def _listed(found: _Rows, names: list[str], unread: list[str], planning: list[st
             keep: "RowFilter | None", fetch: Callable[[list[str]], dict[str, Cached]] | None = None) -> Listing:
     """`list_store`'s listing of these names, those `unread` (all of them with `check`) read from their files. The
     listing is placed by ids and sweeps' members alone; rows are made only where needed: all of them for a filter, else
-    only the window's (`fetch`: their cache entries, when only the sweeps' were read)."""
+    the shown ones (`fetch`: the cache entries of those it does not hold yet, when it was given those of sweeps alone)."""
     cached = found.cached
     gone = {name for name in unread if found.read(name) is None}
     listed = [name for name in names if name not in gone] if gone else names
+    planning = [name for name in planning if _is_directory(f"{found.store}/{name}")]
     for name in planning:
         found.read_rows[name] = _planning_row(found.store / name)
     members = {name: row.members for name, row in found.read_rows.items() if row.members}
     members.update((e[CELLS], e[_MEMBERS].split("\n")) for e in cached.values() if e[_MEMBERS] and e[CELLS] not in found.read_rows)
     order, sweeps = _grouped(listed + planning, members)
     said: list[str] = []
+    cut = window or slice(None)
     if keep is None:
         total = matched = len(order)
-        if window is None:
-            shown = found.shown(zip(order, sweeps))
-        else:
-            chosen = list(zip(order[window], sweeps[window]))
-            if fetch is not None:  # the window's entries fetched whole (one that no longer validates is read again)
-                cached.update(fetch([name for name, _ in chosen if name not in cached and name not in found.read_rows]))
-            shown = found.shown(chosen)
+        chosen = list(zip(order[cut], sweeps[cut]))
     else:
-        rows = list(map(found.row, order, sweeps))
+        rows = [row for row in map(found.row, order, sweeps) if row is not None]
         kept, said = keep.select(rows, found.signed_now)
         total, matched = len(rows), len(kept)
-        shown = found.shown((r.id, r.sweep) for r in (kept if window is None else kept[window]))
+        chosen = [(row.id, row.sweep) for row in kept[cut]]
+    if fetch is not None:  # the shown rows' entries fetched whole (one that no longer validates is read again)
+        cached.update(fetch([name for name, _ in chosen if name not in cached and name not in found.read_rows]))
+    shown = found.shown(chosen)
     unchecked = len(listed) + len(planning) - len(found.read_rows) - found.checked  # placed by the cache alone
     return Listing(shown, said, total, matched, unchecked, tuple(found.changed))
 
@@ -520,13 +531,10 @@ def _grouped(ids: list[str], members: Mapping[str, Sequence[str]]) -> tuple[list
 
 def rebuild_cache(store: Path, allowed_signers: Path | None = None, progress: Callable[[str], None] | None = None) -> tuple[Path, int]:
     """The store's listing cache made anew from the files alone (whatever was at its place is removed, a link too, never
-    followed); (its path, the sealed snapshots it holds). `CacheUnavailable` when its folder cannot be used."""
-    names, _, _ = _scan(store, store)
-    if progress is not None and len(names) >= _PROGRESS_FROM:
-        progress(f"reading {len(names):,} snapshots from their files")
-    trust = _trusted(allowed_signers)
-    fresh = [read.cached for name in names if (read := read_snapshot(store, name, trust)) and read.cached]
+    followed) by a first listing; (its path, the sealed snapshots it holds). `CacheUnavailable` when it cannot be used."""
     remove_cache(store)
+    notes = list_store(store, allowed_signers, progress=progress).notes
+    if notes:  # the cache could not be made or written
+        raise CacheUnavailable(notes[0])
     with ListingCache(store, ROW_FIELDS, VALID_ROW) as cache:
-        cache.write(fresh, replace=True)
-    return cache.path, len(fresh)
+        return cache.path, len(cache.rows())

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ._hash_cache import cache_dir
 
-FORMAT = 2
-"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache). 2: the sweeps' index."""
+FORMAT = 3
+"""`PRAGMA user_version` of a cache file; a file of another format is replaced (it is only a cache). 2: the sweeps' index;
+3: the scan of the store's entries (`Scan`)."""
 BUSY_TIMEOUT_S = 2.0  # another `ls` holds the lock for one transaction; after this, answer without the cache
 _IDS_PER_QUERY = 500  # under any sqlite's limit on the parameters of one statement (999 before 3.32)
 
@@ -50,6 +51,9 @@ Cached = tuple
 stops holding (or None), then the row's cells (`listing.ROW_FIELDS`): a plain tuple, since a listing reads 100,000."""
 SEAL, KEY, UNTIL, CELLS = slice(0, 4), 4, 5, 6
 """Where each part of a `Cached` is."""
+Scan = tuple[list[str], list[str], list[str]]
+"""What `listing` makes of a store's entries and the ids the cache holds: the names that may be snapshots (in id order),
+those of them the cache does not hold, the `.tmp-*` plans' names."""
 
 
 class CacheUnavailable(Exception):
@@ -137,8 +141,12 @@ class ListingCache:
         columns = ", ".join(("id TEXT PRIMARY KEY", *SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *(f for f in self.fields if f != "id")))
         with self._transaction():
             self._db.execute("DROP TABLE IF EXISTS rows")
+            self._db.execute("DROP TABLE IF EXISTS scans")
             self._db.execute(f"CREATE TABLE rows ({columns})")
             self._db.execute("CREATE INDEX sweeps ON rows (id) WHERE members IS NOT NULL")  # `placing` reads sweeps alone
+            self._db.execute("CREATE TABLE scans (key TEXT, names BLOB, unread BLOB, planning BLOB)")
+            for change in ("INSERT", "UPDATE", "DELETE"):  # a scan holds only while the rows' ids it was made with do
+                self._db.execute(f"CREATE TRIGGER rows_{change.lower()} AFTER {change} ON rows BEGIN DELETE FROM scans; END")
             self._db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def __enter__(self) -> "ListingCache":
@@ -160,16 +168,20 @@ class ListingCache:
         chunks = (ids[start:start + _IDS_PER_QUERY] for start in range(0, len(ids), _IDS_PER_QUERY))
         return {i: row for chunk in chunks for i, row in self._valid(f"id IN ({', '.join('?' * len(chunk))})", chunk).items()}
 
-    def placing(self) -> tuple[list[str], dict[str, Cached]]:
-        """What places a window's rows (`ls --limit 200` of 100,000) without reading every row: the ids of the rows held,
-        in id order, from the ids' index alone as one NUL-joined text (a snapshot's name holds no NUL): no object per row
-        beside its id; and each sweep's validated row (its members place its items). A sweep row that does not validate
-        is in neither: it is read again from its files."""
-        (ids,), = self._query("SELECT group_concat(id, char(0)) FROM rows")
+    def placing(self, entries: str) -> tuple[Scan | None, list[str], dict[str, Cached]]:
+        """What places a window's rows (`ls --limit 200` of 100,000) without reading every row: the `Scan` a listing kept
+        of a store whose entries hash to `entries` (`scan_key`), while no row changed since; else (None and) the ids of
+        the rows held, in id order, from the ids' index alone as one NUL-joined text (a snapshot's name holds no NUL); and
+        each sweep's validated row (its members place its items). A sweep row that does not validate is in neither: it
+        is read again from its files."""
         sweeps = self._valid("members IS NOT NULL")
+        for kept in self._query("SELECT names, unread, planning FROM scans WHERE key = ?", (entries,)):
+            names, unread, planning = (blob.decode(errors="surrogateescape").split("\0") if blob else [] for blob in kept)
+            return (names, unread, planning), [], sweeps
+        (ids,), = self._query("SELECT group_concat(id, char(0)) FROM rows")
         invalid = {sweep for (sweep,) in self._query("SELECT id FROM rows WHERE members IS NOT NULL")}.difference(sweeps)
         placed = ids.split("\0") if ids else []
-        return [i for i in placed if i not in invalid] if invalid else placed, sweeps
+        return None, [i for i in placed if i not in invalid] if invalid else placed, sweeps
 
     def _valid(self, where: str = "1", parameters: Sequence[str] = ()) -> dict[str, Cached]:
         names = (*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields)
@@ -187,17 +199,20 @@ class ListingCache:
         return CacheUnavailable(f"the listing cache {self.path} cannot be used ({exc}); answering from the files "
                                 "('genrun index --rebuild' replaces it)", damaged=_damaged(exc))
 
-    def write(self, rows: Iterable[Cached], gone: Iterable[str] = (), *, replace: bool = False) -> None:
-        """Add or replace these rows and forget the ids `gone`, in one transaction; `replace`: drop every other row first."""
+    def write(self, rows: Iterable[Cached], gone: Iterable[str] = (), scan: tuple[str, Scan] | None = None) -> None:
+        """Add or replace these rows and forget the ids `gone`, in one transaction; `scan`: keep this scan of the store's
+        entries (hashing to its key) made with the rows as they are now."""
         assert self._db is not None
         marks = ", ".join("?" * (len(SEAL_COLUMNS) + len(JUDGEMENT_COLUMNS) + len(self.fields)))
         names = ", ".join((*SEAL_COLUMNS, *JUDGEMENT_COLUMNS, *self.fields))
         try:
             with self._transaction():
-                if replace:
-                    self._db.execute("DELETE FROM rows")
                 self._db.executemany(f"INSERT OR REPLACE INTO rows ({names}) VALUES ({marks})", rows)
                 self._db.executemany("DELETE FROM rows WHERE id = ?", ((i,) for i in gone))
+                if scan is not None:  # after the rows: a row written drops the scans (the triggers)
+                    self._db.execute("DELETE FROM scans")
+                    self._db.execute("INSERT INTO scans VALUES (?, ?, ?, ?)",
+                                     (scan[0], *("\0".join(names).encode(errors="surrogateescape") for names in scan[1])))
         except sqlite3.DatabaseError as exc:
             raise CacheUnavailable(f"the listing cache {self.path} was not updated ({exc})") from None
 
@@ -217,6 +232,3 @@ def _damaged(exc: sqlite3.DatabaseError) -> bool:
     """Not a lock or a full disk: the file is no database, or a malformed one."""
     return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc) or "not a database" in str(exc)
 
-
-__all__ = ["BUSY_TIMEOUT_S", "CELLS", "KEY", "SEAL", "UNTIL", "CacheUnavailable", "Cached", "ListingCache", "SealKey", "cache_file",
-           "seal_key", "remove_cache"]

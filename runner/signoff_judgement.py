@@ -72,29 +72,27 @@ def _epoch(digits: str, utc: bool) -> float:
 
 def signoffs_key(base: str, trust: Trusted) -> str:
     """What a snapshot's sign-off judgement depends on besides time (`base`: its path ending in "/"): "-" without a
-    `signoffs/` folder; the folder's stat while it is empty (adding a record renames one in, which changes it); else
-    each record's stat, the plan it binds (`frozen-sha256.txt`) and the allowed-signers file."""
+    `signoffs/` folder; the folder's stat while it is empty (adding a record renames one in, which changes it); else a
+    digest of each record's stat, the plan it binds (`frozen-sha256.txt`) and the allowed-signers file."""
     folder = base + layout.SIGNOFFS_DIR
     try:
         st = os.lstat(folder)
     except OSError:
         return "-"
-    return _empty_key(st) if stat.S_ISDIR(st.st_mode) and st.st_nlink == 2 and not os.listdir(folder) else _records_key(base, trust)
-
-
-def _empty_key(folder: os.stat_result) -> str:
-    return f"empty|{folder.st_mode}|{folder.st_ino}|{folder.st_mtime_ns}|{folder.st_ctime_ns}"
-
-
-def _records_key(base: str, trust: Trusted) -> str:
+    if stat.S_ISDIR(st.st_mode) and st.st_nlink == 2 and not os.listdir(folder):
+        return _empty_key(st)
     parts = [trust().identity]
     try:
-        for name in [layout.FROZEN_MANIFEST, *(f"{layout.SIGNOFFS_DIR}/{n}" for n in sorted(os.listdir(base + layout.SIGNOFFS_DIR)))]:
+        for name in [layout.FROZEN_MANIFEST, *(f"{layout.SIGNOFFS_DIR}/{n}" for n in sorted(os.listdir(folder)))]:
             st = os.lstat(base + name)
             parts.append(f"{name}|{st.st_mode}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}")
     except OSError as exc:
         parts.append(f"unreadable {exc.errno}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _empty_key(folder: os.stat_result) -> str:
+    return f"empty|{folder.st_mode}|{folder.st_ino}|{folder.st_mtime_ns}|{folder.st_ctime_ns}"
 
 
 def unchanged_key(key: str, store: str, name: str, store_fd: int, trust: Trusted) -> bool:

@@ -385,6 +385,63 @@ def test_a_window_whose_sweep_row_no_longer_validates_reads_it_again_and_still_g
         assert list_store(store, window=slice(-size, None)).rows == whole.rows[-size:]
 
 
+def test_a_window_keeps_its_scan_of_the_store_until_an_entry_or_a_cached_row_changes(tmp_path: Path, reads: list[str],
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window's listing keeps what it made of the store's entries and the cache's ids (`Scan`): the next window over
+    the same entries reuses it; a new entry, a snapshot cached since, or any edit of the cache's rows is scanned again."""
+    store = _store_with_a_sweep(tmp_path)
+    scans: list[int] = []
+    real = listing._scan
+    monkeypatch.setattr(listing, "_scan", lambda found, known: scans.append(len(found)) or real(found, known))
+    files = list_store(store, use_cache=False).rows
+    assert list_store(store, window=slice(-2, None)).rows == files[-2:] and len(scans) == 2  # fills the cache, keeps its scan
+    scans.clear()
+    reads.clear()
+    assert list_store(store, window=slice(-3, None)).rows == files[-3:]
+    assert scans == [] and reads == [files[-1].id]  # the kept scan; the unsealed run alone read (it is not cached)
+    from genrun.runner.store import seal_snapshot
+
+    seal_snapshot(store / files[-1].id)  # the unsealed run sealed: cached by the next listing, which keeps a new scan
+    assert list_store(store, window=slice(-1, None)).rows[0].sealed and scans == []
+    reads.clear()
+    assert list_store(store, window=slice(-1, None)).rows[0].sealed and reads == [] and scans == []
+    make_run(store, "newer", seal=False)  # a new entry: scanned again
+    now = list_store(store, use_cache=False).rows
+    scans.clear()
+    assert list_store(store, window=slice(-20, None)).rows == now and any("-newer-" in r.id for r in now)
+    assert len(scans) == 1
+    oldest = files[0].id  # an edited cache (the oldest row now names a removed snapshot): its scan is dropped with it
+    with sqlite3.connect(index_file(store)) as db:
+        db.execute("UPDATE rows SET id = '20200101T000000Z-removed-abcdef' WHERE id = ?", (oldest,))
+    scans.clear()
+    window = list_store(store, window=slice(-2, None))
+    assert len(scans) == 1 and window.total == len(files) + 1 and "20200101T000000Z-removed-abcdef" not in indexed_ids(store)
+    assert list_store(store, window=slice(-20, None)).rows == now
+
+
+def test_a_scan_that_cannot_be_kept_changes_no_answer_and_is_said(tmp_path: Path) -> None:
+    """Another `ls` holding the write lock: a window over changed entries answers exactly, says the cache was not
+    updated, and keeps no scan of them (the next listing keeps it)."""
+    store = _store_with_a_sweep(tmp_path)
+    list_store(store, window=slice(-2, None))  # fills the cache, keeps its scan
+    make_run(store, "newer", seal=False)
+    files = list_store(store, use_cache=False).rows
+
+    def kept() -> bool:
+        with sqlite3.connect(index_file(store)) as db:
+            return db.execute("SELECT count(*) FROM scans WHERE key = ?", (listing.scan_key(os.listdir(store)),)).fetchone() == (1,)
+
+    writer = sqlite3.connect(index_file(store), isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        window = list_store(store, window=slice(-3, None))
+    finally:
+        writer.close()
+    assert window.rows == files[-3:] and window.total == len(files)
+    assert len(window.notes) == 1 and "was not updated" in window.notes[0] and not kept()
+    assert list_store(store, window=slice(-3, None)) == window._replace(notes=[]) and kept()
+
+
 _WARM_IMPORTS = """
 import sys
 from pathlib import Path

@@ -108,7 +108,8 @@ def _index_pages(store: Path, html: Path, rows: list[SnapshotRow], reviewed: set
             warnings, failed = counts.get(row.id, (None, None))
             items = _sweep_items(row)
             lines.append(IndexLine(id=row.id, state=row.state.removeprefix(f"{SWEEP_STATE} ") if items else row.state, sealed=row.sealed,
-                                   stop_reasons=() if items else _reasons(row), warnings=warnings, failed=failed,
+                                   stop_reasons=() if items or row.stop_reasons == "-" else tuple(row.stop_reasons.split(REASON_SEPARATOR)),
+                                   warnings=warnings, failed=failed,
                                    signoffs=row.signoffs if row.signoffs != "-" else "no sign-offs",
                                    href=f"{to_pages}/{row.id}.html" if f"{row.id}.html" in reviewed else f"{to_store}/{row.id}/",
                                    sweep=row.sweep, sweep_items=items, page_error=errors.get(row.id)))
@@ -135,10 +136,6 @@ def _sweep_items(row: SnapshotRow) -> str | None:
     if not all(len(c) == 2 and c[0].isdigit() for c in counts):
         return row.stop_reasons  # unsealed: the listing says how many items were planned
     return f"{sum(int(n) for n, _ in counts)} items: {row.stop_reasons}"
-
-
-def _reasons(row: SnapshotRow) -> tuple[str, ...]:
-    return () if row.stop_reasons == "-" else tuple(row.stop_reasons.split(REASON_SEPARATOR))
 
 
 def _write_reviews(rows: list[SnapshotRow], store: Path, pages_dir: Path, allowed_signers: Path | None) -> _Reviews:

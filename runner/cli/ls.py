@@ -89,9 +89,11 @@ def handle(args: argparse.Namespace) -> int:
     location = locate_store(args.store)
     store = location.path
     limit = _limit(args)
+    keep = RowFilter(states=args.state or (), since=since, until=until, name=args.name, sweep=args.sweep, stop_reasons=args.stop_reason or (),
+                     backend=args.backend, unsigned=args.unsigned, signed_by=args.signed_by)
     listing = list_store(store, args.allowed_signers, use_cache=not args.no_cache, check=args.check,
                          window=slice(-limit, None) if limit and not args.sort else None,
-                         keep=_keep(args, since, until), progress=lambda text: _notes([f"note: {text}"]))
+                         keep=keep or None, progress=lambda text: _notes([f"note: {text}"]))
     notes = [f"note: {note}" for note in (missing_store(location), *listing.notes) if note]
     if args.check:
         notes.append(f"note: --check read {listing.total:,} row(s) from their files: " +
@@ -129,13 +131,6 @@ def _limit(args: argparse.Namespace) -> int | None:
     return None if args.json or not sys.stdout.isatty() else TERMINAL_ROWS
 
 
-def _keep(args: argparse.Namespace, since: datetime | None, until: datetime | None) -> RowFilter | None:
-    """The filters as `list_store` applies them; None without any."""
-    keep = RowFilter(states=args.state or (), since=since, until=until, name=args.name, sweep=args.sweep, stop_reasons=args.stop_reason or (),
-                     backend=args.backend, unsigned=args.unsigned, signed_by=args.signed_by)
-    return keep if keep else None
-
-
 def _notes(lines: list[str]) -> None:
     """Diagnostics on stderr (rich is imported only when there is one: most listings have none)."""
     if lines:
@@ -157,13 +152,9 @@ def _when(flag: str, value: str | None) -> datetime | None:
         unit = {"d": "days", "h": "hours", "m": "minutes"}[ago.group(2)]
         return datetime.now(timezone.utc) - timedelta(**{unit: int(ago.group(1))})
     try:
-        return _parsed(value)
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"{flag} {value!r} is not a time; give a date (2026-11-29), a time (2026-11-29T10:15) or an age (7d, 12h, 30m)") from None
-
-
-def _parsed(text: str) -> datetime:
-    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
