@@ -1,6 +1,7 @@
 """The engine-core process at vLLM's default (VLLM_ENABLE_V1_MULTIPROCESSING=1): what it and its workers write goes to the
 run's run-log.ndjson, never the terminal; it dies with the process that started it, even one killed by SIGKILL, for
-`genrun run` and for a sweep worker. Each test starts a real engine core (its process is the point)."""
+`genrun run` and for a sweep worker. Each test starts a real engine core (its process is the point). A sweep's terminal
+and its worker's run log are tested on test_vllm_sweep.py's `default_sweep`."""
 
 import json
 import os
@@ -13,11 +14,10 @@ from pathlib import Path
 from _engine_processes import descendants, engine_core_under, is_engine_core, process_states
 from conftest import write_request
 from test_vllm_signals import PROGRESS_EVERY_TOKEN, _generated
-from test_vllm_sweep import _sweep
+from test_vllm_sweep import MULTIPROCESSING, _sweep
 
 GONE_WITHIN_S = 120.0
 """Generous: the core polls its parent every 0.5 s; the rest is the kernel's and a loaded machine's time."""
-MULTIPROCESSING = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
 
 def _wait_gone(pids: list[int]) -> dict[int, str]:
@@ -67,31 +67,6 @@ def test_the_terminal_holds_genruns_lines_and_the_run_log_the_engine_cores(tmp_p
     assert any("Loading safetensors checkpoint shards: 100%" in text for text in texts), texts[:20]
     assert not any(line["shown"] for line in logged if line["source"] == "vllm")
     # the engine is stopped once the snapshot is sealed: its shutdown is in no run log (nor on the terminal, above)
-    assert not any("[shutdown]" in text for text in texts), [t for t in texts if "[shutdown]" in t]
-
-
-def test_a_sweeps_terminal_holds_genruns_lines_and_the_engine_start_goes_to_an_items_run_log(tmp_path: Path) -> None:
-    """A batching sweep worker starts vLLM's engine for its first item and shuts it down after the last: those lines go to
-    that item's run-log.ndjson (the start) or nowhere (the shutdown, which no item owns), never the terminal. What vLLM
-    logs in the driver while the items are checked is held and summarised after genrun's lines (a few, then a count)."""
-    store = tmp_path / "store"
-    sweep = _sweep(tmp_path / "sweep", [{"input.prompt": "uvw"}, {"input.prompt": "Count: 0"}], {"max_tokens": 4, "temperature": 0})
-    done = subprocess.run([sys.executable, "-m", "genrun", "sweep", str(sweep), "--store", str(store)], capture_output=True,
-                          text=True, env={**os.environ, **MULTIPROCESSING}, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout == ""
-    lines = done.stderr.splitlines()
-    completed = next(i for i, line in enumerate(lines) if line.startswith("sweep completed: 2 succeeded"))
-    genruns = lines[:completed + 1]
-    assert all(line.startswith(("validated ", "planned 2 items in ", "[1/2] item ", "[2/2] item ")) for line in genruns[:-1]), done.stderr
-    held = lines[completed + 1:]
-    assert all(line.startswith("  vllm: ") for line in held), done.stderr
-    assert len(held) <= 4 and (len(held) < 4 or "more lines" in held[-1]), held
-    assert not any("genrun-local-" in line or "EngineCore" in line for line in lines), done.stderr
-    logged = [json.loads(line) for item in sorted(store.glob("*-vllm-sweep-0*")) if (item / "run-log.ndjson").exists()
-              for line in (item / "run-log.ndjson").read_text().splitlines()]
-    texts = [line["text"] for line in logged if line["source"] == "vllm"]
-    assert any(text.startswith("(genrun-local-0 pid=") for text in texts), texts[:20]  # the worker's engine start
     assert not any("[shutdown]" in text for text in texts), [t for t in texts if "[shutdown]" in t]
 
 

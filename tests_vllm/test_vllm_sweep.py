@@ -1,21 +1,28 @@
 """A vLLM sweep runs its items on one engine per worker, many at once (continuous batching), and every item is still its
 own ordinary snapshot: its own ids, stops, progress, verified on its own. A SIGINT to the sweep seals every item in flight
 `interrupted` with its ids; an item refused at execution fails alone. Each sweep's worker starts its own engine (in its
-own process, as a real sweep does); the single runs the items are compared with use the session's engine."""
+own process, as a real sweep does); the single runs the items are compared with use the session's engine. One sweep at
+vLLM's default (`default_sweep`, a `genrun sweep` process) serves the tests of its terminal, its items and its worker.
+"""
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import pytest
 from _engine_processes import engine_cores, process_states
 from _snapshot import ids, problems, stops
 from conftest import MODEL, SMALL_ENGINE, toml_value
 
 PROMPTS = ["uvw", "Hi!", "Count: 0", "q"]
+MULTIPROCESSING = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+"""vLLM's default, which this suite turns off elsewhere (conftest): the engine core a process of its own."""
 
 
 def _sweep(directory: Path, rows: list[dict[str, Any]], generation: dict[str, Any], extra: str = "", *, kind: str = "local",
@@ -46,37 +53,108 @@ def _items(run: Any, store: Path) -> list[Path]:
     return [store / item.snapshot_id for item in run.result.items]
 
 
-def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(tmp_path: Path, engine: Any, run_on: Any,
-                                                                    monkeypatch: Any) -> None:
-    """At vLLM's default (VLLM_ENABLE_V1_MULTIPROCESSING=1, which this suite turns off elsewhere): the worker starts the
-    engine core as a process of its own (a daemonic worker may not: every item failed, "daemonic processes are not
-    allowed to have children") and stops it when it ends."""
+class DefaultSweep(NamedTuple):
+    """What one `genrun sweep` at vLLM's default left: its terminal, its store, its worker's exit and the engine cores."""
+
+    done: subprocess.CompletedProcess[str]
+    store: Path
+    worker_exit_codes: list[int | None]
+    """The batching pool's workers' exit codes when the driver closed the pool (`_RECORDING_WORKER_EXITS`)."""
+    engine_cores_left: dict[int, str]
+    """Engine cores that outlived the driver, with their states."""
+
+    def sweep_dir(self) -> Path:
+        return next(p for p in self.store.iterdir() if (p / "sweep-plan.json").is_file())
+
+    def items(self) -> list[Path]:
+        """The item snapshots, in dataset order (`sweep-result.json` lists one per planned item, in order)."""
+        result = json.loads((self.sweep_dir() / "sweep-result.json").read_text())
+        return [self.store / item["snapshot_id"] for item in result["items"]]
+
+
+_RECORDING_WORKER_EXITS = """
+import json, sys
+from genrun.runner.sweep import batch_pool
+LOG = sys.argv.pop(1)
+close_workers = batch_pool.close_workers
+def close_and_record(workers, timeout):
+    close_workers(workers, timeout)
+    with open(LOG, "w") as log:
+        json.dump([process.exitcode for _, process in workers], log)
+batch_pool.close_workers = close_and_record
+from genrun.runner.cli import main
+sys.exit(main())
+"""
+"""`python -c` of the default sweep's driver: genrun's command line (as `python -m genrun`), which also writes the
+batching pool's workers' exit codes, once it has closed them, to the file named by its first argument. Unstopped, a
+worker's exit waited for its engine core until the driver gave up and killed it (exit code -9)."""
+
+DEFAULT_SWEEP_GENERATION = {"max_tokens": 30, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def default_sweep(tmp_path_factory: pytest.TempPathFactory) -> DefaultSweep:
+    """One `genrun sweep` of `PROMPTS` at vLLM's default (VLLM_ENABLE_V1_MULTIPROCESSING=1, which this suite turns off
+    elsewhere), in a process of its own; the tests below each assert one side of it (its terminal, its items, its worker
+    and engine core), reading it only."""
+    directory = tmp_path_factory.mktemp("default-sweep")
+    store, exits = directory / "store", directory / "worker-exit-codes.json"
+    sweep_file = _sweep(directory / "sweep", [{"input.prompt": p} for p in PROMPTS], DEFAULT_SWEEP_GENERATION)
+    before = engine_cores()
+    done = subprocess.run([sys.executable, "-c", _RECORDING_WORKER_EXITS, str(exits), "sweep", str(sweep_file), "--store", str(store)],
+                          capture_output=True, text=True, env={**os.environ, **MULTIPROCESSING}, timeout=900)
+    left = process_states(engine_cores() - before)
+    return DefaultSweep(done, store, json.loads(exits.read_text()) if exits.exists() else [], left)
+
+
+def test_a_vllm_sweep_runs_its_items_on_one_engine_and_each_verifies(default_sweep: DefaultSweep, engine: Any, run_on: Any) -> None:
+    """At vLLM's default the worker starts the engine core as a process of its own (a daemonic worker may not: every item
+    failed, "daemonic processes are not allowed to have children") and stops it when it ends."""
     from genrun.analysis.sweep import verify_sweep
     from genrun.runner.sweep.batch_pool import lanes_per_worker
     from genrun.runner.sweep.store import open_sweep
 
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the spawned worker inherits it
-    generation = {"max_tokens": 30, "temperature": 0}
-    store = tmp_path / "store"
-    before = engine_cores()
-    run, pool = _plan_and_run_keeping_pool(_sweep(tmp_path / "sweep", [{"input.prompt": p} for p in PROMPTS], generation), store)
-    assert run.exit_code == 0, run.result
-    _assert_the_worker_ended_by_itself(pool, before)
-    assert lanes_per_worker(open_sweep(run.sweep_dir)[1]) == 256  # vLLM's max_num_seqs over one row per item
-    items = _items(run, store)
+    assert default_sweep.done.returncode == 0, default_sweep.done.stderr[-3000:]
+    assert default_sweep.worker_exit_codes == [0]  # the worker ended by itself, after stopping its engine core
+    assert default_sweep.engine_cores_left == {}  # and no engine core outlived it
+    assert lanes_per_worker(open_sweep(default_sweep.sweep_dir())[1]) == 256  # vLLM's max_num_seqs over one row per item
+    items = default_sweep.items()
     workers = [json.loads((item / "worker-model.json").read_text()) for item in items]
     assert len({(w["pid"], w["loaded_for_snapshot"]) for w in workers}) == 1, "one worker, one engine load for every item"
     assert sorted(w["items_before"] for w in workers) == [0, 1, 2, 3]
-    for prompt, item in zip(PROMPTS, items):
+    for prompt, item in zip(PROMPTS, items, strict=True):
         assert problems(item) == [], item
-        single, _ = run_on(engine, prompts=[prompt], generation=generation)
+        single, _ = run_on(engine, prompts=[prompt], generation=DEFAULT_SWEEP_GENERATION)
         assert ids(item) == ids(single), prompt  # greedy: the shared engine gives each item the ids of a run of its own
         assert [r["reason"] for r in stops(item)] == [r["reason"] for r in stops(single)]
         call = json.loads((item / "vllm-config.before-generate.json").read_text())
         assert call["requests"][0]["params"]["seed"] == 0 and call["vllm_version"] == "0.32.0"
         assert call["vllm_environment"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1", call["vllm_environment"]
-    verification = verify_sweep(run.sweep_dir, jobs=1)
+    verification = verify_sweep(default_sweep.sweep_dir(), jobs=1)
     assert verification.exit_code() == 0, [(f.name, f.status, f.message) for f in verification.findings]
+
+
+def test_a_sweeps_terminal_holds_genruns_lines_and_the_engine_start_goes_to_an_items_run_log(default_sweep: DefaultSweep) -> None:
+    """A batching sweep worker starts vLLM's engine for its first item and shuts it down after the last: those lines go to
+    that item's run-log.ndjson (the start) or nowhere (the shutdown, which no item owns), never the terminal. What vLLM
+    logs in the driver while the items are checked is held and summarised after genrun's lines (a few, then a count)."""
+    done, count = default_sweep.done, len(PROMPTS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    completed = next(i for i, line in enumerate(lines) if line.startswith(f"sweep completed: {count} succeeded"))
+    genruns = lines[:completed + 1]
+    shown = ("validated ", f"planned {count} items in ", *(f"[{i}/{count}] item " for i in range(1, count + 1)))
+    assert all(line.startswith(shown) for line in genruns[:-1]), done.stderr
+    held = lines[completed + 1:]
+    assert all(line.startswith("  vllm: ") for line in held), done.stderr
+    assert len(held) <= 4 and (len(held) < 4 or "more lines" in held[-1]), held
+    assert not any("genrun-local-" in line or "EngineCore" in line for line in lines), done.stderr
+    logged = [json.loads(line) for item in sorted(default_sweep.store.glob("*-vllm-sweep-0*")) if (item / "run-log.ndjson").exists()
+              for line in (item / "run-log.ndjson").read_text().splitlines()]
+    texts = [line["text"] for line in logged if line["source"] == "vllm"]
+    assert any(text.startswith("(genrun-local-0 pid=") for text in texts), texts[:20]  # the worker's engine start
+    assert not any("[shutdown]" in text for text in texts), [t for t in texts if "[shutdown]" in t]
 
 
 def test_a_one_item_worker_at_vllms_default_starts_and_stops_its_engine_core(tmp_path: Path, monkeypatch: Any) -> None:
