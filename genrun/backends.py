@@ -137,8 +137,7 @@ free device memory for `memory_fit(..., runtime)`, the CUDA devices and package 
 CPU, no switches are set and none is claimed (`None`), no packages are named. A torch backend sets
 `runtime = TorchRuntime(("my-library", *TORCH_PACKAGES))`; another subclasses `Runtime` and overrides what it knows
 (`resolve_device`, `require_device`, `deterministic_mode`, `capture_determinism`, `device_memory`, `set_threads`,
-`cuda_info`; `packages=` names the distributions whose versions shape its generation; `imports=` the modules its checks
-and its run import anyway, which genrun imports in the `imports` phase so that `imports_s` is where their time shows).
+`cuda_info`; `packages=` names the distributions whose versions shape its generation).
 
 **8. A library's generate, instrumented (optional)**: a backend that runs a library's `generate` (the built-in
 `transformers` backend is one) may write what verify checks for two more kinds, and what each row became before it:

@@ -50,7 +50,7 @@ from .recorder import ProgressRecorder
 from .run_log import RunLog, captured
 from .run_result import build_result, write_terminal_event
 from .run_template import RunRecord, failed_run, interrupted_before_running, run_template
-from .runtime import NEUTRAL_RUNTIME, Runtime, apply_thread_share, import_libraries, runtime_of
+from .runtime import NEUTRAL_RUNTIME, Runtime, apply_thread_share, runtime_of
 from .store import describe_os_error, open_snapshot, seal_snapshot
 
 SEALING_RESERVE_FIXED = 1 << 20
@@ -121,7 +121,6 @@ def _execute_locked(
         clock.enter("imports")
         made = get_backend(plan.request.model.backend)
         runtime = runtime_of(made)
-        import_libraries(made)
         clock.enter("prepare")
         apply_thread_share(runtime)
         device = runtime.resolve_device(plan.request.model.device)

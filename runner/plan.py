@@ -29,7 +29,7 @@ from .phases import PlanClock
 from .plan_context import PlanContext
 from .processor_identity import freeze_processor, identify_processor
 from .request_loading import load_request, request_from_model
-from .runtime import import_libraries, runtime_of
+from .runtime import runtime_of
 from .store import create_snapshot, resolve_store
 
 
@@ -99,7 +99,6 @@ def prepare_plan(
     request, base_dir = loaded.request, loaded.path.parent
     clock.enter("imports")
     backend = get_backend(request.model.backend)
-    import_libraries(backend)
     stop_if_requested()  # after each step that runs a library's or the user's code: a swallowed signal still stops the plan
     clock.enter("checks")
     refuse_undeclared_tables(request, backend)

