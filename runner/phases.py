@@ -73,7 +73,7 @@ class PlanPhases(NamedTuple):
     """Reading the request and checking it: the backend's own validation (which reads the checkpoint's config, importing
     what that needs), the model path, the device, user code's references."""
     imports_s: float | None
-    """Importing the backend and its libraries (torch, transformers, diffusers, ...)."""
+    """Importing the backend's module; its libraries (torch, transformers, ...) are imported by the first check that uses them (in `checks`)."""
     hashing_s: float | None
     """Identifying what the run depends on: sha256 of input files, code and weights (through the hash cache)."""
     budget_s: float | None

@@ -21,7 +21,7 @@ class Phases(Strict):
     checks_s: float | None
     """Re-verifying the frozen plan, genrun's code and the model's files (sha256, through the hash cache) and any approval."""
     imports_s: float | None
-    """Importing the backend and its libraries (torch, transformers, diffusers, ...)."""
+    """Importing the backend's module; its libraries (torch, transformers, ...) are imported by the first phase that uses them (`prepare` or `load`)."""
     prepare_s: float | None
     """Holding the sealing reserve, opening `progress.ndjson` and `outputs/`, deterministic mode, the backend's `start`."""
     load_s: float | None
